@@ -1,0 +1,1 @@
+"""fleetrl: distributed reinforcement learning with PyTorch that never freezes silently."""

@@ -1,0 +1,3 @@
+from fleetrl.cli import main
+
+raise SystemExit(main())

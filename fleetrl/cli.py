@@ -1,0 +1,91 @@
+"""The `fleetrl` command: train | eval | report.
+
+Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
+missing file: one message, no traceback); 130 interrupted by Ctrl-C (checkpoint saved).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from fleetrl.errors import UserError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fleetrl", description="Distributed RL that never freezes silently.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train from a YAML config")
+    train.add_argument("config", help="YAML config file")
+    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.lr=3e-4")
+
+    evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
+    evaluate.add_argument("run_dir")
+    evaluate.add_argument("--episodes", type=int, default=10)
+    evaluate.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
+    evaluate.add_argument("--seed", type=int, default=10_000)
+    evaluate.add_argument("--video", action="store_true", help="write <run>/video/episode.gif")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+
+    report = commands.add_parser("report", help="write PNG plots into the run directory")
+    report.add_argument("run_dir")
+    return parser
+
+
+def command_train(args) -> int:
+    from fleetrl.config.loader import load_config
+    from fleetrl.config.validate import check_entry_points
+    from fleetrl.runner import Trainer
+
+    config = load_config(args.config, args.overrides)
+    check_entry_points(config)
+    summary = Trainer(config).train()
+    print(f"run directory: {summary['run_dir']}")
+    return 0
+
+
+def command_eval(args) -> int:
+    from fleetrl.evaluate import evaluate
+
+    run_dir = Path(args.run_dir)
+    result = evaluate(run_dir, args.episodes, not args.stochastic, args.seed,
+                      run_dir / "video" if args.video else None)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['episodes']} episodes: return {result['mean']:.2f} ± {result['std']:.2f} "
+              f"(min {result['min']:.2f}, max {result['max']:.2f})")
+    return 0
+
+
+def command_report(args) -> int:
+    from fleetrl.report import write_report
+
+    for path in write_report(Path(args.run_dir)):
+        print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = {"train": command_train, "eval": command_eval, "report": command_report}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UserError as error:
+        print(f"fleetrl: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("fleetrl: interrupted; the last checkpoint is saved", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""YAML + dotted overrides → a typed, validated `Config`.
+
+Every mistake becomes a `ConfigError` naming the dotted key, the bad value and what is valid,
+with a 'did you mean' for typos. Nothing here starts any work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fleetrl.config.schema import SECTION_TYPES, Config
+from fleetrl.config.validate import validate
+from fleetrl.errors import ConfigError, UserError, nearest
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """Read `path` (or start from defaults when None), apply `key=value` overrides, validate."""
+    raw = read_yaml(path) if path is not None else {}
+    for override in overrides:
+        apply_override(raw, override)
+    config = build_config(raw)
+    validate(config)
+    return config
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise UserError(f"config file {path} is not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"config file {path} must hold a mapping of sections, got {type(raw).__name__}")
+    return raw
+
+
+def apply_override(raw: dict, override: str) -> None:
+    """Set `a.b.c=value` in the nested dict; the value is parsed as YAML (so 3e-4, true, [64, 64])."""
+    key, sep, text = override.partition("=")
+    if not sep or not key:
+        raise UserError(f"override {override!r} must look like section.key=value")
+    value = yaml.safe_load(text) if text else ""
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(key, override, "a path through config sections")
+    node[parts[-1]] = value
+
+
+def build_config(raw: dict) -> Config:
+    unknown = set(raw) - set(SECTION_TYPES)
+    for name in sorted(unknown):
+        raise ConfigError(name, raw[name], f"one of the sections {sorted(SECTION_TYPES)}",
+                          nearest(name, SECTION_TYPES))
+    sections = {}
+    for name, section_type in SECTION_TYPES.items():
+        values = raw.get(name) or {}
+        if not isinstance(values, dict):
+            raise ConfigError(name, values, "a mapping of keys")
+        sections[name] = build_section(name, section_type, values)
+    return Config(**sections)
+
+
+def build_section(prefix: str, section_type: type, values: dict) -> Any:
+    hints = typing.get_type_hints(section_type)
+    names = [f.name for f in dataclasses.fields(section_type)]
+    kwargs = {}
+    for key, value in values.items():
+        dotted = f"{prefix}.{key}"
+        if key not in hints:
+            raise ConfigError(dotted, value, f"one of {names}", nearest(key, names))
+        kwargs[key] = coerce(dotted, value, hints[key])
+    return section_type(**kwargs)
+
+
+def coerce(key: str, value: Any, hint: Any) -> Any:
+    """Check `value` against the annotation; ints are accepted where floats are expected."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        (inner,) = [option for option in options if option is not type(None)]
+        return coerce(key, value, inner)
+    expected = origin or hint
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected is float and isinstance(value, str):
+        try:  # YAML reads '3e-4' (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
+    if expected is int and isinstance(value, bool) or not isinstance(value, expected):
+        raise ConfigError(key, value, f"a value of type {getattr(expected, '__name__', expected)}")
+    return value
+
+
+def save_config(config: Config, path: Path) -> None:
+    """Write the fully resolved config; `load_config(path)` reads it back unchanged."""
+    path.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))

@@ -1,0 +1,46 @@
+"""Build vectorised simulators from `env.id`: a Gymnasium id or a `module:attr` entry point.
+
+Vector envs always use Gymnasium's SAME_STEP auto-reset: when a sub-env ends an episode, `step`
+returns the first observation of the next episode and puts the last one in `info['final_obs']`.
+That is what bootstrapping truncated episodes needs, and it wastes no step on resets.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import gymnasium as gym
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+from fleetrl.config.schema import EnvConfig
+from fleetrl.entry_points import resolve_entry_point
+from fleetrl.errors import ConfigError, nearest
+
+
+def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
+    """A zero-argument function that builds one simulator (checked now, built later)."""
+    if ":" in config.id:
+        entry = resolve_entry_point("env.id", config.id)
+
+        def make_custom() -> gym.Env:
+            env = entry(**config.kwargs)
+            if isinstance(env, gym.vector.VectorEnv) or not isinstance(env, gym.Env):
+                raise ConfigError("env.id", config.id,
+                                  "an entry point returning one gymnasium.Env (fleetrl vectorises it)")
+            if config.max_episode_steps is not None:
+                env = gym.wrappers.TimeLimit(env, config.max_episode_steps)
+            return env
+
+        return make_custom
+    if config.id not in gym.envs.registry:
+        raise ConfigError("env.id", config.id, "a registered Gymnasium id or 'module:attr'",
+                          nearest(config.id, gym.envs.registry.keys()))
+    extra = {} if config.max_episode_steps is None else {"max_episode_steps": config.max_episode_steps}
+    return lambda: gym.make(config.id, disable_env_checker=True, **extra, **config.kwargs)
+
+
+def make_vector_env(config: EnvConfig, num_envs: int | None = None) -> gym.vector.VectorEnv:
+    factory = env_factory(config)
+    count = config.num_envs if num_envs is None else num_envs
+    vector_class = SyncVectorEnv if config.vectorization == "sync" else AsyncVectorEnv
+    return vector_class([factory] * count, autoreset_mode=AutoresetMode.SAME_STEP)

@@ -1,0 +1,56 @@
+"""Running observation and reward normalisation (the statistics are part of every checkpoint)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class RunningMeanStd:
+    """Mean and variance of a stream of batches (Chan et al.'s parallel update), in float64."""
+
+    def __init__(self, shape: tuple = ()):
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.count = 1e-4
+
+    def update(self, batch: np.ndarray) -> None:
+        batch_mean, batch_var, batch_count = batch.mean(0), batch.var(0), batch.shape[0]
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        self.mean = self.mean + delta * batch_count / total
+        self.var = (self.var * self.count + batch_var * batch_count
+                    + delta**2 * self.count * batch_count / total) / total
+        self.count = total
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mean, self.var, self.count = state["mean"].copy(), state["var"].copy(), state["count"]
+
+
+class ObservationNormalizer:
+    def __init__(self, shape: tuple, clip: float):
+        self.stats, self.clip = RunningMeanStd(shape), clip
+
+    def __call__(self, obs: np.ndarray, update: bool) -> np.ndarray:
+        if update:
+            self.stats.update(obs)
+        scaled = (obs - self.stats.mean) / np.sqrt(self.stats.var + 1e-8)
+        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
+
+
+class RewardNormalizer:
+    """Divides rewards by the running std of the discounted return, as in VecNormalize."""
+
+    def __init__(self, num_envs: int, gamma: float, clip: float):
+        self.stats, self.gamma, self.clip = RunningMeanStd(), gamma, clip
+        self.discounted_return = np.zeros(num_envs, np.float64)
+
+    def __call__(self, reward: np.ndarray, done: np.ndarray, update: bool) -> np.ndarray:
+        if update:
+            self.discounted_return = self.discounted_return * self.gamma + reward
+            self.stats.update(self.discounted_return)
+            self.discounted_return[done] = 0.0
+        scaled = reward / np.sqrt(self.stats.var + 1e-8)
+        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)

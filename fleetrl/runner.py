@@ -1,0 +1,180 @@
+"""The controller loop: collect → train → log → checkpoint, until the env-step budget is spent.
+
+On the inline backend the env, rollout and actor components live in this process and the rollout
+worker shares the actor's policy object, so no weight sync is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+
+from fleetrl.checkpoint import load_latest, save_checkpoint
+from fleetrl.collect import Collector
+from fleetrl.config.schema import Config
+from fleetrl.metrics_log import MetricsLog
+from fleetrl.progress import ConsoleProgress
+from fleetrl.run_dir import create_run_dir, setup_logging, write_config
+from fleetrl.workers.actor_worker import ActorWorker
+from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.rollout_worker import RolloutWorker
+
+log = logging.getLogger("fleetrl")
+SUMMARY_FILE = "summary.json"
+
+
+class Trainer:
+    def __init__(self, config: Config, live_progress: bool | None = None):
+        self.config = config
+        runner = config.runner
+        self.run_dir = Path(runner.resume) if runner.resume else create_run_dir(config)
+        write_config(config, self.run_dir)
+        setup_logging(self.run_dir)
+        if runner.torch_threads:
+            torch.set_num_threads(runner.torch_threads)
+        self.env = EnvWorker(config.env, config.algorithm.gamma, runner.seed)
+        self.actor = ActorWorker(config, self.env.observation_space, self.env.action_space)
+        self.rollout = RolloutWorker(self.actor.policy)
+        self.collector = Collector(self.env, self.rollout, config.algorithm.num_steps)
+        self.iteration = 0
+        self.train_s = 0.0
+        self.recent_returns: deque[float] = deque(maxlen=100)
+        self.recent_lengths: deque[int] = deque(maxlen=100)
+        self.target_reached_at: tuple[int, float] | None = None
+        if runner.resume:
+            self.load_state(load_latest(self.run_dir))
+            log.info("resumed %s at iteration %d, %d env steps", self.run_dir, self.iteration,
+                     self.global_step)
+        else:
+            random.seed(runner.seed)
+            np.random.seed(runner.seed)
+        self.live_progress = live_progress
+
+    @property
+    def global_step(self) -> int:
+        return self.env.env_steps
+
+    def train(self) -> dict:
+        config = self.config
+        total = config.runner.total_env_steps
+        startup_s = time.time() - psutil.Process().create_time()
+        log.info("run directory %s; %s, %d envs, batch %d", self.run_dir, config.env.id,
+                 self.env.num_envs, config.batch_size)
+        metrics_log = MetricsLog(self.run_dir, config.runner.tensorboard)
+        progress = ConsoleProgress(total, self.global_step, config.runner.log_interval, self.live_progress)
+        self.collector.start(self.iteration)
+        try:
+            while self.global_step < total and not self.stop_for_target():
+                record = self.run_iteration()
+                metrics_log.write(record)
+                progress.update(record)
+                if self.iteration % config.runner.checkpoint_interval == 0:
+                    self.checkpoint()
+            self.checkpoint()
+        except KeyboardInterrupt:
+            log.warning("interrupted at iteration %d: saving a checkpoint", self.iteration)
+            self.checkpoint()
+            raise
+        finally:  # on any other error the last periodic checkpoint stays the newest
+            progress.close()
+            metrics_log.close()
+            summary = self.write_summary(startup_s)
+            self.env.close()
+        return summary
+
+    def run_iteration(self) -> dict:
+        started = time.perf_counter()
+        steps_before = self.global_step
+        trajectory = self.collector.collect()
+        collected = time.perf_counter()
+        # The schedule position is taken before this iteration's steps, so the last iteration
+        # still learns (lr > 0) rather than running with an annealed-to-zero rate.
+        metrics = self.actor.train(trajectory, steps_before / self.config.runner.total_env_steps)
+        updated = time.perf_counter()
+        self.iteration += 1
+        self.train_s += updated - started
+        returns, lengths = self.env.drain_episodes()
+        self.recent_returns.extend(returns)
+        self.recent_lengths.extend(lengths)
+        record = {
+            "iteration": self.iteration,
+            "global_step": self.global_step,
+            "episodes": self.env.episodes,
+            "wall_s": self.train_s,
+            "episode_return_mean": float(np.mean(returns)) if returns else None,
+            "episode_return_last100": self.mean_recent_return(),
+            "episode_length_last100": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
+            "steps_per_s": (self.global_step - steps_before) / (updated - started),
+            "time_collect_s": collected - started,
+            "time_update_s": updated - collected,
+            **metrics,
+        }
+        if self.target_reached_at is None and self.target_met():
+            self.target_reached_at = (self.global_step, self.train_s)
+        return record
+
+    def mean_recent_return(self) -> float | None:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else None
+
+    def target_met(self) -> bool:
+        target = self.config.runner.target_return
+        return (target is not None and len(self.recent_returns) == self.recent_returns.maxlen
+                and self.mean_recent_return() >= target)
+
+    def stop_for_target(self) -> bool:
+        if self.target_reached_at is None:
+            return False
+        log.info("last-100-episode mean return %.1f reached runner.target_return=%s at %d env steps",
+                 self.mean_recent_return(), self.config.runner.target_return, self.global_step)
+        return True
+
+    def checkpoint(self) -> None:
+        save_checkpoint(self.run_dir, self.iteration, self.state_dict(), self.config.runner.keep_checkpoints)
+
+    def state_dict(self) -> dict:
+        return {
+            "iteration": self.iteration,
+            "train_s": self.train_s,
+            "actor": self.actor.state_dict(),
+            "env": self.env.state_dict(),
+            "recent_returns": list(self.recent_returns),
+            "recent_lengths": list(self.recent_lengths),
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                    "python": random.getstate()},
+        }
+
+    def load_state(self, state: dict) -> None:
+        self.iteration, self.train_s = state["iteration"], state["train_s"]
+        self.actor.load_state_dict(state["actor"])
+        self.env.load_state_dict(state["env"])
+        self.recent_returns.extend(state["recent_returns"])
+        self.recent_lengths.extend(state["recent_lengths"])
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])
+
+    def write_summary(self, startup_s: float) -> dict:
+        reached = self.target_reached_at
+        summary = {
+            "run_dir": str(self.run_dir),
+            "iterations": self.iteration,
+            "global_step": self.global_step,
+            "episodes": self.env.episodes,
+            "startup_s": startup_s,
+            "train_s": self.train_s,
+            "episode_return_last100": self.mean_recent_return(),
+            "target_return": self.config.runner.target_return,
+            "target_reached": reached is not None,
+            "target_reached_step": reached[0] if reached else None,
+            "target_reached_s": reached[1] if reached else None,
+        }
+        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        return summary

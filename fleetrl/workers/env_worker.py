@@ -1,0 +1,111 @@
+"""The env component: a vector of simulators, episode bookkeeping and optional normalisation.
+
+`step` returns everything the learner needs to treat the two ways an episode ends differently:
+`terminated` (a true end: no bootstrap) and `truncated` (a time limit: bootstrap from the final
+observation, returned as `final_obs` for exactly those envs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from fleetrl.config.schema import EnvConfig
+from fleetrl.envs.make import make_vector_env
+from fleetrl.envs.normalize import ObservationNormalizer, RewardNormalizer
+
+
+@dataclass
+class StepResult:
+    obs: np.ndarray  # next observation (first of the new episode where one ended)
+    reward: np.ndarray  # float32 (N,), normalised when env.normalize_reward
+    terminated: np.ndarray  # bool (N,)
+    truncated: np.ndarray  # bool (N,), and not terminated
+    truncated_index: np.ndarray  # int (K,) envs truncated this step
+    final_obs: np.ndarray  # (K, *obs_shape) their last observations, for the bootstrap value
+
+
+class EnvWorker:
+    def __init__(self, config: EnvConfig, gamma: float, seed: int, num_envs: int | None = None,
+                 training: bool = True):
+        self.envs = make_vector_env(config, num_envs)
+        self.num_envs = self.envs.num_envs
+        self.seed, self.training = seed, training
+        self.observation_space = self.envs.single_observation_space
+        self.action_space = self.envs.single_action_space
+        obs_shape = self.observation_space.shape
+        self.obs_norm = ObservationNormalizer(obs_shape, config.clip_obs) if config.normalize_obs else None
+        self.reward_norm = (RewardNormalizer(self.num_envs, gamma, config.clip_reward)
+                            if config.normalize_reward else None)
+        self.episode_return = np.zeros(self.num_envs, np.float64)
+        self.episode_length = np.zeros(self.num_envs, np.int64)
+        self.finished_returns: list[float] = []
+        self.finished_lengths: list[int] = []
+        self.env_steps = 0
+        self.episodes = 0
+        if isinstance(self.action_space, gym.spaces.Box):
+            self.low, self.high = self.action_space.low, self.action_space.high
+
+    def reset(self, epoch: int = 0) -> np.ndarray:
+        """Reset all envs; each gets its own seed (seed + index), shifted per epoch on resume."""
+        obs, _ = self.envs.reset(seed=self.seed + epoch * self.num_envs)
+        self.episode_return[:] = 0
+        self.episode_length[:] = 0
+        return self._observe(obs)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        if isinstance(self.action_space, gym.spaces.Box):
+            actions = np.clip(actions, self.low, self.high)
+        obs, reward, terminated, truncated, info = self.envs.step(actions)
+        truncated = truncated & ~terminated
+        done = terminated | truncated
+        self._count(reward, done)
+        truncated_index = np.flatnonzero(truncated)
+        final_obs = (np.stack(info["final_obs"][truncated_index]) if len(truncated_index)
+                     else np.empty((0, *obs.shape[1:]), np.float32))
+        if self.reward_norm is not None:
+            reward = self.reward_norm(reward, done, self.training)
+        return StepResult(self._observe(obs), reward.astype(np.float32), terminated, truncated,
+                          truncated_index, self._observe(final_obs, update=False))
+
+    def _observe(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
+        if self.obs_norm is None or len(obs) == 0:
+            return obs.astype(np.float32, copy=False)
+        return self.obs_norm(obs, update and self.training)
+
+    def _count(self, reward: np.ndarray, done: np.ndarray) -> None:
+        self.episode_return += reward
+        self.episode_length += 1
+        self.env_steps += self.num_envs
+        if done.any():
+            self.finished_returns.extend(self.episode_return[done].tolist())
+            self.finished_lengths.extend(self.episode_length[done].tolist())
+            self.episodes += int(done.sum())
+            self.episode_return[done] = 0
+            self.episode_length[done] = 0
+
+    def drain_episodes(self) -> tuple[list[float], list[int]]:
+        """Returns and lengths (raw, unnormalised) of the episodes finished since the last call."""
+        returns, lengths = self.finished_returns, self.finished_lengths
+        self.finished_returns, self.finished_lengths = [], []
+        return returns, lengths
+
+    def state_dict(self) -> dict:
+        return {
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "obs_norm": self.obs_norm.stats.state_dict() if self.obs_norm else None,
+            "reward_norm": self.reward_norm.stats.state_dict() if self.reward_norm else None,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.env_steps, self.episodes = state["env_steps"], state["episodes"]
+        if self.obs_norm is not None and state["obs_norm"] is not None:
+            self.obs_norm.stats.load_state_dict(state["obs_norm"])
+        if self.reward_norm is not None and state["reward_norm"] is not None:
+            self.reward_norm.stats.load_state_dict(state["reward_norm"])
+
+    def close(self) -> None:
+        self.envs.close()
