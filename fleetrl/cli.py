@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train from a YAML config")
     train.add_argument("config", help="YAML config file")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.lr=3e-4")
+    train.add_argument("--dry-run", action="store_true",
+                       help="check the config, print the resolved placement, start nothing")
 
     evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
     evaluate.add_argument("run_dir")
@@ -39,13 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_train(args) -> int:
+    from fleetrl.cluster.runtime import resolve_layout
     from fleetrl.config.loader import load_config
     from fleetrl.config.validate import check_entry_points
-    from fleetrl.runner import Trainer
 
     config = load_config(args.config, args.overrides)
     check_entry_points(config)
-    summary = Trainer(config).train()
+    layout = resolve_layout(config)
+    if args.dry_run:
+        print(f"backend: {layout.backend}")
+        print(layout.placement.table())
+        return 0
+    from fleetrl.runner import Trainer
+
+    summary = Trainer(config, layout=layout).train()
     print(f"run directory: {summary['run_dir']}")
     return 0
 

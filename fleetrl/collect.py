@@ -1,67 +1,62 @@
-"""Env ⇄ rollout for T steps into a preallocated `Trajectory`.
+"""Env ⇄ rollout for T steps, pipelined over lanes.
 
-The loop body is one batched policy forward and one vector-env step: no per-env Python, and
-tensors and arrays share memory (`torch.from_numpy`, `.numpy()`) instead of being copied.
+A *lane* is one pipeline stage of one env worker, served by one rollout worker. For every step
+the controller queues `rollout.act(lane, t, step)` then `env.step(actions, stage)` for each lane,
+passing futures rather than waiting for results; each worker runs its calls in order as inputs
+arrive, so while an env worker steps stage i, its rollout worker is already inferring stage i+1.
+On the inline backend the same calls simply run one after another.
 """
 
 from __future__ import annotations
 
-import gymnasium as gym
+from dataclasses import dataclass
+
 import numpy as np
-import torch
 
 from fleetrl.trajectory import Trajectory
-from fleetrl.workers.env_worker import EnvWorker
-from fleetrl.workers.rollout_worker import RolloutWorker
+from fleetrl.workers.env_worker import StepResult
+
+
+@dataclass(frozen=True)
+class Lane:
+    env_rank: int
+    stage: int
+    rollout_rank: int
+    index: int  # position among the lanes of its rollout worker
+
+
+def plan_lanes(env_world: int, rollout_world: int, stages: int) -> list[Lane]:
+    """Env ranks are split into contiguous blocks, one block per rollout rank; lanes are listed
+    in global env order (env rank, then stage), which is the order trajectories are joined in."""
+    per_rollout = env_world // rollout_world
+    lanes, next_index = [], [0] * rollout_world
+    for env_rank in range(env_world):
+        rollout_rank = env_rank // per_rollout
+        for stage in range(stages):
+            lanes.append(Lane(env_rank, stage, rollout_rank, next_index[rollout_rank]))
+            next_index[rollout_rank] += 1
+    return lanes
 
 
 class Collector:
-    """Writes each step into NumPy buffers (an element assignment costs ~1 µs there, several in
-    torch) and hands them to the actor as zero-copy tensors."""
+    def __init__(self, env_group, rollout_group, stages: int, steps: int):
+        self.env, self.rollout, self.steps, self.stages = env_group, rollout_group, steps, stages
+        self.lanes = plan_lanes(env_group.world_size, rollout_group.world_size, stages)
+        self.pending: dict[Lane, object] = {}  # each lane's latest env outcome (a future)
 
-    def __init__(self, env: EnvWorker, rollout: RolloutWorker, steps: int):
-        self.env, self.rollout, self.steps = env, rollout, steps
-        space, count = env.action_space, env.num_envs
-        continuous = isinstance(space, gym.spaces.Box)
-        action_shape = space.shape if continuous else ()
-
-        def zeros(*shape, dtype=np.float32):
-            return np.zeros((steps, count, *shape), dtype)
-
-        self.buffers = {
-            "obs": zeros(*env.observation_space.shape), "logprobs": zeros(), "values": zeros(),
-            "actions": zeros(*action_shape, dtype=np.float32 if continuous else np.int64),
-            "rewards": zeros(), "terminated": zeros(dtype=bool), "dones": zeros(dtype=bool),
-            "next_values": zeros(), "truncated": zeros(dtype=bool), "truncated_values": zeros(),
-        }
-        self.obs: np.ndarray | None = None
-
-    def start(self, epoch: int = 0) -> None:
-        self.obs = self.env.reset(epoch)
+    def start(self, epoch: int) -> None:
+        """Reset every env worker; the reset observations open each lane."""
+        observations = self.env.get(self.env.call_all("reset", epoch))
+        for lane in self.lanes:
+            stage_obs = np.split(observations[lane.env_rank], self.stages)[lane.stage]
+            self.pending[lane] = StepResult.initial(stage_obs)
 
     def collect(self) -> Trajectory:
-        b = self.buffers
-        b["truncated"][:] = False
         for t in range(self.steps):
-            obs = self.obs
-            actions, logprobs, values = self.rollout.infer(obs)
-            actions = actions.numpy()
-            step = self.env.step(actions)
-            b["obs"][t] = obs
-            b["actions"][t] = actions
-            b["logprobs"][t] = logprobs.numpy()
-            b["values"][t] = values.numpy()
-            b["rewards"][t] = step.reward
-            b["terminated"][t] = step.terminated
-            b["truncated"][t] = step.truncated
-            b["dones"][t] = step.terminated | step.truncated
-            if len(step.truncated_index):
-                b["truncated_values"][t, step.truncated_index] = self.rollout.values(step.final_obs).numpy()
-            self.obs = step.obs
-        b["next_values"][:-1] = b["values"][1:]
-        b["next_values"][-1] = self.rollout.values(self.obs).numpy()
-        truncated = b["truncated"]
-        b["next_values"][truncated] = b["truncated_values"][truncated]
-        return Trajectory(**{name: torch.from_numpy(b[name]) for name in
-                             ("obs", "actions", "logprobs", "values", "rewards", "terminated",
-                              "dones", "next_values")})
+            for lane in self.lanes:
+                actions = self.rollout.call(lane.rollout_rank, "act", lane.index, t, self.pending[lane])
+                self.pending[lane] = self.env.call(lane.env_rank, "step", actions, lane.stage)
+        closing = [self.rollout.call(lane.rollout_rank, "act", lane.index, self.steps, self.pending[lane])
+                   for lane in self.lanes]
+        self.rollout.get(closing)
+        return Trajectory.concatenate(self.rollout.get(self.rollout.call_all("trajectory")))

@@ -38,7 +38,7 @@ def evaluate(run_dir: Path, episodes: int, deterministic: bool = True, seed: int
         env_config = replace(env_config, kwargs={**env_config.kwargs, "render_mode": "rgb_array"})
     num_envs = 1 if video_dir is not None else min(episodes, MAX_EVAL_ENVS)
     env = EnvWorker(env_config, config.algorithm.gamma, seed, num_envs=num_envs, training=False)
-    env.load_state_dict(state["env"])
+    env.load_state_dict(state["env"][0])  # env rank 0's normaliser statistics
     policy = Policy.from_config(config.model, env.observation_space, env.action_space)
     policy.load_state_dict(state["actor"]["policy"])
     returns = play(env, RolloutWorker(policy), episodes, deterministic, video_dir)
@@ -58,7 +58,7 @@ def play(env: EnvWorker, rollout: RolloutWorker, episodes: int, deterministic: b
     obs = env.reset()
     while (done_count < quota).any():
         if video_dir is not None and done_count[0] == 0:  # film the first episode
-            frames.append(env.envs.call("render")[0])
+            frames.append(env.stages[0].call("render")[0])
         actions, _, _ = rollout.infer(obs, deterministic)
         step = env.step(actions.numpy())
         ended = step.terminated | step.truncated

@@ -1,7 +1,6 @@
-"""The controller loop: collect → train → log → checkpoint, until the env-step budget is spent.
-
-On the inline backend the env, rollout and actor components live in this process and the rollout
-worker shares the actor's policy object, so no weight sync is needed.
+"""The controller loop: sync weights → collect → train → log → checkpoint, until the env-step
+budget is spent. The same loop drives every backend; see cluster/runtime.py for where the
+components run.
 """
 
 from __future__ import annotations
@@ -18,34 +17,35 @@ import psutil
 import torch
 
 from fleetrl.checkpoint import load_latest, save_checkpoint
+from fleetrl.cluster.runtime import Layout, Runtime, resolve_layout
 from fleetrl.collect import Collector
 from fleetrl.config.schema import Config
 from fleetrl.metrics_log import MetricsLog
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import create_run_dir, setup_logging, write_config
-from fleetrl.workers.actor_worker import ActorWorker
-from fleetrl.workers.env_worker import EnvWorker
-from fleetrl.workers.rollout_worker import RolloutWorker
+from fleetrl.trajectory import Trajectory
 
 log = logging.getLogger("fleetrl")
 SUMMARY_FILE = "summary.json"
 
 
 class Trainer:
-    def __init__(self, config: Config, live_progress: bool | None = None):
+    def __init__(self, config: Config, live_progress: bool | None = None, layout: Layout | None = None):
         self.config = config
         runner = config.runner
+        layout = layout or resolve_layout(config)
         self.run_dir = Path(runner.resume) if runner.resume else create_run_dir(config)
         write_config(config, self.run_dir)
         setup_logging(self.run_dir)
         if runner.torch_threads:
             torch.set_num_threads(runner.torch_threads)
-        self.env = EnvWorker(config.env, config.algorithm.gamma, runner.seed)
-        self.actor = ActorWorker(config, self.env.observation_space, self.env.action_space)
-        self.rollout = RolloutWorker(self.actor.policy)
-        self.collector = Collector(self.env, self.rollout, config.algorithm.num_steps)
+        self.runtime = Runtime(config, layout)
+        self.collector = Collector(self.runtime.env, self.runtime.rollout,
+                                   config.rollout.pipeline_stage_num, config.algorithm.num_steps)
         self.iteration = 0
         self.train_s = 0.0
+        self.global_step = 0
+        self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.recent_lengths: deque[int] = deque(maxlen=100)
         self.target_reached_at: tuple[int, float] | None = None
@@ -58,16 +58,12 @@ class Trainer:
             np.random.seed(runner.seed)
         self.live_progress = live_progress
 
-    @property
-    def global_step(self) -> int:
-        return self.env.env_steps
-
     def train(self) -> dict:
         config = self.config
         total = config.runner.total_env_steps
         startup_s = time.time() - psutil.Process().create_time()
-        log.info("run directory %s; %s, %d envs, batch %d", self.run_dir, config.env.id,
-                 self.env.num_envs, config.batch_size)
+        log.info("run directory %s; %s, %d envs, batch %d, %s backend", self.run_dir, config.env.id,
+                 config.env.num_envs, config.batch_size, self.runtime.layout.backend)
         metrics_log = MetricsLog(self.run_dir, config.runner.tensorboard)
         progress = ConsoleProgress(total, self.global_step, config.runner.log_interval, self.live_progress)
         self.collector.start(self.iteration)
@@ -87,39 +83,69 @@ class Trainer:
             progress.close()
             metrics_log.close()
             summary = self.write_summary(startup_s)
-            self.env.close()
+            self.runtime.shutdown()
         return summary
 
     def run_iteration(self) -> dict:
         started = time.perf_counter()
         steps_before = self.global_step
+        self.sync_weights()
+        synced = time.perf_counter()
         trajectory = self.collector.collect()
         collected = time.perf_counter()
         # The schedule position is taken before this iteration's steps, so the last iteration
         # still learns (lr > 0) rather than running with an annealed-to-zero rate.
-        metrics = self.actor.train(trajectory, steps_before / self.config.runner.total_env_steps)
+        metrics = self.train_actor(trajectory, steps_before / self.config.runner.total_env_steps)
         updated = time.perf_counter()
         self.iteration += 1
         self.train_s += updated - started
-        returns, lengths = self.env.drain_episodes()
-        self.recent_returns.extend(returns)
-        self.recent_lengths.extend(lengths)
+        returns, lengths = self.gather_env_reports()
         record = {
             "iteration": self.iteration,
             "global_step": self.global_step,
-            "episodes": self.env.episodes,
+            "episodes": self.episodes,
             "wall_s": self.train_s,
             "episode_return_mean": float(np.mean(returns)) if returns else None,
             "episode_return_last100": self.mean_recent_return(),
             "episode_length_last100": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
             "steps_per_s": (self.global_step - steps_before) / (updated - started),
-            "time_collect_s": collected - started,
+            "time_weight_sync_s": synced - started,
+            "time_collect_s": collected - synced,
             "time_update_s": updated - collected,
             **metrics,
         }
         if self.target_reached_at is None and self.target_met():
             self.target_reached_at = (self.global_step, self.train_s)
         return record
+
+    def sync_weights(self) -> None:
+        """Actor rank 0's weights → every rollout worker, unless they share the policy object.
+        Every actor rank is asked (FSDP gathers shards collectively); the rollout workers receive
+        rank 0's copy by reference, and run the load before their next `act` (call order)."""
+        runtime = self.runtime
+        if runtime.shares_process or self.iteration % self.config.runner.weight_sync_interval:
+            return
+        weights = runtime.actor.call_all("policy_weights")[0]
+        runtime.rollout.call_all("load_weights", weights)
+
+    def train_actor(self, trajectory: Trajectory, progress: float) -> dict:
+        actor = self.runtime.actor
+        world = actor.world_size
+        futures = [actor.call(rank, "train", trajectory.shard(rank, world), progress)
+                   for rank in range(world)]
+        return actor.get(futures)[0]  # metrics are reduced across ranks: identical on each
+
+    def gather_env_reports(self) -> tuple[list[float], list[int]]:
+        """Sum the counters of all env workers (global steps and episodes); merge episodes."""
+        env = self.runtime.env
+        reports = env.get(env.call_all("report"))
+        self.global_step = sum(r["env_steps"] for r in reports)
+        self.episodes = sum(r["episodes"] for r in reports)
+        returns = [x for r in reports for x in r["returns"]]
+        lengths = [x for r in reports for x in r["lengths"]]
+        self.recent_returns.extend(returns)
+        self.recent_lengths.extend(lengths)
+        return returns, lengths
 
     def mean_recent_return(self) -> float | None:
         return float(np.mean(self.recent_returns)) if self.recent_returns else None
@@ -140,11 +166,14 @@ class Trainer:
         save_checkpoint(self.run_dir, self.iteration, self.state_dict(), self.config.runner.keep_checkpoints)
 
     def state_dict(self) -> dict:
+        runtime = self.runtime
         return {
             "iteration": self.iteration,
             "train_s": self.train_s,
-            "actor": self.actor.state_dict(),
-            "env": self.env.state_dict(),
+            "global_step": self.global_step,
+            "episodes": self.episodes,
+            "actor": runtime.actor.get(runtime.actor.call_all("state_dict"))[0],
+            "env": runtime.env.get(runtime.env.call_all("state_dict")),  # one per env rank
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
@@ -152,9 +181,15 @@ class Trainer:
         }
 
     def load_state(self, state: dict) -> None:
+        runtime = self.runtime
         self.iteration, self.train_s = state["iteration"], state["train_s"]
-        self.actor.load_state_dict(state["actor"])
-        self.env.load_state_dict(state["env"])
+        self.global_step, self.episodes = state["global_step"], state["episodes"]
+        runtime.actor.get(runtime.actor.call_all("load_state_dict", state["actor"]))
+        if len(state["env"]) != runtime.env.world_size:
+            log.warning("checkpoint has %d env worker states, this run %d: normaliser statistics "
+                        "start from env rank 0's", len(state["env"]), runtime.env.world_size)
+        runtime.env.get([runtime.env.call(rank, "load_state_dict", state["env"][min(rank, len(state["env"]) - 1)])
+                         for rank in range(runtime.env.world_size)])
         self.recent_returns.extend(state["recent_returns"])
         self.recent_lengths.extend(state["recent_lengths"])
         torch.set_rng_state(state["rng"]["torch"])
@@ -167,7 +202,7 @@ class Trainer:
             "run_dir": str(self.run_dir),
             "iterations": self.iteration,
             "global_step": self.global_step,
-            "episodes": self.env.episodes,
+            "episodes": self.episodes,
             "startup_s": startup_s,
             "train_s": self.train_s,
             "episode_return_last100": self.mean_recent_return(),

@@ -1,10 +1,18 @@
-"""The batch that flows from env ⇄ rollout to the actor: (T, N) tensors."""
+"""The batch that flows from env ⇄ rollout to the actor: (T, N) tensors, and the buffer that
+records it step by step.
+
+The buffer writes into NumPy arrays (an element assignment costs ~1 µs there, several in torch)
+and hands them out as zero-copy tensors.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
+
+from fleetrl.workers.env_worker import StepResult
 
 
 @dataclass
@@ -17,3 +25,58 @@ class Trajectory:
     terminated: torch.Tensor  # (T, N) bool
     dones: torch.Tensor  # (T, N) bool: terminated or truncated
     next_values: torch.Tensor  # (T, N) V(true next state), final obs on truncation
+
+    @classmethod
+    def concatenate(cls, parts: list["Trajectory"]) -> "Trajectory":
+        """Join trajectories of disjoint env sets along the env axis, in the order given."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls(**{f.name: torch.cat([getattr(p, f.name) for p in parts], dim=1) for f in fields(cls)})
+
+    def shard(self, rank: int, world_size: int) -> "Trajectory":
+        """The env columns that actor rank `rank` of `world_size` trains on."""
+        per_rank = self.obs.shape[1] // world_size
+        envs = slice(rank * per_rank, (rank + 1) * per_rank)
+        return Trajectory(**{f.name: getattr(self, f.name)[:, envs] for f in fields(self)})
+
+
+class TrajectoryBuffer:
+    """Records T steps of N envs: the policy's outputs at step t, then the env's outcome."""
+
+    def __init__(self, steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple,
+                 action_dtype: np.dtype):
+        def zeros(*shape, dtype=np.float32):
+            return np.zeros((steps, num_envs, *shape), dtype)
+
+        self.steps = steps
+        self.arrays = {
+            "obs": zeros(*obs_shape), "actions": zeros(*action_shape, dtype=action_dtype),
+            "logprobs": zeros(), "values": zeros(), "rewards": zeros(),
+            "terminated": zeros(dtype=bool), "dones": zeros(dtype=bool), "next_values": zeros(),
+        }
+        self.truncated = zeros(dtype=bool)
+        self.truncated_values = zeros()
+
+    def record_policy(self, t: int, obs: np.ndarray, actions: np.ndarray, logprobs: np.ndarray,
+                      values: np.ndarray) -> None:
+        a = self.arrays
+        a["obs"][t], a["actions"][t], a["logprobs"][t], a["values"][t] = obs, actions, logprobs, values
+        self.truncated[t] = False
+
+    def record_outcome(self, t: int, step: StepResult, final_values: np.ndarray) -> None:
+        """The env's answer to step t; `final_values` = V(final obs) of the truncated envs."""
+        a = self.arrays
+        a["rewards"][t] = step.reward
+        a["terminated"][t] = step.terminated
+        a["dones"][t] = step.terminated | step.truncated
+        self.truncated[t] = step.truncated
+        if len(step.truncated_index):
+            self.truncated_values[t, step.truncated_index] = final_values
+
+    def finish(self, last_values: np.ndarray) -> Trajectory:
+        """Fill next_values (bootstrapping truncations from their final obs) and hand out tensors."""
+        a = self.arrays
+        a["next_values"][:-1] = a["values"][1:]
+        a["next_values"][-1] = last_values
+        a["next_values"][self.truncated] = self.truncated_values[self.truncated]
+        return Trajectory(**{name: torch.from_numpy(array) for name, array in a.items()})

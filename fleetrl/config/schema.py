@@ -65,11 +65,19 @@ class ActorConfig:
 @dataclass
 class RolloutConfig:
     device: str = "cpu"
+    pipeline_stage_num: int = 1  # env stages per env worker: env steps stage i while rollout infers i+1
 
 
 @dataclass
 class ClusterConfig:
-    backend: str = "inline"  # inline (one process)
+    backend: str = "auto"  # auto (inline when every component has one rank on one node) | inline | ray
+    num_nodes: int = 1
+    devices_per_node: Optional[int] = None  # GPUs per node, or CPU slots without GPUs (None: detect)
+    component_placement: dict = field(default_factory=lambda: {"actor": 0, "env": 0})
+    simulate_nodes: int = 0  # >1: rehearse num_nodes on this machine as a local multi-raylet Ray cluster
+    ray_address: Optional[str] = None  # an existing Ray cluster (as after `ray start`); None: start one
+    node_ip: str = "127.0.0.1"  # the address a locally started Ray advertises
+    env_vars: dict = field(default_factory=dict)  # set in every worker; {node index: {...}} per node
 
 
 @dataclass
@@ -85,6 +93,7 @@ class RunnerConfig:
     torch_threads: int = 1  # intra-op threads of this process (0: torch's default)
     target_return: Optional[float] = None  # stop once the last-100-episode mean reaches this
     tensorboard: bool = True
+    weight_sync_interval: int = 1  # iterations between actor → rollout weight syncs (separate processes)
 
 
 @dataclass

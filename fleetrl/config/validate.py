@@ -10,7 +10,7 @@ CHOICES = {
     "algorithm.name": ("ppo",),
     "model.activation": ("tanh", "relu", "elu", "gelu"),
     "actor.optimizer": ("adam", "adamw"),
-    "cluster.backend": ("inline",),
+    "cluster.backend": ("auto", "inline", "ray"),
 }
 POSITIVE = (
     "env.num_envs", "algorithm.num_steps", "algorithm.lr", "algorithm.update_epochs",

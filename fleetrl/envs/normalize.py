@@ -47,10 +47,13 @@ class RewardNormalizer:
         self.stats, self.gamma, self.clip = RunningMeanStd(), gamma, clip
         self.discounted_return = np.zeros(num_envs, np.float64)
 
-    def __call__(self, reward: np.ndarray, done: np.ndarray, update: bool) -> np.ndarray:
+    def __call__(self, envs: slice, reward: np.ndarray, done: np.ndarray, update: bool) -> np.ndarray:
+        """Scale the rewards of the envs `envs` (a pipeline stage's slice of all envs)."""
         if update:
-            self.discounted_return = self.discounted_return * self.gamma + reward
-            self.stats.update(self.discounted_return)
-            self.discounted_return[done] = 0.0
+            discounted = self.discounted_return[envs]
+            discounted *= self.gamma
+            discounted += reward
+            self.stats.update(discounted)
+            discounted[done] = 0.0
         scaled = reward / np.sqrt(self.stats.var + 1e-8)
         return np.clip(scaled, -self.clip, self.clip).astype(np.float32)

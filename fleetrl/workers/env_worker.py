@@ -26,21 +26,33 @@ class StepResult:
     truncated_index: np.ndarray  # int (K,) envs truncated this step
     final_obs: np.ndarray  # (K, *obs_shape) their last observations, for the bootstrap value
 
+    @classmethod
+    def initial(cls, obs: np.ndarray) -> "StepResult":
+        """The state after a reset, in the same shape as a step's outcome."""
+        count = len(obs)
+        no = np.zeros(count, bool)
+        return cls(obs, np.zeros(count, np.float32), no, no, np.empty(0, np.int64), obs[:0])
+
 
 class EnvWorker:
+    """`num_envs` simulators, split into `stages` equal vector envs that are stepped separately
+    (pipelining: while one stage steps, the policy infers the next). Normalisation statistics
+    and episode bookkeeping are shared by the stages."""
+
     def __init__(self, config: EnvConfig, gamma: float, seed: int, num_envs: int | None = None,
-                 training: bool = True):
-        self.envs = make_vector_env(config, num_envs)
-        self.num_envs = self.envs.num_envs
+                 training: bool = True, stages: int = 1):
+        count = config.num_envs if num_envs is None else num_envs
+        self.stages = [make_vector_env(config, count // stages) for _ in range(stages)]
+        self.num_envs, self.stage_size = count, count // stages
         self.seed, self.training = seed, training
-        self.observation_space = self.envs.single_observation_space
-        self.action_space = self.envs.single_action_space
+        self.observation_space = self.stages[0].single_observation_space
+        self.action_space = self.stages[0].single_action_space
         obs_shape = self.observation_space.shape
         self.obs_norm = ObservationNormalizer(obs_shape, config.clip_obs) if config.normalize_obs else None
-        self.reward_norm = (RewardNormalizer(self.num_envs, gamma, config.clip_reward)
+        self.reward_norm = (RewardNormalizer(count, gamma, config.clip_reward)
                             if config.normalize_reward else None)
-        self.episode_return = np.zeros(self.num_envs, np.float64)
-        self.episode_length = np.zeros(self.num_envs, np.int64)
+        self.episode_return = np.zeros(count, np.float64)
+        self.episode_length = np.zeros(count, np.int64)
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
         self.env_steps = 0
@@ -49,24 +61,28 @@ class EnvWorker:
             self.low, self.high = self.action_space.low, self.action_space.high
 
     def reset(self, epoch: int = 0) -> np.ndarray:
-        """Reset all envs; each gets its own seed (seed + index), shifted per epoch on resume."""
-        obs, _ = self.envs.reset(seed=self.seed + epoch * self.num_envs)
+        """Reset all envs (stages concatenated in order); env i gets seed + i, shifted per epoch
+        on resume so a resumed run does not replay the episodes it started with."""
+        base = self.seed + epoch * self.num_envs
+        obs = [vector.reset(seed=base + stage * self.stage_size)[0]
+               for stage, vector in enumerate(self.stages)]
         self.episode_return[:] = 0
         self.episode_length[:] = 0
-        return self._observe(obs)
+        return self._observe(np.concatenate(obs))
 
-    def step(self, actions: np.ndarray) -> StepResult:
+    def step(self, actions: np.ndarray, stage: int = 0) -> StepResult:
         if isinstance(self.action_space, gym.spaces.Box):
             actions = np.clip(actions, self.low, self.high)
-        obs, reward, terminated, truncated, info = self.envs.step(actions)
+        obs, reward, terminated, truncated, info = self.stages[stage].step(actions)
         truncated = truncated & ~terminated
         done = terminated | truncated
-        self._count(reward, done)
+        envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
+        self._count(envs, reward, done)
         truncated_index = np.flatnonzero(truncated)
         final_obs = (np.stack(info["final_obs"][truncated_index]) if len(truncated_index)
                      else np.empty((0, *obs.shape[1:]), np.float32))
         if self.reward_norm is not None:
-            reward = self.reward_norm(reward, done, self.training)
+            reward = self.reward_norm(envs, reward, done, self.training)
         return StepResult(self._observe(obs), reward.astype(np.float32), terminated, truncated,
                           truncated_index, self._observe(final_obs, update=False))
 
@@ -75,16 +91,26 @@ class EnvWorker:
             return obs.astype(np.float32, copy=False)
         return self.obs_norm(obs, update and self.training)
 
-    def _count(self, reward: np.ndarray, done: np.ndarray) -> None:
-        self.episode_return += reward
-        self.episode_length += 1
-        self.env_steps += self.num_envs
+    def _count(self, envs: slice, reward: np.ndarray, done: np.ndarray) -> None:
+        episode_return, episode_length = self.episode_return[envs], self.episode_length[envs]
+        episode_return += reward
+        episode_length += 1
+        self.env_steps += len(reward)
         if done.any():
-            self.finished_returns.extend(self.episode_return[done].tolist())
-            self.finished_lengths.extend(self.episode_length[done].tolist())
+            self.finished_returns.extend(episode_return[done].tolist())
+            self.finished_lengths.extend(episode_length[done].tolist())
             self.episodes += int(done.sum())
-            self.episode_return[done] = 0
-            self.episode_length[done] = 0
+            episode_return[done] = 0
+            episode_length[done] = 0
+
+    def spaces(self) -> tuple[gym.Space, gym.Space]:
+        return self.observation_space, self.action_space
+
+    def report(self) -> dict:
+        """Counters and the episodes finished since the last report (drained)."""
+        returns, lengths = self.drain_episodes()
+        return {"env_steps": self.env_steps, "episodes": self.episodes, "returns": returns,
+                "lengths": lengths}
 
     def drain_episodes(self) -> tuple[list[float], list[int]]:
         """Returns and lengths (raw, unnormalised) of the episodes finished since the last call."""
@@ -108,4 +134,5 @@ class EnvWorker:
             self.reward_norm.stats.load_state_dict(state["reward_norm"])
 
     def close(self) -> None:
-        self.envs.close()
+        for vector in self.stages:
+            vector.close()

@@ -1,4 +1,8 @@
-"""The rollout component: a copy of the policy, inference only, fed NumPy observations.
+"""The rollout component: a copy of the policy, inference only, that records what it serves.
+
+A rollout worker serves one or more *lanes* — one pipeline stage of one env worker each. For
+every lane it keeps a `TrajectoryBuffer`; `act(lane, t, step)` records the env's answer to step
+t-1, then the policy's outputs for step t. The actor receives the finished trajectories.
 
 When rollout and actor share a process (the inline backend) the rollout worker holds the actor's
 own `Policy` object, so there is nothing to sync.
@@ -6,15 +10,26 @@ own `Policy` object, so there is nothing to sync.
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import torch
 
+from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
+from fleetrl.trajectory import Trajectory, TrajectoryBuffer
+from fleetrl.workers.env_worker import StepResult
 
 
 class RolloutWorker:
     def __init__(self, policy: Policy):
         self.policy = policy
+        self.lanes: list[TrajectoryBuffer] = []
+        self.finished: list[Trajectory | None] = []
+
+    @classmethod
+    def from_config(cls, config: Config, observation_space: gym.Space, action_space: gym.Space):
+        """A rollout worker in its own process, with its own copy of the policy."""
+        return cls(Policy.from_config(config.model, observation_space, action_space).requires_grad_(False))
 
     def infer(self, obs: np.ndarray, deterministic: bool = False):
         """(actions, log-probs, values) tensors for a batch of observations."""
@@ -22,3 +37,34 @@ class RolloutWorker:
 
     def values(self, obs: np.ndarray) -> torch.Tensor:
         return self.policy.value(torch.from_numpy(obs))
+
+    def configure_lanes(self, lane_sizes: list[int], steps: int, observation_space: gym.Space,
+                        action_space: gym.Space) -> None:
+        continuous = isinstance(action_space, gym.spaces.Box)
+        self.lanes = [
+            TrajectoryBuffer(steps, size, observation_space.shape,
+                             action_space.shape if continuous else (),
+                             np.float32 if continuous else np.int64)
+            for size in lane_sizes]
+        self.finished = [None] * len(lane_sizes)
+
+    def act(self, lane: int, t: int, step: StepResult) -> np.ndarray | None:
+        """Record the outcome of step t-1 (t > 0) and answer step t; at t == T close the lane."""
+        buffer = self.lanes[lane]
+        if t > 0:
+            final_values = self.values(step.final_obs).numpy() if len(step.truncated_index) else None
+            buffer.record_outcome(t - 1, step, final_values)
+        if t == buffer.steps:
+            self.finished[lane] = buffer.finish(self.values(step.obs).numpy())
+            return None
+        actions, logprobs, values = self.infer(step.obs)
+        actions = actions.numpy()
+        buffer.record_policy(t, step.obs, actions, logprobs.numpy(), values.numpy())
+        return actions
+
+    def trajectory(self) -> Trajectory:
+        """This worker's finished lanes joined along the env axis, in lane order."""
+        return Trajectory.concatenate(self.finished)
+
+    def load_weights(self, state_dict: dict) -> None:
+        self.policy.load_state_dict(state_dict)

@@ -1,0 +1,134 @@
+"""The Ray backend: connect to (or start) a Ray cluster and run each worker as a pinned Ray actor.
+
+`cluster.simulate_nodes: N` starts N raylets on this machine (`ray.cluster_utils.Cluster`), all on
+`cluster.node_ip` (127.0.0.1 by default), so a multi-node placement can be rehearsed on a laptop.
+Every worker process gets `FLEETRL_COMPONENT`, `FLEETRL_RANK`, `FLEETRL_WORLD_SIZE`,
+`FLEETRL_NODE_RANK`, its `CUDA_VISIBLE_DEVICES`, its thread count and `cluster.env_vars`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+from typing import Callable, Sequence
+
+from fleetrl.cluster.groups import RayGroup
+from fleetrl.cluster.placement import Assignment
+from fleetrl.config.schema import ClusterConfig
+from fleetrl.errors import ConfigError
+
+log = logging.getLogger("fleetrl")
+
+
+class WorkerHost:
+    """The Ray actor around one worker: sets up its process, then forwards method calls."""
+
+    def __init__(self, threads: int, factory: Callable, args: tuple):
+        import torch
+
+        torch.set_num_threads(threads)
+        self.worker = factory(*args)
+
+    def call(self, method: str, *args):
+        return getattr(self.worker, method)(*args)
+
+    def free_port(self, address: str) -> int:
+        """A TCP port that is free on this worker's node (for a rendezvous hosted here)."""
+        with socket.socket() as probe:
+            probe.bind((address, 0))
+            return probe.getsockname()[1]
+
+
+class RayCluster:
+    def __init__(self, config: ClusterConfig, devices_per_node: int):
+        import ray
+
+        self.simulated = None
+        # Workers import `module:attr` entry points the way the driver does: from its cwd first.
+        self.python_path = os.pathsep.join([os.getcwd(), *sys.path[1:]])
+        if config.ray_address is not None:
+            ray.init(address=config.ray_address)
+        elif config.simulate_nodes > 1:
+            self.simulated = start_simulated_cluster(config.simulate_nodes, devices_per_node, config.node_ip)
+            ray.init(address=self.simulated.address)
+        else:
+            ray.init(num_cpus=devices_per_node, _node_ip_address=config.node_ip, include_dashboard=False)
+        self.node_ids = ordered_node_ids(self.simulated)
+        if len(self.node_ids) < config.num_nodes:
+            self.shutdown()
+            raise ConfigError("cluster.num_nodes", config.num_nodes,
+                              f"at most the {len(self.node_ids)} alive node(s) of the Ray cluster")
+        self.env_vars = config.env_vars
+
+    def create_group(self, assignments: Sequence[Assignment], factory: Callable,
+                     args_for_rank: Callable[[int], tuple]) -> RayGroup:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        host = ray.remote(WorkerHost)
+        handles = []
+        for assignment in assignments:
+            strategy = NodeAffinitySchedulingStrategy(self.node_ids[assignment.node], soft=False)
+            env_vars = {**self.worker_env_vars(assignment), "PYTHONPATH": self.python_path}
+            handles.append(host.options(
+                num_cpus=0, scheduling_strategy=strategy, runtime_env={"env_vars": env_vars},
+                name=f"fleetrl-{assignment.component}-{assignment.rank}-{os.getpid()}",
+            ).remote(assignment.cpu_threads, factory, args_for_rank(assignment.rank)))
+        return RayGroup(assignments, handles)
+
+    def worker_env_vars(self, assignment: Assignment) -> dict:
+        shared = {k: str(v) for k, v in self.env_vars.items() if not isinstance(v, dict)}
+        per_node = self.env_vars.get(assignment.node, self.env_vars.get(str(assignment.node), {}))
+        return {
+            **shared, **{k: str(v) for k, v in per_node.items()},
+            "FLEETRL_COMPONENT": assignment.component,
+            "FLEETRL_RANK": str(assignment.rank),
+            "FLEETRL_WORLD_SIZE": str(assignment.world_size),
+            "FLEETRL_NODE_RANK": str(assignment.node),
+            "CUDA_VISIBLE_DEVICES": assignment.visible_devices,
+            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",  # fleetrl's placement decides
+            "OMP_NUM_THREADS": str(assignment.cpu_threads),
+        }
+
+    def node_ip(self, node: int) -> str:
+        import ray
+
+        for entry in ray.nodes():
+            if entry["NodeID"] == self.node_ids[node]:
+                return entry["NodeManagerAddress"]
+        raise RuntimeError(f"node {node} is not in the Ray cluster any more")
+
+    def shutdown(self) -> None:
+        import ray
+
+        ray.shutdown()
+        if self.simulated is not None:
+            self.simulated.shutdown()
+            self.simulated = None
+
+
+def start_simulated_cluster(num_nodes: int, cpus_per_node: int, node_ip: str):
+    from ray.cluster_utils import Cluster
+
+    log.info("starting a simulated %d-node Ray cluster on %s", num_nodes, node_ip)
+    node_args = {"num_cpus": cpus_per_node, "node_ip_address": node_ip, "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args=node_args)
+    for _ in range(num_nodes - 1):
+        cluster.add_node(num_cpus=cpus_per_node, node_ip_address=node_ip)
+    cluster.wait_for_nodes()
+    return cluster
+
+
+def ordered_node_ids(simulated) -> list[str]:
+    """Node index → Ray node id: the simulated nodes in the order they were added; on a real
+    cluster the head first, then the others by address."""
+    if simulated is not None:
+        return [node.unique_id for node in simulated.list_all_nodes()]
+    import ray
+
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    alive.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"],
+                              n["NodeManagerAddress"], n["NodeID"]))
+    return [n["NodeID"] for n in alive]
