@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Callable
 
 from fleetrl.errors import ConfigError, nearest
@@ -25,3 +26,19 @@ def resolve_entry_point(key: str, spec: str) -> Callable:
     if not callable(target):
         raise ConfigError(key, spec, "a callable (class or function)")
     return target
+
+
+def check_keyword_arguments(key: str, target: Callable, kwargs: dict, allowed: tuple = ()) -> None:
+    """Fail now, by name, if `target` cannot take these keyword arguments (no construction)."""
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    accepted = [p.name for p in parameters
+                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    for name in kwargs:
+        if name not in accepted and name not in allowed:
+            raise ConfigError(f"{key}.{name}", kwargs[name], f"one of {sorted({*accepted, *allowed})}",
+                              nearest(name, accepted))

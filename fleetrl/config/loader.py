@@ -47,11 +47,17 @@ def apply_override(raw: dict, override: str) -> None:
     key, sep, text = override.partition("=")
     if not sep or not key:
         raise UserError(f"override {override!r} must look like section.key=value")
-    value = yaml.safe_load(text) if text else ""
+    try:
+        value = yaml.safe_load(text) if text else ""
+    except yaml.YAMLError as error:
+        raise ConfigError(key, text, "a YAML value (quote strings with special characters)",
+                          str(error).splitlines()[0]) from None
     node = raw
     parts = key.split(".")
     for part in parts[:-1]:
-        node = node.setdefault(part, {})
+        if node.get(part) is None:  # absent, or an empty section (`cluster:` alone in YAML)
+            node[part] = {}
+        node = node[part]
         if not isinstance(node, dict):
             raise ConfigError(key, override, "a path through config sections")
     node[parts[-1]] = value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 
@@ -47,6 +49,9 @@ def validate(config: Config) -> None:
             "algorithm.minibatch_size", config.algorithm.minibatch_size,
             f"a divisor of the batch algorithm.num_steps * env.num_envs = "
             f"{config.algorithm.num_steps} * {config.env.num_envs} = {config.batch_size}")
+    resume = config.runner.resume
+    if resume is not None and not (Path(resume) / "checkpoints").is_dir():
+        raise ConfigError("runner.resume", resume, "a run directory that holds checkpoints/")
     max_steps = config.env.max_episode_steps
     if max_steps is not None and max_steps <= 0:
         raise ConfigError("env.max_episode_steps", max_steps, "a positive integer or null")

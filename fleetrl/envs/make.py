@@ -13,7 +13,7 @@ import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from fleetrl.config.schema import EnvConfig
-from fleetrl.entry_points import resolve_entry_point
+from fleetrl.entry_points import check_keyword_arguments, resolve_entry_point
 from fleetrl.errors import ConfigError, nearest
 
 
@@ -21,6 +21,7 @@ def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
     """A zero-argument function that builds one simulator (checked now, built later)."""
     if ":" in config.id:
         entry = resolve_entry_point("env.id", config.id)
+        check_keyword_arguments("env.kwargs", entry, config.kwargs)
 
         def make_custom() -> gym.Env:
             env = entry(**config.kwargs)
@@ -35,6 +36,10 @@ def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
     if config.id not in gym.envs.registry:
         raise ConfigError("env.id", config.id, "a registered Gymnasium id or 'module:attr'",
                           nearest(config.id, gym.envs.registry.keys()))
+    spec = gym.spec(config.id)
+    if isinstance(spec.entry_point, str):
+        check_keyword_arguments("env.kwargs", gym.envs.registration.load_env_creator(spec.entry_point),
+                                config.kwargs, allowed=("render_mode",))
     extra = {} if config.max_episode_steps is None else {"max_episode_steps": config.max_episode_steps}
     return lambda: gym.make(config.id, disable_env_checker=True, **extra, **config.kwargs)
 
@@ -42,5 +47,7 @@ def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
 def make_vector_env(config: EnvConfig, num_envs: int | None = None) -> gym.vector.VectorEnv:
     factory = env_factory(config)
     count = config.num_envs if num_envs is None else num_envs
-    vector_class = SyncVectorEnv if config.vectorization == "sync" else AsyncVectorEnv
-    return vector_class([factory] * count, autoreset_mode=AutoresetMode.SAME_STEP)
+    if config.vectorization == "sync":
+        return SyncVectorEnv([factory] * count, autoreset_mode=AutoresetMode.SAME_STEP)
+    # Spawned, never forked: a fork after torch has started its threads can deadlock the child.
+    return AsyncVectorEnv([factory] * count, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")

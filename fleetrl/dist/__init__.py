@@ -1,0 +1,10 @@
+"""Distributed training of the actor: process groups, DDP/FSDP2 wrapping, rank-invariant
+minibatches, collectives on the training path and full (gathered) state dicts.
+
+One idea per module:
+  process_group  join/leave the actor ranks' group (Gloo on CPU, NCCL on GPU), explicit timeout
+  reduce         the collectives training needs: sums, rank 0's weights, replica checks
+  sharding       which local samples make up each global minibatch on this rank
+  wrap           the loss path: DDP or FSDP2 around the Policy, gradient sync and clipping
+  state          full CPU state dicts of a (possibly sharded) policy and its optimizer
+"""

@@ -1,0 +1,91 @@
+"""The actor ranks' process group: Gloo on CPU, NCCL on GPU, a rendezvous the caller names and a
+timeout that is always explicit.
+
+torch's default collective timeout is 30 minutes (10 with NCCL): a rank that dies or never arrives
+freezes the others for that long. Here every wait — the rendezvous, then every collective — fails
+after `timeout_s` seconds with an error instead.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import logging
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger("fleetrl")
+
+
+def backend_for(device: torch.device) -> str:
+    """NCCL for CUDA devices, Gloo otherwise."""
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def rendezvous_url(master_addr: str, master_port: int) -> str:
+    host = f"[{master_addr}]" if ":" in master_addr else master_addr  # IPv6 literal
+    return f"tcp://{host}:{int(master_port)}"
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def loopback_interface() -> str | None:
+    """The name of the interface holding 127.0.0.1 ('lo' on Linux, 'lo0' on macOS)."""
+    import psutil
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address.startswith("127.") for a in addresses):
+            return name
+    return None
+
+
+def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int,
+                       timeout_s: float, device: torch.device | str = "cpu") -> str:
+    """Join the default process group; returns the backend. All `world_size` ranks must call
+    this with the same address, port and timeout; rank 0 hosts the rendezvous at
+    `master_addr:master_port`, so that address must be rank 0's node.
+
+    Raises (never hangs longer than `timeout_s`) when a rank does not arrive in time.
+    """
+    if not timeout_s or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if dist.is_initialized():
+        raise RuntimeError("this process is already in a process group")
+    device = torch.device(device)
+    backend = backend_for(device)
+    if backend == "gloo" and is_loopback(master_addr) and "GLOO_SOCKET_IFNAME" not in os.environ:
+        # A loopback rendezvous means every rank is on this host: keep Gloo's own connections
+        # on loopback too rather than whatever interface the host name resolves to.
+        interface = loopback_interface()
+        if interface:
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
+    kwargs = {}
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device  # eager NCCL init: a bad device fails here, not mid-training
+    log.debug("rank %d/%d joining %s process group at %s:%s (timeout %.0f s)", rank, world_size,
+              backend, master_addr, master_port, timeout_s)
+    dist.init_process_group(backend, init_method=rendezvous_url(master_addr, master_port),
+                            rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    return backend
+
+
+def destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port free on `address` right now (for a rendezvous hosted on this machine)."""
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
