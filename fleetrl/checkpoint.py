@@ -26,11 +26,15 @@ def save_checkpoint(run_dir: Path, iteration: int, state: dict, keep: int) -> Pa
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"ckpt_{iteration:08d}.pt"
     temporary = folder / f".{final.name}.tmp-{os.getpid()}"
-    with open(temporary, "wb") as file:
-        torch.save(state, file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, final)
+    try:
+        with open(temporary, "wb") as file:
+            torch.save(state, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, final)
+    except BaseException:  # a full disk, a signal: leave no half file taking the space
+        temporary.unlink(missing_ok=True)
+        raise
     _fsync_dir(folder)
     for old in list_checkpoints(run_dir)[:-keep]:
         old.unlink()

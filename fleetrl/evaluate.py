@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from fleetrl.checkpoint import load_latest
 from fleetrl.config.loader import load_config
@@ -32,6 +33,8 @@ def evaluate(run_dir: Path, episodes: int, deterministic: bool = True, seed: int
         raise UserError(f"--episodes must be >= 1, got {episodes}")
     started = time.perf_counter()
     config = load_config(run_dir / CONFIG_FILE)
+    if config.runner.torch_threads:
+        torch.set_num_threads(config.runner.torch_threads)
     state = load_latest(run_dir)
     env_config = config.env
     if video_dir is not None:
@@ -41,8 +44,10 @@ def evaluate(run_dir: Path, episodes: int, deterministic: bool = True, seed: int
     env.load_state_dict(state["env"][0])  # env rank 0's normaliser statistics
     policy = Policy.from_config(config.model, env.observation_space, env.action_space)
     policy.load_state_dict(state["actor"]["policy"])
-    returns = play(env, RolloutWorker(policy), episodes, deterministic, video_dir)
-    env.close()
+    try:
+        returns = play(env, RolloutWorker(policy), episodes, deterministic, video_dir)
+    finally:
+        env.close()
     return {"run_dir": str(run_dir), "episodes": len(returns), "mean": float(np.mean(returns)),
             "std": float(np.std(returns)), "min": float(np.min(returns)), "max": float(np.max(returns)),
             "deterministic": deterministic, "eval_s": time.perf_counter() - started}

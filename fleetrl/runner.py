@@ -39,24 +39,30 @@ class Trainer:
         setup_logging(self.run_dir)
         if runner.torch_threads:
             torch.set_num_threads(runner.torch_threads)
-        self.runtime = Runtime(config, layout)
-        self.collector = Collector(self.runtime.env, self.runtime.rollout,
-                                   config.rollout.pipeline_stage_num, config.algorithm.num_steps)
+        saved = load_latest(self.run_dir) if runner.resume else None
         self.iteration = 0
         self.train_s = 0.0
         self.global_step = 0
         self.episodes = 0
+        self.env_counters: list[dict] = []  # per env rank, as of the last finished iteration
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.recent_lengths: deque[int] = deque(maxlen=100)
         self.target_reached_at: tuple[int, float] | None = None
-        if runner.resume:
-            self.load_state(load_latest(self.run_dir))
-            log.info("resumed %s at iteration %d, %d env steps", self.run_dir, self.iteration,
-                     self.global_step)
-        else:
-            random.seed(runner.seed)
-            np.random.seed(runner.seed)
         self.live_progress = live_progress
+        self.runtime = Runtime(config, layout)
+        try:
+            self.collector = Collector(self.runtime.env, self.runtime.rollout,
+                                       config.rollout.pipeline_stage_num, config.algorithm.num_steps)
+            if saved is not None:
+                self.load_state(saved)
+                log.info("resumed %s at iteration %d, %d env steps", self.run_dir, self.iteration,
+                         self.global_step)
+            else:
+                random.seed(runner.seed)
+                np.random.seed(runner.seed)
+        except BaseException:
+            self.runtime.shutdown()
+            raise
 
     def train(self) -> dict:
         config = self.config
@@ -139,6 +145,7 @@ class Trainer:
         """Sum the counters of all env workers (global steps and episodes); merge episodes."""
         env = self.runtime.env
         reports = env.get(env.call_all("report"))
+        self.env_counters = [{"env_steps": r["env_steps"], "episodes": r["episodes"]} for r in reports]
         self.global_step = sum(r["env_steps"] for r in reports)
         self.episodes = sum(r["episodes"] for r in reports)
         returns = [x for r in reports for x in r["returns"]]
@@ -173,12 +180,20 @@ class Trainer:
             "global_step": self.global_step,
             "episodes": self.episodes,
             "actor": runtime.actor.get(runtime.actor.call_all("state_dict"))[0],
-            "env": runtime.env.get(runtime.env.call_all("state_dict")),  # one per env rank
+            "env": self.env_states(),
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                     "python": random.getstate()},
         }
+
+    def env_states(self) -> list[dict]:
+        """One state per env rank, with the counters of the last finished iteration: steps of an
+        iteration cut short (Ctrl-C) were never trained on and must not count."""
+        states = self.runtime.env.get(self.runtime.env.call_all("state_dict"))
+        if self.env_counters:
+            states = [{**state, **counters} for state, counters in zip(states, self.env_counters)]
+        return states
 
     def load_state(self, state: dict) -> None:
         runtime = self.runtime

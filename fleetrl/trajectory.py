@@ -34,10 +34,13 @@ class Trajectory:
         return cls(**{f.name: torch.cat([getattr(p, f.name) for p in parts], dim=1) for f in fields(cls)})
 
     def shard(self, rank: int, world_size: int) -> "Trajectory":
-        """The env columns that actor rank `rank` of `world_size` trains on."""
+        """The env columns that actor rank `rank` of `world_size` trains on. With several ranks
+        each shard is a copy: a view would carry the whole trajectory when sent to a process."""
+        if world_size == 1:
+            return self
         per_rank = self.obs.shape[1] // world_size
         envs = slice(rank * per_rank, (rank + 1) * per_rank)
-        return Trajectory(**{f.name: getattr(self, f.name)[:, envs] for f in fields(self)})
+        return Trajectory(**{f.name: getattr(self, f.name)[:, envs].clone() for f in fields(self)})
 
 
 class TrajectoryBuffer:

@@ -8,11 +8,16 @@ Every worker process gets `FLEETRL_COMPONENT`, `FLEETRL_RANK`, `FLEETRL_WORLD_SI
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import logging
 import os
 import socket
 import sys
+import threading
 from typing import Callable, Sequence
+
+import psutil
 
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.placement import Assignment
@@ -20,6 +25,7 @@ from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
 
 log = logging.getLogger("fleetrl")
+EXIT_STARTUP_TIMEOUT = 3
 
 
 class WorkerHost:
@@ -42,19 +48,24 @@ class WorkerHost:
 
 
 class RayCluster:
-    def __init__(self, config: ClusterConfig, devices_per_node: int):
+    def __init__(self, config: ClusterConfig, devices_per_node: int, connect_timeout_s: float = 60):
+        if config.ray_address is None and is_loopback(config.node_ip):
+            keep_ray_on_loopback()
         import ray
 
         self.simulated = None
         # Workers import `module:attr` entry points the way the driver does: from its cwd first.
         self.python_path = os.pathsep.join([os.getcwd(), *sys.path[1:]])
-        if config.ray_address is not None:
-            ray.init(address=config.ray_address)
-        elif config.simulate_nodes > 1:
-            self.simulated = start_simulated_cluster(config.simulate_nodes, devices_per_node, config.node_ip)
-            ray.init(address=self.simulated.address)
-        else:
-            ray.init(num_cpus=devices_per_node, _node_ip_address=config.node_ip, include_dashboard=False)
+        with deadline(connect_timeout_s, f"connecting to Ray ({config.ray_address or 'a new local cluster'})"):
+            if config.ray_address is not None:
+                ray.init(address=config.ray_address)
+            elif config.simulate_nodes > 1:
+                self.simulated = start_simulated_cluster(config.simulate_nodes, devices_per_node,
+                                                         config.node_ip)
+                ray.init(address=self.simulated.address, _node_ip_address=config.node_ip)
+            else:  # "local": a new instance, never some other session's running cluster
+                ray.init(address="local", num_cpus=devices_per_node, _node_ip_address=config.node_ip,
+                         include_dashboard=False)
         self.node_ids = ordered_node_ids(self.simulated)
         if len(self.node_ids) < config.num_nodes:
             self.shutdown()
@@ -109,6 +120,42 @@ class RayCluster:
             self.simulated = None
 
 
+def is_loopback(address: str) -> bool:
+    return address == "localhost" or ipaddress.ip_address(address).is_loopback
+
+
+def keep_ray_on_loopback() -> None:
+    """Make Ray resolve 'this node' to the loopback address, in this process and the raylets and
+    workers it starts (they inherit the variable). Without it Ray rewrites 127.0.0.1 in a cluster
+    address to the machine's external address, where no raylet listens, and `ray.init` waits
+    forever. The variable is read when Ray is imported: set it before."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    if "ray" in sys.modules:
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what: str):
+    """Bound a blocking start-up step: past `seconds`, say what hung and end this process (and
+    with it the Ray daemons it started) instead of waiting silently."""
+    def expire():
+        log.error("%s did not finish within %.0f s; stopping. Check the address and that the "
+                  "network interface it names is reachable from here (`fleetrl doctor`).", what, seconds)
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
+        os._exit(EXIT_STARTUP_TIMEOUT)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 def start_simulated_cluster(num_nodes: int, cpus_per_node: int, node_ip: str):
     from ray.cluster_utils import Cluster
 
@@ -125,7 +172,7 @@ def ordered_node_ids(simulated) -> list[str]:
     """Node index → Ray node id: the simulated nodes in the order they were added; on a real
     cluster the head first, then the others by address."""
     if simulated is not None:
-        return [node.unique_id for node in simulated.list_all_nodes()]
+        return [node.node_id for node in simulated.list_all_nodes()]
     import ray
 
     alive = [n for n in ray.nodes() if n["Alive"]]

@@ -15,6 +15,7 @@ from fleetrl.cluster.groups import InlineGroup
 from fleetrl.cluster.placement import Placement, check_divisible, resolve_placement
 from fleetrl.collect import plan_lanes
 from fleetrl.config.schema import Config
+from fleetrl.config.validate import check_actor_layout
 from fleetrl.errors import ConfigError
 from fleetrl.workers.actor_worker import ActorWorker
 from fleetrl.workers.env_worker import EnvWorker
@@ -44,6 +45,7 @@ def resolve_layout(config: Config) -> Layout:
     placement = resolve_placement(cluster.num_nodes, devices, cluster.component_placement,
                                   cpu_count_per_node=os.cpu_count())
     check_data_layout(config, placement)
+    check_actor_layout(config, placement.world_size("actor"))
     single = cluster.num_nodes == 1 and all(
         placement.world_size(c) == 1 for c in ("actor", "rollout", "env"))
     backend = cluster.backend

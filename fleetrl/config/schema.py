@@ -32,7 +32,7 @@ class AlgorithmConfig:
     lr: float = 3e-4
     anneal_lr: bool = True  # linear decay of lr to 0 over runner.total_env_steps
     update_epochs: int = 4
-    minibatch_size: int = 256  # must divide num_steps * env.num_envs
+    minibatch_size: int = 256  # samples per optimizer step, over all actor ranks; must divide num_steps * env.num_envs
     clip_coef: float = 0.2
     anneal_clip: bool = False  # linear decay of clip_coef to 0, as RL-Zoo's lin_0.2
     clip_vloss: bool = False  # clip the value update around the old values (clip_coef)
@@ -60,6 +60,16 @@ class ActorConfig:
     adam_eps: float = 1e-5
     weight_decay: float = 0.0
     device: str = "cpu"
+    strategy: str = "ddp"  # ddp | fsdp (FSDP2): how several actor ranks share the model; ignored with one rank
+    dist_timeout_s: float = 60.0  # the actor ranks' rendezvous and every collective fail after this long (never torch's 30 min)
+    global_batch_size: Optional[int] = None  # samples per optimizer step summed over all actor ranks (None: algorithm.minibatch_size; set, it replaces it)
+    micro_batch_size: Optional[int] = None  # samples per forward/backward on one rank; gradients accumulate over a minibatch's micro-batches (None: no accumulation)
+    gradient_checkpointing: bool = False  # recompute the network's activations in backward: less memory, one more forward
+    fsdp_sharding_strategy: str = "full_shard"  # full_shard | shard_grad_op | no_shard | hybrid_shard (strategy: fsdp)
+    fsdp_hybrid_shard_size: Optional[int] = None  # hybrid_shard: ranks per shard group (None: the actor ranks of one node)
+    fsdp_param_dtype: Optional[str] = None  # float32 | bfloat16: compute dtype of forward and backward (None: the parameters' own)
+    fsdp_reduce_dtype: Optional[str] = None  # float32 | bfloat16: dtype of the gradient reduction (None: fsdp_param_dtype)
+    fsdp_cpu_offload: bool = False  # keep sharded parameters, gradients and optimizer state in CPU memory
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fleetrl.checkpoint import list_checkpoints
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 
@@ -44,14 +45,16 @@ def validate(config: Config) -> None:
     for key in UNIT_INTERVAL:
         if not 0 <= get(config, key) <= 1:
             raise ConfigError(key, get(config, key), "a number in [0, 1]")
-    if config.batch_size % config.algorithm.minibatch_size:
+    validate_actor(config)
+    if config.batch_size % effective_minibatch_size(config):
+        key = minibatch_key(config)
         raise ConfigError(
-            "algorithm.minibatch_size", config.algorithm.minibatch_size,
+            key, get(config, key),
             f"a divisor of the batch algorithm.num_steps * env.num_envs = "
             f"{config.algorithm.num_steps} * {config.env.num_envs} = {config.batch_size}")
     resume = config.runner.resume
-    if resume is not None and not (Path(resume) / "checkpoints").is_dir():
-        raise ConfigError("runner.resume", resume, "a run directory that holds checkpoints/")
+    if resume is not None and not list_checkpoints(Path(resume)):
+        raise ConfigError("runner.resume", resume, "a run directory that holds a complete checkpoint")
     max_steps = config.env.max_episode_steps
     if max_steps is not None and max_steps <= 0:
         raise ConfigError("env.max_episode_steps", max_steps, "a positive integer or null")
@@ -59,6 +62,87 @@ def validate(config: Config) -> None:
             isinstance(size, int) and size > 0 for size in config.model.hidden_sizes):
         raise ConfigError("model.hidden_sizes", config.model.hidden_sizes,
                           "a non-empty list of positive integers")
+
+
+FSDP_ONLY = ("fsdp_sharding_strategy", "fsdp_hybrid_shard_size", "fsdp_param_dtype",
+             "fsdp_reduce_dtype", "fsdp_cpu_offload")
+FSDP_DTYPES = ("float32", "bfloat16")
+
+
+def minibatch_key(config: Config) -> str:
+    """The key that sets the minibatch: `actor.global_batch_size` when set, else
+    `algorithm.minibatch_size`."""
+    return "algorithm.minibatch_size" if config.actor.global_batch_size is None else "actor.global_batch_size"
+
+
+def effective_minibatch_size(config: Config) -> int:
+    """Samples per optimizer step, summed over all actor ranks."""
+    return get(config, minibatch_key(config))
+
+
+def validate_actor(config: Config) -> None:
+    """The actor's distributed-training keys, as far as they can be checked without knowing the
+    actor world size (`check_actor_layout` does the rest once placement is resolved)."""
+    actor = config.actor
+    if actor.strategy not in ("ddp", "fsdp"):
+        raise ConfigError("actor.strategy", actor.strategy, "one of ['ddp', 'fsdp']")
+    if not 0 < actor.dist_timeout_s < float("inf"):
+        raise ConfigError("actor.dist_timeout_s", actor.dist_timeout_s,
+                          "a finite number of seconds > 0 (there is no 'wait forever')")
+    for key in ("global_batch_size", "micro_batch_size", "fsdp_hybrid_shard_size"):
+        value = getattr(actor, key)
+        if value is not None and value <= 0:
+            raise ConfigError(f"actor.{key}", value, "a positive integer or null")
+    minibatch = effective_minibatch_size(config)
+    if actor.micro_batch_size is not None and minibatch % actor.micro_batch_size:
+        raise ConfigError("actor.micro_batch_size", actor.micro_batch_size,
+                          f"a divisor of the minibatch {minibatch_key(config)} = {minibatch}")
+    strategies = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard")
+    if actor.fsdp_sharding_strategy not in strategies:
+        raise ConfigError("actor.fsdp_sharding_strategy", actor.fsdp_sharding_strategy,
+                          f"one of {list(strategies)}")
+    for key in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
+        value = getattr(actor, key)
+        if value is not None and value not in FSDP_DTYPES:
+            hint = ("float16 needs loss scaling, which fleetrl does not do; bfloat16 does not"
+                    if value in ("float16", "half", "fp16") else "")
+            raise ConfigError(f"actor.{key}", value, f"null or one of {list(FSDP_DTYPES)}", hint)
+    if actor.fsdp_hybrid_shard_size is not None and actor.fsdp_sharding_strategy != "hybrid_shard":
+        raise ConfigError("actor.fsdp_hybrid_shard_size", actor.fsdp_hybrid_shard_size,
+                          "null unless actor.fsdp_sharding_strategy is 'hybrid_shard' "
+                          f"(it is {actor.fsdp_sharding_strategy!r})")
+    if actor.strategy != "fsdp":
+        defaults = type(actor)()
+        for key in FSDP_ONLY:
+            if getattr(actor, key) != getattr(defaults, key):
+                raise ConfigError(f"actor.{key}", getattr(actor, key),
+                                  f"its default ({getattr(defaults, key)!r}) unless actor.strategy is "
+                                  f"'fsdp' (it is {actor.strategy!r})")
+
+
+def check_actor_layout(config: Config, actor_world_size: int) -> None:
+    """The rules that need the actor world size W; the runtime calls this once placement is
+    resolved (and `ActorWorker` on construction). Trajectories are sharded by env columns, so W
+    must divide env.num_envs; the minibatch M is spread over the W ranks, so W must divide M; and
+    a micro-batch must divide each rank's share M / W."""
+    world = actor_world_size
+    if world < 1:
+        raise ConfigError("cluster.component_placement.actor", world, "at least one actor rank")
+    if config.env.num_envs % world:
+        raise ConfigError("env.num_envs", config.env.num_envs,
+                          f"a multiple of the actor world size {world} (trajectories are split by env)")
+    key, minibatch = minibatch_key(config), effective_minibatch_size(config)
+    if minibatch % world:
+        raise ConfigError(key, minibatch, f"a multiple of the actor world size {world}")
+    micro = config.actor.micro_batch_size
+    if micro is not None and (minibatch // world) % micro:
+        raise ConfigError("actor.micro_batch_size", micro,
+                          f"a divisor of the per-rank minibatch {key} / actor ranks = "
+                          f"{minibatch} / {world} = {minibatch // world}")
+    hybrid = config.actor.fsdp_hybrid_shard_size
+    if world > 1 and config.actor.strategy == "fsdp" and hybrid is not None and world % hybrid:
+        raise ConfigError("actor.fsdp_hybrid_shard_size", hybrid,
+                          f"a divisor of the actor world size {world}")
 
 
 def check_entry_points(config: Config) -> None:

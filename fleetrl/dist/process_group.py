@@ -13,6 +13,7 @@ import ipaddress
 import logging
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -73,10 +74,22 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
         kwargs["device_id"] = device  # eager NCCL init: a bad device fails here, not mid-training
     log.debug("rank %d/%d joining %s process group at %s:%s (timeout %.0f s)", rank, world_size,
               backend, master_addr, master_port, timeout_s)
-    dist.init_process_group(backend, init_method=rendezvous_url(master_addr, master_port),
-                            rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    url = rendezvous_url(master_addr, master_port)
+    started = time.monotonic()
+    try:
+        dist.init_process_group(backend, init_method=url, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    except Exception as error:
+        raise JoinError(
+            f"actor rank {rank} of {world_size} could not join the {backend} process group at {url} "
+            f"within {time.monotonic() - started:.1f} s (timeout {timeout_s:g} s, "
+            f"actor.dist_timeout_s): {str(error).rstrip('.')}. Did every rank start, and can each reach "
+            f"{master_addr}:{master_port} (rank 0's node)?") from error
     return backend
+
+
+class JoinError(RuntimeError):
+    """A rank could not join the process group in time (a peer missing or unreachable)."""
 
 
 def destroy_process_group() -> None:

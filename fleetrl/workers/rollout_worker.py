@@ -10,6 +10,8 @@ own `Policy` object, so there is nothing to sync.
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -23,6 +25,7 @@ from fleetrl.workers.env_worker import StepResult
 class RolloutWorker:
     def __init__(self, policy: Policy):
         self.policy = policy
+        self.device = next(policy.parameters()).device  # the actor's, when they share the policy
         self.lanes: list[TrajectoryBuffer] = []
         self.finished: list[Trajectory | None] = []
 
@@ -32,11 +35,21 @@ class RolloutWorker:
         return cls(Policy.from_config(config.model, observation_space, action_space).requires_grad_(False))
 
     def infer(self, obs: np.ndarray, deterministic: bool = False):
-        """(actions, log-probs, values) tensors for a batch of observations."""
-        return self.policy.act(torch.from_numpy(obs), deterministic)
+        """(actions, log-probs, values) CPU tensors for a batch of observations."""
+        actions, logprobs, values = self.policy.act(self.tensor(obs), deterministic)
+        return actions.cpu(), logprobs.cpu(), values.cpu()
 
     def values(self, obs: np.ndarray) -> torch.Tensor:
-        return self.policy.value(torch.from_numpy(obs))
+        return self.policy.value(self.tensor(obs)).cpu()
+
+    def tensor(self, obs: np.ndarray) -> torch.Tensor:
+        if obs.flags.writeable:
+            return torch.from_numpy(obs).to(self.device)
+        # Arrays that arrive through Ray are read-only views of its object store; the policy
+        # only reads them, so torch's warning about non-writable arrays does not apply.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(obs).to(self.device)
 
     def configure_lanes(self, lane_sizes: list[int], steps: int, observation_space: gym.Space,
                         action_space: gym.Space) -> None:

@@ -1,0 +1,188 @@
+"""The loss path: what the PPO loss calls, wrapped for data parallelism.
+
+Only `Policy.forward(obs, actions)` — the loss path — goes through DDP or FSDP; rollout inference
+(`Policy.act`) never does. `wrap_policy` returns a `LossPath`: the module to call for the loss,
+plus how to turn gradient synchronisation off for accumulation micro-batches and how to clip the
+global gradient norm.
+
+- `ddp`: `DistributedDataParallel` around the Policy. Its constructor broadcasts rank 0's
+  parameters; buffers are *not* re-broadcast every forward (`forward_sync_buffers=False`):
+  non-parameter state is never a DDP-synchronised buffer.
+- `fsdp`: FSDP2 (`fully_shard`), applied to each parameter-holding block of the network and then
+  to the Policy, in place. Sharding strategies map onto FSDP2 as
+    full_shard     1-D mesh, parameters resharded after forward (ZeRO-3)
+    shard_grad_op  1-D mesh, parameters kept unsharded between forward and backward (ZeRO-2)
+    no_shard       2-D mesh (W replicas × 1 shard): every rank a full replica, gradients all-reduced
+    hybrid_shard   2-D mesh (W/S replicas × S shards): sharded within groups of S ranks (by default
+                   the ranks of one node), replicated across them
+  plus mixed precision (`param_dtype` for compute, `reduce_dtype` for gradient reduction; outputs
+  are cast back to float32 so the loss is computed in full precision) and CPU offload.
+- `local`: one rank, nothing wrapped, no collective.
+
+Gradient checkpointing (any strategy) recomputes the network's activations during backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import warnings
+from dataclasses import dataclass
+from typing import Callable, ContextManager
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from fleetrl.config.schema import ActorConfig
+from fleetrl.errors import ConfigError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class LossPath:
+    module: nn.Module  # call this for the loss: DDP(policy), the sharded policy, or the policy
+    policy: nn.Module  # the Policy itself (sharded in place under FSDP)
+    strategy: str  # local | ddp | fsdp
+    no_sync: Callable[[], ContextManager]  # gradient sync off inside (accumulation micro-batches)
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.policy.parameters() if p.requires_grad]
+
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Clip to the global gradient norm (after reduction: the norm of the full gradient)."""
+        params = self.parameters()
+        if self.strategy != "fsdp":
+            return nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        from torch.distributed.tensor import DTensor
+
+        # Sharded gradients: each rank's norm covers its shard; the DTensor norm is a pending
+        # sum over ranks that full_tensor() completes (one all-reduce), same on every rank.
+        grads = [p.grad for p in params if p.grad is not None]
+        total = nn.utils.get_total_norm(grads, foreach=True)
+        if isinstance(total, DTensor):
+            total = total.full_tensor()
+        nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+        return total
+
+
+def local_loss_path(policy: nn.Module) -> LossPath:
+    return LossPath(policy, policy, "local", contextlib.nullcontext)
+
+
+def enable_gradient_checkpointing(network: nn.Module) -> None:
+    """Recompute `network`'s activations during backward instead of keeping them (non-reentrant
+    checkpointing, which composes with DDP and FSDP2). Only while gradients are on: inference is
+    untouched."""
+    from torch.utils.checkpoint import checkpoint
+
+    original = network.forward
+
+    def forward(*args, **kwargs):
+        if torch.is_grad_enabled():
+            return checkpoint(original, *args, use_reentrant=False, **kwargs)
+        return original(*args, **kwargs)
+
+    network.forward = forward
+
+
+def wrap_policy(policy: nn.Module, config: ActorConfig, device: torch.device) -> LossPath:
+    """The loss path for this rank. Call in every rank of the initialised process group, after
+    the parameters have been made identical (`reduce.broadcast_module_`). Gradient
+    checkpointing is not applied here: see `enable_gradient_checkpointing`."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return local_loss_path(policy)
+    if config.strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp = DistributedDataParallel(policy, device_ids=[device.index] if device.type == "cuda" else None,
+                                      forward_sync_buffers=False)
+        return LossPath(ddp, policy, "ddp", ddp.no_sync)
+    if config.strategy == "fsdp":
+        shard_with_fsdp2(policy, config, device)
+        return LossPath(policy, policy, "fsdp", lambda: fsdp_no_sync(policy))
+    raise ConfigError("actor.strategy", config.strategy, "one of ['ddp', 'fsdp']")
+
+
+@contextlib.contextmanager
+def fsdp_no_sync(module):
+    module.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        module.set_requires_gradient_sync(True)
+
+
+def fsdp_units(policy: nn.Module) -> list[nn.Module]:
+    """The blocks to shard separately (each all-gathered only while it runs): what the network
+    names in `fsdp_units()` if it defines it, else each parameter-holding child of the network,
+    ModuleLists expanded into their elements. The Policy itself becomes the root unit (heads,
+    log std, whatever is left)."""
+    network = policy.network
+    if hasattr(network, "fsdp_units"):
+        return list(network.fsdp_units())
+    units = []
+    for child in network.children():
+        children = list(child) if isinstance(child, (nn.ModuleList, nn.Sequential)) else [child]
+        units.extend(c for c in children if any(True for _ in c.parameters()))
+    return units
+
+
+def node_key() -> str:
+    """What tells nodes apart: fleetrl's node rank where the runtime set it, else the host name."""
+    return os.environ.get("FLEETRL_NODE_RANK") or socket.gethostname()
+
+
+def hybrid_shard_size(config: ActorConfig) -> int:
+    """Ranks per shard group: `fsdp_hybrid_shard_size`, or the actor ranks of one node (which
+    must be consecutive ranks, the same number on every node). A collective: all ranks call it."""
+    world = dist.get_world_size()
+    if config.fsdp_hybrid_shard_size is not None:
+        size = config.fsdp_hybrid_shard_size
+    else:
+        keys: list = [None] * world
+        dist.all_gather_object(keys, node_key())
+        size = keys.count(keys[0])
+        blocks = [keys[i:i + size] for i in range(0, world, size)]
+        if world % size or any(len(set(block)) != 1 for block in blocks) or \
+                len({block[0] for block in blocks}) != len(blocks):
+            raise ConfigError("actor.fsdp_hybrid_shard_size", None,
+                              "an explicit shard group size: the actor ranks are not spread as equal, "
+                              f"consecutive blocks per node (rank → node: {keys})")
+    if size < 1 or world % size:
+        raise ConfigError("actor.fsdp_hybrid_shard_size", size,
+                          f"a divisor of the actor world size {world}")
+    return size
+
+
+def device_mesh(config: ActorConfig, device: torch.device):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size()
+    strategy = config.fsdp_sharding_strategy
+    if strategy in ("full_shard", "shard_grad_op"):
+        return init_device_mesh(device.type, (world,), mesh_dim_names=("shard",))
+    shard = 1 if strategy == "no_shard" else hybrid_shard_size(config)
+    return init_device_mesh(device.type, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+
+
+def shard_with_fsdp2(policy: nn.Module, config: ActorConfig, device: torch.device) -> None:
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    # Policy.forward returns views (value.squeeze, the Gaussian entropy's expand); FSDP2 warns on
+    # every such output that an in-place op on it would skip its hook. The PPO loss never
+    # modifies the outputs in place, so the warning says nothing here.
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+
+    param_dtype = DTYPES[config.fsdp_param_dtype] if config.fsdp_param_dtype else None
+    reduce_dtype = DTYPES[config.fsdp_reduce_dtype] if config.fsdp_reduce_dtype else None
+    mixed = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
+                                 output_dtype=torch.float32 if param_dtype else None)
+    offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if config.fsdp_cpu_offload else OffloadPolicy()
+    options = {"mesh": device_mesh(config, device), "mp_policy": mixed, "offload_policy": offload,
+               "reshard_after_forward": config.fsdp_sharding_strategy != "shard_grad_op"}
+    for unit in fsdp_units(policy):
+        fully_shard(unit, **options)
+    fully_shard(policy, **options)

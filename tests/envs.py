@@ -1,0 +1,50 @@
+"""Deterministic simulators for the tests, reachable as entry points (`tests.envs:CountingEnv`)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class CountingEnv(gym.Env):
+    """An env whose episodes the test writes down in advance.
+
+    Sub-env `i` of a vector is told apart by the seed of its first reset (fleetrl seeds env i with
+    `seed + i`, so with seed 0 the seed is the index). For sub-env i:
+      - an episode lasts `lengths[i % len(lengths)]` steps when `terminal[i % len(terminal)]`
+        (then it terminates); otherwise it never ends by itself (only a time limit truncates it);
+      - the observation is [i, episode number, steps taken in this episode];
+      - the reward of the k-th step of an episode is k (1-based), so an episode of length L
+        returns L * (L + 1) / 2.
+    The action (Discrete(2)) is ignored.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, lengths=(3,), terminal=(True,)):
+        self.lengths, self.terminal = list(lengths), list(terminal)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.index, self.episode, self.t = 0, -1, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.index, self.episode = seed, -1
+        self.episode += 1
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        terminal = self.terminal[self.index % len(self.terminal)]
+        terminated = terminal and self.t >= self.lengths[self.index % len(self.lengths)]
+        return self._obs(), float(self.t), terminated, False, {}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.index, self.episode, self.t], np.float32)
+
+
+def obs(index: int, episode: int, t: int) -> list[float]:
+    """The observation CountingEnv returns, for readable expectations."""
+    return [float(index), float(episode), float(t)]
