@@ -11,15 +11,14 @@ import logging
 import os
 from dataclasses import dataclass
 
+from fleetrl.algos.registry import algorithm_workers
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.cluster.placement import Placement, check_divisible, resolve_placement
 from fleetrl.collect import plan_lanes
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_actor_layout
 from fleetrl.errors import ConfigError
-from fleetrl.workers.actor_worker import ActorWorker
 from fleetrl.workers.env_worker import EnvWorker
-from fleetrl.workers.rollout_worker import RolloutWorker
 
 log = logging.getLogger("fleetrl")
 
@@ -108,10 +107,11 @@ class Runtime:
         placement = self.layout.placement
         env = EnvWorker(*self.env_worker_args(0))
         self.observation_space, self.action_space = env.observation_space, env.action_space
-        actor = ActorWorker(self.config, env.observation_space, env.action_space)
+        workers = algorithm_workers(self.config.algorithm.name)
+        actor = workers.actor(self.config, env.observation_space, env.action_space)
         self.env = InlineGroup(placement.ranks("env"), [env])
         self.actor = InlineGroup(placement.ranks("actor"), [actor])
-        self.rollout = InlineGroup(placement.ranks("rollout"), [RolloutWorker(actor.policy)])
+        self.rollout = InlineGroup(placement.ranks("rollout"), [workers.rollout(actor.policy)])
 
     def _start_ray(self) -> None:
         from fleetrl.cluster.ray_cluster import RayCluster
@@ -123,9 +123,10 @@ class Runtime:
         self.observation_space, self.action_space = self.env.get(self.env.call(0, "spaces"))
         spaces = (self.observation_space, self.action_space)
         world = placement.world_size("actor")
-        self.actor = self.ray.create_group(placement.ranks("actor"), ActorWorker,
+        workers = algorithm_workers(config.algorithm.name)
+        self.actor = self.ray.create_group(placement.ranks("actor"), workers.actor,
                                            lambda rank: (config, *spaces, rank, world))
-        self.rollout = self.ray.create_group(placement.ranks("rollout"), RolloutWorker.from_config,
+        self.rollout = self.ray.create_group(placement.ranks("rollout"), workers.rollout.from_config,
                                              lambda rank: (config, *spaces))
         if world > 1:
             address = self.ray.node_ip(placement.ranks("actor")[0].node)

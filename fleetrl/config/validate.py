@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fleetrl.algos.registry import ALGORITHMS
 from fleetrl.checkpoint import list_checkpoints
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 
 CHOICES = {
     "env.vectorization": ("sync", "async"),
-    "algorithm.name": ("ppo",),
+    "algorithm.name": ALGORITHMS,
     "model.activation": ("tanh", "relu", "elu", "gelu"),
     "actor.optimizer": ("adam", "adamw"),
     "cluster.backend": ("auto", "inline", "ray"),
