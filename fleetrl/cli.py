@@ -1,7 +1,8 @@
-"""The `fleetrl` command: train | eval | report.
+"""The `fleetrl` command: train | eval | report | doctor.
 
 Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
-missing file: one message, no traceback); 130 interrupted by Ctrl-C (checkpoint saved).
+missing file: one message, no traceback); 3 a preflight (doctor) check failed; 130 interrupted by
+Ctrl-C (checkpoint saved).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from fleetrl.doctor import add_doctor_arguments, command_doctor, preflight
 from fleetrl.errors import UserError
 
 EXIT_USER_ERROR = 2
@@ -26,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.lr=3e-4")
     train.add_argument("--dry-run", action="store_true",
                        help="check the config, print the resolved placement, start nothing")
+    train.add_argument("--skip-doctor", action="store_true", help="start even if a preflight check fails")
 
     evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
     evaluate.add_argument("run_dir")
@@ -37,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="write PNG plots into the run directory")
     report.add_argument("run_dir")
+    add_doctor_arguments(commands.add_parser("doctor", help="preflight checks: disk, network, Gloo/NCCL, placement, env"))
     return parser
 
 
@@ -52,6 +56,8 @@ def command_train(args) -> int:
         print(f"backend: {layout.backend}")
         print(layout.placement.table())
         return 0
+    if not args.skip_doctor and (code := preflight(config)):
+        return code
     from fleetrl.runner import Trainer
 
     summary = Trainer(config, layout=layout).train()
@@ -81,7 +87,7 @@ def command_report(args) -> int:
     return 0
 
 
-COMMANDS = {"train": command_train, "eval": command_eval, "report": command_report}
+COMMANDS = {"train": command_train, "eval": command_eval, "report": command_report, "doctor": command_doctor}
 
 
 def main(argv: list[str] | None = None) -> int:
