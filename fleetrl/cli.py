@@ -91,7 +91,14 @@ COMMANDS = {"train": command_train, "eval": command_eval, "report": command_repo
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse stops collecting positional overrides at the first option: take the rest too.
+    stray = [item for item in extra if item.startswith("-") or "=" not in item]
+    if stray or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     try:
         return COMMANDS[args.command](args)
     except UserError as error:

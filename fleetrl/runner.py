@@ -20,6 +20,7 @@ from fleetrl.checkpoint import load_latest, save_checkpoint
 from fleetrl.cluster.runtime import Layout, Runtime, resolve_layout
 from fleetrl.collect import Collector
 from fleetrl.config.schema import Config
+from fleetrl.errors import UserError
 from fleetrl.metrics_log import MetricsLog
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import create_run_dir, setup_logging, write_config
@@ -49,7 +50,7 @@ class Trainer:
         self.recent_lengths: deque[int] = deque(maxlen=100)
         self.target_reached_at: tuple[int, float] | None = None
         self.live_progress = live_progress
-        self.runtime = Runtime(config, layout)
+        self.runtime = Runtime(config, layout, self.run_dir)
         try:
             self.collector = Collector(self.runtime.env, self.runtime.rollout,
                                        config.rollout.pipeline_stage_num, config.algorithm.num_steps)
@@ -85,6 +86,11 @@ class Trainer:
             log.warning("interrupted at iteration %d: saving a checkpoint", self.iteration)
             self.checkpoint()
             raise
+        except UserError:
+            raise
+        except Exception as error:  # a worker failed: report, tear down, exit (never returns)
+            progress.close()
+            self.runtime.fail(error)
         finally:  # on any other error the last periodic checkpoint stays the newest
             progress.close()
             metrics_log.close()

@@ -8,23 +8,25 @@ their inputs arrive. That is what pipelines env and rollout without any threads 
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Sequence
 
 from fleetrl.cluster.placement import Assignment
 
 
 class InlineGroup:
-    """All ranks are objects in this process; calls run immediately."""
+    """All ranks are objects in this process; calls run immediately, as recorded phases."""
 
-    def __init__(self, assignments: Sequence[Assignment], workers: list):
+    def __init__(self, assignments: Sequence[Assignment], workers: list, runners: list | None = None):
         self.assignments, self.workers = list(assignments), workers
+        self.runners = runners or [lambda method, *args, w=w: getattr(w, method)(*args) for w in workers]
 
     @property
     def world_size(self) -> int:
         return len(self.workers)
 
     def call(self, rank: int, method: str, *args) -> Any:
-        return getattr(self.workers[rank], method)(*args)
+        return self.runners[rank](method, *args)
 
     def call_all(self, method: str, *args) -> list:
         return [self.call(rank, method, *args) for rank in range(self.world_size)]
@@ -35,10 +37,12 @@ class InlineGroup:
 
 
 class RayGroup:
-    """Each rank is a Ray actor (`WorkerHost`) pinned to its node."""
+    """Each rank is a Ray actor (`WorkerHost`) pinned to its node. `get` waits in short slices
+    and gives up as soon as `interrupt` is set (the watchdog found an incident)."""
 
     def __init__(self, assignments: Sequence[Assignment], handles: list):
         self.assignments, self.handles = list(assignments), handles
+        self.interrupt = threading.Event()
 
     @property
     def world_size(self) -> int:
@@ -50,8 +54,17 @@ class RayGroup:
     def call_all(self, method: str, *args) -> list:
         return [self.call(rank, method, *args) for rank in range(self.world_size)]
 
-    @staticmethod
-    def get(futures):
+    def get(self, futures, slice_s: float = 0.2):
         import ray
 
+        single = not isinstance(futures, list)
+        pending = [futures] if single else list(futures)
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=slice_s, fetch_local=False)
+            if self.interrupt.is_set():
+                raise Interrupted("the watchdog raised an incident")
         return ray.get(futures)
+
+
+class Interrupted(Exception):
+    """A wait given up because the watchdog has taken over (it reports and tears down)."""

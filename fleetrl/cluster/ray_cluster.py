@@ -17,28 +17,34 @@ import sys
 import threading
 from typing import Callable, Sequence
 
-import psutil
-
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.placement import Assignment
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
+from fleetrl.watch.faults import FaultPlan
+from fleetrl.watch.host import CallRunner, WatchSpec, start_watching
+from fleetrl.watch.teardown import kill_own_children
 
 log = logging.getLogger("fleetrl")
-EXIT_STARTUP_TIMEOUT = 3
+EXIT_STARTUP_TIMEOUT = 4  # the incident exit code (cli.py)
 
 
 class WorkerHost:
-    """The Ray actor around one worker: sets up its process, then forwards method calls."""
+    """The Ray actor around one worker: sets up its process (threads, flight recorder, stack
+    dumps), then runs the controller's method calls as recorded phases."""
 
-    def __init__(self, threads: int, factory: Callable, args: tuple):
+    def __init__(self, threads: int, factory: Callable, args: tuple, assignment: Assignment,
+                 watch: WatchSpec):
         import torch
 
         torch.set_num_threads(threads)
-        self.worker = factory(*args)
+        recorder = start_watching(assignment.component, assignment.rank, assignment.node, watch)
+        faults = FaultPlan(watch.fault, assignment.component, assignment.rank)
+        with recorder.in_phase(f"{assignment.component}.start"):
+            self.run = CallRunner(factory(*args), assignment.component, recorder, faults)
 
     def call(self, method: str, *args):
-        return getattr(self.worker, method)(*args)
+        return self.run(method, *args)
 
     def free_port(self, address: str) -> int:
         """A TCP port that is free on this worker's node (for a rendezvous hosted here)."""
@@ -54,6 +60,8 @@ class RayCluster:
         import ray
 
         self.simulated = None
+        self.owned = config.ray_address is None
+        self.handles: list = []
         # Workers import `module:attr` entry points the way the driver does: from its cwd first.
         self.python_path = os.pathsep.join([os.getcwd(), *sys.path[1:]])
         with deadline(connect_timeout_s, f"connecting to Ray ({config.ray_address or 'a new local cluster'})"):
@@ -74,7 +82,7 @@ class RayCluster:
         self.env_vars = config.env_vars
 
     def create_group(self, assignments: Sequence[Assignment], factory: Callable,
-                     args_for_rank: Callable[[int], tuple]) -> RayGroup:
+                     args_for_rank: Callable[[int], tuple], watch: WatchSpec) -> RayGroup:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -86,7 +94,8 @@ class RayCluster:
             handles.append(host.options(
                 num_cpus=0, scheduling_strategy=strategy, runtime_env={"env_vars": env_vars},
                 name=f"fleetrl-{assignment.component}-{assignment.rank}-{os.getpid()}",
-            ).remote(assignment.cpu_threads, factory, args_for_rank(assignment.rank)))
+            ).remote(assignment.cpu_threads, factory, args_for_rank(assignment.rank), assignment, watch))
+        self.handles.extend(handles)
         return RayGroup(assignments, handles)
 
     def worker_env_vars(self, assignment: Assignment) -> dict:
@@ -110,6 +119,23 @@ class RayCluster:
             if entry["NodeID"] == self.node_ids[node]:
                 return entry["NodeManagerAddress"]
         raise RuntimeError(f"node {node} is not in the Ray cluster any more")
+
+    def controller_ip(self) -> str:
+        """The address workers reach this process at (for the heartbeat store)."""
+        import ray
+
+        return ray.util.get_node_ip_address()
+
+    def kill_remote_workers(self) -> None:
+        """After an incident on a cluster fleetrl did not start: ask Ray to end our actors.
+        (A cluster fleetrl started dies with this process's children.)"""
+        import ray
+
+        if self.owned:
+            return
+        for handle in self.handles:
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
 
     def shutdown(self) -> None:
         import ray
@@ -143,8 +169,7 @@ def deadline(seconds: float, what: str):
     def expire():
         log.error("%s did not finish within %.0f s; stopping. Check the address and that the "
                   "network interface it names is reachable from here (`fleetrl doctor`).", what, seconds)
-        for child in psutil.Process().children(recursive=True):
-            child.kill()
+        kill_own_children()
         os._exit(EXIT_STARTUP_TIMEOUT)
 
     timer = threading.Timer(seconds, expire)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from fleetrl.algos.registry import algorithm_workers
 from fleetrl.cluster.groups import InlineGroup
@@ -17,7 +19,17 @@ from fleetrl.cluster.placement import Placement, check_divisible, resolve_placem
 from fleetrl.collect import plan_lanes
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_actor_layout
-from fleetrl.errors import ConfigError
+from fleetrl.errors import ConfigError, UserError
+from fleetrl.watch.classify import incident_from_error
+from fleetrl.watch.teardown import kill_own_children
+from fleetrl.watch.faults import FaultPlan
+from fleetrl.watch.host import CallRunner, WatchSpec
+from fleetrl.watch.recorder import Recorder
+from fleetrl.watch.recorder import install as install_recorder
+from fleetrl.watch.respond import respond
+from fleetrl.watch.stacks import register_stack_dump, stack_file
+from fleetrl.watch.store import HeartbeatStore
+from fleetrl.watch.watchdog import Watchdog
 from fleetrl.workers.env_worker import EnvWorker
 
 log = logging.getLogger("fleetrl")
@@ -72,17 +84,57 @@ def check_data_layout(config: Config, placement: Placement) -> None:
 
 
 class Runtime:
-    def __init__(self, config: Config, layout: Layout):
-        self.config, self.layout = config, layout
+    """Starts the workers under a watchdog: every worker beats into a store this process owns,
+    and from the moment the workers exist any stall, death or desync ends in a report."""
+
+    def __init__(self, config: Config, layout: Layout, run_dir: Path):
+        self.config, self.layout, self.run_dir = config, layout, Path(run_dir)
         self.ray = None
-        if layout.backend == "inline":
-            self._start_inline()
+        self.watchdog: Watchdog | None = None
+        self.watched: list[dict] = []
+        try:
+            if layout.backend == "inline":
+                self._start_inline()
+            else:
+                self._start_ray()
+            lane_sizes = self.lane_sizes()
+            self.rollout.get([self.rollout.call(rank, "configure_lanes", sizes, config.algorithm.num_steps,
+                                                self.observation_space, self.action_space)
+                              for rank, sizes in enumerate(lane_sizes)])
+        except (UserError, KeyboardInterrupt):
+            self.shutdown()
+            raise
+        except Exception as error:
+            self.fail(error)
+
+    def fail(self, error: BaseException) -> None:
+        """A worker's error reached the controller: report it as an incident, tear down, exit.
+        If the watchdog is already reporting (a wait was interrupted), let it finish."""
+        if self.watchdog is None:
+            kill_own_children()
+            raise error
+        if self.watchdog.fired.is_set():
+            self.watchdog.join()
+            time.sleep(3600)  # respond() ends the process
+        self.watchdog.stop()
+        records = self.store.read([(w["component"], w["rank"]) for w in self.watched])
+        # A dead worker shows up at the others as errors ("connection reset by peer"): name the
+        # dead one as the cause, with the survivor's error as detail.
+        incident = self.watchdog.check_alive(records, time.time())
+        if incident is None:
+            incident = incident_from_error(error, records, self.actor_ids())
         else:
-            self._start_ray()
-        lane_sizes = self.lane_sizes()
-        self.rollout.get([self.rollout.call(rank, "configure_lanes", sizes, config.algorithm.num_steps,
-                                            self.observation_space, self.action_space)
-                          for rank, sizes in enumerate(lane_sizes)])
+            incident.detail = f"seen by the others as: {error}"
+        incident.records = records
+        respond(incident, self.run_dir, self.watched, self.ray.kill_remote_workers if self.ray else lambda: None)
+
+    def actor_ids(self) -> dict:
+        """Ray actor id (hex) → (component, rank), to name the worker in a RayActorError."""
+        if self.ray is None:
+            return {}
+        return {handle._actor_id.hex(): (a.component, a.rank)
+                for group in (self.env, self.rollout, self.actor) if hasattr(group, "handles")
+                for a, handle in zip(group.assignments, group.handles)}
 
     @property
     def shares_process(self) -> bool:
@@ -103,40 +155,80 @@ class Runtime:
             sizes[lane.rollout_rank].append(lane_size)
         return sizes
 
+    def watch_spec(self, host: str) -> WatchSpec:
+        self.store = HeartbeatStore(host)
+        return WatchSpec(host, self.store.port, self.config.watchdog.heartbeat_interval_s,
+                         str(self.run_dir / "stacks"), self.config.debug.fault)
+
+    def start_watchdog(self, workers: list[dict], kill_remote=lambda: None) -> None:
+        """Watch `workers` ({component, rank, node}); on an incident, report and tear down."""
+        self.watched = workers
+        if not self.config.watchdog.enabled:
+            return
+        keys = [(w["component"], w["rank"]) for w in workers]
+        self.watchdog = Watchdog(self.config.watchdog, self.store.read, keys,
+                                 lambda incident: respond(incident, self.run_dir, workers, kill_remote))
+        self.watchdog.start()
+
     def _start_inline(self) -> None:
-        placement = self.layout.placement
+        """One process: the controller's own recorder stands for all three components."""
+        placement, config = self.layout.placement, self.config
+        spec = self.watch_spec("127.0.0.1")
+        recorder = Recorder("inline", 0, 0)
+        install_recorder(recorder)
+        register_stack_dump(stack_file(Path(spec.stack_dir), "inline", 0))
+        recorder.start_publishing(self.store.publisher("inline", 0), spec.interval_s)
+        self.start_watchdog([{"component": "inline", "rank": 0, "node": 0}])
+
+        def group(component: str, worker) -> InlineGroup:
+            runner = CallRunner(worker, component, recorder, FaultPlan(config.debug.fault, component, 0))
+            return InlineGroup(placement.ranks(component), [worker], [runner])
+
         env = EnvWorker(*self.env_worker_args(0))
         self.observation_space, self.action_space = env.observation_space, env.action_space
-        workers = algorithm_workers(self.config.algorithm.name)
-        actor = workers.actor(self.config, env.observation_space, env.action_space)
-        self.env = InlineGroup(placement.ranks("env"), [env])
-        self.actor = InlineGroup(placement.ranks("actor"), [actor])
-        self.rollout = InlineGroup(placement.ranks("rollout"), [workers.rollout(actor.policy)])
+        workers = algorithm_workers(config.algorithm.name)
+        actor = workers.actor(config, env.observation_space, env.action_space)
+        self.env, self.actor = group("env", env), group("actor", actor)
+        self.rollout = group("rollout", workers.rollout(actor.policy))
 
     def _start_ray(self) -> None:
         from fleetrl.cluster.ray_cluster import RayCluster
 
         config, placement = self.config, self.layout.placement
         self.ray = RayCluster(config.cluster, placement.devices_per_node)
+        spec = self.watch_spec(self.ray.controller_ip())
         log.info("starting %s", ", ".join(f"{placement.world_size(c)} {c}" for c in ("env", "rollout", "actor")))
-        self.env = self.ray.create_group(placement.ranks("env"), EnvWorker, self.env_worker_args)
-        self.observation_space, self.action_space = self.env.get(self.env.call(0, "spaces"))
-        spaces = (self.observation_space, self.action_space)
         world = placement.world_size("actor")
         workers = algorithm_workers(config.algorithm.name)
+        self.env = self.ray.create_group(placement.ranks("env"), EnvWorker, self.env_worker_args, spec)
         self.actor = self.ray.create_group(placement.ranks("actor"), workers.actor,
-                                           lambda rank: (config, *spaces, rank, world))
+                                           lambda rank: (config, *self.spaces(), rank, world), spec)
         self.rollout = self.ray.create_group(placement.ranks("rollout"), workers.rollout.from_config,
-                                             lambda rank: (config, *spaces))
+                                             lambda rank: (config, *self.spaces()), spec)
+        self.start_watchdog([{"component": a.component, "rank": a.rank, "node": a.node}
+                             for group in (self.env, self.rollout, self.actor) for a in group.assignments],
+                            self.ray.kill_remote_workers)
+        if self.watchdog is not None:
+            for group in (self.env, self.rollout, self.actor):
+                group.interrupt = self.watchdog.fired
         if world > 1:
             address = self.ray.node_ip(placement.ranks("actor")[0].node)
             port = self.actor.get(self.actor.handles[0].free_port.remote(address))
             log.info("actor process group: %d ranks, rendezvous at %s:%d", world, address, port)
             self.actor.get(self.actor.call_all("init_distributed", address, port))
 
+    def spaces(self) -> tuple:
+        """Observation and action spaces, asked of env rank 0 once."""
+        if not hasattr(self, "observation_space"):
+            self.observation_space, self.action_space = self.env.get(self.env.call(0, "spaces"))
+        return self.observation_space, self.action_space
+
     def shutdown(self) -> None:
         """Close the simulators first (they may own subprocesses), then stop Ray if started."""
-        self.env.get(self.env.call_all("close"))
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if hasattr(self, "env"):
+            self.env.get(self.env.call_all("close"))
         if self.ray is not None:
             self.ray.shutdown()
             self.ray = None

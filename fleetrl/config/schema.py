@@ -21,6 +21,7 @@ class EnvConfig:
     normalize_reward: bool = False  # scale rewards by the std of the discounted return
     clip_obs: float = 10.0  # clip normalised observations to [-clip_obs, clip_obs]
     clip_reward: float = 10.0  # clip normalised rewards likewise
+    action_chunk: int = 1  # Box actions: each policy step emits this many consecutive actions, executed in order until the episode ends (README: 'Token-level policies')
 
 
 @dataclass
@@ -41,6 +42,15 @@ class AlgorithmConfig:
     max_grad_norm: float = 0.5
     norm_adv: bool = True  # normalise advantages per minibatch
     target_kl: Optional[float] = None  # stop the epoch loop when the approx. KL exceeds this
+    adv_type: str = "gae"  # gae | grpo: (return - group mean) / group std over episodes that started from one state (README: 'GRPO')
+    group_size: int = 8  # grpo: envs i..i+g-1 (consecutive, g = group_size) are reset with one seed each iteration and form a group
+    logprob_type: str = "action_level"  # action_level | token_level (needs model.action_bins): one PPO ratio per action from the summed token log-probs, or one clipped ratio per token, averaged
+    entropy_type: str = "action_level"  # action_level | token_level (needs model.action_bins): entropy bonus of the whole action (sum over tokens) or the mean per-token entropy
+    # PPG (algorithm.name: ppg, Cobbe et al. 2020); needs model.aux_value_head: true
+    n_pi: int = 32  # ppg: policy-phase iterations per auxiliary phase
+    aux_epochs: int = 6  # ppg: epochs over the phase's stored data in the auxiliary phase
+    aux_minibatch_size: Optional[int] = None  # ppg: samples per auxiliary optimizer step over all actor ranks (None: the policy phase's minibatch)
+    beta_clone: float = 1.0  # ppg: weight of the behavioural-cloning KL(pi_old || pi) in the auxiliary loss
 
 
 @dataclass
@@ -52,6 +62,8 @@ class ModelConfig:
     shared_trunk: bool = False  # one trunk for policy and value, or one each
     init_log_std: float = 0.0  # initial log std of the Gaussian policy (Box actions)
     ortho_init: bool = True
+    aux_value_head: bool = False  # an auxiliary value head on the policy trunk (PPG); computed only in PPG's auxiliary phase
+    action_bins: Optional[int] = None  # Box actions as tokens: each dimension (of each chunked action) discretised into this many evenly spaced values, one categorical each (None: Gaussian)
 
 
 @dataclass
@@ -104,6 +116,27 @@ class RunnerConfig:
     target_return: Optional[float] = None  # stop once the last-100-episode mean reaches this
     tensorboard: bool = True
     weight_sync_interval: int = 1  # iterations between actor → rollout weight syncs (separate processes)
+    param_check_interval: int = 10  # iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a divergence stops the run (0: never)
+
+
+@dataclass
+class WatchdogConfig:
+    enabled: bool = True
+    heartbeat_interval_s: float = 0.5  # how often each worker publishes its record
+    heartbeat_timeout_s: float = 5.0  # no beat for this long: the process is frozen (or gone)
+    startup_allowance_s: float = 300.0  # deadline of a phase never seen finishing (slow simulator start-up)
+    deadline_factor: float = 10.0  # a phase may take this many times its longest observed duration
+    min_deadline_s: float = 5.0  # ... but never less than this
+    max_deadline_s: float = 1800.0  # ... nor more than this
+    collective_timeout_s: float = 5.0  # ranks waiting in a collective another rank never entered
+    poll_interval_s: float = 0.25
+
+
+@dataclass
+class DebugConfig:
+    # Fault injection for rehearsing failures (README: 'Freeze-proofing'). Keys: kind (kill |
+    # stop | exception | gil_hang | extra_collective | extra_step), component, rank, iteration.
+    fault: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -115,6 +148,8 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
 
     @property
     def batch_size(self) -> int:
@@ -130,4 +165,6 @@ SECTION_TYPES: dict[str, Any] = {
     "rollout": RolloutConfig,
     "cluster": ClusterConfig,
     "runner": RunnerConfig,
+    "watchdog": WatchdogConfig,
+    "debug": DebugConfig,
 }

@@ -10,6 +10,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from fleetrl.watch import recorder
+
 
 def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
@@ -26,7 +28,8 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     """Sum over ranks, in place; returns the tensor. The result is bitwise the same on every
     rank (the reduced buffer is shared), so decisions taken from it agree everywhere."""
     if world_size() > 1:
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        with recorder.collective("all_reduce", tensor):
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
 
 
@@ -36,7 +39,8 @@ def broadcast_module_(module: nn.Module, src: int = 0) -> None:
         return
     with torch.no_grad():
         for tensor in [*module.parameters(), *module.buffers()]:
-            dist.broadcast(tensor.data, src)
+            with recorder.collective("broadcast", tensor.data):
+                dist.broadcast(tensor.data, src)
 
 
 def fingerprint(tensor: torch.Tensor) -> torch.Tensor:
@@ -61,7 +65,8 @@ def replica_mismatches(module: nn.Module) -> list[str]:
     local = torch.stack([fingerprint(t.to(device)) for _, t in named]) if named else \
         torch.zeros(0, dtype=torch.int64, device=device)
     gathered = [torch.empty_like(local) for _ in range(world_size())]
-    dist.all_gather(gathered, local)
+    with recorder.collective("all_gather (parameter fingerprints)", local):
+        dist.all_gather(gathered, local)
     table = torch.stack(gathered)  # (ranks, tensors)
     differs = (table != table[0]).any(dim=0).tolist()
     return [name for (name, _), bad in zip(named, differs) if bad]

@@ -37,6 +37,7 @@ from torch import nn
 
 from fleetrl.config.schema import ActorConfig
 from fleetrl.errors import ConfigError
+from fleetrl.watch.recorder import current as current_recorder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -99,11 +100,24 @@ def wrap_policy(policy: nn.Module, config: ActorConfig, device: torch.device) ->
 
         ddp = DistributedDataParallel(policy, device_ids=[device.index] if device.type == "cuda" else None,
                                       forward_sync_buffers=False)
+        ddp.register_comm_hook(None, recorded_allreduce_hook)
         return LossPath(ddp, policy, "ddp", ddp.no_sync)
     if config.strategy == "fsdp":
         shard_with_fsdp2(policy, config, device)
         return LossPath(policy, policy, "fsdp", lambda: fsdp_no_sync(policy))
     raise ConfigError("actor.strategy", config.strategy, "one of ['ddp', 'fsdp']")
+
+
+def recorded_allreduce_hook(state, bucket):  # no annotations: DDP compares them to the real types
+    """DDP's default gradient all-reduce, entered into the flight recorder first so a stalled
+    bucket shows as 'all_reduce #n (grads)' with its size rather than an anonymous wait."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    recorder = current_recorder()
+    if recorder is None:
+        return allreduce_hook(state, bucket)
+    with recorder.in_collective(f"all_reduce (ddp grad bucket {bucket.index()})", [bucket.buffer()]):
+        return allreduce_hook(state, bucket)
 
 
 @contextlib.contextmanager

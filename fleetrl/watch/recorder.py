@@ -1,0 +1,117 @@
+"""The worker-side flight recorder: what this process is doing, published as a heartbeat.
+
+Every worker process has one `Recorder`. The worker host marks each method call as a phase
+(`env.step`, `rollout.act`, `actor.train`, ...); fleetrl's own collectives and DDP's gradient
+buckets mark the collective they are in (sequence number, op, shapes, dtypes, call site, start).
+A daemon thread publishes the record to the controller's store every `interval_s`, independently
+of the main loop: a main thread stuck in C code that releases the GIL (a collective, a simulator
+waiting on its device) keeps beating with a growing phase age; one that holds the GIL, or a
+stopped process, stops beating — which the watchdog reads as frozen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import traceback
+from typing import Callable
+
+HEARTBEAT_PREFIX = "fleetrl/heartbeat/"
+
+
+def heartbeat_key(component: str, rank: int) -> str:
+    return f"{HEARTBEAT_PREFIX}{component}/{rank}"
+
+
+class Recorder:
+    def __init__(self, component: str, rank: int, node: int):
+        self.identity = {"component": component, "rank": rank, "node": node, "pid": os.getpid(),
+                         "host": socket.gethostname()}
+        self.phase: str | None = None
+        self.phase_started: float | None = None
+        self.phase_counts: dict[str, int] = {}
+        self.phase_max_s: dict[str, float] = {}  # longest finished duration of each phase
+        self.collective_seq = 0
+        self.collective: dict | None = None  # the one in progress
+        self.last_collective: dict | None = None
+        self.publisher: threading.Thread | None = None
+        self.stopped = threading.Event()
+
+    @contextlib.contextmanager
+    def in_phase(self, name: str):
+        previous, previous_start = self.phase, self.phase_started
+        self.phase, self.phase_started = name, time.time()
+        self.phase_counts[name] = self.phase_counts.get(name, 0) + 1
+        try:
+            yield
+        finally:
+            duration = time.time() - self.phase_started
+            self.phase_max_s[name] = max(duration, self.phase_max_s.get(name, 0.0))
+            self.phase, self.phase_started = previous, previous_start
+
+    @contextlib.contextmanager
+    def in_collective(self, op: str, tensors, group: str = "actor"):
+        self.collective_seq += 1
+        self.collective = {
+            "seq": self.collective_seq, "op": op, "group": group,
+            "shapes": [list(t.shape) for t in tensors], "dtypes": [str(t.dtype) for t in tensors],
+            "call_site": call_site(), "started": time.time(),
+        }
+        try:
+            yield
+        finally:
+            self.last_collective, self.collective = {**self.collective, "finished": time.time()}, None
+
+    def record(self) -> dict:
+        return {
+            **self.identity, "time": time.time(), "phase": self.phase, "phase_started": self.phase_started,
+            "phase_counts": dict(self.phase_counts), "phase_max_s": dict(self.phase_max_s),
+            "collective": self.collective,
+            "last_collective": self.last_collective,
+        }
+
+    def start_publishing(self, publish: Callable[[str], None], interval_s: float) -> None:
+        """Publish `record()` as JSON every `interval_s` from a daemon thread."""
+        def beat():
+            while not self.stopped.wait(interval_s):
+                with contextlib.suppress(Exception):  # a lost beat is reported as staleness
+                    publish(json.dumps(self.record()))
+
+        publish(json.dumps(self.record()))
+        self.publisher = threading.Thread(target=beat, name="fleetrl-heartbeat", daemon=True)
+        self.publisher.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def call_site() -> str:
+    """The innermost frame outside fleetrl's dist/watch plumbing and torch, as file:line (func)."""
+    for frame in reversed(traceback.extract_stack(limit=20)[:-3]):
+        path = frame.filename
+        if "/fleetrl/watch/" in path or "/fleetrl/dist/" in path or "/torch/" in path:
+            continue
+        return f"{os.path.basename(path)}:{frame.lineno} ({frame.name})"
+    return "?"
+
+
+_recorder: Recorder | None = None
+
+
+def install(recorder: Recorder) -> None:
+    global _recorder
+    _recorder = recorder
+
+
+def current() -> Recorder | None:
+    """This process's recorder (None in a process fleetrl does not manage, e.g. a test)."""
+    return _recorder
+
+
+def collective(op: str, *tensors, group: str = "actor"):
+    """Mark a collective for the flight recorder; a no-op context where none is installed."""
+    return _recorder.in_collective(op, tensors, group) if _recorder else contextlib.nullcontext()

@@ -1,0 +1,47 @@
+"""The heartbeat store, owned by the controller.
+
+A `torch.distributed.TCPStore` server runs in the controller process (its network thread needs no
+GIL), so the heartbeats of every worker reach one place that survives whichever worker dies.
+Workers connect as clients with a short timeout.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from torch.distributed import TCPStore
+
+from fleetrl.watch.recorder import heartbeat_key
+
+CONNECT_TIMEOUT = timedelta(seconds=10)
+
+
+class HeartbeatStore:
+    """Controller side: hosts the store and reads the workers' latest records."""
+
+    def __init__(self, host: str):
+        self.host = host
+        self.server = TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=CONNECT_TIMEOUT)
+        self.port = self.server.port
+
+    def read(self, workers: list[tuple[str, int]]) -> dict[tuple[str, int], dict]:
+        """The latest record of each (component, rank) that has published one."""
+        records = {}
+        for component, rank in workers:
+            key = heartbeat_key(component, rank)
+            if self.server.check([key]):
+                records[(component, rank)] = json.loads(self.server.get(key))
+        return records
+
+    def publisher(self, component: str, rank: int):
+        """A publish function for a recorder living in this (the controller's) process."""
+        key = heartbeat_key(component, rank)
+        return lambda payload: self.server.set(key, payload)
+
+
+def connect_publisher(host: str, port: int, component: str, rank: int):
+    """Worker side: a publish function writing this worker's heartbeat into the controller's store."""
+    client = TCPStore(host, port, is_master=False, timeout=CONNECT_TIMEOUT)
+    key = heartbeat_key(component, rank)
+    return lambda payload: client.set(key, payload)

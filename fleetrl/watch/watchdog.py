@@ -1,0 +1,172 @@
+"""The controller's watchdog: reads every worker's heartbeat and names what went wrong.
+
+It runs as a thread of the controller, polling the heartbeat store. In order of precedence it
+raises an `Incident` for: a worker process that is gone (`worker_died`); a worker that stopped
+beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never returns); actor ranks
+waiting in a collective that another rank entered differently (`collective_mismatch`) or never
+entered (`rank_missing_from_collective`); a phase over its deadline (`phase_timeout`).
+
+Deadlines are learned: a phase may take `deadline_factor` × the longest time it has taken before,
+clamped to [min_deadline_s, max_deadline_s]; a phase never seen finishing (start-up, the first
+step of a slow simulator) gets `startup_allowance_s`.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from fleetrl.config.schema import WatchdogConfig
+
+CAUSES = ("worker_died", "worker_exception", "collective_mismatch", "rank_missing_from_collective",
+          "phase_timeout", "process_frozen", "peer_unreachable", "disk_full", "interrupted",
+          "startup_timeout")
+
+
+@dataclass
+class Incident:
+    cause: str
+    summary: str
+    started: float  # when the fault began (epoch seconds), as well as it can be told
+    culprit: tuple[str, int] | None = None  # (component, rank)
+    detail: str = ""  # e.g. the worker's traceback
+    records: dict = field(default_factory=dict)  # (component, rank) → last heartbeat record
+
+
+def describe(key: tuple[str, int]) -> str:
+    return f"{key[0]} rank {key[1]}"
+
+
+def where(record: dict, now: float) -> str:
+    phase = record.get("phase")
+    if not phase:
+        return "idle between calls"
+    return f"in {phase} for {now - record['phase_started']:.1f} s"
+
+
+def collective_text(collective: dict) -> str:
+    return (f"{collective['op']} #{collective['seq']} ({collective['call_site']}, "
+            f"shapes {collective['shapes']})")
+
+
+class Watchdog(threading.Thread):
+    def __init__(self, config: WatchdogConfig, read_records, workers: list[tuple[str, int]], on_incident):
+        super().__init__(name="fleetrl-watchdog", daemon=True)
+        self.config, self.read_records, self.workers = config, read_records, workers
+        self.on_incident = on_incident
+        self.started = time.time()
+        self.hostname = socket.gethostname()
+        self.incident: Incident | None = None
+        self.fired = threading.Event()
+        self.stopping = threading.Event()
+        self.records: dict = {}
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.config.poll_interval_s):
+            self.records = self.read_records(self.workers)
+            incident = self.inspect(self.records, time.time())
+            if incident is not None:
+                incident.records = self.records
+                self.incident = incident
+                self.fired.set()  # waits in the main thread give up
+                self.on_incident(incident)
+                return
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def inspect(self, records: dict, now: float) -> Incident | None:
+        for check in (self.check_started, self.check_alive, self.check_beating, self.check_collectives,
+                      self.check_deadlines):
+            incident = check(records, now)
+            if incident is not None:
+                return incident
+        return None
+
+    def check_started(self, records: dict, now: float) -> Incident | None:
+        if now - self.started < self.config.startup_allowance_s:
+            return None
+        missing = [key for key in self.workers if key not in records]
+        if missing:
+            return Incident("startup_timeout", f"{describe(missing[0])} never started: no heartbeat "
+                            f"{now - self.started:.0f} s after launch (watchdog.startup_allowance_s)",
+                            self.started, missing[0])
+        return None
+
+    def check_alive(self, records: dict, now: float) -> Incident | None:
+        for key, record in records.items():
+            if record.get("host") == self.hostname and not psutil.pid_exists(record["pid"]):
+                return Incident("worker_died", f"{describe(key)} (pid {record['pid']}, node {record['node']}) "
+                                f"died: its process is gone; it was {where(record, record['time'])}",
+                                record["time"], key)
+        return None
+
+    def check_beating(self, records: dict, now: float) -> Incident | None:
+        for key, record in records.items():
+            age = now - record["time"]
+            if age <= self.config.heartbeat_timeout_s:
+                continue
+            state = self.process_state(record)
+            return Incident("process_frozen", f"{describe(key)} (pid {record['pid']}) stopped publishing "
+                            f"heartbeats {age:.1f} s ago: {state}; last seen {where(record, record['time'])}",
+                            record["time"], key)
+        return None
+
+    def process_state(self, record: dict) -> str:
+        if record.get("host") != self.hostname:
+            return "it is on another machine (no local process check)"
+        try:
+            if psutil.Process(record["pid"]).status() == psutil.STATUS_STOPPED:
+                return "the process is stopped (SIGSTOP or a debugger)"
+        except psutil.Error:
+            return "the process is gone"
+        return "the process is alive but its Python threads do not run (the GIL is held by a C call)"
+
+    def check_collectives(self, records: dict, now: float) -> Incident | None:
+        actors = {key: r for key, r in records.items() if key[0] == "actor"}
+        stalled = {key: r["collective"] for key, r in actors.items()
+                   if r.get("collective") and now - r["collective"]["started"] > self.config.collective_timeout_s}
+        if not stalled:
+            return None
+        (first_key, first), *_ = sorted(stalled.items())
+        for key, record in sorted(actors.items()):
+            theirs = record.get("collective")
+            if theirs is None:
+                last = record.get("last_collective")
+                passed = last is not None and last["seq"] >= first["seq"]
+                verb = "left" if passed else "never entered"
+                others = ", ".join(describe(k) for k in stalled)
+                return Incident(
+                    "rank_missing_from_collective",
+                    f"{describe(key)} {verb} {collective_text(first)}; it is {where(record, now)}; "
+                    f"{others} wait in #{first['seq']}", first["started"], key)
+            if (theirs["seq"], theirs["op"], theirs["shapes"]) != (first["seq"], first["op"], first["shapes"]):
+                return Incident(
+                    "collective_mismatch",
+                    f"actor ranks disagree on the next collective: {describe(first_key)} is in "
+                    f"{collective_text(first)}, {describe(key)} in {collective_text(theirs)}",
+                    max(first["started"], theirs["started"]), key if key != first_key else first_key)
+        return None
+
+    def deadline(self, record: dict, phase: str) -> float:
+        seen = record.get("phase_max_s", {}).get(phase)
+        if not seen:
+            return self.config.startup_allowance_s
+        return min(max(self.config.deadline_factor * seen, self.config.min_deadline_s), self.config.max_deadline_s)
+
+    def check_deadlines(self, records: dict, now: float) -> Incident | None:
+        for key, record in records.items():
+            phase = record.get("phase")
+            if not phase:
+                continue
+            age, limit = now - record["phase_started"], self.deadline(record, phase)
+            if age > limit:
+                longest = record.get("phase_max_s", {}).get(phase)
+                before = f"longest before {longest:.3f} s" if longest else "never finished before"
+                return Incident("phase_timeout", f"{describe(key)} has been in {phase} for {age:.1f} s "
+                                f"(deadline {limit:.1f} s; {before})", record["phase_started"], key)
+        return None
