@@ -1,22 +1,24 @@
 """The `fleetrl` command: train | eval | report | doctor.
 
 Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
-missing file: one message, no traceback); 3 a preflight (doctor) check failed; 130 interrupted by
-Ctrl-C (checkpoint saved).
+missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4 an incident (a
+stall, death or desync: hang_report.txt in the run directory); 130 / 143 stopped by SIGINT /
+SIGTERM (checkpoint saved; a second signal stops at once).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
 from fleetrl.doctor import add_doctor_arguments, command_doctor, preflight
 from fleetrl.errors import UserError
+from fleetrl.watch import signals
 
 EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,9 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"fleetrl: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("fleetrl: interrupted; the last checkpoint is saved", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (watch/signals.py)
+        code = signals.exit_code(interrupt)
+        print(f"fleetrl: stopped by {signal.Signals(code - 128).name}; the last checkpoint is saved",
+              file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from fleetrl.metrics_log import MetricsLog
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import create_run_dir, setup_logging, write_config
 from fleetrl.trajectory import Trajectory
+from fleetrl.watch.signals import install_stop_handlers
 
 log = logging.getLogger("fleetrl")
 SUMMARY_FILE = "summary.json"
@@ -71,6 +72,7 @@ class Trainer:
         startup_s = time.time() - psutil.Process().create_time()
         log.info("run directory %s; %s, %d envs, batch %d, %s backend", self.run_dir, config.env.id,
                  config.env.num_envs, config.batch_size, self.runtime.layout.backend)
+        install_stop_handlers()
         metrics_log = MetricsLog(self.run_dir, config.runner.tensorboard)
         progress = ConsoleProgress(total, self.global_step, config.runner.log_interval, self.live_progress)
         self.collector.start(self.iteration)
@@ -103,6 +105,8 @@ class Trainer:
         steps_before = self.global_step
         self.sync_weights()
         synced = time.perf_counter()
+        if self.config.algorithm.adv_type == "grpo":  # each iteration's episodes start from group-seeded resets
+            self.collector.start(self.iteration)
         trajectory = self.collector.collect()
         collected = time.perf_counter()
         # The schedule position is taken before this iteration's steps, so the last iteration
@@ -111,6 +115,9 @@ class Trainer:
         updated = time.perf_counter()
         self.iteration += 1
         self.train_s += updated - started
+        interval = self.config.runner.param_check_interval
+        if interval and self.iteration % interval == 0:  # raises ReplicaDivergenceError naming tensors and ranks
+            self.runtime.actor.get(self.runtime.actor.call_all("verify_replicas"))
         returns, lengths = self.gather_env_reports()
         record = {
             "iteration": self.iteration,

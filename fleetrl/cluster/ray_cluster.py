@@ -41,7 +41,7 @@ class WorkerHost:
         recorder = start_watching(assignment.component, assignment.rank, assignment.node, watch)
         faults = FaultPlan(watch.fault, assignment.component, assignment.rank)
         with recorder.in_phase(f"{assignment.component}.start"):
-            self.run = CallRunner(factory(*args), assignment.component, recorder, faults)
+            self.run = CallRunner(factory(*args), assignment.component, assignment.rank, recorder, faults)
 
     def call(self, method: str, *args):
         return self.run(method, *args)

@@ -145,7 +145,8 @@ class Runtime:
         config, world = self.config, self.layout.placement.world_size("env")
         per_rank = config.env.num_envs // world
         return (config.env, config.algorithm.gamma, config.runner.seed + rank * per_rank, per_rank,
-                True, config.rollout.pipeline_stage_num)
+                True, config.rollout.pipeline_stage_num,
+                config.algorithm.group_size if config.algorithm.adv_type == "grpo" else 1)
 
     def lane_sizes(self) -> list[list[int]]:
         placement, stages = self.layout.placement, self.config.rollout.pipeline_stage_num
@@ -181,7 +182,7 @@ class Runtime:
         self.start_watchdog([{"component": "inline", "rank": 0, "node": 0}])
 
         def group(component: str, worker) -> InlineGroup:
-            runner = CallRunner(worker, component, recorder, FaultPlan(config.debug.fault, component, 0))
+            runner = CallRunner(worker, component, 0, recorder, FaultPlan(config.debug.fault, component, 0))
             return InlineGroup(placement.ranks(component), [worker], [runner])
 
         env = EnvWorker(*self.env_worker_args(0))

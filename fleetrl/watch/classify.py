@@ -2,45 +2,49 @@
 
 from __future__ import annotations
 
-import re
 import time
 import traceback
 
-from fleetrl.dist.process_group import JoinError
+from fleetrl.watch.host import WorkerError
 from fleetrl.watch.watchdog import Incident, describe
 
 
 def incident_from_error(error: BaseException, records: dict, actor_ranks: dict) -> Incident:
     """`records`: (component, rank) → heartbeat record; `actor_ranks`: Ray actor id (hex) →
-    (component, rank). Ray wraps a worker's exception in RayTaskError (with the worker's pid and
-    the original as `.cause`) and a dead worker in RayActorError (with its actor id)."""
+    (component, rank). A worker's exception arrives as a `WorkerError` naming its raiser (on Ray
+    inside a RayTaskError, possibly after travelling as another call's argument); a dead Ray
+    worker as a RayActorError carrying its actor id."""
     now = time.time()
     try:
-        from ray.exceptions import RayActorError, RayTaskError
+        from ray.exceptions import RayActorError
     except ImportError:  # the inline backend without Ray installed
-        RayActorError = RayTaskError = ()
+        RayActorError = ()
     if isinstance(error, RayActorError):
         key = actor_ranks.get(getattr(error, "actor_id", None))
         who = describe(key) if key else "a worker"
         return Incident("worker_died", f"{who} died (Ray lost its process): {str(error).splitlines()[0]}",
                         now, key, str(error))
-    if isinstance(error, RayTaskError):
-        match = re.search(r"pid=(\d+)", str(error))  # the raising worker's pid, in Ray's header
-        pid = int(match.group(1)) if match else None
-        key = next((k for k, r in records.items() if r.get("pid") == pid), None)
-        cause = getattr(error, "cause", None) or error
-        return classified(cause, key, records, now, str(error))
-    key = next((k for k, r in records.items() if r.get("phase")), None)  # inline: the one busy
-    return classified(error, key, records, now, "".join(traceback.format_exception(error)))
+    raised = worker_error(error)
+    if raised is None:  # raised in the controller itself
+        return Incident("worker_exception", f"the controller raised {type(error).__name__}: {error}", now,
+                        None, "".join(traceback.format_exception(error)))
+    key = (raised.component, raised.rank)
+    message = raised.message.strip().splitlines()[0] if raised.message.strip() else ""
+    said = f"{describe(key)} raised {raised.error_type} in {raised.phase}: {message}"
+    if raised.error_type == "JoinError":
+        return Incident("peer_unreachable", f"{describe(key)} could not reach its peers: {message}",
+                        now, key, raised.trace)
+    if "No space left on device" in raised.message:
+        return Incident("disk_full", said, now, key, raised.trace)
+    return Incident("worker_exception", said, now, key, raised.trace)
 
 
-def classified(cause: BaseException, key, records: dict, now: float, detail: str) -> Incident:
-    who = describe(key) if key else "a worker"
-    phase = records.get(key, {}).get("phase") if key else None
-    if isinstance(cause, JoinError):
-        return Incident("peer_unreachable", f"{who} could not reach its peers: {cause}", now, key, detail)
-    if isinstance(cause, OSError) and cause.errno == 28:  # ENOSPC
-        return Incident("disk_full", f"{who} ran out of disk space{f' in {phase}' if phase else ''}: {cause}",
-                        now, key, detail)
-    return Incident("worker_exception", f"{who} raised {type(cause).__name__}"
-                    f"{f' in {phase}' if phase else ''}: {cause}", now, key, detail)
+def worker_error(error: BaseException) -> WorkerError | None:
+    """The WorkerError inside `error` (Ray's wrapper keeps it as `.cause`), if any."""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, WorkerError):
+            return error
+        error = getattr(error, "cause", None) or error.__cause__
+        seen += 1
+    return None

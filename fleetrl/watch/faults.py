@@ -9,7 +9,7 @@ fires on the 3rd call of `train` on actor rank 1. Kinds:
   exception         raise an error inside the worker
   hang              block forever in a sleep (a simulator that never returns; the GIL is free)
   gil_hang          spin forever in C code holding the GIL (heartbeats stop too)
-  extra_collective  (actor) an all_reduce of an odd shape that no other rank makes
+  extra_collective  (actor) after the call, an all_reduce that no other rank makes
   extra_step        (actor) train twice: one rank doing more optimisation steps than the others
 """
 
@@ -73,7 +73,10 @@ def inject_before(kind: str, where: str) -> None:
             time.sleep(3600)
     elif kind == "gil_hang":
         sum(range(10**15))  # one C call that never yields the GIL
-    elif kind == "extra_collective":
-        from fleetrl.dist import reduce
 
-        reduce.all_reduce_sum(torch.zeros(7))
+
+def inject_extra_collective() -> None:
+    """After the method: one all_reduce more than the other ranks make."""
+    from fleetrl.dist import reduce
+
+    reduce.all_reduce_sum(torch.zeros(7))

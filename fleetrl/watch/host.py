@@ -3,11 +3,12 @@ where `debug.fault` says. Used by the Ray worker host and by the inline groups a
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 from fleetrl.watch import recorder as flight_recorder
-from fleetrl.watch.faults import FaultPlan, inject_before
+from fleetrl.watch.faults import FaultPlan, inject_before, inject_extra_collective
 from fleetrl.watch.recorder import Recorder
 from fleetrl.watch.stacks import register_stack_dump, stack_file
 from fleetrl.watch.store import connect_publisher
@@ -34,15 +35,42 @@ def start_watching(component: str, rank: int, node: int, spec: WatchSpec) -> Rec
     return recorder
 
 
+class WorkerError(RuntimeError):
+    """An exception inside a worker, labelled with who raised it and where, and its traceback as
+    text — it survives pickling through Ray and being passed along as another call's argument."""
+
+    def __init__(self, component: str, rank: int, phase: str, error_type: str, message: str, trace: str):
+        super().__init__(component, rank, phase, error_type, message, trace)
+        self.component, self.rank, self.phase = component, rank, phase
+        self.error_type, self.message, self.trace = error_type, message, trace
+
+    def __str__(self) -> str:
+        return f"{self.component} rank {self.rank} raised {self.error_type} in {self.phase}: {self.message}"
+
+
 class CallRunner:
-    def __init__(self, worker, component: str, recorder: Recorder, faults: FaultPlan):
-        self.worker, self.component, self.recorder, self.faults = worker, component, recorder, faults
+    def __init__(self, worker, component: str, rank: int, recorder: Recorder, faults: FaultPlan):
+        self.worker, self.component, self.rank = worker, component, rank
+        self.recorder, self.faults = recorder, faults
 
     def __call__(self, method: str, *args):
         phase = f"{self.component}.{method}"
+        try:
+            return self.run(phase, method, *args)
+        except (WorkerError, KeyboardInterrupt):
+            raise
+        except Exception as error:
+            raise WorkerError(self.component, self.rank, phase, type(error).__name__, str(error),
+                              traceback.format_exc()) from None
+
+    def run(self, phase: str, method: str, *args):
         with self.recorder.in_phase(phase):
-            if self.faults.fires(method):
-                inject_before(self.faults.kind, phase)
-                if self.faults.kind == "extra_step":
-                    getattr(self.worker, method)(*args)
-            return getattr(self.worker, method)(*args)
+            if not self.faults.fires(method):
+                return getattr(self.worker, method)(*args)
+            inject_before(self.faults.kind, phase)
+            if self.faults.kind == "extra_step":
+                getattr(self.worker, method)(*args)
+            result = getattr(self.worker, method)(*args)
+            if self.faults.kind == "extra_collective":
+                inject_extra_collective()
+            return result

@@ -137,12 +137,18 @@ class Watchdog(threading.Thread):
             theirs = record.get("collective")
             if theirs is None:
                 last = record.get("last_collective")
-                passed = last is not None and last["seq"] >= first["seq"]
-                verb = "left" if passed else "never entered"
+                last_seq = last["seq"] if last else 0
                 others = ", ".join(describe(k) for k in stalled)
+                if not record.get("phase"):  # it finished its call: the waiting rank did extra
+                    return Incident(
+                        "collective_mismatch",
+                        f"{describe(first_key)} waits in {collective_text(first)}, which no other rank "
+                        f"will enter: {describe(key)} finished its call after collective #{last_seq}. "
+                        f"{describe(first_key)} made more collectives (or optimisation steps) than the others",
+                        first["started"], first_key)
                 return Incident(
                     "rank_missing_from_collective",
-                    f"{describe(key)} {verb} {collective_text(first)}; it is {where(record, now)}; "
+                    f"{describe(key)} never entered {collective_text(first)}; it is {where(record, now)}; "
                     f"{others} wait in #{first['seq']}", first["started"], key)
             if (theirs["seq"], theirs["op"], theirs["shapes"]) != (first["seq"], first["op"], first["shapes"]):
                 return Incident(
