@@ -1,4 +1,4 @@
-"""The `fleetrl` command: train | eval | report | doctor.
+"""The `fleetrl` command: train | eval | report | doctor | diagnose.
 
 Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
 missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4 an incident (a
@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="write PNG plots into the run directory")
     report.add_argument("run_dir")
+
+    diagnose = commands.add_parser("diagnose", help="print the incident report of a run")
+    diagnose.add_argument("run_dir")
     add_doctor_arguments(commands.add_parser("doctor", help="preflight checks: disk, network, Gloo/NCCL, placement, env"))
     return parser
 
@@ -89,7 +92,19 @@ def command_report(args) -> int:
     return 0
 
 
-COMMANDS = {"train": command_train, "eval": command_eval, "report": command_report, "doctor": command_doctor}
+def command_diagnose(args) -> int:
+    from fleetrl.watch.report import REPORT_TEXT
+
+    path = Path(args.run_dir) / REPORT_TEXT
+    if not path.is_file():
+        raise UserError(f"{args.run_dir} has no {REPORT_TEXT}: the run had no incident "
+                        "(or is not a fleetrl run directory)")
+    print(path.read_text())
+    return 0
+
+
+COMMANDS = {"train": command_train, "eval": command_eval, "report": command_report, "doctor": command_doctor,
+            "diagnose": command_diagnose}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fleetrl.errors import UserError
 from fleetrl.metrics_log import METRICS_FILE, read_metrics
+from fleetrl.watch.report import REPORT_JSON
 
 
 def write_report(run_dir: Path) -> list[Path]:
@@ -45,7 +47,46 @@ def write_report(run_dir: Path) -> list[Path]:
     figure.tight_layout()
     figure.savefig(paths[1], dpi=100)
     plt.close(figure)
+    if (run_dir / REPORT_JSON).is_file():
+        paths.append(draw_incident_timeline(run_dir, plt))
     return paths
+
+
+def draw_incident_timeline(run_dir: Path, plt) -> Path:
+    """Which phase each worker was in during the last seconds before an incident."""
+    report = json.loads((run_dir / REPORT_JSON).read_text())
+    snapshots = report.get("timeline") or []
+    workers = sorted({w for snap in snapshots for w in snap["phases"]})
+    end = report["reported_at"]
+    figure, axis = plt.subplots(figsize=(9, 1 + 0.5 * max(len(workers), 1)))
+    colours: dict[str, str] = {}
+    palette = plt.get_cmap("tab10")
+    for row, worker in enumerate(workers):
+        for (start, phase), (stop, _) in zip(_runs(snapshots, worker), _runs(snapshots, worker)[1:] + [(end, None)]):
+            if phase:
+                colour = colours.setdefault(phase, palette(len(colours) % 10))
+                axis.broken_barh([(start - end, stop - start)], (row - 0.4, 0.8), color=colour)
+    axis.axvline(report["incident_started"] - end, color="red", linestyle="--", label="incident began")
+    for phase, colour in colours.items():
+        axis.plot([], [], color=colour, linewidth=8, label=phase)
+    axis.set(yticks=range(len(workers)), yticklabels=workers, xlabel="seconds before the report",
+             title=f"{report['cause']}: phases before the incident")
+    axis.legend(loc="upper left", fontsize="small", ncol=3)
+    figure.tight_layout()
+    path = run_dir / "incident_timeline.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _runs(snapshots: list[dict], worker: str) -> list[tuple[float, str | None]]:
+    """(start time, phase) each time the worker's phase changed."""
+    runs: list[tuple[float, str | None]] = []
+    for snap in snapshots:
+        phase = snap["phases"].get(worker)
+        if not runs or runs[-1][1] != phase:
+            runs.append((snap["time"], phase))
+    return runs
 
 
 def _bar_width(steps: list[int]) -> float:

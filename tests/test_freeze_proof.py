@@ -51,15 +51,23 @@ def assert_incident(code: int, report: dict, cause: str, culprit: list, within_s
     assert worker["culprit"] and worker["pid"]
 
 
-def test_rank_killed_mid_all_reduce_is_named_dead_within_3s(tmp_path):
-    code, report, _ = run_fault(tmp_path, *RAY_TWO_ACTORS, fault("kill", "actor", 1, 3))
-    assert_incident(code, report, "worker_died", ["actor", 1], 3)
+# (fault kind, component, rank, call) → (cause, bound in s, words the summary must hold)
+CATALOGUE = {
+    "rank killed mid all-reduce": (("kill", "actor", 1, 3), ("worker_died", 3, "died")),
+    "rank frozen with SIGSTOP": (("stop", "actor", 1, 3), ("process_frozen", 10, "stopped (SIGSTOP")),
+    "env.step never returns on one env worker": (("hang", "env", 1, 40), ("phase_timeout", 10, "env.step")),
+    "rank-dependent extra collective": (("extra_collective", "actor", 1, 2), ("collective_mismatch", 10, "#")),
+    "one rank does more optimisation steps": (("extra_step", "actor", 1, 2),
+                                              ("collective_mismatch", 10, "more collectives")),
+}
 
 
-def test_rank_frozen_with_sigstop(tmp_path):
-    code, report, _ = run_fault(tmp_path, *RAY_TWO_ACTORS, fault("stop", "actor", 1, 3))
-    assert_incident(code, report, "process_frozen", ["actor", 1], 10)
-    assert "stopped (SIGSTOP" in report["summary"]
+@pytest.mark.parametrize("case", CATALOGUE)
+def test_fault_on_ray_is_named(tmp_path, case):
+    (kind, component, rank, call), (cause, bound, words) = CATALOGUE[case]
+    code, report, _ = run_fault(tmp_path, *RAY_TWO_ACTORS, fault(kind, component, rank, call))
+    assert_incident(code, report, cause, [component, rank], bound)
+    assert words in report["summary"]
 
 
 def test_cpu_op_holding_the_gil_in_one_rank(tmp_path):
@@ -70,26 +78,25 @@ def test_cpu_op_holding_the_gil_in_one_rank(tmp_path):
     assert "inject_before" in culprit["stack"]  # faulthandler answered despite the held GIL
 
 
-def test_env_step_that_never_returns_on_one_env_worker(tmp_path):
-    code, report, _ = run_fault(tmp_path, *RAY_TWO_ACTORS, fault("hang", "env", 1, 40))
-    assert_incident(code, report, "phase_timeout", ["env", 1], 10)
-    assert "env.step" in report["summary"]
-
-
 def test_env_step_that_never_returns_inline(tmp_path):
     code, report, _ = run_fault(tmp_path, fault("hang", "env", 0, 40))
     assert_incident(code, report, "phase_timeout", ["inline", 0], 10)
     assert "env.step" in report["summary"] and "faults.py" in report["summary"]
+    (run_dir,) = tmp_path.iterdir()
+    diagnosis = subprocess.run([*FLEETRL, "diagnose", str(run_dir)], capture_output=True, text=True,
+                               env=subprocess_env(), timeout=60)
+    assert diagnosis.returncode == 0 and report["summary"] in diagnosis.stdout
+    drawn = subprocess.run([*FLEETRL, "report", str(run_dir)], capture_output=True, text=True,
+                           env=subprocess_env(), timeout=120)
+    assert drawn.returncode == 0 and (run_dir / "incident_timeline.png").stat().st_size > 0
 
 
-def test_rank_dependent_extra_collective(tmp_path):
-    code, report, _ = run_fault(tmp_path, *RAY_TWO_ACTORS, fault("extra_collective", "actor", 1, 2))
-    assert_incident(code, report, "collective_mismatch", ["actor", 1], 10)
-
-
-def test_one_rank_doing_more_optimisation_steps(tmp_path):
-    code, report, _ = run_fault(tmp_path, *RAY_TWO_ACTORS, fault("extra_step", "actor", 1, 2))
-    assert_incident(code, report, "collective_mismatch", ["actor", 1], 10)
+def test_env_step_that_never_returns_on_a_disaggregated_env_node(tmp_path):
+    code, report, _ = run_fault(tmp_path, "cluster.backend=ray", "cluster.simulate_nodes=2", "cluster.num_nodes=2",
+                                "cluster.devices_per_node=1", "cluster.component_placement={actor: 0, env: 1}",
+                                fault("hang", "env", 0, 40))
+    assert_incident(code, report, "phase_timeout", ["env", 0], 10)
+    assert next(w for w in report["workers"] if w["culprit"])["node"] == 1
 
 
 def test_exception_in_one_worker_shows_its_traceback(tmp_path):

@@ -44,7 +44,8 @@ def build_report(incident: Incident, workers: list[dict], stacks: dict, now: flo
         summary += f"; its main thread is at {frame}" if frame else ""
     return {"cause": incident.cause, "summary": summary, "culprit": list(incident.culprit or []),
             "incident_started": incident.started, "reported_at": now,
-            "detected_after_s": now - incident.started, "detail": incident.detail, "workers": entries}
+            "detected_after_s": now - incident.started, "detail": incident.detail, "workers": entries,
+            "timeline": [{"time": t, "phases": phases} for t, phases in incident.timeline]}
 
 
 def render_text(report: dict) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import psutil
@@ -35,6 +36,7 @@ class Incident:
     culprit: tuple[str, int] | None = None  # (component, rank)
     detail: str = ""  # e.g. the worker's traceback
     records: dict = field(default_factory=dict)  # (component, rank) → last heartbeat record
+    timeline: list = field(default_factory=list)  # (time, {"component/rank": phase}) before it
 
 
 def describe(key: tuple[str, int]) -> str:
@@ -64,13 +66,18 @@ class Watchdog(threading.Thread):
         self.fired = threading.Event()
         self.stopping = threading.Event()
         self.records: dict = {}
+        # (time, {"component/rank": phase or None}) for the last minute: the report's timeline
+        self.timeline: deque = deque(maxlen=int(60 / config.poll_interval_s))
 
     def run(self) -> None:
         while not self.stopping.wait(self.config.poll_interval_s):
             self.records = self.read_records(self.workers)
-            incident = self.inspect(self.records, time.time())
+            now = time.time()
+            self.timeline.append((now, {f"{k[0]}/{k[1]}": r.get("phase") for k, r in self.records.items()}))
+            incident = self.inspect(self.records, now)
             if incident is not None:
                 incident.records = self.records
+                incident.timeline = list(self.timeline)
                 self.incident = incident
                 self.fired.set()  # waits in the main thread give up
                 self.on_incident(incident)
