@@ -55,22 +55,24 @@ class CallRunner:
 
     def __call__(self, method: str, *args):
         phase = f"{self.component}.{method}"
+        outer = self.recorder.enter_phase(phase)
         try:
-            return self.run(phase, method, *args)
+            if self.faults.armed and self.faults.fires(method):
+                return self.run_with_fault(phase, method, *args)
+            return getattr(self.worker, method)(*args)
         except (WorkerError, KeyboardInterrupt):
             raise
         except Exception as error:
             raise WorkerError(self.component, self.rank, phase, type(error).__name__, str(error),
                               traceback.format_exc()) from None
+        finally:
+            self.recorder.exit_phase(outer)
 
-    def run(self, phase: str, method: str, *args):
-        with self.recorder.in_phase(phase):
-            if not self.faults.fires(method):
-                return getattr(self.worker, method)(*args)
-            inject_before(self.faults.kind, phase)
-            if self.faults.kind == "extra_step":
-                getattr(self.worker, method)(*args)
-            result = getattr(self.worker, method)(*args)
-            if self.faults.kind == "extra_collective":
-                inject_extra_collective()
-            return result
+    def run_with_fault(self, phase: str, method: str, *args):
+        inject_before(self.faults.kind, phase)
+        if self.faults.kind == "extra_step":
+            getattr(self.worker, method)(*args)
+        result = getattr(self.worker, method)(*args)
+        if self.faults.kind == "extra_collective":
+            inject_extra_collective()
+        return result

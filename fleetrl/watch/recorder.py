@@ -41,17 +41,27 @@ class Recorder:
         self.publisher: threading.Thread | None = None
         self.stopped = threading.Event()
 
-    @contextlib.contextmanager
-    def in_phase(self, name: str):
-        previous, previous_start = self.phase, self.phase_started
+    def enter_phase(self, name: str) -> tuple:
+        """Start phase `name`; returns what `exit_phase` needs to restore the enclosing one.
+        (Plain calls rather than a context manager: this runs twice per env step.)"""
+        outer = (self.phase, self.phase_started)
         self.phase, self.phase_started = name, time.time()
         self.phase_counts[name] = self.phase_counts.get(name, 0) + 1
+        return outer
+
+    def exit_phase(self, outer: tuple) -> None:
+        name, duration = self.phase, time.time() - self.phase_started
+        if duration > self.phase_max_s.get(name, 0.0):
+            self.phase_max_s[name] = duration
+        self.phase, self.phase_started = outer
+
+    @contextlib.contextmanager
+    def in_phase(self, name: str):
+        outer = self.enter_phase(name)
         try:
             yield
         finally:
-            duration = time.time() - self.phase_started
-            self.phase_max_s[name] = max(duration, self.phase_max_s.get(name, 0.0))
-            self.phase, self.phase_started = previous, previous_start
+            self.exit_phase(outer)
 
     @contextlib.contextmanager
     def in_collective(self, op: str, tensors, group: str = "actor"):
