@@ -17,6 +17,7 @@ from pathlib import Path
 from fleetrl.doctor import add_doctor_arguments, command_doctor, preflight
 from fleetrl.errors import UserError
 from fleetrl.watch import signals
+from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop
 
 EXIT_USER_ERROR = 2
 
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"fleetrl: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except IncidentStop:  # the report is written and printed; every worker is gone
+        return EXIT_INCIDENT
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (watch/signals.py)
         code = signals.exit_code(interrupt)
         print(f"fleetrl: stopped by {signal.Signals(code - 128).name}; the last checkpoint is saved",

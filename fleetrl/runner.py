@@ -25,6 +25,7 @@ from fleetrl.metrics_log import MetricsLog
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import create_run_dir, setup_logging, write_config
 from fleetrl.trajectory import Trajectory
+from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.signals import install_stop_handlers
 
 log = logging.getLogger("fleetrl")
@@ -88,9 +89,9 @@ class Trainer:
             log.warning("interrupted at iteration %d: saving a checkpoint", self.iteration)
             self.checkpoint()
             raise
-        except UserError:
+        except (UserError, IncidentStop):
             raise
-        except Exception as error:  # a worker failed: report, tear down, exit (never returns)
+        except Exception as error:  # a worker failed: report, tear down, raise IncidentStop
             progress.close()
             self.runtime.fail(error)
         finally:  # on any other error the last periodic checkpoint stays the newest

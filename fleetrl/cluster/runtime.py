@@ -18,7 +18,7 @@ from fleetrl.cluster.groups import InlineGroup
 from fleetrl.cluster.placement import Placement, check_divisible, resolve_placement
 from fleetrl.collect import plan_lanes
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_actor_layout
+from fleetrl.config.validate import check_actor_layout, check_spaces
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.watch.classify import incident_from_error
 from fleetrl.watch.teardown import kill_own_children
@@ -26,7 +26,7 @@ from fleetrl.watch.faults import FaultPlan
 from fleetrl.watch.host import CallRunner, WatchSpec
 from fleetrl.watch.recorder import Recorder
 from fleetrl.watch.recorder import install as install_recorder
-from fleetrl.watch.respond import respond
+from fleetrl.watch.respond import IncidentStop, respond
 from fleetrl.watch.stacks import register_stack_dump, stack_file
 from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.watchdog import Watchdog
@@ -92,6 +92,7 @@ class Runtime:
         self.ray = None
         self.watchdog: Watchdog | None = None
         self.watched: list[dict] = []
+        self.torn_down = False  # an incident already ended every worker
         try:
             if layout.backend == "inline":
                 self._start_inline()
@@ -104,11 +105,14 @@ class Runtime:
         except (UserError, KeyboardInterrupt):
             self.shutdown()
             raise
+        except IncidentStop:
+            raise
         except Exception as error:
             self.fail(error)
 
     def fail(self, error: BaseException) -> None:
-        """A worker's error reached the controller: report it as an incident, tear down, exit.
+        """A worker's error reached the controller: report it as an incident, tear down, raise
+        IncidentStop.
         If the watchdog is already reporting (a wait was interrupted), let it finish."""
         if self.watchdog is None:
             kill_own_children()
@@ -126,7 +130,20 @@ class Runtime:
         else:
             incident.detail = f"seen by the others as: {error}"
         incident.records = records
-        respond(incident, self.run_dir, self.watched, self.ray.kill_remote_workers if self.ray else lambda: None)
+        respond(incident, self.run_dir, self.watched, self.stop_ray_after_incident)
+
+    def stop_ray_after_incident(self) -> None:
+        """End the workers through Ray and disconnect this driver before its daemons are killed:
+        a driver left connected to a killed GCS waits a minute at exit, then aborts."""
+        if self.ray is None:
+            return
+        from fleetrl.cluster.ray_cluster import deadline
+
+        self.ray.kill_remote_workers()
+        with deadline(30, "stopping Ray after the incident"):
+            self.ray.shutdown()
+        self.ray = None
+        self.torn_down = True
 
     def actor_ids(self) -> dict:
         """Ray actor id (hex) → (component, rank), to name the worker in a RayActorError."""
@@ -168,7 +185,8 @@ class Runtime:
             return
         keys = [(w["component"], w["rank"]) for w in workers]
         self.watchdog = Watchdog(self.config.watchdog, self.store.read, keys,
-                                 lambda incident: respond(incident, self.run_dir, workers, kill_remote))
+                                 lambda incident: respond(incident, self.run_dir, workers, kill_remote,
+                                                          exit_process=True))
         self.watchdog.start()
 
     def _start_inline(self) -> None:
@@ -187,6 +205,11 @@ class Runtime:
 
         env = EnvWorker(*self.env_worker_args(0))
         self.observation_space, self.action_space = env.observation_space, env.action_space
+        try:
+            check_spaces(config, self.observation_space, self.action_space)
+        except ConfigError:
+            env.close()
+            raise
         workers = algorithm_workers(config.algorithm.name)
         actor = workers.actor(config, env.observation_space, env.action_space)
         self.env, self.actor = group("env", env), group("actor", actor)
@@ -202,6 +225,7 @@ class Runtime:
         world = placement.world_size("actor")
         workers = algorithm_workers(config.algorithm.name)
         self.env = self.ray.create_group(placement.ranks("env"), EnvWorker, self.env_worker_args, spec)
+        check_spaces(config, *self.spaces())  # e.g. sac on discrete actions: a config error, nothing else started
         self.actor = self.ray.create_group(placement.ranks("actor"), workers.actor,
                                            lambda rank: (config, *self.spaces(), rank, world), spec)
         self.rollout = self.ray.create_group(placement.ranks("rollout"), workers.rollout.from_config,
@@ -228,6 +252,8 @@ class Runtime:
         """Close the simulators first (they may own subprocesses), then stop Ray if started."""
         if self.watchdog is not None:
             self.watchdog.stop()
+        if self.torn_down:
+            return
         if hasattr(self, "env"):
             self.env.get(self.env.call_all("close"))
         if self.ray is not None:

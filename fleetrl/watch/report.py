@@ -15,6 +15,7 @@ from fleetrl.watch.watchdog import Incident, collective_text, describe, where
 
 REPORT_JSON = "hang_report.json"
 REPORT_TEXT = "hang_report.txt"
+STALLS = ("phase_timeout", "process_frozen", "rank_missing_from_collective", "collective_mismatch")
 
 
 def innermost_frame(stack: str) -> str | None:
@@ -39,7 +40,7 @@ def build_report(incident: Incident, workers: list[dict], stacks: dict, now: flo
             "culprit": key == incident.culprit,
         })
     summary = incident.summary
-    if incident.culprit is not None:
+    if incident.culprit is not None and incident.cause in STALLS:
         frame = innermost_frame(stacks.get(incident.culprit, ""))
         summary += f"; its main thread is at {frame}" if frame else ""
     return {"cause": incident.cause, "summary": summary, "culprit": list(incident.culprit or []),

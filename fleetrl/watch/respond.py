@@ -23,11 +23,24 @@ EXIT_INCIDENT = 4
 _responding = threading.Lock()
 
 
-def respond(incident: Incident, run_dir: Path, workers: list[dict], kill_remote=lambda: None) -> None:
-    """Write hang_report.{json,txt}, print the text, end every worker process tree, exit 4.
-    Only the first incident is reported; a second caller waits here until the process exits."""
+class IncidentStop(Exception):
+    """Raised in the main thread once an incident is reported and every worker is gone; the CLI
+    turns it into exit code 4."""
+
+    def __init__(self, report: dict):
+        super().__init__(f"{report['cause']}: {report['summary']}")
+        self.report = report
+
+
+def respond(incident: Incident, run_dir: Path, workers: list[dict], kill_remote=lambda: None,
+            exit_process: bool = False) -> None:
+    """Write hang_report.{json,txt}, print the text, end every worker process tree; then raise
+    IncidentStop, or with `exit_process` (the watchdog thread, whose main thread may be stuck
+    for good) end this process with exit code 4. Only the first incident is reported: a second
+    caller waits here until the first one is done."""
     if not _responding.acquire(blocking=False):
         time.sleep(3600)
+    report = {"cause": incident.cause, "summary": incident.summary}
     try:
         stacks = capture_stacks([{**w, "pid": incident.records.get((w["component"], w["rank"]), {}).get("pid")}
                                  for w in workers], Path(run_dir) / "stacks")
@@ -38,7 +51,9 @@ def respond(incident: Incident, run_dir: Path, workers: list[dict], kill_remote=
     finally:
         kill_remote()
         kill_own_children()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        logging.shutdown()
-        os._exit(EXIT_INCIDENT)
+        if exit_process:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            logging.shutdown()
+            os._exit(EXIT_INCIDENT)
+    raise IncidentStop(report)
