@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fleetrl.algos.registry import algorithm_workers
 from fleetrl.checkpoint import load_latest
 from fleetrl.config.loader import load_config
 from fleetrl.errors import UserError
-from fleetrl.models.policy import Policy
 from fleetrl.run_dir import CONFIG_FILE
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
@@ -42,10 +42,12 @@ def evaluate(run_dir: Path, episodes: int, deterministic: bool = True, seed: int
     num_envs = 1 if video_dir is not None else min(episodes, MAX_EVAL_ENVS)
     env = EnvWorker(env_config, config.algorithm.gamma, seed, num_envs=num_envs, training=False)
     env.load_state_dict(state["env"][0])  # env rank 0's normaliser statistics
-    policy = Policy.from_config(config.model, env.observation_space, env.action_space)
-    policy.load_state_dict(state["actor"]["policy"])
+    # the algorithm's own rollout worker plays: it knows its policy and how to load it
+    rollout = algorithm_workers(config.algorithm.name).rollout.from_config(
+        config, env.observation_space, env.action_space)
+    rollout.load_weights(state["actor"]["policy"])
     try:
-        returns = play(env, RolloutWorker(policy), episodes, deterministic, video_dir)
+        returns = play(env, rollout, episodes, deterministic, video_dir)
     finally:
         env.close()
     return {"run_dir": str(run_dir), "episodes": len(returns), "mean": float(np.mean(returns)),

@@ -14,9 +14,13 @@ file_only_log = logging.getLogger("fleetrl.iterations")  # see run_dir.setup_log
 def summary_line(record: dict) -> str:
     ret = record.get("episode_return_last100")
     ret_text = "n/a" if ret is None else f"{ret:.1f}"
-    return (f"it {record['iteration']} | steps {record['global_step']:,} | "
-            f"{record['steps_per_s']:,.0f} steps/s | return(100) {ret_text} | "
-            f"kl {record['approx_kl']:.4f} | clip {record['clip_fraction']:.3f}")
+    line = (f"it {record['iteration']} | steps {record['global_step']:,} | "
+            f"{record['steps_per_s']:,.0f} steps/s | return(100) {ret_text}")
+    if "approx_kl" in record:  # PPO family
+        line += f" | kl {record['approx_kl']:.4f} | clip {record['clip_fraction']:.3f}"
+    if record.get("q_loss") is not None:  # SAC
+        line += f" | q loss {record['q_loss']:.3f} | alpha {record['alpha']:.3f}"
+    return line
 
 
 class ConsoleProgress:

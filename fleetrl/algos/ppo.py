@@ -50,6 +50,39 @@ def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_co
     return torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef))
 
 
+def aggregate_tokens(logprobs: torch.Tensor, old_logprobs: torch.Tensor, entropy: torch.Tensor,
+                     config: AlgorithmConfig):
+    """A token policy's per-token (B, K) log-probs and entropies → what the loss uses.
+
+    logprob_type action_level: log π(a|s) = Σ_k log π(token_k|s), one ratio per sample (B,);
+                 token_level: the (B, K) per-token log-probs stay, one ratio per token (see
+                 `policy_objective`).
+    entropy_type action_level: Σ_k H(token_k) — the entropy of the whole (factorised) action;
+                 token_level: mean_k H(token_k).
+    Log-probs and entropies of other policies are (B,) and pass through unchanged.
+    """
+    if logprobs.dim() == 1:
+        return logprobs, old_logprobs, entropy
+    if config.logprob_type == "action_level":
+        logprobs, old_logprobs = logprobs.sum(-1), old_logprobs.sum(-1)
+    entropy = entropy.sum(-1) if config.entropy_type == "action_level" else entropy.mean(-1)
+    return logprobs, old_logprobs, entropy
+
+
+def policy_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_coef: float) -> torch.Tensor:
+    """Per-sample clipped policy loss (B,). With per-token log-ratios (B, K) (token_level) each
+    token's ratio is clipped on its own against the sample's advantage, and the sample's loss is
+    the mean over its K tokens."""
+    if log_ratio.dim() > 1:
+        return clipped_surrogate(log_ratio, advantages.unsqueeze(-1), clip_coef).mean(-1)
+    return clipped_surrogate(log_ratio, advantages, clip_coef)
+
+
+def per_sample(value: torch.Tensor) -> torch.Tensor:
+    """(B,) as is; per-token (B, K) statistics averaged over the tokens."""
+    return value.mean(-1) if value.dim() > 1 else value
+
+
 def value_error(values: torch.Tensor, batch: PPOBatch, config: AlgorithmConfig, clip_coef: float) -> torch.Tensor:
     """Per-sample squared value error, clipped around the old values with `clip_vloss`."""
     error = (values - batch.returns).pow(2)
@@ -65,11 +98,12 @@ def ppo_loss(policy: nn.Module, batch: PPOBatch, config: AlgorithmConfig, clip_c
     Nothing here calls `.item()`: the statistics stay tensors, so a minibatch never waits.
     """
     logprobs, entropy, values = policy(batch.obs, batch.actions)
-    log_ratio = logprobs - batch.logprobs
+    logprobs, old_logprobs, entropy = aggregate_tokens(logprobs, batch.logprobs, entropy, config)
+    log_ratio = logprobs - old_logprobs
     advantages = batch.advantages
     if config.norm_adv and len(advantages) > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    policy_loss = clipped_surrogate(log_ratio, advantages, clip_coef).mean()
+    policy_loss = policy_objective(log_ratio, advantages, clip_coef).mean()
     value_loss = 0.5 * value_error(values, batch, config, clip_coef).mean()
     entropy_mean = entropy.mean()
     loss = policy_loss + config.vf_coef * value_loss
@@ -80,7 +114,8 @@ def ppo_loss(policy: nn.Module, batch: PPOBatch, config: AlgorithmConfig, clip_c
 
 
 def kl_and_clip_fraction(log_ratio: torch.Tensor, clip_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Approximate KL(old‖new) by the k3 estimator (unbiased, always ≥ 0) and the clipped share."""
+    """Approximate KL(old‖new) by the k3 estimator (unbiased, always ≥ 0) and the clipped share
+    (per token, averaged, for token_level log-ratios)."""
     ratio = log_ratio.exp()
     return ((ratio - 1) - log_ratio).mean(), ((ratio - 1).abs() > clip_coef).float().mean()
 
@@ -134,13 +169,15 @@ def minibatch_advantage_stats(advantages: torch.Tensor, plan: list[list[torch.Te
     return mean.float(), variance.sqrt().float()
 
 
-def check_every_parameter_has_a_gradient(policy: nn.Module) -> None:
+def check_every_parameter_has_a_gradient(policy: nn.Module, ignored=frozenset(), loss: str = "PPO") -> None:
     """A trainable parameter the loss never reached would leave DDP waiting for its gradient
     (or FSDP reducing garbage); name it instead. The graph is the same on every rank, so every
-    rank raises together."""
-    missing = [name for name, p in policy.named_parameters() if p.requires_grad and p.grad is None]
+    rank raises together. `ignored`: names this phase's wrapping leaves out on purpose (PPG's
+    auxiliary head in the policy phase)."""
+    missing = [name for name, p in policy.named_parameters()
+               if p.requires_grad and p.grad is None and name not in ignored]
     if missing:
-        raise RuntimeError(f"the PPO loss produced no gradient for the trainable parameter(s) {missing}: "
+        raise RuntimeError(f"the {loss} loss produced no gradient for the trainable parameter(s) {missing}: "
                            "every trainable parameter must take part in Policy.forward(obs, actions), "
                            "or be frozen (requires_grad=False)")
 
@@ -189,8 +226,9 @@ def ppo_update_sharded(loss_path, optimizer: torch.optim.Optimizer, batch: PPOBa
                     if normalise:
                         advantages = (advantages - means[k]) / (stds[k] + 1e-8)
                     logprobs, entropy, values = loss_path.module(part.obs, part.actions)
-                    log_ratio = logprobs - part.logprobs
-                    policy_sum = clipped_surrogate(log_ratio, advantages, clip_coef).sum()
+                    logprobs, old_logprobs, entropy = aggregate_tokens(logprobs, part.logprobs, entropy, config)
+                    log_ratio = logprobs - old_logprobs
+                    policy_sum = policy_objective(log_ratio, advantages, clip_coef).sum()
                     value_sum = 0.5 * value_error(values, part, config, clip_coef).sum()
                     entropy_sum = entropy.sum()
                     loss = policy_sum + config.vf_coef * value_sum
@@ -200,10 +238,10 @@ def ppo_update_sharded(loss_path, optimizer: torch.optim.Optimizer, batch: PPOBa
                 totals += torch.stack([policy_sum.detach(), value_sum.detach(), entropy_sum.detach()])
                 log_ratio = log_ratio.detach()
                 ratio = log_ratio.exp()
-                epoch_stats += torch.stack([((ratio - 1) - log_ratio).sum().double(),
-                                            ((ratio - 1).abs() > clip_coef).sum().double()])
+                epoch_stats += torch.stack([per_sample((ratio - 1) - log_ratio).sum().double(),
+                                            per_sample(((ratio - 1).abs() > clip_coef).float()).sum().double()])
             if grad_steps == 0:
-                check_every_parameter_has_a_gradient(loss_path.policy)
+                check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored)
             if config.max_grad_norm > 0:
                 loss_path.clip_grad_norm_(config.max_grad_norm)
             optimizer.step()

@@ -27,7 +27,17 @@ def algorithm_workers(name: str) -> AlgorithmWorkers:
         from fleetrl.workers.rollout_worker import RolloutWorker
 
         return AlgorithmWorkers(ActorWorker, RolloutWorker)
+    if name == "ppg":
+        from fleetrl.workers.ppg_actor_worker import PPGActorWorker
+        from fleetrl.workers.rollout_worker import RolloutWorker
+
+        return AlgorithmWorkers(PPGActorWorker, RolloutWorker)
+    if name == "sac":
+        from fleetrl.workers.sac_actor_worker import SACActorWorker
+        from fleetrl.workers.sac_rollout_worker import SACRolloutWorker
+
+        return AlgorithmWorkers(SACActorWorker, SACRolloutWorker)
     raise ConfigError("algorithm.name", name, f"one of {list(ALGORITHMS)}")
 
 
-ALGORITHMS = ("ppo",)
+ALGORITHMS = ("ppo", "ppg", "sac")

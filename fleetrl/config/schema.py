@@ -26,7 +26,7 @@ class EnvConfig:
 
 @dataclass
 class AlgorithmConfig:
-    name: str = "ppo"  # ppo
+    name: str = "ppo"  # ppo | ppg | sac
     num_steps: int = 128  # steps per env per iteration (rollout length)
     gamma: float = 0.99
     gae_lambda: float = 0.95
@@ -51,6 +51,21 @@ class AlgorithmConfig:
     aux_epochs: int = 6  # ppg: epochs over the phase's stored data in the auxiliary phase
     aux_minibatch_size: Optional[int] = None  # ppg: samples per auxiliary optimizer step over all actor ranks (None: the policy phase's minibatch)
     beta_clone: float = 1.0  # ppg: weight of the behavioural-cloning KL(pi_old || pi) in the auxiliary loss
+    # SAC (algorithm.name: sac, Haarnoja et al. 2018): off-policy, Box actions. It also reads num_steps
+    # (env steps per env per iteration), gamma, minibatch_size (the sample of every gradient step, over
+    # all actor ranks), lr (default of q_lr / policy_lr), anneal_lr and max_grad_norm (0: no clipping).
+    buffer_size: int = 1_000_000  # sac: replay capacity in transitions over all actor ranks; each env keeps its newest buffer_size // env.num_envs
+    learning_starts: int = 100  # sac: the first this many global env steps take uniform random actions, and training waits until the replay holds this many
+    update_to_data: float = 1.0  # sac: gradient steps per new env step, global: an iteration runs update_to_data * num_steps * env.num_envs of them (fractions carry over), all ranks together
+    tau: float = 0.005  # sac: Polyak factor of the target critics, target += tau * (critic - target)
+    q_lr: Optional[float] = None  # sac: learning rate of the twin critics and of the entropy coefficient (None: algorithm.lr)
+    policy_lr: Optional[float] = None  # sac: learning rate of the actor (None: algorithm.lr)
+    alpha: float = 1.0  # sac: entropy coefficient: its initial value with autotune, else fixed
+    autotune: bool = True  # sac: tune alpha so that the policy's entropy tracks target_entropy
+    target_entropy: Optional[float] = None  # sac: autotune's target entropy (None: minus the action dimension)
+    policy_frequency: int = 1  # sac: one actor (and alpha) update every this many critic updates
+    target_network_frequency: int = 1  # sac: one Polyak update of the target critics every this many critic updates
+    matmul_dtype: Optional[str] = None  # sac: bfloat16 runs the hidden-to-hidden layers' matmuls (forward and backward) in bfloat16, ~4x faster on CPUs with AVX512-BF16/AMX; weights, Adam, losses and the input/output layers stay float32 (None: float32 throughout)
 
 
 @dataclass
@@ -117,6 +132,7 @@ class RunnerConfig:
     tensorboard: bool = True
     weight_sync_interval: int = 1  # iterations between actor → rollout weight syncs (separate processes)
     param_check_interval: int = 10  # iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a divergence stops the run (0: never)
+    checkpoint_replay_buffer: bool = False  # sac: checkpoints also hold every actor rank's replay buffer shard (bigger files; a resume trains on the same data instead of refilling)
 
 
 @dataclass

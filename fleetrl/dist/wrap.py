@@ -48,6 +48,7 @@ class LossPath:
     policy: nn.Module  # the Policy itself (sharded in place under FSDP)
     strategy: str  # local | ddp | fsdp
     no_sync: Callable[[], ContextManager]  # gradient sync off inside (accumulation micro-batches)
+    ignored: frozenset = frozenset()  # Policy parameter names this path leaves out on purpose (PPG's aux head in the policy phase)
 
     def parameters(self) -> list[nn.Parameter]:
         return [p for p in self.policy.parameters() if p.requires_grad]

@@ -7,9 +7,11 @@ That is what bootstrapping truncated episodes needs, and it wastes no step on re
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from fleetrl.config.schema import EnvConfig
@@ -19,6 +21,9 @@ from fleetrl.errors import ConfigError, nearest
 
 def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
     """A zero-argument function that builds one simulator (checked now, built later)."""
+    if config.action_chunk > 1:
+        inner = env_factory(replace(config, action_chunk=1))
+        return lambda: ActionChunk(inner(), config.action_chunk)
     if ":" in config.id:
         entry = resolve_entry_point("env.id", config.id)
         check_keyword_arguments("env.kwargs", entry, config.kwargs)
@@ -42,6 +47,33 @@ def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
                                 config.kwargs, allowed=("render_mode",))
     extra = {} if config.max_episode_steps is None else {"max_episode_steps": config.max_episode_steps}
     return lambda: gym.make(config.id, disable_env_checker=True, **extra, **config.kwargs)
+
+
+class ActionChunk(gym.Wrapper):
+    """`env.action_chunk` = C: one step takes C consecutive actions of a 1-D Box env (a Box of
+    C·d values, action 0 first) and executes them in order, stopping early when the episode
+    ends; the reward is their sum, the observation the last one. The time limit
+    (`env.max_episode_steps`) still counts the simulator's own steps; fleetrl's env-step and
+    episode-length counters count chunks."""
+
+    def __init__(self, env: gym.Env, chunk: int):
+        super().__init__(env)
+        space = env.action_space
+        if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+            raise ConfigError("env.action_chunk", chunk, "1 unless the action space is a 1-D Box",
+                              f"the action space is {space}")
+        self.chunk, self.dim = chunk, space.shape[0]
+        self.action_space = gym.spaces.Box(np.tile(space.low, chunk), np.tile(space.high, chunk),
+                                           dtype=space.dtype)
+
+    def step(self, action):
+        total = 0.0
+        for single in np.asarray(action).reshape(self.chunk, self.dim):
+            obs, reward, terminated, truncated, info = self.env.step(single)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
 
 
 def make_vector_env(config: EnvConfig, num_envs: int | None = None) -> gym.vector.VectorEnv:

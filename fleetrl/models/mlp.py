@@ -68,7 +68,8 @@ class ActorCriticMLP(nn.Module):
     """obs → (action parameters (B, P), value (B,)): the interface every fleetrl model follows."""
 
     def __init__(self, observation_space: gym.Space, num_action_params: int, hidden_sizes=(64, 64),
-                 activation: str = "tanh", shared_trunk: bool = False, ortho_init: bool = True):
+                 activation: str = "tanh", shared_trunk: bool = False, ortho_init: bool = True,
+                 aux_value_head: bool = False):
         super().__init__()
         obs_dim = int(np.prod(observation_space.shape))
         groups = 1 if shared_trunk else 2
@@ -83,6 +84,13 @@ class ActorCriticMLP(nn.Module):
             for head, gain in ((self.policy_head, 0.01), (self.value_head, 1.0)):
                 nn.init.orthogonal_(head.weight, gain)
                 nn.init.zeros_(head.bias)
+        if aux_value_head:
+            # PPG: a value head on the *policy* features. Created last, so the other layers draw
+            # the same initial weights as without it; `forward` never computes it.
+            self.aux_value_head = nn.Linear(sizes[-1], 1)
+            if ortho_init:
+                nn.init.orthogonal_(self.aux_value_head.weight, 1.0)
+                nn.init.zeros_(self.aux_value_head.bias)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = obs.flatten(1)
@@ -90,3 +98,12 @@ class ActorCriticMLP(nn.Module):
             x = self.activation(layer(x))
         policy_features, value_features = x[0], x[-1]
         return self.policy_head(policy_features), self.value_head(value_features).squeeze(-1)
+
+    def forward_aux(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """PPG's auxiliary phase: (action parameters, value, auxiliary value), one trunk pass."""
+        x = obs.flatten(1)
+        for layer in self.trunk:
+            x = self.activation(layer(x))
+        policy_features, value_features = x[0], x[-1]
+        return (self.policy_head(policy_features), self.value_head(value_features).squeeze(-1),
+                self.aux_value_head(policy_features).squeeze(-1))

@@ -7,6 +7,15 @@ logits for Discrete actions, Gaussian means for Box actions — and value of sha
 the Gaussian's state-independent log std. README.md, "Your own network", has an example.
 
 `forward(obs, actions)` is the loss path (what DDP wraps); `act` is inference only.
+
+Token policies (`model.action_bins`): a 1-D Box action becomes K tokens (one per dimension), each
+a categorical over `action_bins` values (`ActionTokens`). Their log-probs and entropies are
+per token, shape (B, K) (`logprob_shape == (K,)`); the PPO loss aggregates them as
+`algorithm.logprob_type` / `entropy_type` say. Every other policy returns (B,).
+
+PPG's auxiliary phase calls `forward_aux(obs)`: (distribution inputs, value, auxiliary value),
+where the distribution inputs are what `kl(old, new)` compares — normalised log-probs for
+categorical and token policies, [mean, log std] for Gaussian ones.
 """
 
 from __future__ import annotations
@@ -17,34 +26,51 @@ from torch import nn
 
 from fleetrl.config.schema import ModelConfig
 from fleetrl.entry_points import resolve_entry_point
-from fleetrl.models.distributions import Categorical, DiagonalGaussian, num_action_params
+from fleetrl.errors import ConfigError
+from fleetrl.models.distributions import (ActionTokens, Categorical, DiagonalGaussian, categorical_kl,
+                                          gaussian_kl, num_action_params)
 from fleetrl.models.mlp import ActorCriticMLP
 
 
 def build_network(config: ModelConfig, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
     params = num_action_params(action_space)
+    if config.action_bins is not None:
+        params *= config.action_bins  # one logit per value of each action dimension
     if config.id == "mlp":
         return ActorCriticMLP(observation_space, params, config.hidden_sizes, config.activation,
-                              config.shared_trunk, config.ortho_init)
-    return resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
+                              config.shared_trunk, config.ortho_init, config.aux_value_head)
+    network = resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
+    if config.aux_value_head and not callable(getattr(network, "forward_aux", None)):
+        raise ConfigError("model.aux_value_head", True, f"false, or a model.id ({config.id}) whose network "
+                          "defines forward_aux(obs) -> (action_params, value, aux_value)")
+    return network
 
 
 class Policy(nn.Module):
-    def __init__(self, network: nn.Module, action_space: gym.Space, init_log_std: float = 0.0):
+    def __init__(self, network: nn.Module, action_space: gym.Space, init_log_std: float = 0.0,
+                 action_bins: int | None = None):
         super().__init__()
         self.network = network
-        self.continuous = isinstance(action_space, gym.spaces.Box)
+        self.tokens = ActionTokens(action_space, action_bins) if action_bins is not None else None
+        self.continuous = isinstance(action_space, gym.spaces.Box) and self.tokens is None
         if self.continuous:
             self.log_std = nn.Parameter(torch.full(action_space.shape, float(init_log_std)))
+        # shape of one sample's log-prob in trajectories: per token for token policies
+        self.logprob_shape: tuple = (self.tokens.count,) if self.tokens is not None else ()
 
     @classmethod
     def from_config(cls, config: ModelConfig, observation_space, action_space) -> "Policy":
         return cls(build_network(config, observation_space, action_space), action_space,
-                   config.init_log_std)
+                   config.init_log_std, config.action_bins)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor):
-        """Loss path: (log-prob of `actions`, entropy, value), all (B,)."""
+        """Loss path: (log-prob of `actions`, entropy, value), all (B,); for token policies the
+        log-prob and entropy are per token, (B, K)."""
         params, value = self.network(obs)
+        if self.tokens is not None:
+            log_p = self.tokens.log_probs(params)
+            return (Categorical.log_prob(log_p, self.tokens.encode(actions)), Categorical.entropy(log_p),
+                    value)
         if self.continuous:
             return (DiagonalGaussian.log_prob(params, self.log_std, actions),
                     DiagonalGaussian.entropy(params, self.log_std), value)
@@ -53,8 +79,13 @@ class Policy(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False):
-        """Inference: (actions, their log-probs, values)."""
+        """Inference: (actions, their log-probs, values). Token policies return the tokens'
+        action values and per-token log-probs (B, K)."""
         params, value = self.network(obs)
+        if self.tokens is not None:
+            log_p = self.tokens.log_probs(params)
+            tokens = Categorical.mode(log_p) if deterministic else Categorical.sample(log_p)
+            return self.tokens.decode(tokens), Categorical.log_prob(log_p, tokens), value
         if self.continuous:
             actions = params if deterministic else DiagonalGaussian.sample(params, self.log_std)
             return actions, DiagonalGaussian.log_prob(params, self.log_std, actions), value
@@ -65,3 +96,28 @@ class Policy(nn.Module):
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.network(obs)[1]
+
+    def distribution_inputs(self, params: torch.Tensor) -> torch.Tensor:
+        """The network's action parameters → the tensor that fixes the action distribution (see
+        the module docstring); `kl` compares two of them."""
+        if self.tokens is not None:
+            return self.tokens.log_probs(params)
+        if self.continuous:
+            return torch.cat([params, self.log_std.expand_as(params)], dim=-1)
+        return Categorical.normalize(params)
+
+    def forward_aux(self, obs: torch.Tensor):
+        """PPG's auxiliary loss path: (distribution inputs, value, auxiliary value)."""
+        params, value, aux_value = self.network.forward_aux(obs)
+        return self.distribution_inputs(params), value, aux_value
+
+    def kl(self, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        """Per-sample KL(old ‖ new) between two `distribution_inputs` (B,): of the whole action,
+        so summed over a token policy's tokens and a Gaussian's dimensions."""
+        if self.tokens is not None:
+            return categorical_kl(old, new).sum(-1)
+        if self.continuous:
+            old_mean, old_log_std = old.chunk(2, dim=-1)
+            new_mean, new_log_std = new.chunk(2, dim=-1)
+            return gaussian_kl(old_mean, old_log_std, new_mean, new_log_std)
+        return categorical_kl(old, new)

@@ -7,7 +7,8 @@ shard of every trajectory (env columns, `Trajectory.shard`) and together they co
 single-process update (`fleetrl.algos.ppo.ppo_update_sharded`).
 
 Collective methods — every rank must call them, in the same order, or the others wait (until
-`actor.dist_timeout_s`, then fail): `init_distributed`, `train`, `check_replicas`, and with
+`actor.dist_timeout_s`, then fail): `init_distributed`, `train`, `check_replicas`,
+`replica_divergence`, `verify_replicas`, and with
 `actor.strategy: fsdp` also `state_dict`, `load_state_dict` and `policy_weights`, which gather
 or scatter the shards (rank 0 receives the full state, other ranks an empty dict).
 """
@@ -19,11 +20,12 @@ import logging
 import gymnasium as gym
 import torch
 
-from fleetrl.algos.gae import compute_gae
+from fleetrl.algos.gae import compute_gae, grpo_advantages
 from fleetrl.algos.ppo import PPOBatch, ppo_update, ppo_update_sharded
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_actor_layout, effective_minibatch_size
 from fleetrl.dist import process_group, reduce, state
+from fleetrl.dist.param_check import ReplicaDivergenceError, divergent_replicas
 from fleetrl.dist.sharding import EnvShard
 from fleetrl.dist.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
 from fleetrl.models.policy import Policy
@@ -103,9 +105,14 @@ class ActorWorker:
                         "initialisation is not deterministic; every rank starts from rank 0's",
                         self.world_size, differing)
         reduce.broadcast_module_(self.policy)
-        self.loss_path = wrap_policy(self.policy, self.config.actor, self.device)
+        self.loss_path = self.wrap_loss_path()
         if self.sharded:  # fully_shard replaced the parameters: the optimizer must see the shards
             self.optimizer = build_optimizer(self.config, self.policy)
+
+    def wrap_loss_path(self) -> LossPath:
+        """The loss path of several ranks (DDP or FSDP2 around the policy); algorithms whose
+        phases use different parameters wrap each phase their own way (PPG)."""
+        return wrap_policy(self.policy, self.config.actor, self.device)
 
     def close(self) -> None:
         """Leave the process group if this worker created it."""
@@ -128,11 +135,9 @@ class ActorWorker:
         algo = self.config.algorithm
         if self.world_size > 1 and self.loss_path is None:
             raise RuntimeError("ActorWorker.train with several ranks needs init_distributed first")
-        advantages, returns = compute_gae(trajectory.rewards, trajectory.values, trajectory.next_values,
-                                          trajectory.terminated, trajectory.dones,
-                                          algo.gamma, algo.gae_lambda)
+        advantages, returns = self.advantages(trajectory)
         batch = PPOBatch(trajectory.obs.flatten(0, 1), trajectory.actions.flatten(0, 1),
-                         trajectory.logprobs.flatten(), trajectory.values.flatten(),
+                         trajectory.logprobs.flatten(0, 1), trajectory.values.flatten(),
                          advantages.flatten(), returns.flatten()).to(self.device)
         lr, clip = self.schedule(progress)
         for group in self.optimizer.param_groups:
@@ -151,6 +156,18 @@ class ActorWorker:
             variance_explained = self.global_explained_variance(batch.values, batch.returns)
         metrics.update(lr=lr, clip_coef=clip, explained_variance=variance_explained)
         return metrics
+
+    def advantages(self, trajectory: Trajectory) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, value targets), both (T, N). The value targets are GAE's returns;
+        the advantages GAE's, or with `algorithm.adv_type: grpo` group-relative episode returns
+        (`fleetrl.algos.gae.grpo_advantages`: groups lie within one rank's env columns)."""
+        algo = self.config.algorithm
+        advantages, returns = compute_gae(trajectory.rewards, trajectory.values, trajectory.next_values,
+                                          trajectory.terminated, trajectory.dones,
+                                          algo.gamma, algo.gae_lambda)
+        if algo.adv_type == "grpo":
+            advantages = grpo_advantages(trajectory.rewards, trajectory.dones, algo.group_size)
+        return advantages, returns
 
     def check_shard(self, shard: EnvShard) -> None:
         """A shard of another size than the config's would make this rank plan other minibatches
@@ -188,6 +205,27 @@ class ActorWorker:
         if self.world_size == 1 or self.sharded:
             return []
         return reduce.replica_mismatches(self.policy)
+
+    def replicated_modules(self) -> dict:
+        """Every module whose parameters and buffers must be identical on all ranks, by name.
+        Algorithms with more (target networks, critics) add theirs."""
+        return {"policy": self.policy}
+
+    def replica_divergence(self) -> dict[str, list[int]]:
+        """{'<module>.<tensor>': odd ranks} for every parameter or buffer of `replicated_modules`
+        whose value is not the same on all ranks; {} when they agree, with one rank, and under
+        FSDP (shards differ by design). Collective with DDP: one all-gather of a fingerprint
+        (64-bit hash of the exact bits) per tensor."""
+        if self.world_size == 1 or self.sharded:
+            return {}
+        return divergent_replicas(self.replicated_modules())
+
+    def verify_replicas(self) -> None:
+        """`replica_divergence`, raising `ReplicaDivergenceError` (naming the tensors and ranks)
+        when it finds any. Every rank gets the same answer, so all ranks raise together."""
+        differing = self.replica_divergence()
+        if differing:
+            raise ReplicaDivergenceError(differing, self.world_size)
 
     def policy_weights(self) -> dict:
         """A full CPU copy of the plain Policy's state_dict: what rollout workers load. Without

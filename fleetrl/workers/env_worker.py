@@ -40,8 +40,15 @@ class EnvWorker:
     and episode bookkeeping are shared by the stages."""
 
     def __init__(self, config: EnvConfig, gamma: float, seed: int, num_envs: int | None = None,
-                 training: bool = True, stages: int = 1):
+                 training: bool = True, stages: int = 1, reset_group_size: int = 1):
         count = config.num_envs if num_envs is None else num_envs
+        if (count // stages) % reset_group_size:
+            from fleetrl.errors import ConfigError
+
+            raise ConfigError("algorithm.group_size", reset_group_size,
+                              f"a divisor of the envs per env worker stage ({count // stages}): a GRPO "
+                              "group is reset together")
+        self.reset_group_size = reset_group_size
         self.stages = [make_vector_env(config, count // stages) for _ in range(stages)]
         self.num_envs, self.stage_size = count, count // stages
         self.seed, self.training = seed, training
@@ -62,9 +69,13 @@ class EnvWorker:
 
     def reset(self, epoch: int = 0) -> np.ndarray:
         """Reset all envs (stages concatenated in order); env i gets seed + i, shifted per epoch
-        on resume so a resumed run does not replay the episodes it started with."""
+        on resume so a resumed run does not replay the episodes it started with. With
+        `reset_group_size` g > 1 (GRPO) envs i..i+g-1 of a group share the seed seed + i // g:
+        each group starts from one state."""
         base = self.seed + epoch * self.num_envs
-        obs = [vector.reset(seed=base + stage * self.stage_size)[0]
+        group = self.reset_group_size
+        obs = [vector.reset(seed=base + stage * self.stage_size if group == 1 else
+                            [base + (stage * self.stage_size + i) // group for i in range(self.stage_size)])[0]
                for stage, vector in enumerate(self.stages)]
         self.episode_return[:] = 0
         self.episode_length[:] = 0

@@ -23,6 +23,10 @@ from fleetrl.workers.env_worker import StepResult
 
 
 class RolloutWorker:
+    # Subclasses for off-policy algorithms set this: the lanes then also record each step's true
+    # next observation (Trajectory.next_obs).
+    record_next_obs = False
+
     def __init__(self, policy: Policy):
         self.policy = policy
         self.device = next(policy.parameters()).device  # the actor's, when they share the policy
@@ -57,7 +61,9 @@ class RolloutWorker:
         self.lanes = [
             TrajectoryBuffer(steps, size, observation_space.shape,
                              action_space.shape if continuous else (),
-                             np.float32 if continuous else np.int64)
+                             np.float32 if continuous else np.int64,
+                             getattr(self.policy, "logprob_shape", ()),  # per token for token policies
+                             record_next_obs=self.record_next_obs)
             for size in lane_sizes]
         self.finished = [None] * len(lane_sizes)
 

@@ -1,0 +1,264 @@
+"""Shared plumbing for the systems benchmarks (scaling_halfcheetah, backend_overheads, pipelining,
+detection_latency, watchdog_overhead): run `fleetrl train` as a subprocess, read its run
+directory, measure the CPU that *other* processes used meanwhile, describe the machine, and check
+that no Ray daemon of ours is left behind.
+
+Not part of fleetrl; nothing here changes how fleetrl runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS = BENCH / "results"
+FLEETRL = [sys.executable, "-m", "fleetrl"]
+RAY_DAEMONS = ("raylet", "gcs_server")
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def results_dir(name: str) -> Path:
+    path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def subprocess_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.pop("PYTHONWARNINGS", None)
+    return env
+
+
+# ---------------------------------------------------------------- other load on the machine
+
+def busy_seconds() -> float:
+    """CPU-seconds the whole machine spent busy since boot (/proc/stat, all cores)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU-seconds of this process plus its waited-for descendants."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class ForeignLoad:
+    """Average number of cores busy with processes that are not ours, over a `with` block.
+    (Ray daemons that outlive the waited-for child are counted as foreign: an overestimate.)"""
+
+    def __enter__(self):
+        self.t0, self.busy0, self.own0 = time.monotonic(), busy_seconds(), own_cpu_seconds()
+        return self
+
+    def __exit__(self, *exc):
+        elapsed = max(time.monotonic() - self.t0, 1e-9)
+        foreign = (busy_seconds() - self.busy0) - (own_cpu_seconds() - self.own0)
+        self.cores = max(0.0, foreign / elapsed)
+        self.own_cores = (own_cpu_seconds() - self.own0) / elapsed
+        return False
+
+
+# ---------------------------------------------------------------- fleetrl runs
+
+def ray_daemon_pids() -> set[int]:
+    pids = set()
+    for process in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            text = process.info["name"] + " " + " ".join(process.info["cmdline"] or [])
+        except (psutil.Error, TypeError):
+            continue
+        if any(name in text for name in RAY_DAEMONS):
+            pids.add(process.info["pid"])
+    return pids
+
+
+def run_fleetrl(config: str, overrides: list[str], parent: Path, timeout: float = 600,
+                extra_args: tuple = ("--skip-doctor",)) -> dict:
+    """One `fleetrl train` in its own parent directory; returns exit code, wall seconds,
+    per-iteration metrics, summary, the run directory and the foreign CPU load meanwhile."""
+    parent.mkdir(parents=True, exist_ok=True)
+    command = [*FLEETRL, "train", config, f"runner.run_dir={parent}", "runner.tensorboard=false",
+               *overrides, *extra_args]
+    daemons_before = ray_daemon_pids()
+    started = time.time()
+    with ForeignLoad() as load:
+        result = subprocess.run(command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                                timeout=timeout)
+    ended = time.time()
+    runs = sorted(p for p in parent.iterdir() if p.is_dir())
+    run_dir = runs[-1] if runs else None
+    metrics, summary, report = [], None, None
+    if run_dir is not None:
+        if (run_dir / "metrics.jsonl").is_file():
+            metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+        if (run_dir / "summary.json").is_file():
+            summary = json.loads((run_dir / "summary.json").read_text())
+        if (run_dir / "hang_report.json").is_file():
+            report = json.loads((run_dir / "hang_report.json").read_text())
+    (parent / "stderr.txt").write_text(result.stderr)
+    time.sleep(0.5)
+    leftovers = sorted(ray_daemon_pids() - daemons_before)
+    return {"command": command, "code": result.returncode, "started": started, "ended": ended,
+            "wall_s": ended - started, "metrics": metrics, "summary": summary, "report": report,
+            "run_dir": str(run_dir) if run_dir else None, "foreign_cores": load.cores,
+            "own_cores": load.own_cores, "stderr_tail": result.stderr[-2000:], "leftover_ray_pids": leftovers}
+
+
+def steady(metrics: list[dict], warmup: int) -> dict:
+    """Throughput and per-phase medians over the iterations after the first `warmup` ones:
+    env steps / training wall seconds between the end of iteration `warmup` and the last one."""
+    if len(metrics) <= warmup:
+        raise RuntimeError(f"only {len(metrics)} iterations; need more than {warmup} (warm-up)")
+    first, last = metrics[warmup - 1] if warmup else {"global_step": 0, "wall_s": 0.0}, metrics[-1]
+    kept = metrics[warmup:]
+    steps = last["global_step"] - first["global_step"]
+    per_iter_steps = statistics.median(b["global_step"] - a["global_step"]
+                                       for a, b in zip([first, *kept[:-1]], kept))
+    return {
+        "steps_per_s": steps / (last["wall_s"] - first["wall_s"]),
+        "iterations": len(kept),
+        "steps_per_iter": per_iter_steps,
+        "collect_s": statistics.median(m["time_collect_s"] for m in kept),
+        "update_s": statistics.median(m["time_update_s"] for m in kept),
+        "sync_s": statistics.median(m.get("time_weight_sync_s", 0.0) for m in kept),
+        "iter_s": statistics.median(m["time_weight_sync_s"] + m["time_collect_s"] + m["time_update_s"]
+                                    for m in kept),
+    }
+
+
+def median(values) -> float:
+    values = list(values)
+    return statistics.median(values) if values else float("nan")
+
+
+def spread(values) -> str:
+    values = list(values)
+    if not values:
+        return "–"
+    return f"{min(values):.3g}–{max(values):.3g}"
+
+
+# ---------------------------------------------------------------- description
+
+def machine() -> dict:
+    import torch
+
+    info = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_default_threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "cpu_model": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                           if line.startswith("model name")), platform.processor()),
+        "kernel": platform.release(),
+        "loadavg": os.getloadavg(),
+    }
+    for package in ("ray", "gymnasium", "mujoco", "numpy"):
+        try:
+            info[package] = __import__(package).__version__
+        except Exception:  # noqa: BLE001 - optional
+            info[package] = "absent"
+    try:
+        from importlib.metadata import version
+
+        info["fleetrl"] = version("fleetrl")
+    except Exception:  # noqa: BLE001
+        info["fleetrl"] = "?"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "fleetrl"], cwd=ROOT, capture_output=True, text=True)
+    info["commit"] = commit.stdout.strip() + (" + uncommitted changes in fleetrl/" if dirty.stdout.strip() else "")
+    return info
+
+
+def machine_line(info: dict) -> str:
+    return (f"{info['date']}; {info['cpus']} × {info['cpu_model']} (no GPU), Linux {info['kernel']}; "
+            f"Python {info['python']}, torch {info['torch']} (CPU), ray {info['ray']}, gymnasium "
+            f"{info['gymnasium']}, mujoco {info['mujoco']}, numpy {info['numpy']}; fleetrl {info['fleetrl']} "
+            f"at {info['commit']}; load average at start {info['loadavg'][0]:.2f}")
+
+
+def placement_threads(config: str, overrides: list[str]) -> str:
+    """The torch thread count of each worker, as fleetrl's placement resolves it."""
+    from fleetrl.cluster.runtime import resolve_layout
+    from fleetrl.config.loader import load_config
+
+    cfg = load_config(ROOT / config, [o for o in overrides if "=" in o])
+    layout = resolve_layout(cfg)
+    if layout.backend == "inline":
+        return f"inline: 1 process, runner.torch_threads={cfg.runner.torch_threads}"
+    parts = [f"{a.component}{a.rank}@node{a.node}:{a.cpu_threads}" for a in layout.placement.assignments]
+    return f"ray: " + ", ".join(parts) + f"; controller runner.torch_threads={cfg.runner.torch_threads}"
+
+
+def write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str))
+
+
+def run_interleaved(config: str, variants: dict[str, list[str]], reps: int, out: Path, warmup: int,
+                    timeout: float = 600) -> dict[str, list[dict]]:
+    """Every variant once per repetition, the order rotating each repetition (ABC, BCA, CAB, ...),
+    so slow drifts in the machine's other load fall on all variants alike."""
+    names = list(variants)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for rep in range(reps):
+        shift = rep % len(names)
+        for index, name in enumerate(names[shift:] + names[:shift]):
+            slug = "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
+            log(f"rep {rep + 1}/{reps}: {name}")
+            run = run_fleetrl(config, variants[name], out / f"{slug}-{rep}", timeout=timeout)
+            if run["code"] != 0:
+                log(f"  FAILED (exit {run['code']}): {run['stderr_tail'][-600:]}")
+            else:
+                run["steady"] = steady(run["metrics"], warmup)
+                log(f"  {run['steady']['steps_per_s']:.0f} steps/s, collect {run['steady']['collect_s']:.3f} s/iter, "
+                    f"foreign load {run['foreign_cores']:.2f} cores")
+            if run["leftover_ray_pids"]:
+                log(f"  Ray daemons appeared and stayed: {run['leftover_ray_pids']}")
+            runs[name].append(run)
+    return runs
+
+
+def throughput_table(runs: dict[str, list[dict]], threads: dict[str, str], baseline: str,
+                     extra_columns: dict | None = None) -> str:
+    """Markdown: throughput (median, range, ratio to `baseline`) and per-phase medians."""
+    extra_columns = extra_columns or {}
+    ok = {name: [r for r in rs if r["code"] == 0] for name, rs in runs.items()}
+    base = median(r["steady"]["steps_per_s"] for r in ok[baseline])
+    head = ["variant", "runs ok", "env steps/s median (range)", f"vs {baseline}", "collect s/iter",
+            "update s/iter", "weight sync s/iter", *extra_columns, "start-up s (median)",
+            "end-to-end wall s", "other load, cores", "torch threads"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, rs in ok.items():
+        if not rs:
+            lines.append(f"| {name} | 0/{len(runs[name])} |" + " – |" * (len(head) - 2))
+            continue
+        sps = [r["steady"]["steps_per_s"] for r in rs]
+        cells = [name, f"{len(rs)}/{len(runs[name])}", f"{median(sps):.0f} ({spread(sps)})",
+                 f"{median(sps) / base:.2f}×",
+                 f"{median(r['steady']['collect_s'] for r in rs):.3f}",
+                 f"{median(r['steady']['update_s'] for r in rs):.3f}",
+                 f"{median(r['steady']['sync_s'] for r in rs):.4f}",
+                 *[fn(rs) for fn in extra_columns.values()],
+                 f"{median(r['summary']['startup_s'] for r in rs):.1f}",
+                 f"{median(r['wall_s'] for r in rs):.1f}",
+                 f"{median(r['foreign_cores'] for r in rs):.2f}", threads.get(name, "?")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

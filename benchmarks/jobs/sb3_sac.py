@@ -1,0 +1,113 @@
+"""One Stable-Baselines3 SAC Pendulum-v1 job (runs inside benchmarks/.venvs/sb3).
+
+RL-Zoo's tuned Pendulum-v1 SAC (hyperparams/sac.yml: learning_rate 1e-3, SB3 defaults otherwise:
+256x256 ReLU MLPs, Adam, batch 256, buffer 1e6, learning_starts 100, tau 0.005, gamma 0.99,
+train_freq 1, gradient_steps 1, ent_coef 'auto' from 1.0, target_entropy -dim(A)). Stops as soon
+as the mean return of the last 100 training episodes reaches --target (or at --total-timesteps).
+Writes one JSON object to --out.
+
+Timing: startup = process spawn (--spawn-time) -> just before model.learn(); train = learn()
+start -> the env step at which the target was reached (wall and this process's CPU seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import deque
+
+T_IMPORT0 = time.time()
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import stable_baselines3  # noqa: E402
+import torch  # noqa: E402
+from stable_baselines3 import SAC  # noqa: E402
+from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+
+
+class StopAtTarget(BaseCallback):
+    """Tracks the last-100 training-episode returns from the Monitor infos of every step and stops
+    learn() the moment their mean reaches the target."""
+
+    def __init__(self, target: float, t_train0: float, cpu0: float):
+        super().__init__()
+        self.target, self.t_train0, self.cpu0 = target, t_train0, cpu0
+        self.returns: deque[float] = deque(maxlen=100)
+        self.episodes = 0
+        self.reached_step = self.reached_s = self.reached_cpu_s = self.reached_mean = None
+
+    def _on_step(self) -> bool:
+        ended = False
+        for info in self.locals["infos"]:
+            episode = info.get("episode")
+            if episode is not None:
+                self.returns.append(float(episode["r"]))
+                self.episodes += 1
+                ended = True
+        if ended and len(self.returns) == self.returns.maxlen:
+            mean = float(np.mean(self.returns))
+            if mean >= self.target:
+                self.reached_s = time.perf_counter() - self.t_train0
+                self.reached_cpu_s = time.process_time() - self.cpu0
+                self.reached_step = int(self.num_timesteps)
+                self.reached_mean = mean
+                return False
+        return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--total-timesteps", type=int, default=60_000)
+    parser.add_argument("--target", type=float, default=-200.0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    parser.add_argument("--spawn-time", type=float, default=None)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    spawn = args.spawn_time if args.spawn_time is not None else T_IMPORT0
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    hyper = dict(learning_rate=1e-3)  # RL-Zoo Pendulum-v1; everything else SB3's SAC defaults
+    env = make_vec_env("Pendulum-v1", n_envs=1, seed=args.seed)
+    model = SAC("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **hyper)
+
+    t_train0, cpu0 = time.perf_counter(), time.process_time()
+    startup_s = time.time() - spawn
+    callback = StopAtTarget(args.target, t_train0, cpu0)
+    model.learn(total_timesteps=args.total_timesteps, callback=callback)
+    train_total_s = time.perf_counter() - t_train0
+
+    result = {
+        "library": "sb3",
+        "seed": args.seed,
+        "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
+                     "gymnasium": gym.__version__, "numpy": np.__version__},
+        "torch_threads": torch.get_num_threads(),
+        "hyperparameters": {**hyper, "batch_size": model.batch_size, "buffer_size": model.buffer_size,
+                            "learning_starts": model.learning_starts, "tau": model.tau, "gamma": model.gamma,
+                            "train_freq": str(model.train_freq), "gradient_steps": model.gradient_steps,
+                            "ent_coef": "auto (1.0)", "target_entropy": float(model.target_entropy),
+                            "net_arch": "256x256 relu", "total_timesteps": args.total_timesteps},
+        "startup_s": startup_s,
+        "target_return": args.target,
+        "target_reached": callback.reached_step is not None,
+        "steps_to_target": callback.reached_step,
+        "train_s_to_target": callback.reached_s,
+        "train_cpu_s_to_target": callback.reached_cpu_s,
+        "last100_at_target": callback.reached_mean,
+        "train_s_total": train_total_s,
+        "global_step": int(model.num_timesteps),
+        "episodes": callback.episodes,
+        "grad_steps": int(model._n_updates),
+        "last100_final": float(np.mean(callback.returns)) if callback.returns else None,
+    }
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""SAC on Pendulum-v1: fleetrl vs Stable-Baselines3, same hyperparameters, several seeds.
+
+One invocation runs, one job at a time (the reference machine has 2 cores), per seed:
+  - fleetrl, configs/sac_pendulum.yaml (float32 throughout);
+  - fleetrl, the same config with algorithm.matmul_dtype=bfloat16 (the hidden-to-hidden layers'
+    matmuls in bfloat16, everything else float32) — unless --no-bf16;
+  - SB3 SAC with RL-Zoo's Pendulum-v1 settings (benchmarks/jobs/sb3_sac.py), which are the
+    config's: 256x256 ReLU MLPs, Adam lr 1e-3, batch 256, one gradient step per env step,
+    tau 0.005, gamma 0.99, auto entropy from 1.0 to -dim(A), 100 random warm-up steps, 1 env.
+The order of the jobs rotates from seed to seed, so slow phases of the machine hit all of them.
+
+Every job stops as soon as the mean return of its last 100 training episodes reaches --target
+(-200), or at --max-steps. Measured: env steps and wall seconds from the start of training to
+that moment (start-up apart), and each job's total CPU seconds; the CPU used by *other*
+processes while a job ran is recorded too (the machine is shared). fleetrl collects 8 env steps
+per iteration (then 8 gradient steps) and checks the target once per iteration, so its step
+count is a multiple of 8 (up to 7 steps past the crossing); SB3 checks every step.
+
+Both libraries get the same torch thread count (--threads, default 1: fleetrl's default; SB3's
+own default is one per core, which on a busy 2-core machine is several times slower).
+
+    .venv/bin/python benchmarks/sac_pendulum_vs.py [--seeds 3]
+
+Needs `bash benchmarks/setup_venvs.sh sb3` first. Per-seed JSON and logs go to
+benchmarks/results/sac_pendulum_vs-<time>/, the combined JSON beside it; the markdown table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+CONFIG = ROOT / "configs" / "sac_pendulum.yaml"
+SB3_PYTHON = BENCH / ".venvs" / "sb3" / "bin" / "python"
+VARIANTS = {"fleetrl": [], "fleetrl_bf16": ["algorithm.matmul_dtype=bfloat16"]}
+NAMES = {"fleetrl": "fleetrl (float32)", "fleetrl_bf16": "fleetrl (bf16 matmuls)", "sb3": "SB3"}
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------- the machine's other load
+
+def cpu_ticks() -> float:
+    """Busy seconds of the whole machine since boot (/proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Measured:
+    """Wall seconds, CPU seconds of the (waited-for) child job, and the cores other processes
+    used meanwhile."""
+
+    def __enter__(self):
+        self.t0, self.busy0, self.cpu0 = time.time(), cpu_ticks(), children_cpu()
+        return self
+
+    def __exit__(self, *exc):
+        wall = max(time.time() - self.t0, 1e-6)
+        job_cpu = children_cpu() - self.cpu0
+        foreign = max(0.0, cpu_ticks() - self.busy0 - job_cpu)
+        self.result = {"job_wall_s": wall, "job_cpu_s": job_cpu, "foreign_cores": foreign / wall}
+        return False
+
+
+def wait_for_quiet(threshold: float, max_wait: float) -> dict:
+    """Wait (at most max_wait s) until other processes use < threshold cores for 1 s."""
+    started, quiet = time.time(), 0
+    while time.time() - started < max_wait:
+        busy0, t0 = cpu_ticks(), time.time()
+        time.sleep(0.5)
+        quiet = quiet + 1 if (cpu_ticks() - busy0) / (time.time() - t0) < threshold else 0
+        if quiet >= 2:
+            return {"waited_s": time.time() - started, "quiet": True}
+    return {"waited_s": time.time() - started, "quiet": False}
+
+
+# -------------------------------------------------------------------------------- fleetrl
+
+def log_times(train_log: Path) -> tuple[float | None, dict[int, float]]:
+    """(epoch time of the 'run directory' line = start of training, {iteration: time of its line})."""
+    start, lines = None, {}
+    pattern = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO (run directory|it (\d+) \|)")
+    for line in train_log.read_text().splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        stamp = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")) + int(match.group(2)) / 1e3
+        if match.group(4) is None:
+            start = start or stamp
+        else:
+            lines[int(match.group(4))] = stamp
+    return start, lines
+
+
+def run_fleetrl(args, variant: str, seed: int, workdir: Path) -> dict:
+    parent = workdir / variant
+    parent.mkdir(parents=True, exist_ok=True)
+    name = f"s{seed}"
+    cmd = [str(ROOT / ".venv" / "bin" / "fleetrl"), "train", str(CONFIG), *VARIANTS[variant],
+           f"runner.seed={seed}", f"runner.target_return={args.target}", f"runner.total_env_steps={args.max_steps}",
+           f"runner.torch_threads={args.threads}", f"runner.run_dir={parent}", f"runner.name={name}",
+           "runner.tensorboard=false", "--skip-doctor"]
+    log_path = parent / f"{name}.log"
+    with open(log_path, "w") as out, Measured() as measured:
+        spawn = time.time()
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, timeout=args.job_timeout)
+    result = {"library": variant, "seed": seed, "command": cmd, "returncode": proc.returncode,
+              "log": str(log_path), **measured.result, "torch_threads": args.threads}
+    runs = sorted(parent.glob(f"{name}-*/summary.json"))
+    if proc.returncode != 0 or not runs:
+        result["error"] = f"fleetrl train exited {proc.returncode}; see {log_path}"
+        log(result["error"])
+        return result
+    run_dir = runs[-1].parent
+    summary = json.loads((run_dir / "summary.json").read_text())
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    start, stamps = log_times(run_dir / "train.log")
+    crossing = next((r for r in records if r.get("episode_return_last100") is not None
+                     and r["episodes"] >= 100 and r["episode_return_last100"] >= args.target), None)
+    result.update(run_dir=str(run_dir), summary=summary, startup_s=(start - spawn) if start else None,
+                  target_return=args.target, target_reached=crossing is not None,
+                  global_step=summary["global_step"], train_s_total=summary["train_s"],
+                  grad_steps=sum(r.get("grad_steps") or 0 for r in records),
+                  update_s=sum(r["time_update_s"] for r in records),
+                  collect_s=sum(r["time_collect_s"] for r in records))
+    if crossing is not None:
+        result.update(steps_to_target=crossing["global_step"], last100_at_target=crossing["episode_return_last100"],
+                      train_s_to_target=(stamps[crossing["iteration"]] - start) if start else None,
+                      fleetrl_loop_s_to_target=crossing["wall_s"])
+    result["update_ms_per_grad_step"] = 1e3 * result["update_s"] / max(1, result["grad_steps"])
+    return result
+
+
+# ------------------------------------------------------------------------------------ SB3
+
+def run_sb3(args, seed: int, workdir: Path) -> dict:
+    out_dir = workdir / "sb3"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out, log_path = out_dir / f"s{seed}.json", out_dir / f"s{seed}.log"
+    out.unlink(missing_ok=True)
+    cmd = [str(SB3_PYTHON), str(BENCH / "jobs" / "sb3_sac.py"), "--seed", str(seed), "--target", str(args.target),
+           "--total-timesteps", str(args.max_steps), "--threads", str(args.threads), "--out", str(out)]
+    with open(log_path, "w") as logf, Measured() as measured:
+        spawn = time.time()
+        proc = subprocess.run([*cmd, "--spawn-time", f"{spawn:.6f}"], stdout=logf, stderr=subprocess.STDOUT,
+                              timeout=args.job_timeout)
+    result = {"library": "sb3", "seed": seed, "command": cmd, "returncode": proc.returncode,
+              "log": str(log_path), **measured.result}
+    if proc.returncode != 0 or not out.exists():
+        result["error"] = f"sb3 job exited {proc.returncode}; see {log_path}"
+        log(result["error"])
+        return result
+    job = json.loads(out.read_text())
+    job.pop("library", None)
+    result.update(job)
+    return result
+
+
+# ---------------------------------------------------------------------------------- table
+
+def value(job: dict, key: str):
+    if job.get("error"):
+        return None
+    return job.get(key) if job.get("target_reached") else math.inf
+
+
+def med(values: list):
+    clean = [v for v in values if v is not None]
+    return statistics.median(clean) if clean else None
+
+
+def fmt(x, digits: int = 1, thousands: bool = False) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, float) and math.isinf(x):
+        return "not reached"
+    return f"{x:,.0f}" if thousands else f"{x:.{digits}f}"
+
+
+def cell(values: list, digits: int = 1, thousands: bool = False) -> str:
+    clean = [v for v in values if v is not None]
+    if not clean:
+        return "n/a"
+    text = fmt(statistics.median(clean), digits, thousands)
+    if len(clean) > 1:
+        text += f" ({fmt(min(clean), digits, thousands)}–{fmt(max(clean), digits, thousands)})"
+    return text
+
+
+def ratio(a, b) -> str:
+    if a is None or b is None or math.isinf(a) or math.isinf(b) or b == 0:
+        return "n/a"
+    return f"{a / b:.2f}"
+
+
+def table(jobs: dict[str, list[dict]], target: float) -> list[str]:
+    lines = [f"| library | reached {target:g} | env steps to {target:g} | train wall s to {target:g} | "
+             "start-up s | job CPU s | wall ms per env step | other load (cores) |",
+             "|---|---|---|---|---|---|---|---|"]
+    medians = {}
+    for lib, runs in jobs.items():
+        steps = [value(j, "steps_to_target") for j in runs]
+        secs = [value(j, "train_s_to_target") for j in runs]
+        cpu = [j.get("job_cpu_s") for j in runs]
+        per_step = [1e3 * j["train_s_to_target"] / j["steps_to_target"] if j.get("target_reached")
+                    and j.get("train_s_to_target") else None for j in runs]
+        medians[lib] = {"steps": med(steps), "secs": med(secs), "cpu": med(cpu)}
+        lines.append(f"| {NAMES[lib]} | {sum(1 for j in runs if j.get('target_reached'))}/{len(runs)} | "
+                     f"{cell(steps, thousands=True)} | {cell(secs)} | {cell([j.get('startup_s') for j in runs], 2)} | "
+                     f"{cell(cpu)} | {cell(per_step, 2)} | {cell([j.get('foreign_cores') for j in runs], 2)} |")
+    for lib in jobs:
+        if lib != "sb3" and "sb3" in medians:
+            f, s = medians[lib], medians["sb3"]
+            lines.append(f"| **{NAMES[lib]} / SB3** (medians) | | {ratio(f['steps'], s['steps'])} | "
+                         f"{ratio(f['secs'], s['secs'])} | | {ratio(f['cpu'], s['cpu'])} | | |")
+    return lines
+
+
+def versions() -> dict:
+    found = {"python": platform.python_version(), "machine": platform.platform(), "cpus": os.cpu_count()}
+    probes = {
+        "fleetrl_venv": (str(ROOT / ".venv" / "bin" / "python"),
+                         "import torch, gymnasium, numpy; from importlib.metadata import version; "
+                         "print(json.dumps({'torch': torch.__version__, 'gymnasium': gymnasium.__version__, "
+                         "'numpy': numpy.__version__, 'fleetrl': version('fleetrl')}))"),
+        "sb3_venv": (str(SB3_PYTHON), "import torch, gymnasium, numpy, stable_baselines3; print(json.dumps("
+                     "{'torch': torch.__version__, 'gymnasium': gymnasium.__version__, 'numpy': numpy.__version__, "
+                     "'stable_baselines3': stable_baselines3.__version__}))"),
+    }
+    for key, (python, code) in probes.items():
+        try:
+            done = subprocess.run([python, "-c", "import json; " + code], capture_output=True, text=True, timeout=120)
+            found[key] = json.loads(done.stdout.strip().splitlines()[-1])
+        except Exception as error:  # noqa: BLE001
+            found[key] = f"unavailable: {error!r}"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            found["cpu"] = line.split(":", 1)[1].strip()
+            break
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--target", type=float, default=-200.0)
+    parser.add_argument("--max-steps", type=int, default=60_000)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-bf16", action="store_true", help="skip the bfloat16 fleetrl variant")
+    parser.add_argument("--quiet-threshold", type=float, default=0.5, help="other load (cores) to wait out")
+    parser.add_argument("--max-wait", type=float, default=60.0, help="seconds to wait for a quiet machine per job")
+    parser.add_argument("--job-timeout", type=float, default=3600.0)
+    args = parser.parse_args()
+    if not SB3_PYTHON.exists():
+        sys.exit("no SB3 venv: run `bash benchmarks/setup_venvs.sh sb3` first")
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    workdir = BENCH / "results" / f"sac_pendulum_vs-{stamp}"
+    workdir.mkdir(parents=True)
+    libs = [v for v in VARIANTS if not (args.no_bf16 and v == "fleetrl_bf16")] + ["sb3"]
+    jobs: dict[str, list[dict]] = {lib: [] for lib in libs}
+    for seed in range(1, args.seeds + 1):
+        order = libs[seed - 1:] + libs[:seed - 1]  # rotate
+        for lib in order:
+            waited = wait_for_quiet(args.quiet_threshold, args.max_wait)
+            log(f"seed {seed}: {lib} (waited {waited['waited_s']:.0f} s for a quiet machine: {waited['quiet']})")
+            job = run_sb3(args, seed, workdir) if lib == "sb3" else run_fleetrl(args, lib, seed, workdir)
+            job["waited_for_quiet"] = waited
+            jobs[lib].append(job)
+            (workdir / f"{lib}-s{seed}.json").write_text(json.dumps(job, indent=2, default=str))
+            log(f"  steps {job.get('steps_to_target')}, train s {fmt(job.get('train_s_to_target'))}, "
+                f"job CPU s {fmt(job.get('job_cpu_s'))}, other load {fmt(job.get('foreign_cores'), 2)} cores")
+    lines = [f"### SAC on Pendulum-v1, {args.seeds} seeds, last-100-episode mean return ≥ {args.target:g}", "",
+             *table(jobs, args.target), ""]
+    result = {"benchmark": "sac_pendulum_vs", "date": stamp, "args": vars(args), "versions": versions(),
+              "config": CONFIG.read_text(), "jobs": jobs, "table": lines}
+    (BENCH / "results" / f"sac_pendulum_vs-{stamp}.json").write_text(json.dumps(result, indent=2, default=str))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

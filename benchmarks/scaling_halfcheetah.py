@@ -1,0 +1,144 @@
+"""Data-parallel scaling: PPO on HalfCheetah-v5, 2 actor ranks (each with its own rollout and env
+worker, Ray backend, 1 node x 2 slots) against 1 rank (inline), at the same global batch
+(configs/ppo_halfcheetah.yaml: 4 envs x 512 steps = 2048 samples, minibatch 64 over all ranks).
+
+Throughput = env steps / training seconds (metrics.jsonl `global_step` over `wall_s`) after the
+first --warmup iterations; per-phase medians per iteration (`time_collect_s`, `time_update_s`,
+`time_weight_sync_s`). The variants alternate (inline, ray, inline, ray, ...). Beside it, the
+latency of a Gloo all-reduce between 2 local processes (10k and 1M float32), the floor under every
+DDP gradient reduction.
+
+    .venv/bin/python benchmarks/scaling_halfcheetah.py [--reps 2] [--steps 40960] [--warmup 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _runkit as kit  # noqa: E402
+
+CONFIG = "configs/ppo_halfcheetah.yaml"
+COMMON = ["runner.checkpoint_interval=100000", "runner.log_interval=1000"]
+VARIANTS = {
+    "1 rank, inline": ["cluster.backend=inline"],
+    "2 ranks, Ray (1 node x 2 slots)": ["cluster.backend=ray", "cluster.num_nodes=1", "cluster.devices_per_node=2",
+                                        "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}"],
+}
+
+
+# ---------------------------------------------------------------- Gloo all-reduce latency
+
+def _allreduce_worker(rank: int, port: int, sizes: list[int], queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # this child only: 127.0.0.1
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    out = {}
+    for size in sizes:
+        tensor = torch.ones(size)
+        repeats = 400 if size <= 100_000 else 40
+        for _ in range(10):
+            dist.all_reduce(tensor)
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(tensor)
+            times.append(time.perf_counter() - t0)
+        out[size] = statistics.median(times)
+    dist.destroy_process_group()
+    if rank == 0:
+        queue.put(out)
+
+
+def gloo_allreduce(sizes=(10_000, 1_000_000)) -> dict:
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_allreduce_worker, args=(r, port, list(sizes), queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        result = queue.get(timeout=120)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return result
+
+
+def model_floats() -> int:
+    """Parameters of the config's policy (what DDP all-reduces every minibatch)."""
+    import gymnasium as gym
+
+    from fleetrl.config.loader import load_config
+    from fleetrl.models.policy import Policy
+
+    cfg = load_config(kit.ROOT / CONFIG)
+    env = gym.make("HalfCheetah-v5")
+    policy = Policy.from_config(cfg.model, env.observation_space, env.action_space)
+    env.close()
+    return sum(p.numel() for p in policy.parameters())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=40960)
+    parser.add_argument("--warmup", type=int, default=2, help="iterations left out of the throughput")
+    args = parser.parse_args()
+    info = kit.machine()
+    out = kit.results_dir("scaling_halfcheetah")
+    overrides = {name: [*COMMON, f"runner.total_env_steps={args.steps}", *extra] for name, extra in VARIANTS.items()}
+    threads = {name: kit.placement_threads(CONFIG, o) for name, o in overrides.items()}
+    kit.log(f"results in {out}")
+    gloo = [gloo_allreduce()]
+    runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
+    for rep in range(args.reps):  # one repetition at a time, a Gloo measurement between them
+        for name, rs in kit.run_interleaved(CONFIG, {n: overrides[n] for n in (list(VARIANTS) if rep % 2 == 0
+                                                                             else list(reversed(VARIANTS)))},
+                                            1, out / f"rep{rep}", args.warmup).items():
+            runs[name].extend(rs)
+        gloo.append(gloo_allreduce())
+    kit.write_json(out / "results.json", {"machine": info, "args": vars(args), "threads": threads,
+                                          "gloo": gloo, "runs": runs})
+    floats = model_floats()
+    print_tables(info, args, runs, gloo, threads, floats, out)
+
+
+def print_tables(info, args, runs, gloo, threads, floats, out) -> None:
+    base_name = next(iter(VARIANTS))
+    print(f"Machine: {kit.machine_line(info)}\n")
+    print(f"Command: `.venv/bin/python benchmarks/scaling_halfcheetah.py --reps {args.reps} --steps {args.steps} "
+          f"--warmup {args.warmup}`; runs `fleetrl train {CONFIG} {' '.join(COMMON)} "
+          f"runner.total_env_steps={args.steps} runner.tensorboard=false <variant> --skip-doctor`; raw: "
+          f"`{out.relative_to(kit.ROOT)}/results.json`\n")
+    print(kit.throughput_table(runs, threads, base_name))
+    print()
+    print(f"Gloo all-reduce, 2 spawned local processes on 127.0.0.1 (1 torch thread each), median per op over "
+          f"{len(gloo)} measurements interleaved with the runs; the policy has {floats:,} parameters "
+          f"(one DDP bucket per minibatch step):\n")
+    print("| floats | latency (median of medians) | range |")
+    print("|---|---|---|")
+    for size in (10_000, 1_000_000):
+        values = [g[size] * 1e3 for g in gloo]
+        print(f"| {size:,} | {kit.median(values):.3f} ms | {kit.spread(values)} ms |")
+
+
+if __name__ == "__main__":
+    main()

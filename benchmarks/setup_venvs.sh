@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Create the isolated comparison venvs used by benchmarks/ppo_cartpole_vs.py.
+#
+#   benchmarks/.venvs/sb3      stable-baselines3 2.9.2 + gymnasium 1.x + torch 2.13.0 (CPU)
+#   benchmarks/.venvs/cleanrl  cleanrl 1.2.0 (PyPI, --no-deps) + what its ppo.py imports
+#
+# torch is ALWAYS pinned to 2.13.0: that is the CPU wheel lying on local disk
+# (pip's find-links); an unpinned torch would pull a multi-GB CUDA build.
+#
+# Notes on cleanrl 1.2.0 (the latest release on PyPI, 2023-05):
+#   * it declares Requires-Python <3.11, so it is installed with
+#     --ignore-requires-python --no-deps onto Python 3.11 (torch 2.13.0 CPU only
+#     exists here as a cp311 wheel). Its ppo.py runs fine on 3.11.
+#   * its cleanrl/ppo.py is the pre-gymnasium version: it imports `gym` (0.23.1
+#     API: env.seed(), 4-tuple step, list-of-dict vector infos), uses argparse
+#     (not tyro) and `distutils.util.strtobool`, and logs via
+#     torch.utils.tensorboard. So the venv gets gym==0.23.1 (the version pinned
+#     in cleanrl 1.2.0's own metadata), numpy<2 (gym 0.23 predates numpy 2),
+#     tensorboard<3, torch==2.13.0, and pygame (gym 0.23.1's cartpole.py imports
+#     it at module level; cleanrl pins pygame==2.1.0, which has no cp311 wheel,
+#     so the first release with one, >=2.1.3, is used). No gymnasium / tyro
+#     are needed by ppo.py.
+#
+# Usage: bash benchmarks/setup_venvs.sh [sb3|cleanrl ...]   (default: both)
+# Re-running is idempotent (existing venvs are reused, pins re-applied).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VENVS="$HERE/.venvs"
+PY="${PYTHON:-python3.11}"
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+mkdir -p "$VENVS"
+
+TORCH_PIN="torch==2.13.0"
+
+# pip install, quiet; drops the harmless "Location file:///opt/pypi... is ignored" noise
+pipi() {
+    local py="$1"; shift
+    "$py" -m pip install --quiet "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
+
+mkvenv() {
+    local dir="$1"
+    if [ ! -x "$dir/bin/python" ]; then
+        "$PY" -m venv "$dir"
+    fi
+    pipi "$dir/bin/python" --upgrade "pip<27" "setuptools<81" wheel
+}
+
+setup_sb3() {
+    local v="$VENVS/sb3"
+    echo "== sb3 venv: $v"
+    mkvenv "$v"
+    pipi "$v/bin/python" "$TORCH_PIN"
+    pipi "$v/bin/python" "$TORCH_PIN" "stable-baselines3==2.9.2" "gymnasium==1.4.0"
+    "$v/bin/python" - <<'EOF'
+import torch, gymnasium, stable_baselines3, numpy
+print("sb3 venv ok: torch", torch.__version__, "| stable-baselines3", stable_baselines3.__version__,
+      "| gymnasium", gymnasium.__version__, "| numpy", numpy.__version__)
+assert torch.__version__.startswith("2.13.0"), torch.__version__
+EOF
+}
+
+setup_cleanrl() {
+    local v="$VENVS/cleanrl"
+    echo "== cleanrl venv: $v"
+    mkvenv "$v"
+    pipi "$v/bin/python" "$TORCH_PIN"
+    # gym 0.23.1 is an sdist; setuptools<81 keeps its setup.py buildable.
+    pipi "$v/bin/python" "$TORCH_PIN" "numpy<2" "gym==0.23.1" "tensorboard<3" "pygame>=2.1.3,<3"
+    pipi "$v/bin/python" --no-deps --ignore-requires-python "cleanrl==1.2.0"
+    "$v/bin/python" - <<'EOF'
+import importlib.util, os, torch, gym, numpy
+spec = importlib.util.find_spec("cleanrl")
+ppo = os.path.join(list(spec.submodule_search_locations)[0], "ppo.py")
+assert os.path.isfile(ppo), f"cleanrl ppo.py missing: {ppo}"
+import tensorboard
+from importlib.metadata import version
+print("cleanrl venv ok: torch", torch.__version__, "| cleanrl", version("cleanrl"), "| gym", gym.__version__,
+      "| numpy", numpy.__version__, "| tensorboard", tensorboard.__version__)
+print("cleanrl ppo.py:", ppo)
+assert torch.__version__.startswith("2.13.0"), torch.__version__
+EOF
+}
+
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(sb3 cleanrl)
+for t in "${targets[@]}"; do
+    case "$t" in
+        sb3) setup_sb3 ;;
+        cleanrl) setup_cleanrl ;;
+        *) echo "unknown venv: $t (expected sb3 or cleanrl)" >&2; exit 2 ;;
+    esac
+done

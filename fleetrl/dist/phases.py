@@ -1,0 +1,116 @@
+"""Loss paths for algorithms whose phases train different parameter subsets (PPG).
+
+PPG's auxiliary value head gets a gradient only in the auxiliary phase. One DDP wrapper over the
+whole policy would wait, in every policy-phase backward, for a gradient that never comes (and
+error on the next forward); `find_unused_parameters=True` avoids that by walking the autograd graph
+after every forward and all-reducing zeros for the unused parameters, on every step of every phase.
+Here each phase gets its own DDP wrapper instead:
+
+- `PhaseView(policy, method)` is the policy seen through one loss path (`forward` for the policy
+  phase, `forward_aux` for the auxiliary phase) — a thin module, so the same parameters can sit
+  under two DDP wrappers;
+- each wrapper is told which parameters its phase never reaches (DDP's per-module ignore list),
+  found by `unused_parameters`: one local forward/backward of the phase's outputs on a probe
+  batch before anything is wrapped — the same graph, hence the same answer, on every rank;
+- a parameter that no phase reaches is an error naming it, before any collective.
+
+Two DDP wrappers over shared parameters are safe as long as each backward follows a forward of
+exactly one of them (DDP arms its gradient hooks in its own forward; the other wrapper's hooks
+stay idle) and every rank calls them in the same order — which the phase schedule guarantees,
+being a function of the iteration count alone. Both phases' gradients are all-reduced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+from torch import nn
+
+from fleetrl.dist import wrap
+from fleetrl.dist.wrap import LossPath
+
+
+class PhaseView(nn.Module):
+    """`policy` seen through one of its methods: `forward(*args)` = `policy.<method>(*args)`."""
+
+    def __init__(self, policy: nn.Module, method: str):
+        super().__init__()
+        self.policy = policy
+        self.method = method
+
+    def forward(self, *args):
+        return getattr(self.policy, self.method)(*args)
+
+
+class PhasedPolicy(nn.Module):
+    """One module for both phases, `forward(*args, phase=...)`: what a single DDP wrapper with
+    `find_unused_parameters=True` needs (kept for the benchmark that compares the two)."""
+
+    def __init__(self, policy: nn.Module, methods: dict[str, str]):
+        super().__init__()
+        self.policy, self.methods = policy, methods
+
+    def forward(self, *args, phase: str):
+        return getattr(self.policy, self.methods[phase])(*args)
+
+
+def unused_parameters(policy: nn.Module, outputs: Callable[[nn.Module], tuple]) -> list[str]:
+    """Names of `policy`'s trainable parameters that none of `outputs(policy)` depends on (one
+    local forward and backward; gradients are left as they were)."""
+    named = [(name, p) for name, p in policy.named_parameters() if p.requires_grad]
+    saved = [p.grad for _, p in named]
+    for _, p in named:
+        p.grad = None
+    try:
+        total = sum(out.float().sum() for out in outputs(policy) if out.requires_grad)
+        if isinstance(total, torch.Tensor):
+            total.backward()
+        return [name for name, p in named if p.grad is None]
+    finally:
+        for (_, p), grad in zip(named, saved):
+            p.grad = grad
+
+
+def local_phase_path(policy: nn.Module, method: str, ignored) -> LossPath:
+    """One rank: the phase's method called directly, no collective."""
+    return LossPath(PhaseView(policy, method), policy, "local", contextlib.nullcontext, frozenset(ignored))
+
+
+def ddp_phase_path(policy: nn.Module, method: str, ignored, device: torch.device) -> LossPath:
+    """DDP around `PhaseView(policy, method)`, ignoring the parameters named in `ignored` (which
+    this phase never reaches): only the phase's own parameters are reduced, and none is waited for."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    view = PhaseView(policy, method)
+    # DDP reads this list from the module it wraps (the documented effect of
+    # DistributedDataParallel._set_params_and_buffers_to_ignore_for_model, without that helper's
+    # marking of the parameters themselves, which would follow them into the other wrapper).
+    view._ddp_params_and_buffers_to_ignore = [f"policy.{name}" for name in ignored]
+    ddp = DistributedDataParallel(view, device_ids=[device.index] if device.type == "cuda" else None,
+                                  forward_sync_buffers=False)
+    hook = getattr(wrap, "recorded_allreduce_hook", None)  # the flight recorder's bucket marks
+    if hook is not None:
+        ddp.register_comm_hook(None, hook)
+    return LossPath(ddp, policy, "ddp", ddp.no_sync, frozenset(ignored))
+
+
+def find_unused_paths(policy: nn.Module, methods: dict[str, str], device: torch.device) -> dict[str, LossPath]:
+    """The alternative to `ddp_phase_path`: ONE DDP wrapper for all phases with
+    `find_unused_parameters=True`. Only for measuring what the per-phase wrapping saves."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(PhasedPolicy(policy, methods),
+                                  device_ids=[device.index] if device.type == "cuda" else None,
+                                  forward_sync_buffers=False, find_unused_parameters=True)
+    hook = getattr(wrap, "recorded_allreduce_hook", None)
+    if hook is not None:
+        ddp.register_comm_hook(None, hook)
+
+    def caller(phase: str):
+        return lambda *args: ddp(*args, phase=phase)
+
+    # no gradient check needed: DDP itself accounts for whatever a phase leaves unused
+    everything = frozenset(name for name, _ in policy.named_parameters())
+    return {phase: LossPath(caller(phase), policy, "ddp", ddp.no_sync, everything) for phase in methods}

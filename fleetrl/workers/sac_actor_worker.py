@@ -1,0 +1,286 @@
+"""The SAC actor component: replay buffer shard, actor, twin critics, targets, temperature.
+
+One `SACActorWorker` per actor rank, with the interface of `ActorWorker` (see
+`fleetrl.algos.registry`). An iteration (`train`):
+
+1. the rank adds its shard of the trajectory (its env columns: T steps × N/W envs) to its own
+   replay buffer shard (`fleetrl.algos.replay`, plain state — never a module buffer);
+2. it counts the iteration's *global* env steps, T·N, into `env_steps`; once the replay (summed
+   over ranks) holds `algorithm.learning_starts` transitions, it owes `update_to_data` gradient
+   steps per new global env step (fractions carry over to the next iteration);
+3. it runs them. Each gradient step samples `minibatch_size / W` transitions uniformly from the
+   rank's own shard (its own generator), so the W ranks together train on a minibatch_size
+   sample; the critic and policy losses are means over the rank's part, and their DDP wrappers
+   average the gradients, which gives the mean over the whole global sample. The Adam steps, the
+   Polyak update of the targets and α then see the same numbers on every rank: replicas, targets
+   included, stay bitwise equal (checked every `runner.param_check_interval` iterations);
+4. it decides, from `env_steps` (the same on every rank), whether the rollout workers still act
+   at random (`algorithm.learning_starts`): on the shared actor module when they share the
+   process, with the weights (`SACWeights`) otherwise.
+
+Every rank-dependent quantity — the number of gradient steps, whether the actor or the targets
+update at a step, the warm-up — is a function of global counters, so every rank takes the same
+branches and joins the same collectives.
+
+Why one DDP wrapper per loss path (critics; actor + log α) rather than a manual all-reduce of
+the gradients: DDP overlaps the reduction with the backward pass and keeps the loss path the
+only thing that is wrapped (DESIGN.md); the two wrappers are always called in the same order on
+every rank (critic forward+backward, then policy forward+backward), which is what two DDP
+modules need, and the actor loss evaluates the critics outside their wrapper, with detached
+weights, so the critic reducer never waits for gradients that do not come. The target critics
+are not wrapped: they are updated in place from the (identical) critics.
+
+Collective methods with several ranks (every rank calls them, in the same order):
+`init_distributed`, `train`, `check_replicas`, `replica_divergence`, `verify_replicas`,
+`state_dict` (gathers every rank's generator and replay shard onto rank 0).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from fleetrl.algos.replay import ReplayBuffer
+from fleetrl.algos.sac import (EntropyCoefficient, SACBatch, SACLearner, SACWeights,
+                               SquashedGaussianActor, TwinQ, matmul_dtype)
+from fleetrl.config.schema import Config
+from fleetrl.config.validate import check_actor_layout, check_spaces, effective_minibatch_size
+from fleetrl.dist import process_group, reduce, state
+from fleetrl.dist.param_check import ReplicaDivergenceError, divergent_replicas
+from fleetrl.trajectory import Trajectory
+from fleetrl.workers.actor_worker import actor_device
+
+log = logging.getLogger("fleetrl")
+SAMPLE_CHUNK = 32  # gradient steps whose samples are gathered at once
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The sampling generator's seed of actor rank `rank`: distinct per rank."""
+    return seed * 1_000_003 + 7919 * (rank + 1)
+
+
+class SACActorWorker:
+    def __init__(self, config: Config, observation_space: gym.Space, action_space: gym.Space,
+                 rank: int = 0, world_size: int = 1):
+        if not 0 <= rank < world_size:
+            raise ValueError(f"actor rank {rank} is outside the world size {world_size}")
+        check_actor_layout(config, world_size)
+        check_spaces(config, observation_space, action_space)
+        self.config, self.rank, self.world_size = config, rank, world_size
+        algo, model = config.algorithm, config.model
+        self.device = actor_device(config.actor.device)
+        torch.manual_seed(config.runner.seed)  # identical initial weights wherever it is built
+        obs_dim, action_dim = int(np.prod(observation_space.shape)), int(action_space.shape[0])
+        self.action_dim = action_dim
+        dtype = matmul_dtype(config)
+        self.policy = SquashedGaussianActor(obs_dim, action_dim, model.hidden_sizes, model.activation,
+                                            action_space.low, action_space.high, dtype).to(self.device)
+        self.critic = TwinQ(obs_dim, action_dim, model.hidden_sizes, model.activation, dtype).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.entropy = EntropyCoefficient(algo.alpha, algo.autotune).to(self.device)
+        self.learner = SACLearner(config, self.policy, self.critic, self.critic_target, self.entropy)
+        self.generator = torch.Generator().manual_seed(rank_seed(config.runner.seed, rank))
+        self.sample_size = effective_minibatch_size(config) // world_size
+        self.replay = ReplayBuffer(algo.buffer_size // config.env.num_envs, config.env.num_envs // world_size,
+                                   observation_space.shape, action_space.shape)
+        self.env_steps = 0  # global (all ranks' env columns), as the trajectories arrived
+        self.update_debt = 0.0  # gradient steps owed, the fraction update_to_data left over
+        self.policy.random_actions = self.env_steps < algo.learning_starts
+        self.distributed = False
+        self.owns_process_group = False
+
+    # ---------------------------------------------------------------------------- distribution
+
+    def init_distributed(self, master_addr: str, master_port: int) -> None:
+        """Join the actor ranks' group, make every module rank 0's and wrap the two loss paths
+        in DDP. All ranks together, right after construction; nothing with one rank."""
+        if self.world_size == 1 or self.distributed:
+            return
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        from fleetrl.dist.wrap import recorded_allreduce_hook
+
+        if dist.is_initialized():
+            if (dist.get_rank(), dist.get_world_size()) != (self.rank, self.world_size):
+                raise RuntimeError(f"this process is rank {dist.get_rank()} of {dist.get_world_size()}, "
+                                   f"not actor rank {self.rank} of {self.world_size}")
+        else:
+            process_group.init_process_group(self.rank, self.world_size, master_addr, master_port,
+                                             self.config.actor.dist_timeout_s, self.device)
+            self.owns_process_group = True
+        if self.config.actor.strategy != "ddp":
+            log.info("sac trains its replicas with DDP; actor.strategy %r does not apply",
+                     self.config.actor.strategy)
+        for name, module in self.replicated_modules().items():
+            differing = reduce.replica_mismatches(module)
+            if differing and self.rank == 0:
+                log.warning("initial %s weights differ across the %d actor ranks in %s: every rank "
+                            "starts from rank 0's", name, self.world_size, differing)
+            reduce.broadcast_module_(module)
+
+        def make_ddp(module):
+            ddp = DistributedDataParallel(module, device_ids=[self.device.index] if self.device.type == "cuda"
+                                          else None, forward_sync_buffers=False)
+            ddp.register_comm_hook(None, recorded_allreduce_hook)
+            return ddp
+
+        self.learner.wrap(make_ddp)
+        self.distributed = True
+
+    def close(self) -> None:
+        if self.owns_process_group:
+            process_group.destroy_process_group()
+            self.owns_process_group = False
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1:
+            return tensor
+        device = reduce.comm_device()
+        return (reduce.all_reduce_sum(tensor.to(device)) / self.world_size).to(tensor.device)
+
+    # -------------------------------------------------------------------------------- training
+
+    def train(self, trajectory: Trajectory, progress: float) -> dict:
+        """Store this rank's shard of the iteration, then run the gradient steps it is owed; the
+        metrics are averaged over ranks (identical on every rank). Collective with several ranks."""
+        algo = self.config.algorithm
+        if self.world_size > 1 and not self.distributed:
+            raise RuntimeError("SACActorWorker.train with several ranks needs init_distributed first")
+        steps, envs = trajectory.rewards.shape
+        expected = (algo.num_steps, self.config.env.num_envs // self.world_size)
+        if (steps, envs) != expected:  # another shape would make this rank owe other step counts
+            raise ValueError(f"actor rank {self.rank}: got a trajectory shard of {steps} steps × {envs} "
+                             f"envs, expected {expected[0]} × {expected[1]}")
+        if trajectory.next_obs is None:
+            raise ValueError("SAC needs trajectories with next_obs (a rollout worker with record_next_obs)")
+        truncated = trajectory.dones & ~trajectory.terminated
+        self.replay.add(trajectory.obs, trajectory.actions, trajectory.rewards, trajectory.terminated,
+                        truncated, trajectory.next_obs)
+        new_steps = steps * envs * self.world_size
+        self.env_steps += new_steps
+        gradient_steps = 0
+        if len(self.replay) * self.world_size >= max(1, algo.learning_starts):
+            self.update_debt += algo.update_to_data * new_steps
+            gradient_steps = int(self.update_debt + 1e-9)
+            self.update_debt = max(0.0, self.update_debt - gradient_steps)
+        self.learner.set_progress(progress)
+        metrics = self.run_updates(gradient_steps)
+        self.policy.random_actions = self.env_steps < algo.learning_starts
+        return metrics
+
+    def run_updates(self, count: int) -> dict:
+        """`count` gradient steps on samples of this rank's shard; their mean statistics."""
+        learner, algo, device = self.learner, self.config.algorithm, self.device
+        learner.reset_stats()
+        done = 0
+        while done < count:
+            chunk = min(count - done, SAMPLE_CHUNK)
+            index = torch.randint(0, len(self.replay), (chunk, self.sample_size), generator=self.generator)
+            noise = torch.randn((chunk, 2, self.sample_size, self.action_dim), generator=self.generator)
+            obs, actions, rewards, not_terminated, next_obs = (
+                t.to(device) for t in self.replay.gather(index))
+            discount = (algo.gamma * not_terminated).to(device)
+            noise = noise.to(device)
+            for k in range(chunk):
+                learner.update(SACBatch(obs[k], actions[k], rewards[k], discount[k], next_obs[k], noise[k]))
+            done += chunk
+        alpha = float(self.entropy.log_alpha.detach().exp())
+        metrics = {"grad_steps": count, "alpha": alpha, "replay_size": len(self.replay) * self.world_size,
+                   "random_actions": bool(self.policy.random_actions),
+                   "lr": learner.policy_optimizer.param_groups[0]["lr"], "q_loss": None, "q_mean": None,
+                   "actor_loss": None, "alpha_loss": None, "entropy": None}
+        if count == 0:  # the same on every rank: no collective either
+            return metrics
+        q_loss, q_mean, actor_loss, alpha_loss, entropy = self.all_reduce_mean(learner.mean_stats()).tolist()
+        metrics.update(q_loss=q_loss, q_mean=q_mean)
+        if learner.policy_stats:
+            metrics.update(actor_loss=actor_loss, entropy=entropy,
+                           alpha_loss=alpha_loss if algo.autotune else None)
+        return metrics
+
+    # ------------------------------------------------------------------------------- replicas
+
+    def replicated_modules(self) -> dict:
+        """Everything that must be identical on all ranks — the target critics included."""
+        return {"actor": self.policy, "critic": self.critic, "critic_target": self.critic_target,
+                "entropy": self.entropy}
+
+    def check_replicas(self) -> list[str]:
+        """Names of tensors that differ from rank 0's ('<module>.<name>'); empty when all agree.
+        Collective with several ranks."""
+        if self.world_size == 1:
+            return []
+        return [f"{key}.{name}" for key, module in self.replicated_modules().items()
+                for name in reduce.replica_mismatches(module)]
+
+    def replica_divergence(self) -> dict[str, list[int]]:
+        if self.world_size == 1:
+            return {}
+        return divergent_replicas(self.replicated_modules())
+
+    def verify_replicas(self) -> None:
+        differing = self.replica_divergence()
+        if differing:
+            raise ReplicaDivergenceError(differing, self.world_size)
+
+    # ---------------------------------------------------------------------------------- state
+
+    def policy_weights(self) -> SACWeights:
+        """What the rollout workers load: a CPU copy of the actor's weights and the warm-up flag."""
+        return SACWeights(state.model_state(self.policy, False), bool(self.policy.random_actions))
+
+    def shard_state(self) -> dict:
+        replay = self.replay.state_dict() if self.config.runner.checkpoint_replay_buffer else None
+        return {"generator": self.generator.get_state(), "replay": replay}
+
+    def state_dict(self) -> dict:
+        """The full state. 'policy' is the actor's state_dict (what `fleetrl eval` loads);
+        'shards' holds every rank's sampling generator and, with runner.checkpoint_replay_buffer,
+        its replay buffer shard. With several ranks a collective: rank 0 gathers the shards (the
+        other ranks' 'shards' is None)."""
+        shard = self.shard_state()
+        if self.world_size == 1:
+            shards = [shard]
+        else:
+            import torch.distributed as dist
+
+            from fleetrl.watch import recorder
+
+            shards = [None] * self.world_size if self.rank == 0 else None
+            with recorder.collective("gather_object (replay shards)", torch.zeros(0)):
+                dist.gather_object(shard, shards, dst=0)
+        saved = {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
+                 "critic_target": self.critic_target.state_dict(), "entropy": self.entropy.state_dict(),
+                 **self.learner.state_dict(),
+                 "env_steps": self.env_steps, "update_debt": self.update_debt, "shards": shards}
+        return state.to_cpu(saved) if self.device.type != "cpu" else saved
+
+    def load_state_dict(self, saved: dict) -> None:
+        """Load a full state (every rank gets all of it and takes its own shard). A replay
+        shard is restored when the checkpoint has one for this rank count; otherwise the buffer
+        starts empty and training resumes once it holds algorithm.learning_starts transitions."""
+        self.policy.load_state_dict(saved["policy"])
+        self.critic.load_state_dict(saved["critic"])
+        self.critic_target.load_state_dict(saved["critic_target"])
+        self.entropy.load_state_dict(saved["entropy"])
+        self.learner.load_state_dict(saved)
+        self.env_steps, self.update_debt = saved["env_steps"], saved["update_debt"]
+        self.policy.random_actions = self.env_steps < self.config.algorithm.learning_starts
+        shards = saved.get("shards") or []
+        if len(shards) == self.world_size:
+            shard = shards[self.rank]
+            self.generator.set_state(shard["generator"])
+            if shard["replay"] is not None:
+                self.replay.load_state_dict(shard["replay"])
+                return
+        elif self.rank == 0:
+            log.warning("the checkpoint was written by %d actor rank(s), this run has %d: the replay "
+                        "shards and sampling generators are not restored", len(shards), self.world_size)
+        if self.rank == 0:
+            log.info("resuming with an empty replay buffer: training waits until it holds "
+                     "algorithm.learning_starts=%d transitions", self.config.algorithm.learning_starts)

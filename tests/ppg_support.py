@@ -1,0 +1,223 @@
+"""Code the spawned ranks of tests/test_ppg.py and tests/test_token_policy.py run (importable by
+spawned processes): PPG, token-policy and GRPO scenarios on synthetic trajectories, the
+single-process reference, and a bounded multi-process launcher that fails instead of hanging.
+
+Like tests/dist_support.py, every process builds the same trajectories from seeds, so rank r
+trains on `trajectory.shard(r, W)` of exactly what the single-process reference trains on.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+from fleetrl.algos.registry import algorithm_workers
+from fleetrl.config.loader import load_config
+from fleetrl.config.schema import Config
+from fleetrl.dist import process_group
+from fleetrl.dist.process_group import free_port
+from fleetrl.models.policy import Policy
+from fleetrl.trajectory import Trajectory
+from tests.dist_support import BASE
+
+PPG = ["algorithm.name=ppg", "model.aux_value_head=true", "algorithm.n_pi=2", "algorithm.aux_epochs=2",
+       "algorithm.aux_minibatch_size=64", "algorithm.ent_coef=0.01"]
+SCENARIOS = {
+    # policy phase (4 minibatches × 3 epochs) then the auxiliary phase (2 epochs × 4 minibatches
+    # of 64 over 2 iterations' data), twice
+    "ppg": PPG,
+    # Gaussian policy (the KL term involves log_std), gradient accumulation in both phases
+    "ppg_continuous_accumulation": PPG + ["actor.micro_batch_size=8", "algorithm.aux_minibatch_size=32"],
+    # token policy: per-token ratios in the policy phase, the tokens' joint KL in the aux phase
+    "ppg_tokens": PPG + ["model.action_bins=5", "algorithm.logprob_type=token_level"],
+    # ranks resume mid-phase from the single-process checkpoint of iteration 1 (stored data inside)
+    "ppg_resume": PPG,
+    "ppo_tokens_token_level": ["model.action_bins=7", "algorithm.logprob_type=token_level",
+                               "algorithm.entropy_type=token_level", "algorithm.ent_coef=0.01"],
+    "ppo_tokens_action_level": ["model.action_bins=7", "algorithm.ent_coef=0.01"],
+    "ppo_grpo": ["algorithm.adv_type=grpo", "algorithm.group_size=2", "algorithm.norm_adv=false"],
+    "fsdp_tokens_token_level": ["actor.strategy=fsdp", "model.action_bins=7", "algorithm.logprob_type=token_level",
+                                "algorithm.entropy_type=token_level", "algorithm.ent_coef=0.01"],
+    # many iterations: 36 policy iterations, 12 auxiliary phases, accumulation — must not stall
+    "ppg_many": PPG + ["algorithm.n_pi=3", "actor.micro_batch_size=8", "algorithm.update_epochs=2",
+                       "algorithm.aux_epochs=1"],
+}
+CONTINUOUS = {"ppg_continuous_accumulation", "ppg_tokens", "ppo_tokens_token_level", "ppo_tokens_action_level",
+              "fsdp_tokens_token_level"}
+RESUME = {"ppg_resume"}
+PROGRESS = (0.0, 0.1, 0.2, 0.3)  # 4 iterations: two full PPG cycles with n_pi = 2
+MANY = 36
+
+
+def config_for(name: str, extra: list[str] = ()) -> Config:
+    return load_config(None, BASE + SCENARIOS[name] + list(extra))
+
+
+def progress_for(name: str) -> tuple:
+    return tuple(i / (MANY + 1) for i in range(MANY)) if name == "ppg_many" else PROGRESS
+
+
+def spaces(name: str) -> tuple[gym.Space, gym.Space]:
+    if name in CONTINUOUS:
+        return (gym.spaces.Box(-np.inf, np.inf, (5,), np.float32),
+                gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+    return gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
+
+
+def make_trajectory(config: Config, name: str, iteration: int) -> Trajectory:
+    """Synthetic but shaped like a collect (actions, log-probs — per token for token policies —
+    and values from the initial policy; random rewards and episode ends). Same in every process."""
+    observation_space, action_space = spaces(name)
+    torch.manual_seed(config.runner.seed)
+    policy = Policy.from_config(config.model, observation_space, action_space)
+    generator = torch.Generator().manual_seed(1000 + iteration)
+    steps, envs = config.algorithm.num_steps, config.env.num_envs
+    obs = torch.randn(steps, envs, *observation_space.shape, generator=generator)
+    torch.manual_seed(2000 + iteration)
+    actions, logprobs, values = policy.act(obs.flatten(0, 1))
+    actions = actions.reshape(steps, envs, *actions.shape[1:])
+    logprobs, values = logprobs.reshape(steps, envs, *logprobs.shape[1:]), values.reshape(steps, envs)
+    rewards = 1.0 + 0.5 * torch.randn(steps, envs, generator=generator)
+    terminated = torch.rand(steps, envs, generator=generator) < 0.1
+    dones = terminated | (torch.rand(steps, envs, generator=generator) < 0.05)
+    last = policy.value(torch.randn(1, envs, *observation_space.shape, generator=generator).flatten(0, 1))
+    next_values = torch.cat([values[1:], last[None]])
+    return Trajectory(obs, actions, logprobs, values, rewards, terminated, dones, next_values)
+
+
+def build_worker(name: str, rank: int = 0, world: int = 1, extra: list[str] = ()):
+    config = config_for(name, extra)
+    return config, algorithm_workers(config.algorithm.name).actor(config, *spaces(name), rank, world)
+
+
+def train_reference(name: str, iterations: int | None = None) -> dict:
+    """One process, the whole trajectory: what the ranks must reproduce."""
+    config, worker = build_worker(name)
+    progress = progress_for(name)
+    metrics, states = [], []
+    for iteration in range(iterations or len(progress)):
+        metrics.append(worker.train(make_trajectory(config, name, iteration), progress[iteration]))
+        states.append(copy.deepcopy(worker.state_dict()))
+    return {"metrics": metrics, "states": states, "weights": worker.policy_weights()}
+
+
+def train_rank(name: str, rank: int, world: int) -> dict:
+    config, worker = build_worker(name, rank, world)
+    worker.init_distributed("127.0.0.1", 0)  # the group exists already: joined
+    progress = progress_for(name)
+    first, metrics, states = 0, [], []
+    if name in RESUME:
+        worker.load_state_dict(train_reference(name, 1)["states"][0])
+        first = 1
+    for iteration in range(first, len(progress)):
+        metrics.append(worker.train(make_trajectory(config, name, iteration).shard(rank, world),
+                                    progress[iteration]))
+        if iteration < 3:
+            states.append(copy.deepcopy(worker.state_dict()))  # collective for PPG: gathers the stored data
+    result = {"metrics": metrics, "states": states, "weights": worker.policy_weights(),
+              "divergence": worker.replica_divergence()}
+    if config.algorithm.name == "ppg":
+        policy_ddp, aux_ddp = worker.loss_path.module, worker.aux_path.module
+        result["wrapped"] = {
+            "policy": sorted(n for n, p in policy_ddp.module.named_parameters()
+                             if any(p is q for q in policy_ddp._module_parameters)),
+            "aux": sorted(n for n, p in aux_ddp.module.named_parameters()
+                          if any(p is q for q in aux_ddp._module_parameters)),
+            "unused": worker.unused}
+    return result
+
+
+class NetWithDeadParameter(nn.Module):
+    """An actor-critic with an auxiliary head and one parameter no loss ever uses."""
+
+    def __init__(self, observation_space, num_action_params):
+        super().__init__()
+        self.body = nn.Linear(observation_space.shape[0], 16)
+        self.pi, self.v, self.aux = nn.Linear(16, num_action_params), nn.Linear(16, 1), nn.Linear(16, 1)
+        self.dead = nn.Parameter(torch.zeros(3))
+
+    def forward(self, obs):
+        h = torch.tanh(self.body(obs))
+        return self.pi(h), self.v(h).squeeze(-1)
+
+    def forward_aux(self, obs):
+        h = torch.tanh(self.body(obs))
+        return self.pi(h), self.v(h).squeeze(-1), self.aux(h).squeeze(-1)
+
+
+def dead_parameter_rank(rank: int, world: int) -> dict:
+    """Build a PPG worker whose network has a parameter neither phase uses: it must be named."""
+    started = time.perf_counter()
+    try:
+        _, worker = build_worker("ppg", rank, world, ["model.id=tests.ppg_support:NetWithDeadParameter"])
+        worker.init_distributed("127.0.0.1", 0)
+        outcome = "built"
+    except Exception as error:  # noqa: BLE001 - the test inspects it
+        outcome = f"{type(error).__name__}: {error}"
+    return {"outcome": outcome, "seconds": time.perf_counter() - started}
+
+
+def rank_main(rank: int, world: int, port: int, names: list[str], out_dir: str) -> None:
+    """Join the group once, run every named scenario, save the results (or the error)."""
+    torch.set_num_threads(1)
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=30)
+    results = {}
+    try:
+        for name in names:
+            started = time.perf_counter()
+            try:
+                results[name] = (dead_parameter_rank(rank, world) if name == "dead_parameter"
+                                 else train_rank(name, rank, world))
+            except Exception:  # noqa: BLE001 - reported to the test, which fails naming it
+                results[name] = {"error": traceback.format_exc()}
+                break
+            results[name]["seconds"] = time.perf_counter() - started
+    finally:
+        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+        release_then_leave()
+
+
+def release_then_leave() -> None:
+    """Free every DDP wrapper, then leave the process group. A wrapper still alive when the
+    group is destroyed is freed at interpreter exit, and Gloo then aborts the process now and
+    then ("terminate called without an active exception": 1-2 exits in 10-15 here)."""
+    gc.collect()
+    process_group.destroy_process_group()
+
+
+def run_ranks(target, args: tuple, world: int = 2, timeout_s: float = 120) -> list[dict]:
+    """Start `world` spawned processes running `target(rank, world, port, *args, out_dir)`,
+    wait at most `timeout_s`, and return each rank's saved results. A stall fails the test
+    (naming the ranks still running) after killing every process, instead of hanging it."""
+    context = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as out_dir:
+        port = free_port()
+        processes = [context.Process(target=target, args=(rank, world, port, *args, out_dir))
+                     for rank in range(world)]
+        for process in processes:
+            process.start()
+        deadline = time.monotonic() + timeout_s
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        stalled = [rank for rank, process in enumerate(processes) if process.is_alive()]
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+            process.join(5)
+        if stalled:
+            raise AssertionError(f"rank(s) {stalled} still running after {timeout_s:.0f} s: a stall")
+        failed = [(rank, p.exitcode) for rank, p in enumerate(processes) if p.exitcode != 0]
+        assert not failed, f"rank processes exited with codes {failed}"
+        return [torch.load(Path(out_dir) / f"rank{rank}.pt", weights_only=False) for rank in range(world)]
