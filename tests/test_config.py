@@ -139,7 +139,7 @@ def test_overrides_are_parsed_as_yaml():
     assert config.algorithm.gamma == 1.0 and type(config.algorithm.gamma) is float
     assert config.runner.seed == 7 and type(config.runner.seed) is int
     # and the file's values are kept where not overridden
-    assert config.algorithm.update_epochs == 20 and config.env.id == "CartPole-v1"
+    assert config.algorithm.update_epochs == 10 and config.env.id == "CartPole-v1"
 
 
 def test_later_override_wins():

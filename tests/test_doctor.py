@@ -37,6 +37,7 @@ from fleetrl.doctor.context import Context
 from fleetrl.doctor.disk import check_directory
 from fleetrl.doctor.handshake import run_handshake
 from fleetrl.doctor.interfaces import interfaces
+from tests.conftest import own_children
 
 MIB = 1024 ** 2
 
@@ -95,10 +96,6 @@ def closed_port() -> socket.socket:
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
     return holder
-
-
-def my_children() -> list[psutil.Process]:
-    return psutil.Process().children(recursive=True)
 
 
 # ---- disk -------------------------------------------------------------------------------------
@@ -321,7 +318,7 @@ class TestGlooHandshake:
         assert code == EXIT_OK and check["status"] == "pass", check
         assert "2 ranks rendezvoused at 127.0.0.1:" in check["detail"]
         assert "all_reduce took" in check["detail"]
-        assert not my_children()
+        assert not own_children()
 
     def test_unreachable_rendezvous_fails_at_once_naming_it(self):
         with closed_port() as holder:
@@ -347,7 +344,7 @@ class TestGlooHandshake:
                 in result.detail), result.detail
         assert "(killed)" in result.detail
         assert all(outcome.timed_out for outcome in result.outcomes)
-        assert not my_children()
+        assert not own_children()
 
 
 # ---- a live Ray cluster: joining, all pairs of nodes, feasibility --------------------------------
@@ -468,7 +465,7 @@ class TestEnv:
         assert check.status is Status.FAIL
         assert "still in env.reset() after 5.0 s" in check.detail and "killed" in check.detail
         assert "--env-timeout" in check.remedy
-        assert not my_children()
+        assert not own_children()
 
     def test_failing_reset_passes_on_the_simulators_error(self, tmp_path):
         config = make_config(tmp_path, "env.id=tests.doctor_envs:BrokenResetEnv")

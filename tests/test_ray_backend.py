@@ -62,7 +62,11 @@ def test_every_worker_sees_where_it_runs(tmp_path):
           "cluster.env_vars={FLEETRL_TEST_MARK: hello}", "algorithm.num_steps=8",
           "algorithm.minibatch_size=32", "runner.total_env_steps=64")
     seen = [json.loads(path.read_text()) for path in probe.glob("*.json")]
-    by_rank = {s["FLEETRL_RANK"]: s for s in seen}
+    # The preflight doctor builds one simulator in a probe process of the driver's (with
+    # cluster.env_vars applied, but outside placement).
+    preflight = [s for s in seen if s["FLEETRL_COMPONENT"] is None]
+    assert len(preflight) == 1, seen
+    by_rank = {s["FLEETRL_RANK"]: s for s in seen if s["FLEETRL_COMPONENT"] is not None}
     assert set(by_rank) == {"0", "1"}, seen
     for rank, variables in by_rank.items():
         assert variables == {"FLEETRL_COMPONENT": "env", "FLEETRL_RANK": rank, "FLEETRL_WORLD_SIZE": "2",
