@@ -89,6 +89,14 @@ def ray_daemon_pids() -> set[int]:
     return pids
 
 
+def started_by(pid: int, driver_pid: int) -> bool:
+    try:
+        text = " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
+    return f"_{driver_pid}/" in text or f"_{driver_pid} " in text or text.endswith(f"_{driver_pid}")
+
+
 def run_fleetrl(config: str, overrides: list[str], parent: Path, timeout: float = 600,
                 extra_args: tuple = ("--skip-doctor",)) -> dict:
     """One `fleetrl train` in its own parent directory; returns exit code, wall seconds,
@@ -99,8 +107,14 @@ def run_fleetrl(config: str, overrides: list[str], parent: Path, timeout: float 
     daemons_before = ray_daemon_pids()
     started = time.time()
     with ForeignLoad() as load:
-        result = subprocess.run(command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
-                                timeout=timeout)
+        process = subprocess.Popen(command, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        try:
+            _, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+    result = subprocess.CompletedProcess(command, process.returncode, "", stderr)
     ended = time.time()
     runs = sorted(p for p in parent.iterdir() if p.is_dir())
     run_dir = runs[-1] if runs else None
@@ -114,7 +128,9 @@ def run_fleetrl(config: str, overrides: list[str], parent: Path, timeout: float 
             report = json.loads((run_dir / "hang_report.json").read_text())
     (parent / "stderr.txt").write_text(result.stderr)
     time.sleep(0.5)
-    leftovers = sorted(ray_daemon_pids() - daemons_before)
+    # Ray names its session directory session_<date>_<time>_<micro>_<pid of the starting driver>:
+    # a daemon of *this* run carries the fleetrl process's pid there (others' clusters do not).
+    leftovers = sorted(pid for pid in ray_daemon_pids() - daemons_before if started_by(pid, process.pid))
     return {"command": command, "code": result.returncode, "started": started, "ended": ended,
             "wall_s": ended - started, "metrics": metrics, "summary": summary, "report": report,
             "run_dir": str(run_dir) if run_dir else None, "foreign_cores": load.cores,
@@ -231,7 +247,7 @@ def run_interleaved(config: str, variants: dict[str, list[str]], reps: int, out:
                 log(f"  {run['steady']['steps_per_s']:.0f} steps/s, collect {run['steady']['collect_s']:.3f} s/iter, "
                     f"foreign load {run['foreign_cores']:.2f} cores")
             if run["leftover_ray_pids"]:
-                log(f"  Ray daemons appeared and stayed: {run['leftover_ray_pids']}")
+                log(f"  Ray daemons of this run still alive after it: {run['leftover_ray_pids']}")
             runs[name].append(run)
     return runs
 

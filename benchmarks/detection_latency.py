@@ -214,7 +214,8 @@ def main() -> None:
               f"{kit.median(detected):.2f} ({kit.spread(detected)}) | ≤ {bound} s | {met} | "
               f"{kit.median(to_exit):.2f} ({kit.spread(to_exit)}) | {kit.median(report_exit):.2f} | {plain_text} |")
     leftovers = sorted({pid for rs in runs.values() for r in rs for pid in r["leftover_ray_pids"]})
-    print(f"\nRay daemons left behind after the runs: {leftovers or 'none'}")
+    print(f"\nRay daemons of these runs (session named after the fleetrl process) still alive after them: "
+          f"{leftovers or 'none'}")
 
 
 if __name__ == "__main__":
