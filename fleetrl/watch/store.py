@@ -26,13 +26,13 @@ class HeartbeatStore:
         self.port = self.server.port
 
     def read(self, workers: list[tuple[str, int]]) -> dict[tuple[str, int], dict]:
-        """The latest record of each (component, rank) that has published one."""
-        records = {}
-        for component, rank in workers:
-            key = heartbeat_key(component, rank)
-            if self.server.check([key]):
-                records[(component, rank)] = json.loads(self.server.get(key))
-        return records
+        """The latest record of each (component, rank) that has published one. Once all have,
+        two store round trips per poll (check + multi_get) instead of two per worker."""
+        keys = [heartbeat_key(component, rank) for component, rank in workers]
+        if keys and self.server.check(keys):
+            return {worker: json.loads(payload) for worker, payload in zip(workers, self.server.multi_get(keys))}
+        return {worker: json.loads(self.server.get(key))
+                for worker, key in zip(workers, keys) if self.server.check([key])}
 
     def publisher(self, component: str, rank: int):
         """A publish function for a recorder living in this (the controller's) process."""
