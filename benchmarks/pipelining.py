@@ -28,20 +28,24 @@ import _runkit as kit  # noqa: E402
 
 CONFIG = "configs/ppo_cartpole.yaml"
 NUM_ENVS, NUM_STEPS, STEP_TIME_S = 8, 16, 0.005
-HIDDEN = [4096, 4096]
-COMMON = [
-    "env.id=fleetrl.envs.slow:SlowCartPole", f"env.kwargs={{step_time_s: {STEP_TIME_S}}}", f"env.num_envs={NUM_ENVS}",
-    f"algorithm.num_steps={NUM_STEPS}", f"algorithm.minibatch_size={NUM_ENVS * NUM_STEPS}", "algorithm.update_epochs=1",
-    f"model.hidden_sizes=[{HIDDEN[0]},{HIDDEN[1]}]", "runner.weight_sync_interval=1000", "runner.param_check_interval=0",
-    "runner.checkpoint_interval=100000", "runner.log_interval=1000", "runner.target_return=null",
-    "cluster.backend=ray", "cluster.simulate_nodes=2", "cluster.num_nodes=2", "cluster.devices_per_node=1",
-    "cluster.component_placement={actor: 0, rollout: 0, env: 1}",
-]
+
+
+def common(hidden: int) -> list[str]:
+    return [
+        "env.id=fleetrl.envs.slow:SlowCartPole", f"env.kwargs={{step_time_s: {STEP_TIME_S}}}", f"env.num_envs={NUM_ENVS}",
+        f"algorithm.num_steps={NUM_STEPS}", f"algorithm.minibatch_size={NUM_ENVS * NUM_STEPS}", "algorithm.update_epochs=1",
+        f"model.hidden_sizes=[{hidden},{hidden}]", "runner.weight_sync_interval=1000", "runner.param_check_interval=0",
+        "runner.checkpoint_interval=100000", "runner.log_interval=1000", "runner.target_return=null",
+        "cluster.backend=ray", "cluster.simulate_nodes=2", "cluster.num_nodes=2", "cluster.devices_per_node=1",
+        "cluster.component_placement={actor: 0, rollout: 0, env: 1}",
+    ]
+
+
 VARIANTS = {"1 stage (no pipelining)": ["rollout.pipeline_stage_num=1"],
             "2 stages": ["rollout.pipeline_stage_num=2"]}
 
 
-def component_costs(repeats: int = 15) -> dict:
+def component_costs(hidden: int, repeats: int = 15) -> dict:
     """Median seconds of the policy's act on 8 and 4 observations (1 thread), and of one
     SyncVectorEnv step of 8 and 4 SlowCartPoles."""
     import gymnasium as gym
@@ -57,7 +61,7 @@ def component_costs(repeats: int = 15) -> dict:
     try:
         costs = {}
         probe = gym.make("CartPole-v1")
-        policy = Policy.from_config(ModelConfig(hidden_sizes=HIDDEN), probe.observation_space,
+        policy = Policy.from_config(ModelConfig(hidden_sizes=[hidden, hidden]), probe.observation_space,
                                     probe.action_space).requires_grad_(False)
         probe.close()
         for batch in (NUM_ENVS, NUM_ENVS // 2):
@@ -91,21 +95,25 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--hidden", type=int, default=4096,
+                        help="width of the policy's two hidden layers: sets the inference cost against "
+                             "the env's (pipelining gains most where the two are equal)")
     args = parser.parse_args()
     info = kit.machine()
     out = kit.results_dir("pipelining")
     kit.log(f"results in {out}")
     steps = args.iterations * NUM_ENVS * NUM_STEPS
-    overrides = {name: [*COMMON, f"runner.total_env_steps={steps}", *extra] for name, extra in VARIANTS.items()}
+    shared = common(args.hidden)
+    overrides = {name: [*shared, f"runner.total_env_steps={steps}", *extra] for name, extra in VARIANTS.items()}
     threads = {name: kit.placement_threads(CONFIG, o) for name, o in overrides.items()}
-    costs = [component_costs()]
+    costs = [component_costs(args.hidden)]
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
     for rep in range(args.reps):
         names = list(VARIANTS) if rep % 2 == 0 else list(reversed(VARIANTS))
         for name, rs in kit.run_interleaved(CONFIG, {n: overrides[n] for n in names}, 1, out / f"rep{rep}",
                                             args.warmup, timeout=900).items():
             runs[name].extend(rs)
-        costs.append(component_costs())
+        costs.append(component_costs(args.hidden))
     kit.write_json(out / "results.json", {"machine": info, "args": vars(args), "threads": threads,
                                           "costs": costs, "runs": runs})
 
@@ -118,7 +126,7 @@ def main() -> None:
         f"infer_{NUM_ENVS // 2}"]
     print(f"Machine: {kit.machine_line(info)}\n")
     print(f"Command: `.venv/bin/python benchmarks/pipelining.py --reps {args.reps} --iterations {args.iterations} "
-          f"--warmup {args.warmup}`; each run `fleetrl train {CONFIG} {' '.join(COMMON)} "
+          f"--warmup {args.warmup} --hidden {args.hidden}`; each run `fleetrl train {CONFIG} {' '.join(shared)} "
           f"runner.total_env_steps={steps} runner.tensorboard=false rollout.pipeline_stage_num=<1|2> "
           f"--skip-doctor`; raw: `{out.relative_to(kit.ROOT)}/results.json`\n")
     print("| variant | runs ok | collect ms per env step, median (range) | collect s/iter | collect ms per vector "
