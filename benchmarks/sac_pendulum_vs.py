@@ -271,18 +271,25 @@ def main() -> None:
     parser.add_argument("--quiet-threshold", type=float, default=0.5, help="other load (cores) to wait out")
     parser.add_argument("--max-wait", type=float, default=60.0, help="seconds to wait for a quiet machine per job")
     parser.add_argument("--job-timeout", type=float, default=3600.0)
+    parser.add_argument("--resume", type=Path, metavar="RESULTS_DIR",
+                        help="a results/sac_pendulum_vs-<stamp> folder: keep its finished jobs, run the rest")
     args = parser.parse_args()
     if not SB3_PYTHON.exists():
         sys.exit("no SB3 venv: run `bash benchmarks/setup_venvs.sh sb3` first")
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    workdir = BENCH / "results" / f"sac_pendulum_vs-{stamp}"
-    workdir.mkdir(parents=True)
+    workdir = args.resume or BENCH / "results" / f"sac_pendulum_vs-{stamp}"
+    workdir.mkdir(parents=True, exist_ok=args.resume is not None)
     libs = [v for v in VARIANTS if not (args.no_bf16 and v == "fleetrl_bf16")] + ["sb3"]
     jobs: dict[str, list[dict]] = {lib: [] for lib in libs}
     for seed in range(1, args.seeds + 1):
         order = libs[seed - 1:] + libs[:seed - 1]  # rotate
         for lib in order:
+            done = workdir / f"{lib}-s{seed}.json"
+            if done.exists():
+                jobs[lib].append(json.loads(done.read_text()))
+                log(f"seed {seed}: {lib} kept from {done}")
+                continue
             waited = wait_for_quiet(args.quiet_threshold, args.max_wait)
             log(f"seed {seed}: {lib} (waited {waited['waited_s']:.0f} s for a quiet machine: {waited['quiet']})")
             job = run_sb3(args, seed, workdir) if lib == "sb3" else run_fleetrl(args, lib, seed, workdir)
