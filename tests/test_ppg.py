@@ -6,6 +6,7 @@ checkpoint — plus many iterations without a stall and a parameter no phase tra
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -16,6 +17,7 @@ from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from tests import ppg_support
 from tests.ppg_support import MANY, PROGRESS, RESUME, build_worker, make_trajectory, train_reference
+from tests.ray_runs import train_on_ray
 from tests.test_dist_equivalence import assert_close_state, max_difference
 
 EXACT = 1e-5
@@ -163,33 +165,11 @@ def test_stored_data_are_copies_of_the_trajectory():
 def test_ppg_on_ray_with_two_ddp_ranks_runs_many_iterations(tmp_path):
     """The real runtime: 2 DDP actor ranks as Ray workers under the watchdog, 40 iterations with
     an auxiliary phase every 4th, replicas checked every 5th — finishes, no incident."""
-    import json
-    import subprocess
-
-    from fleetrl.metrics_log import read_metrics
-    from tests.conftest import FLEETRL, REPO, subprocess_env
-    from tests.test_param_check import ray_processes_of
-
-    import psutil
-
-    driver = subprocess.Popen(
-        [*FLEETRL, "train", "configs/ppg_cartpole.yaml", f"runner.run_dir={tmp_path}",
-         "runner.tensorboard=false", "cluster.backend=ray", "cluster.devices_per_node=2",
-         "cluster.component_placement={actor: 0-1, rollout: 0, env: 0}", "env.num_envs=4",
-         "algorithm.num_steps=16", "algorithm.minibatch_size=32", "algorithm.update_epochs=2",
-         "algorithm.n_pi=4", "algorithm.aux_epochs=2", "algorithm.aux_minibatch_size=64",
-         "runner.param_check_interval=5", "runner.checkpoint_interval=10", "runner.total_env_steps=2560"],
-        cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _, stderr = driver.communicate(timeout=300)
-    finally:
-        driver.kill()
-        _, alive = psutil.wait_procs(ray_processes_of(driver.pid), timeout=10)
-    assert not alive, f"Ray processes of the run left behind: {[p.pid for p in alive]}"
-    assert driver.returncode == 0, stderr[-4000:]
-    (run_dir,) = tmp_path.iterdir()
-    assert not (run_dir / "hang_report.txt").exists()
-    records = read_metrics(run_dir)
+    run_dir, records = train_on_ray(
+        tmp_path, "configs/ppg_cartpole.yaml", "env.num_envs=4", "algorithm.num_steps=16",
+        "algorithm.minibatch_size=32", "algorithm.update_epochs=2", "algorithm.n_pi=4", "algorithm.aux_epochs=2",
+        "algorithm.aux_minibatch_size=64", "runner.param_check_interval=5", "runner.checkpoint_interval=10",
+        "runner.total_env_steps=2560")
     assert len(records) == 40
     assert [r["iteration"] for r in records if "aux_kl" in r] == list(range(4, 41, 4))
     assert json.loads((run_dir / "summary.json").read_text())["iterations"] == 40
