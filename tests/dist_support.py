@@ -11,6 +11,7 @@ import copy
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -66,17 +67,29 @@ def config_for(name: str) -> Config:
     return load_config(None, BASE + SCENARIOS[name])
 
 
-def spaces(name: str) -> tuple[gym.Space, gym.Space]:
-    if name in CONTINUOUS:
+def synthetic_spaces(continuous: bool) -> tuple[gym.Space, gym.Space]:
+    """(observation, action) spaces of the synthetic trajectories: 5-D obs and 2-D Box actions,
+    or CartPole's shapes."""
+    if continuous:
         return (gym.spaces.Box(-np.inf, np.inf, (5,), np.float32),
                 gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
     return gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
 
 
+def spaces(name: str) -> tuple[gym.Space, gym.Space]:
+    return synthetic_spaces(name in CONTINUOUS)
+
+
 def make_trajectory(config: Config, name: str, iteration: int) -> Trajectory:
-    """Synthetic but shaped like a collect: actions, log-probs and values come from the initial
-    policy on the observations, rewards and episode ends are random. Identical in every process."""
-    observation_space, action_space = spaces(name)
+    return synthetic_trajectory(config, spaces(name), iteration, terminate_p=0.04, truncate_p=0.03)
+
+
+def synthetic_trajectory(config: Config, env_spaces: tuple[gym.Space, gym.Space], iteration: int,
+                         terminate_p: float, truncate_p: float) -> Trajectory:
+    """Synthetic but shaped like a collect: actions, log-probs (per token for token policies) and
+    values come from the initial policy on the observations, rewards and episode ends are random.
+    Identical in every process."""
+    observation_space, action_space = env_spaces
     torch.manual_seed(config.runner.seed)
     policy = Policy.from_config(config.model, observation_space, action_space)
     generator = torch.Generator().manual_seed(1000 + iteration)
@@ -85,10 +98,10 @@ def make_trajectory(config: Config, name: str, iteration: int) -> Trajectory:
     torch.manual_seed(2000 + iteration)
     actions, logprobs, values = policy.act(obs.flatten(0, 1))
     actions = actions.reshape(steps, envs, *actions.shape[1:])
-    logprobs, values = logprobs.reshape(steps, envs), values.reshape(steps, envs)
+    logprobs, values = logprobs.reshape(steps, envs, *logprobs.shape[1:]), values.reshape(steps, envs)
     rewards = 1.0 + 0.5 * torch.randn(steps, envs, generator=generator)
-    terminated = torch.rand(steps, envs, generator=generator) < 0.04
-    dones = terminated | (torch.rand(steps, envs, generator=generator) < 0.03)
+    terminated = torch.rand(steps, envs, generator=generator) < terminate_p
+    dones = terminated | (torch.rand(steps, envs, generator=generator) < truncate_p)
     last = policy.value(torch.randn(1, envs, *observation_space.shape, generator=generator).flatten(0, 1))
     next_values = torch.cat([values[1:], last[None]])
     return Trajectory(obs, actions, logprobs, values, rewards, terminated, dones, next_values)
@@ -132,6 +145,13 @@ def train_rank(name: str, rank: int, world: int) -> dict:
 
 def rank_main(rank: int, world: int, port: int, names: list[str], out_dir: str) -> None:
     """What each spawned rank runs: join the group once, train every scenario, save results."""
+    run_scenarios(rank, world, port, names, out_dir, train_rank)
+
+
+def run_scenarios(rank: int, world: int, port: int, names: list[str], out_dir: str,
+                  train_one: Callable[[str, int, int], dict]) -> None:
+    """Join the Gloo group on 127.0.0.1 once, `train_one(name, rank, world)` for every scenario
+    (timed), leave the group, save the results as `<out_dir>/rank<rank>.pt`."""
     torch.set_num_threads(1)
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=30)
@@ -139,7 +159,7 @@ def rank_main(rank: int, world: int, port: int, names: list[str], out_dir: str) 
     try:
         for name in names:
             started = time.perf_counter()
-            results[name] = train_rank(name, rank, world)
+            results[name] = train_one(name, rank, world)
             results[name]["seconds"] = time.perf_counter() - started
     finally:
         process_group.destroy_process_group()

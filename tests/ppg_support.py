@@ -17,7 +17,6 @@ import traceback
 from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 import torch
 import torch.multiprocessing as mp
 from torch import nn
@@ -27,9 +26,8 @@ from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.dist import process_group
 from fleetrl.dist.process_group import free_port
-from fleetrl.models.policy import Policy
 from fleetrl.trajectory import Trajectory
-from tests.dist_support import BASE
+from tests.dist_support import BASE, synthetic_spaces, synthetic_trajectory
 
 PPG = ["algorithm.name=ppg", "model.aux_value_head=true", "algorithm.n_pi=2", "algorithm.aux_epochs=2",
        "algorithm.aux_minibatch_size=64", "algorithm.ent_coef=0.01"]
@@ -69,31 +67,11 @@ def progress_for(name: str) -> tuple:
 
 
 def spaces(name: str) -> tuple[gym.Space, gym.Space]:
-    if name in CONTINUOUS:
-        return (gym.spaces.Box(-np.inf, np.inf, (5,), np.float32),
-                gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
-    return gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
+    return synthetic_spaces(name in CONTINUOUS)
 
 
 def make_trajectory(config: Config, name: str, iteration: int) -> Trajectory:
-    """Synthetic but shaped like a collect (actions, log-probs — per token for token policies —
-    and values from the initial policy; random rewards and episode ends). Same in every process."""
-    observation_space, action_space = spaces(name)
-    torch.manual_seed(config.runner.seed)
-    policy = Policy.from_config(config.model, observation_space, action_space)
-    generator = torch.Generator().manual_seed(1000 + iteration)
-    steps, envs = config.algorithm.num_steps, config.env.num_envs
-    obs = torch.randn(steps, envs, *observation_space.shape, generator=generator)
-    torch.manual_seed(2000 + iteration)
-    actions, logprobs, values = policy.act(obs.flatten(0, 1))
-    actions = actions.reshape(steps, envs, *actions.shape[1:])
-    logprobs, values = logprobs.reshape(steps, envs, *logprobs.shape[1:]), values.reshape(steps, envs)
-    rewards = 1.0 + 0.5 * torch.randn(steps, envs, generator=generator)
-    terminated = torch.rand(steps, envs, generator=generator) < 0.1
-    dones = terminated | (torch.rand(steps, envs, generator=generator) < 0.05)
-    last = policy.value(torch.randn(1, envs, *observation_space.shape, generator=generator).flatten(0, 1))
-    next_values = torch.cat([values[1:], last[None]])
-    return Trajectory(obs, actions, logprobs, values, rewards, terminated, dones, next_values)
+    return synthetic_trajectory(config, spaces(name), iteration, terminate_p=0.1, truncate_p=0.05)
 
 
 def build_worker(name: str, rank: int = 0, world: int = 1, extra: list[str] = ()):

@@ -9,9 +9,6 @@ so a W-rank update must equal the single-process one.
 from __future__ import annotations
 
 import copy
-import os
-import time
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -20,9 +17,9 @@ import torch
 from fleetrl.algos.sac import SACBatch
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
-from fleetrl.dist import process_group
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.sac_actor_worker import SACActorWorker
+from tests.dist_support import run_scenarios
 
 STEPS, ENVS = 4, 4  # trajectory shape of the train() path
 UPDATES = 6  # gradient steps of the equivalence check
@@ -128,15 +125,4 @@ def train_rank(name: str, rank: int, world: int) -> dict:
 
 def rank_main(rank: int, world: int, port: int, names: list[str], out_dir: str) -> None:
     """What each spawned rank runs: join the group once, run every scenario, save the results."""
-    torch.set_num_threads(1)
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=30)
-    results = {}
-    try:
-        for name in names:
-            started = time.perf_counter()
-            results[name] = train_rank(name, rank, world)
-            results[name]["seconds"] = time.perf_counter() - started
-    finally:
-        process_group.destroy_process_group()
-    torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+    run_scenarios(rank, world, port, names, out_dir, train_rank)

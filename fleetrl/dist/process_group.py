@@ -92,6 +92,20 @@ class JoinError(RuntimeError):
     """A rank could not join the process group in time (a peer missing or unreachable)."""
 
 
+def join_process_group(rank: int, world_size: int, master_addr: str, master_port: int,
+                       timeout_s: float, device: torch.device) -> bool:
+    """Join the actor's process group as `rank` of `world_size`, or, where this process is in one
+    already (a test driving several workers), check that it is the same rank of the same size.
+    True if this call created the group (its caller destroys it)."""
+    if dist.is_initialized():
+        if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
+            raise RuntimeError(f"this process is rank {dist.get_rank()} of {dist.get_world_size()}, "
+                               f"not actor rank {rank} of {world_size}")
+        return False
+    init_process_group(rank, world_size, master_addr, master_port, timeout_s, device)
+    return True
+
+
 def destroy_process_group() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -87,16 +87,8 @@ class ActorWorker:
         group of this world size (e.g. a test driving several workers) reuses it."""
         if self.world_size == 1 or self.loss_path is not None:
             return  # nothing to join, or joined already
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            if (dist.get_rank(), dist.get_world_size()) != (self.rank, self.world_size):
-                raise RuntimeError(f"this process is rank {dist.get_rank()} of {dist.get_world_size()}, "
-                                   f"not actor rank {self.rank} of {self.world_size}")
-        else:
-            process_group.init_process_group(self.rank, self.world_size, master_addr, master_port,
-                                             self.config.actor.dist_timeout_s, self.device)
-            self.owns_process_group = True
+        self.owns_process_group = process_group.join_process_group(
+            self.rank, self.world_size, master_addr, master_port, self.config.actor.dist_timeout_s, self.device)
         # Same seed, same code: the weights should already agree. If they do not, the model's
         # initialisation draws from an unseeded source; say so, then use rank 0's everywhere.
         differing = reduce.replica_mismatches(self.policy)

@@ -100,19 +100,12 @@ class SACActorWorker:
         in DDP. All ranks together, right after construction; nothing with one rank."""
         if self.world_size == 1 or self.distributed:
             return
-        import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
         from fleetrl.dist.wrap import recorded_allreduce_hook
 
-        if dist.is_initialized():
-            if (dist.get_rank(), dist.get_world_size()) != (self.rank, self.world_size):
-                raise RuntimeError(f"this process is rank {dist.get_rank()} of {dist.get_world_size()}, "
-                                   f"not actor rank {self.rank} of {self.world_size}")
-        else:
-            process_group.init_process_group(self.rank, self.world_size, master_addr, master_port,
-                                             self.config.actor.dist_timeout_s, self.device)
-            self.owns_process_group = True
+        self.owns_process_group = process_group.join_process_group(
+            self.rank, self.world_size, master_addr, master_port, self.config.actor.dist_timeout_s, self.device)
         if self.config.actor.strategy != "ddp":
             log.info("sac trains its replicas with DDP; actor.strategy %r does not apply",
                      self.config.actor.strategy)
