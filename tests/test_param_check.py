@@ -4,17 +4,13 @@ the tensor and the rank."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-
-import psutil
 import torch
 
 from fleetrl.checkpoint import list_checkpoints
 from fleetrl.dist.param_check import ReplicaDivergenceError, odd_ranks
 from tests import param_check_support
-from tests.conftest import FLEETRL, REPO, subprocess_env
 from tests.ppg_support import run_ranks
+from tests.ray_runs import run_on_ray
 
 
 def test_odd_ranks_are_the_minority():
@@ -39,37 +35,16 @@ def test_one_ulp_on_one_rank_is_found_and_named():
         assert result["seconds"] < 5
 
 
-def ray_processes_of(driver_pid: int) -> list[psutil.Process]:
-    """Ray daemons and workers of the session a driver started (its session directory and its
-    actors' names end in the driver's pid); other sessions on this machine are not ours."""
-    mark = re.compile(rf"(session_[0-9_-]+_{driver_pid}\b|fleetrl-\w+-\d+-{driver_pid}\b)")
-    found = []
-    for process in psutil.process_iter(["pid", "cmdline"]):
-        if mark.search(" ".join(process.info["cmdline"] or [])):
-            found.append(process)
-    return found
-
-
 def test_a_diverged_rank_stops_the_run_and_keeps_the_checkpoint(tmp_path):
     """End to end: 2 DDP actor ranks on Ray; actor rank 1's network moves a bias outside the loss
     path during iteration 2 (its 12th training forward); the check after iteration 2 stops the
     run with a report naming the parameter and the rank; iteration 1's checkpoint stays."""
-    driver = subprocess.Popen(
-        [*FLEETRL, "train", "configs/ppo_cartpole.yaml", f"runner.run_dir={tmp_path}",
-         "runner.tensorboard=false", "cluster.backend=ray", "cluster.devices_per_node=2",
-         "cluster.component_placement={actor: 0-1, rollout: 0, env: 0}", "env.num_envs=4",
-         "model.id=tests.param_check_support:DriftingNet", "algorithm.num_steps=16",
-         "algorithm.minibatch_size=32", "algorithm.update_epochs=4", "runner.param_check_interval=1",
-         "runner.checkpoint_interval=1", "runner.total_env_steps=640"],
-        cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _, stderr = driver.communicate(timeout=300)
-    finally:
-        driver.kill()
-        _, alive = psutil.wait_procs(ray_processes_of(driver.pid), timeout=10)
-    assert not alive, f"Ray processes of the run left behind: {[p.pid for p in alive]}"
+    code, stderr = run_on_ray(
+        tmp_path, "configs/ppo_cartpole.yaml", "env.num_envs=4", "model.id=tests.param_check_support:DriftingNet",
+        "algorithm.num_steps=16", "algorithm.minibatch_size=32", "algorithm.update_epochs=4",
+        "runner.param_check_interval=1", "runner.checkpoint_interval=1", "runner.total_env_steps=640")
     # an incident (README: exit code 4): report written, every worker ended
-    assert driver.returncode != 0, stderr[-3000:]
+    assert code != 0, stderr[-3000:]
     (run_dir,) = tmp_path.iterdir()
     report = (run_dir / "hang_report.txt").read_text()
     assert "ReplicaDivergenceError" in report and "policy.network.pi.bias (rank 1)" in report, report

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import deque
 
 T_IMPORT0 = time.time()
 
@@ -25,8 +24,8 @@ import numpy as np  # noqa: E402
 import stable_baselines3  # noqa: E402
 import torch  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from sb3_stop_at_target import StopAtTarget  # noqa: E402 - a module beside this script
 
 
 class LinearFromInitial:
@@ -37,39 +36,6 @@ class LinearFromInitial:
 
     def __call__(self, progress_remaining: float) -> float:
         return progress_remaining * self.initial
-
-
-class StopAtTarget(BaseCallback):
-    """Tracks the last-100 training-episode returns from the Monitor infos of every vector step
-    (SB3's own ep_info_buffer is only updated *after* on_step, i.e. one step late) and stops
-    learn() the moment their mean reaches the target."""
-
-    def __init__(self, target: float, t_train0: float):
-        super().__init__()
-        self.target = target
-        self.t_train0 = t_train0
-        self.returns: deque[float] = deque(maxlen=100)
-        self.episodes = 0
-        self.reached_step: int | None = None
-        self.reached_s: float | None = None
-        self.reached_mean: float | None = None
-
-    def _on_step(self) -> bool:
-        ended = False
-        for info in self.locals["infos"]:
-            episode = info.get("episode")
-            if episode is not None:
-                self.returns.append(float(episode["r"]))
-                self.episodes += 1
-                ended = True
-        if ended and len(self.returns) == self.returns.maxlen:
-            mean = float(np.mean(self.returns))
-            if mean >= self.target:
-                self.reached_s = time.perf_counter() - self.t_train0
-                self.reached_step = int(self.num_timesteps)
-                self.reached_mean = mean
-                return False
-        return True
 
 
 def evaluate(model: PPO, episodes: int, seed: int) -> dict:
@@ -112,7 +78,7 @@ def main() -> None:
 
     t_train0 = time.perf_counter()
     startup_s = time.time() - spawn
-    callback = StopAtTarget(args.target, t_train0)
+    callback = StopAtTarget(args.target, t_train0, time.process_time())
     model.learn(total_timesteps=args.total_timesteps, callback=callback)
     train_total_s = time.perf_counter() - t_train0
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import deque
 
 T_IMPORT0 = time.time()
 
@@ -24,38 +23,8 @@ import numpy as np  # noqa: E402
 import stable_baselines3  # noqa: E402
 import torch  # noqa: E402
 from stable_baselines3 import SAC  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-
-
-class StopAtTarget(BaseCallback):
-    """Tracks the last-100 training-episode returns from the Monitor infos of every step and stops
-    learn() the moment their mean reaches the target."""
-
-    def __init__(self, target: float, t_train0: float, cpu0: float):
-        super().__init__()
-        self.target, self.t_train0, self.cpu0 = target, t_train0, cpu0
-        self.returns: deque[float] = deque(maxlen=100)
-        self.episodes = 0
-        self.reached_step = self.reached_s = self.reached_cpu_s = self.reached_mean = None
-
-    def _on_step(self) -> bool:
-        ended = False
-        for info in self.locals["infos"]:
-            episode = info.get("episode")
-            if episode is not None:
-                self.returns.append(float(episode["r"]))
-                self.episodes += 1
-                ended = True
-        if ended and len(self.returns) == self.returns.maxlen:
-            mean = float(np.mean(self.returns))
-            if mean >= self.target:
-                self.reached_s = time.perf_counter() - self.t_train0
-                self.reached_cpu_s = time.process_time() - self.cpu0
-                self.reached_step = int(self.num_timesteps)
-                self.reached_mean = mean
-                return False
-        return True
+from sb3_stop_at_target import StopAtTarget  # noqa: E402 - a module beside this script
 
 
 def main() -> None:

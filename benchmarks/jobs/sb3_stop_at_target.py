@@ -1,0 +1,44 @@
+"""The callback both SB3 jobs train with (imported from beside them, inside benchmarks/.venvs/sb3)."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+
+
+class StopAtTarget(BaseCallback):
+    """Tracks the last-100 training-episode returns from the Monitor infos of every vector step
+    (SB3's own ep_info_buffer is only updated *after* on_step, i.e. one step late) and stops
+    learn() the moment their mean reaches the target, noting the step, the wall seconds since
+    `t_train0` and this process's CPU seconds since `cpu0`."""
+
+    def __init__(self, target: float, t_train0: float, cpu0: float):
+        super().__init__()
+        self.target, self.t_train0, self.cpu0 = target, t_train0, cpu0
+        self.returns: deque[float] = deque(maxlen=100)
+        self.episodes = 0
+        self.reached_step: int | None = None
+        self.reached_s: float | None = None
+        self.reached_cpu_s: float | None = None
+        self.reached_mean: float | None = None
+
+    def _on_step(self) -> bool:
+        ended = False
+        for info in self.locals["infos"]:
+            episode = info.get("episode")
+            if episode is not None:
+                self.returns.append(float(episode["r"]))
+                self.episodes += 1
+                ended = True
+        if ended and len(self.returns) == self.returns.maxlen:
+            mean = float(np.mean(self.returns))
+            if mean >= self.target:
+                self.reached_s = time.perf_counter() - self.t_train0
+                self.reached_cpu_s = time.process_time() - self.cpu0
+                self.reached_step = int(self.num_timesteps)
+                self.reached_mean = mean
+                return False
+        return True
