@@ -91,6 +91,7 @@ class Runtime:
         self.config, self.layout, self.run_dir = config, layout, Path(run_dir)
         self.ray = None
         self.watchdog: Watchdog | None = None
+        self.recorder: Recorder | None = None  # the controller's own, on the inline backend
         self.watched: list[dict] = []
         self.torn_down = False  # an incident already ended every worker
         try:
@@ -193,7 +194,7 @@ class Runtime:
         """One process: the controller's own recorder stands for all three components."""
         placement, config = self.layout.placement, self.config
         spec = self.watch_spec("127.0.0.1")
-        recorder = Recorder("inline", 0, 0)
+        self.recorder = recorder = Recorder("inline", 0, 0)
         install_recorder(recorder)
         register_stack_dump(stack_file(Path(spec.stack_dir), "inline", 0))
         recorder.start_publishing(self.store.publisher("inline", 0), spec.interval_s)
@@ -249,9 +250,12 @@ class Runtime:
         return self.observation_space, self.action_space
 
     def shutdown(self) -> None:
-        """Close the simulators first (they may own subprocesses), then stop Ray if started."""
+        """Stop the threads that use the heartbeat store, close the simulators (they may own
+        subprocesses), then stop Ray if started."""
         if self.watchdog is not None:
             self.watchdog.stop()
+        if self.recorder is not None:
+            self.recorder.stop()
         if self.torn_down:
             return
         if hasattr(self, "env"):

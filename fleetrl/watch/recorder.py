@@ -15,9 +15,9 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import threading
 import time
-import traceback
 from typing import Callable
 
 HEARTBEAT_PREFIX = "fleetrl/heartbeat/"
@@ -96,16 +96,32 @@ class Recorder:
         self.publisher.start()
 
     def stop(self) -> None:
+        """Stop publishing and wait for the publishing thread: a daemon thread still inside a
+        store call while the interpreter exits takes the process down with std::terminate."""
         self.stopped.set()
+        join_unless_current(self.publisher)
+
+
+def join_unless_current(thread: threading.Thread | None, timeout_s: float = 5.0) -> None:
+    if thread is not None and thread is not threading.current_thread() and thread.is_alive():
+        thread.join(timeout_s)
+
+
+PLUMBING = ("/fleetrl/watch/", "/fleetrl/dist/", "/torch/", contextlib.__file__)
 
 
 def call_site() -> str:
-    """The innermost frame outside fleetrl's dist/watch plumbing and torch, as file:line (func)."""
-    for frame in reversed(traceback.extract_stack(limit=20)[:-3]):
-        path = frame.filename
-        if "/fleetrl/watch/" in path or "/fleetrl/dist/" in path or "/torch/" in path:
-            continue
-        return f"{os.path.basename(path)}:{frame.lineno} ({frame.name})"
+    """The innermost frame outside fleetrl's dist/watch plumbing, torch and contextlib, as
+    file:line (func). Walks the frames themselves: `traceback.extract_stack` reads source lines
+    and cost ~19 us here, on the path of every DDP gradient bucket."""
+    frame = sys._getframe(1)
+    for _ in range(20):
+        if frame is None:
+            break
+        path = frame.f_code.co_filename
+        if not any(part in path for part in PLUMBING):
+            return f"{os.path.basename(path)}:{frame.f_lineno} ({frame.f_code.co_name})"
+        frame = frame.f_back
     return "?"
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from fleetrl.config.schema import WatchdogConfig
+from fleetrl.watch.recorder import join_unless_current
 
 CAUSES = ("worker_died", "worker_exception", "collective_mismatch", "rank_missing_from_collective",
           "phase_timeout", "process_frozen", "peer_unreachable", "disk_full", "interrupted",
@@ -84,7 +85,9 @@ class Watchdog(threading.Thread):
                 return
 
     def stop(self) -> None:
+        """Stop polling; from another thread, also wait for the poll in progress to end."""
         self.stopping.set()
+        join_unless_current(self)
 
     def inspect(self, records: dict, now: float) -> Incident | None:
         for check in (self.check_started, self.check_alive, self.check_beating, self.check_collectives,
