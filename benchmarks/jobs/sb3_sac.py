@@ -18,13 +18,11 @@ import time
 
 T_IMPORT0 = time.time()
 
-import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
-import stable_baselines3  # noqa: E402
 import torch  # noqa: E402
 from stable_baselines3 import SAC  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-from sb3_stop_at_target import StopAtTarget  # noqa: E402 - a module beside this script
+from sb3_stop_at_target import learn_until_target, versions  # noqa: E402 - a module beside this script
 
 
 def main() -> None:
@@ -44,17 +42,13 @@ def main() -> None:
     env = make_vec_env("Pendulum-v1", n_envs=1, seed=args.seed)
     model = SAC("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **hyper)
 
-    t_train0, cpu0 = time.perf_counter(), time.process_time()
     startup_s = time.time() - spawn
-    callback = StopAtTarget(args.target, t_train0, cpu0)
-    model.learn(total_timesteps=args.total_timesteps, callback=callback)
-    train_total_s = time.perf_counter() - t_train0
+    callback, train_total_s = learn_until_target(model, args.target, args.total_timesteps)
 
     result = {
         "library": "sb3",
         "seed": args.seed,
-        "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
-                     "gymnasium": gym.__version__, "numpy": np.__version__},
+        "versions": versions(),
         "torch_threads": torch.get_num_threads(),
         "hyperparameters": {**hyper, "batch_size": model.batch_size, "buffer_size": model.buffer_size,
                             "learning_starts": model.learning_starts, "tau": model.tau, "gamma": model.gamma,

@@ -1,11 +1,15 @@
-"""The callback both SB3 jobs train with (imported from beside them, inside benchmarks/.venvs/sb3)."""
+"""What both SB3 jobs share (imported from beside them, inside benchmarks/.venvs/sb3): training
+until a target return, and the versions they report."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
 
+import gymnasium as gym
 import numpy as np
+import stable_baselines3
+import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 
@@ -42,3 +46,16 @@ class StopAtTarget(BaseCallback):
                 self.reached_mean = mean
                 return False
         return True
+
+
+def learn_until_target(model, target: float, total_timesteps: int) -> tuple[StopAtTarget, float]:
+    """`model.learn()` until the last-100 mean reaches `target` or `total_timesteps` are done;
+    returns the callback (what was reached, when) and learn()'s wall seconds."""
+    callback = StopAtTarget(target, time.perf_counter(), time.process_time())
+    model.learn(total_timesteps=total_timesteps, callback=callback)
+    return callback, time.perf_counter() - callback.t_train0
+
+
+def versions() -> dict:
+    return {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
+            "gymnasium": gym.__version__, "numpy": np.__version__}
