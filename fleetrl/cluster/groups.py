@@ -37,8 +37,9 @@ class InlineGroup:
 
 
 class RayGroup:
-    """Each rank is a Ray actor (`WorkerHost`) pinned to its node. `get` waits in short slices
-    and gives up as soon as `interrupt` is set (the watchdog found an incident)."""
+    """Each rank is a Ray actor (`WorkerHost`) pinned to its node. `get` waits in short slices,
+    raises a finished call's error without waiting for the rest, and gives up as soon as
+    `interrupt` is set (the watchdog found an incident)."""
 
     def __init__(self, assignments: Sequence[Assignment], handles: list):
         self.assignments, self.handles = list(assignments), handles
@@ -60,9 +61,11 @@ class RayGroup:
         single = not isinstance(futures, list)
         pending = [futures] if single else list(futures)
         while pending:
-            _, pending = ray.wait(pending, num_returns=len(pending), timeout=slice_s, fetch_local=False)
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=slice_s, fetch_local=False)
             if self.interrupt.is_set():
                 raise Interrupted("the watchdog raised an incident")
+            if ready and pending:  # a failed call raises now: its peers may wait for it forever
+                ray.get(ready)
         return ray.get(futures)
 
 
