@@ -59,7 +59,8 @@ def command_train(args) -> int:
     check_entry_points(config)
     layout = resolve_layout(config)
     if args.dry_run:
-        print(f"backend: {layout.backend}")
+        fused = " (fused: rank r of env, rollout and actor in one process)" if layout.fused else ""
+        print(f"backend: {layout.backend}{fused}")
         print(layout.placement.table())
         return 0
     if not args.skip_doctor and (code := preflight(config)):

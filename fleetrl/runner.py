@@ -18,7 +18,6 @@ import torch
 
 from fleetrl.checkpoint import load_latest, save_checkpoint
 from fleetrl.cluster.runtime import Layout, Runtime, resolve_layout
-from fleetrl.collect import Collector
 from fleetrl.config.schema import Config
 from fleetrl.errors import UserError
 from fleetrl.metrics_log import MetricsLog
@@ -54,8 +53,7 @@ class Trainer:
         self.live_progress = live_progress
         self.runtime = Runtime(config, layout, self.run_dir)
         try:
-            self.collector = Collector(self.runtime.env, self.runtime.rollout,
-                                       config.rollout.pipeline_stage_num, config.algorithm.num_steps)
+            self.collector = self.runtime.collector()
             if saved is not None:
                 self.load_state(saved)
                 log.info("resumed %s at iteration %d, %d env steps", self.run_dir, self.iteration,
@@ -108,11 +106,9 @@ class Trainer:
         synced = time.perf_counter()
         if self.config.algorithm.adv_type == "grpo":  # each iteration's episodes start from group-seeded resets
             self.collector.start(self.iteration)
-        trajectory = self.collector.collect()
-        collected = time.perf_counter()
         # The schedule position is taken before this iteration's steps, so the last iteration
         # still learns (lr > 0) rather than running with an annealed-to-zero rate.
-        metrics = self.train_actor(trajectory, steps_before / self.config.runner.total_env_steps)
+        metrics, collect_s = self.collect_and_train(steps_before / self.config.runner.total_env_steps)
         updated = time.perf_counter()
         self.iteration += 1
         self.train_s += updated - started
@@ -130,8 +126,8 @@ class Trainer:
             "episode_length_last100": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
             "steps_per_s": (self.global_step - steps_before) / (updated - started),
             "time_weight_sync_s": synced - started,
-            "time_collect_s": collected - synced,
-            "time_update_s": updated - collected,
+            "time_collect_s": collect_s,
+            "time_update_s": updated - synced - collect_s,
             **metrics,
         }
         if self.target_reached_at is None and self.target_met():
@@ -147,6 +143,15 @@ class Trainer:
             return
         weights = runtime.actor.call_all("policy_weights")[0]
         runtime.rollout.call_all("load_weights", weights)
+
+    def collect_and_train(self, progress: float) -> tuple[dict, float]:
+        """One iteration's data and update; returns the metrics and the seconds spent collecting."""
+        if self.runtime.fused is not None:  # each rank collects and trains in its own process
+            return self.collector.collect_and_train(progress)
+        started = time.perf_counter()
+        trajectory = self.collector.collect()
+        collect_s = time.perf_counter() - started
+        return self.train_actor(trajectory, progress), collect_s
 
     def train_actor(self, trajectory: Trajectory, progress: float) -> dict:
         actor = self.runtime.actor

@@ -39,9 +39,14 @@ class WorkerHost:
 
         torch.set_num_threads(threads)
         recorder = start_watching(assignment.component, assignment.rank, assignment.node, watch)
-        faults = FaultPlan(watch.fault, assignment.component, assignment.rank)
         with recorder.in_phase(f"{assignment.component}.start"):
-            self.run = CallRunner(factory(*args), assignment.component, assignment.rank, recorder, faults)
+            self.run = self.build(factory, args, assignment, recorder, watch)
+
+    @staticmethod
+    def build(factory: Callable, args: tuple, assignment: Assignment, recorder, watch: WatchSpec) -> Callable:
+        """The callable that runs `call(method, *args)`: here one worker's CallRunner."""
+        faults = FaultPlan(watch.fault, assignment.component, assignment.rank)
+        return CallRunner(factory(*args), assignment.component, assignment.rank, recorder, faults)
 
     def call(self, method: str, *args):
         return self.run(method, *args)
@@ -51,6 +56,15 @@ class WorkerHost:
         with socket.socket() as probe:
             probe.bind((address, 0))
             return probe.getsockname()[1]
+
+
+class FusedHost(WorkerHost):
+    """The Ray actor around one fused rank (cluster/fused.py): `factory(*args, recorder,
+    fault_spec)` builds it, and it runs each call under its component's own CallRunner."""
+
+    @staticmethod
+    def build(factory: Callable, args: tuple, assignment: Assignment, recorder, watch: WatchSpec) -> Callable:
+        return factory(*args, recorder, watch.fault)
 
 
 class RayCluster:
@@ -82,11 +96,12 @@ class RayCluster:
         self.env_vars = config.env_vars
 
     def create_group(self, assignments: Sequence[Assignment], factory: Callable,
-                     args_for_rank: Callable[[int], tuple], watch: WatchSpec) -> RayGroup:
+                     args_for_rank: Callable[[int], tuple], watch: WatchSpec,
+                     host_class: type = WorkerHost) -> RayGroup:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        host = ray.remote(WorkerHost)
+        host = ray.remote(host_class)
         handles = []
         for assignment in assignments:
             strategy = NodeAffinitySchedulingStrategy(self.node_ids[assignment.node], soft=False)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetrl.algos.registry import algorithm_workers
+from fleetrl.cluster.fused import ComponentView, FusedCollector, FusedRank, check_fusable, fused_assignments
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.cluster.placement import Placement, check_divisible, resolve_placement
-from fleetrl.collect import plan_lanes
+from fleetrl.collect import Collector, plan_lanes
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_actor_layout, check_spaces
 from fleetrl.errors import ConfigError, UserError
@@ -45,6 +46,7 @@ def detect_devices_per_node() -> int:
 class Layout:
     placement: Placement
     backend: str  # inline | ray
+    fused: bool = False  # ray: each rank's env, rollout and actor in one process (cluster/fused.py)
 
 
 def resolve_layout(config: Config) -> Layout:
@@ -66,7 +68,10 @@ def resolve_layout(config: Config) -> Layout:
         raise ConfigError("cluster.backend", "inline",
                           "'ray' or 'auto': inline runs one rank per component on one node, and "
                           "this placement has more")
-    return Layout(placement, backend)
+    fused = cluster.fuse_collocated and backend == "ray"
+    if fused:
+        check_fusable(config, placement)
+    return Layout(placement, backend, fused)
 
 
 def check_data_layout(config: Config, placement: Placement) -> None:
@@ -93,6 +98,7 @@ class Runtime:
         self.watchdog: Watchdog | None = None
         self.recorder: Recorder | None = None  # the controller's own, on the inline backend
         self.watched: list[dict] = []
+        self.fused = None  # the RayGroup of fused ranks, when the layout fuses them
         self.torn_down = False  # an incident already ended every worker
         try:
             if layout.backend == "inline":
@@ -157,7 +163,14 @@ class Runtime:
     @property
     def shares_process(self) -> bool:
         """Rollout uses the actor's own policy object: no weight sync needed."""
-        return self.layout.backend == "inline"
+        return self.layout.backend == "inline" or self.layout.fused
+
+    def collector(self) -> Collector | FusedCollector:
+        """Drives env ⇄ rollout from here, or, for fused ranks, inside each rank's process."""
+        if self.fused is not None:
+            return FusedCollector(self.fused)
+        return Collector(self.env, self.rollout, self.config.rollout.pipeline_stage_num,
+                         self.config.algorithm.num_steps)
 
     def env_worker_args(self, rank: int) -> tuple:
         config, world = self.config, self.layout.placement.world_size("env")
@@ -222,7 +235,26 @@ class Runtime:
         config, placement = self.config, self.layout.placement
         self.ray = RayCluster(config.cluster, placement.devices_per_node)
         spec = self.watch_spec(self.ray.controller_ip())
-        log.info("starting %s", ", ".join(f"{placement.world_size(c)} {c}" for c in ("env", "rollout", "actor")))
+        log.info("starting %s%s", ", ".join(f"{placement.world_size(c)} {c}" for c in ("env", "rollout", "actor")),
+                 " (fused: one process per rank)" if self.layout.fused else "")
+        groups = self._start_fused(spec) if self.layout.fused else self._start_components(spec)
+        self.start_watchdog([{"component": a.component, "rank": a.rank, "node": a.node}
+                             for group in groups for a in group.assignments], self.ray.kill_remote_workers)
+        if self.watchdog is not None:
+            for group in groups:
+                group.interrupt = self.watchdog.fired
+        if self.fused is not None:  # the learners, now under the watchdog
+            self.fused.get(self.fused.call_all("fused.build_learner", *self.spaces()))
+        world = placement.world_size("actor")
+        if world > 1:
+            address = self.ray.node_ip(placement.ranks("actor")[0].node)
+            port = self.actor.get(self.actor.handles[0].free_port.remote(address))
+            log.info("actor process group: %d ranks, rendezvous at %s:%d", world, address, port)
+            self.actor.get(self.actor.call_all("init_distributed", address, port))
+
+    def _start_components(self, spec: WatchSpec) -> list:
+        """One Ray actor per rank of each component; returns the groups to watch."""
+        config, placement = self.config, self.layout.placement
         world = placement.world_size("actor")
         workers = algorithm_workers(config.algorithm.name)
         self.env = self.ray.create_group(placement.ranks("env"), EnvWorker, self.env_worker_args, spec)
@@ -231,17 +263,20 @@ class Runtime:
                                            lambda rank: (config, *self.spaces(), rank, world), spec)
         self.rollout = self.ray.create_group(placement.ranks("rollout"), workers.rollout.from_config,
                                              lambda rank: (config, *self.spaces()), spec)
-        self.start_watchdog([{"component": a.component, "rank": a.rank, "node": a.node}
-                             for group in (self.env, self.rollout, self.actor) for a in group.assignments],
-                            self.ray.kill_remote_workers)
-        if self.watchdog is not None:
-            for group in (self.env, self.rollout, self.actor):
-                group.interrupt = self.watchdog.fired
-        if world > 1:
-            address = self.ray.node_ip(placement.ranks("actor")[0].node)
-            port = self.actor.get(self.actor.handles[0].free_port.remote(address))
-            log.info("actor process group: %d ranks, rendezvous at %s:%d", world, address, port)
-            self.actor.get(self.actor.call_all("init_distributed", address, port))
+        return [self.env, self.rollout, self.actor]
+
+    def _start_fused(self, spec: WatchSpec) -> list:
+        """One Ray actor per rank that will hold its env, rollout and actor: the env first, so
+        that the spaces are checked before any learner is built."""
+        from fleetrl.cluster.ray_cluster import FusedHost
+
+        config, world = self.config, self.layout.placement.world_size("actor")
+        self.fused = self.ray.create_group(fused_assignments(self.layout.placement), FusedRank,
+                                           lambda rank: (config, self.env_worker_args(rank), rank, world),
+                                           spec, host_class=FusedHost)
+        self.env, self.rollout, self.actor = (ComponentView(self.fused, c) for c in ("env", "rollout", "actor"))
+        check_spaces(config, *self.spaces())
+        return [self.fused]
 
     def spaces(self) -> tuple:
         """Observation and action spaces, asked of env rank 0 once."""

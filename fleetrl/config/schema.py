@@ -115,6 +115,7 @@ class ClusterConfig:
     ray_address: Optional[str] = None  # an existing Ray cluster (as after `ray start`); None: start one
     node_ip: str = "127.0.0.1"  # the address a locally started Ray advertises
     env_vars: dict = field(default_factory=dict)  # set in every worker; {node index: {...}} per node
+    fuse_collocated: bool = False  # ray: run rank r of env, rollout and actor in one process when they share a device (one call per rank per iteration, no weight sync; README: 'Fused ranks')
 
 
 @dataclass

@@ -49,9 +49,15 @@ class WorkerError(RuntimeError):
 
 
 class CallRunner:
-    def __init__(self, worker, component: str, rank: int, recorder: Recorder, faults: FaultPlan):
+    """Runs `method` of `worker` as phase 'component.method'. An error names the process it ran
+    in: `process` (e.g. 'fused' for a rank that hosts all three components), by default the
+    component itself."""
+
+    def __init__(self, worker, component: str, rank: int, recorder: Recorder, faults: FaultPlan,
+                 process: str | None = None):
         self.worker, self.component, self.rank = worker, component, rank
         self.recorder, self.faults = recorder, faults
+        self.process = process or component
 
     def __call__(self, method: str, *args):
         phase = f"{self.component}.{method}"
@@ -63,7 +69,7 @@ class CallRunner:
         except (WorkerError, KeyboardInterrupt):
             raise
         except Exception as error:
-            raise WorkerError(self.component, self.rank, phase, type(error).__name__, str(error),
+            raise WorkerError(self.process, self.rank, phase, type(error).__name__, str(error),
                               traceback.format_exc()) from None
         finally:
             self.recorder.exit_phase(outer)

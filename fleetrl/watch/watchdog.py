@@ -40,6 +40,11 @@ class Incident:
     timeline: list = field(default_factory=list)  # (time, {"component/rank": phase}) before it
 
 
+# Components whose ranks form the actor process group: actor workers, or fused ranks
+# (cluster/fused.py) that host an actor rank with its env and rollout.
+PROCESS_GROUP_MEMBERS = ("actor", "fused")
+
+
 def describe(key: tuple[str, int]) -> str:
     return f"{key[0]} rank {key[1]}"
 
@@ -137,7 +142,7 @@ class Watchdog(threading.Thread):
         return "the process is alive but its Python threads do not run (the GIL is held by a C call)"
 
     def check_collectives(self, records: dict, now: float) -> Incident | None:
-        actors = {key: r for key, r in records.items() if key[0] == "actor"}
+        actors = {key: r for key, r in records.items() if key[0] in PROCESS_GROUP_MEMBERS}
         stalled = {key: r["collective"] for key, r in actors.items()
                    if r.get("collective") and now - r["collective"]["started"] > self.config.collective_timeout_s}
         if not stalled:
@@ -179,6 +184,9 @@ class Watchdog(threading.Thread):
             phase = record.get("phase")
             if not phase:
                 continue
+            collective = record.get("collective")
+            if collective and now - collective["started"] <= self.config.collective_timeout_s:
+                continue  # waiting for peers: check_collectives names a missing one first
             age, limit = now - record["phase_started"], self.deadline(record, phase)
             if age > limit:
                 longest = record.get("phase_max_s", {}).get(phase)
