@@ -3,7 +3,9 @@ env-step budget, target_return off so every run does the same work) on
 
   inline              everything in the controller's process;
   Ray collocated      1 node, actor 0 / rollout 0 / env 0, each a Ray actor (3 processes);
-  Ray disaggregated   a simulated 2-node cluster (2 raylets on this machine), env on node 1.
+  Ray disaggregated   a simulated 2-node cluster (2 raylets on this machine), env on node 1;
+  Ray fused           1 node, the three components of the rank in one Ray actor
+                      (cluster.fuse_collocated: one call per iteration).
 
 Throughput (env steps / training seconds after --warmup iterations), ratios to inline, per-phase
 medians per iteration, and start-up seconds (process start → first iteration, summary.json).
@@ -30,6 +32,8 @@ VARIANTS = {
     "Ray disaggregated (env on node 1)": [
         "cluster.backend=ray", "cluster.simulate_nodes=2", "cluster.num_nodes=2", "cluster.devices_per_node=1",
         "cluster.component_placement={actor: 0, rollout: 0, env: 1}"],
+    "Ray fused": ["cluster.backend=ray", "cluster.num_nodes=1", "cluster.devices_per_node=1",
+                  "cluster.component_placement={actor: 0, rollout: 0, env: 0}", "cluster.fuse_collocated=true"],
 }
 
 

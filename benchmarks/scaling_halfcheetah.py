@@ -1,12 +1,14 @@
 """Data-parallel scaling: PPO on HalfCheetah-v5, 2 actor ranks (each with its own rollout and env
 worker, Ray backend, 1 node x 2 slots) against 1 rank (inline), at the same global batch
 (configs/ppo_halfcheetah.yaml: 4 envs x 512 steps = 2048 samples, minibatch 64 over all ranks).
+The 2 ranks run as 6 Ray actors (one per component and rank), or fused (cluster.fuse_collocated:
+one process per rank); 1 fused rank on Ray separates the cost of hosting from the cost of DDP.
 
 Throughput = env steps / training seconds (metrics.jsonl `global_step` over `wall_s`) after the
 first --warmup iterations; per-phase medians per iteration (`time_collect_s`, `time_update_s`,
-`time_weight_sync_s`). The variants alternate (inline, ray, inline, ray, ...). Beside it, the
-latency of a Gloo all-reduce between 2 local processes (10k and 1M float32), the floor under every
-DDP gradient reduction.
+`time_weight_sync_s`). The variants alternate order each repetition. Beside it, the latency of a
+Gloo all-reduce between 2 local processes: 10k and 1M float32 after a barrier (the floor), and the
+policy's gradient size back to back, as DDP issues it once per minibatch.
 
     .venv/bin/python benchmarks/scaling_halfcheetah.py [--reps 2] [--steps 40960] [--warmup 2]
 """
@@ -30,12 +32,17 @@ VARIANTS = {
     "1 rank, inline": ["cluster.backend=inline"],
     "2 ranks, Ray (1 node x 2 slots)": ["cluster.backend=ray", "cluster.num_nodes=1", "cluster.devices_per_node=2",
                                         "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}"],
+    "2 ranks, Ray fused": ["cluster.backend=ray", "cluster.num_nodes=1", "cluster.devices_per_node=2",
+                           "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}",
+                           "cluster.fuse_collocated=true"],
+    "1 rank, Ray fused": ["cluster.backend=ray", "cluster.num_nodes=1", "cluster.devices_per_node=1",
+                          "cluster.component_placement={actor: 0, env: 0, rollout: 0}", "cluster.fuse_collocated=true"],
 }
 
 
 # ---------------------------------------------------------------- Gloo all-reduce latency
 
-def _allreduce_worker(rank: int, port: int, sizes: list[int], queue) -> None:
+def _allreduce_worker(rank: int, port: int, sizes: list[int], loop_size: int, queue) -> None:
     import torch
     import torch.distributed as dist
 
@@ -55,12 +62,17 @@ def _allreduce_worker(rank: int, port: int, sizes: list[int], queue) -> None:
             dist.all_reduce(tensor)
             times.append(time.perf_counter() - t0)
         out[size] = statistics.median(times)
+    tensor = torch.ones(loop_size)
+    started = time.perf_counter()
+    for _ in range(400):  # no barrier: ranks arrive as they come, as in a training loop
+        dist.all_reduce(tensor)
+    out["back_to_back"] = (time.perf_counter() - started) / 400
     dist.destroy_process_group()
     if rank == 0:
         queue.put(out)
 
 
-def gloo_allreduce(sizes=(10_000, 1_000_000)) -> dict:
+def gloo_allreduce(loop_size: int, sizes=(10_000, 1_000_000)) -> dict:
     import torch.multiprocessing as mp
 
     with socket.socket() as probe:
@@ -68,7 +80,7 @@ def gloo_allreduce(sizes=(10_000, 1_000_000)) -> dict:
         port = probe.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_allreduce_worker, args=(r, port, list(sizes), queue)) for r in range(2)]
+    procs = [ctx.Process(target=_allreduce_worker, args=(r, port, list(sizes), loop_size, queue)) for r in range(2)]
     for p in procs:
         p.start()
     try:
@@ -107,17 +119,17 @@ def main() -> None:
     overrides = {name: [*COMMON, f"runner.total_env_steps={args.steps}", *extra] for name, extra in VARIANTS.items()}
     threads = {name: kit.placement_threads(CONFIG, o) for name, o in overrides.items()}
     kit.log(f"results in {out}")
-    gloo = [gloo_allreduce()]
+    floats = model_floats()
+    gloo = [gloo_allreduce(floats)]
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
     for rep in range(args.reps):  # one repetition at a time, a Gloo measurement between them
         for name, rs in kit.run_interleaved(CONFIG, {n: overrides[n] for n in (list(VARIANTS) if rep % 2 == 0
                                                                              else list(reversed(VARIANTS)))},
                                             1, out / f"rep{rep}", args.warmup).items():
             runs[name].extend(rs)
-        gloo.append(gloo_allreduce())
+        gloo.append(gloo_allreduce(floats))
     kit.write_json(out / "results.json", {"machine": info, "args": vars(args), "threads": threads,
                                           "gloo": gloo, "runs": runs})
-    floats = model_floats()
     print_tables(info, args, runs, gloo, threads, floats, out)
 
 
@@ -130,14 +142,16 @@ def print_tables(info, args, runs, gloo, threads, floats, out) -> None:
           f"`{out.relative_to(kit.ROOT)}/results.json`\n")
     print(kit.throughput_table(runs, threads, base_name))
     print()
-    print(f"Gloo all-reduce, 2 spawned local processes on 127.0.0.1 (1 torch thread each), median per op over "
-          f"{len(gloo)} measurements interleaved with the runs; the policy has {floats:,} parameters "
-          f"(one DDP bucket per minibatch step):\n")
-    print("| floats | latency (median of medians) | range |")
-    print("|---|---|---|")
-    for size in (10_000, 1_000_000):
+    print(f"Gloo all-reduce, 2 spawned local processes on 127.0.0.1 (1 torch thread each), {len(gloo)} "
+          f"measurements interleaved with the runs; the policy has {floats:,} parameters (one DDP bucket "
+          f"per minibatch step):\n")
+    print("| floats | how | latency (median of measurements) | range |")
+    print("|---|---|---|---|")
+    for size, how in ((10_000, "after a barrier, median op"), (1_000_000, "after a barrier, median op"),
+                      ("back_to_back", "back to back, mean op")):
         values = [g[size] * 1e3 for g in gloo]
-        print(f"| {size:,} | {kit.median(values):.3f} ms | {kit.spread(values)} ms |")
+        label = f"{floats:,}" if size == "back_to_back" else f"{size:,}"
+        print(f"| {label} | {how} | {kit.median(values):.3f} ms | {kit.spread(values)} ms |")
 
 
 if __name__ == "__main__":
