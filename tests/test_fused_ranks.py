@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from fleetrl.cluster.fused import fused_assignments
+from fleetrl.cluster.placement import resolve_placement
 from fleetrl.cluster.runtime import resolve_layout
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
@@ -41,6 +43,15 @@ class TestLayout:
                    f"cluster.component_placement={placement}", FUSE)
         assert caught.value.key == "cluster.fuse_collocated"
         assert words in str(caught.value)
+
+    def test_a_node_s_cpus_are_shared_by_its_fused_ranks_only(self):
+        """16 CPUs and 2 devices per node: 6 component processes would get 2 threads each, the 2
+        fused processes get 8."""
+        placement = resolve_placement(2, 2, {"actor": "all", "rollout": "all", "env": "all"}, cpu_count_per_node=16)
+        fused = fused_assignments(placement, 16)
+        assert {a.cpu_threads for a in placement.assignments} == {2}
+        assert [(a.component, a.rank, a.node, a.device, a.cpu_threads) for a in fused] == [
+            ("fused", 0, 0, 0, 8), ("fused", 1, 0, 1, 8), ("fused", 2, 1, 2, 8), ("fused", 3, 1, 3, 8)]
 
     def test_fsdp_shards_cannot_serve_inference(self):
         with pytest.raises(ConfigError, match="fsdp"):

@@ -17,6 +17,7 @@ name it with the phase it was in ("fused rank 1 raised ValueError in env.step").
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import replace
 
 import torch
@@ -53,9 +54,15 @@ def check_fusable(config: Config, placement: Placement) -> None:
                           "would gather parameters collectively at every env step")
 
 
-def fused_assignments(placement: Placement) -> list[Assignment]:
-    """One process per actor rank, where the actor rank runs."""
-    return [replace(a, component=FUSED) for a in placement.ranks("actor")]
+def fused_assignments(placement: Placement, cpu_count_per_node: int | None) -> list[Assignment]:
+    """One process per actor rank, where the actor rank runs. The placement split each node's
+    CPUs among env, rollout and actor processes; fused, only the ranks' processes share them."""
+    actors = placement.ranks("actor")
+    ranks_on_node = Counter(a.node for a in actors)
+    return [replace(a, component=FUSED,
+                    cpu_threads=max(1, cpu_count_per_node // ranks_on_node[a.node]) if cpu_count_per_node
+                    else a.cpu_threads)
+            for a in actors]
 
 
 class FusedRank:

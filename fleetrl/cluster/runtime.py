@@ -271,7 +271,7 @@ class Runtime:
         from fleetrl.cluster.ray_cluster import FusedHost
 
         config, world = self.config, self.layout.placement.world_size("actor")
-        self.fused = self.ray.create_group(fused_assignments(self.layout.placement), FusedRank,
+        self.fused = self.ray.create_group(fused_assignments(self.layout.placement, os.cpu_count()), FusedRank,
                                            lambda rank: (config, self.env_worker_args(rank), rank, world),
                                            spec, host_class=FusedHost)
         self.env, self.rollout, self.actor = (ComponentView(self.fused, c) for c in ("env", "rollout", "actor"))
