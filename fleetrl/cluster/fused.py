@@ -32,6 +32,7 @@ from fleetrl.watch.faults import FaultPlan
 from fleetrl.watch.host import CallRunner
 from fleetrl.watch.recorder import Recorder
 from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.rollout_worker import rollout_seed
 
 FUSED = "fused"
 FUSE_KEY = "cluster.fuse_collocated"
@@ -91,12 +92,10 @@ class FusedRank:
         return self.runners[component](method, *args)
 
     def build_learner(self, observation_space, action_space) -> None:
-        from fleetrl.workers.sac_actor_worker import rank_seed
-
         workers = algorithm_workers(self.config.algorithm.name)
         actor = workers.actor(self.config, observation_space, action_space, self.rank, self.world_size)
         if self.world_size > 1:  # the actor drew identical weights from the run's seed; actions need distinct noise
-            torch.manual_seed(rank_seed(self.config.runner.seed, self.rank))
+            torch.manual_seed(rollout_seed(self.config.runner.seed, self.rank))
         self.inline_group("actor", actor)
         rollout = self.inline_group("rollout", workers.rollout(actor.policy))
         self.collector = Collector(self.env, rollout, self.config.rollout.pipeline_stage_num,

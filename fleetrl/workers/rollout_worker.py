@@ -10,6 +10,7 @@ own `Policy` object, so there is nothing to sync.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import gymnasium as gym
@@ -20,6 +21,16 @@ from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.trajectory import Trajectory, TrajectoryBuffer
 from fleetrl.workers.env_worker import StepResult
+
+
+def rollout_seed(seed: int, rank: int) -> int:
+    """The action-noise seed of rollout rank `rank`: distinct per rank, and following runner.seed."""
+    return seed * 1_000_003 + 104_729 * (rank + 1)
+
+
+def process_rollout_rank() -> int:
+    """This process's rollout rank (FLEETRL_RANK, set by the Ray backend); 0 elsewhere."""
+    return int(os.environ.get("FLEETRL_RANK", "0"))
 
 
 class RolloutWorker:
@@ -35,8 +46,13 @@ class RolloutWorker:
 
     @classmethod
     def from_config(cls, config: Config, observation_space: gym.Space, action_space: gym.Space):
-        """A rollout worker in its own process, with its own copy of the policy."""
-        return cls(Policy.from_config(config.model, observation_space, action_space).requires_grad_(False))
+        """A rollout worker in its own process, with its own copy of the policy (the weights come
+        with the first sync). Actions draw from this process's torch generator, seeded here per
+        rank: left alone, every new process starts from torch's one fixed default seed, which
+        would give every rollout rank, in every run whatever runner.seed, the same noise."""
+        policy = Policy.from_config(config.model, observation_space, action_space).requires_grad_(False)
+        torch.manual_seed(rollout_seed(config.runner.seed, process_rollout_rank()))
+        return cls(policy)
 
     def infer(self, obs: np.ndarray, deterministic: bool = False):
         """(actions, log-probs, values) CPU tensors for a batch of observations."""

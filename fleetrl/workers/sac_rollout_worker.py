@@ -13,8 +13,6 @@ backend), or sends it with the weights (`SACWeights`) to a worker in its own pro
 
 from __future__ import annotations
 
-import os
-
 import gymnasium as gym
 import numpy as np
 import torch
@@ -22,7 +20,7 @@ import torch
 from fleetrl.algos.sac import SACWeights, SquashedGaussianActor, matmul_dtype
 from fleetrl.config.schema import Config
 from fleetrl.workers.env_worker import StepResult
-from fleetrl.workers.rollout_worker import RolloutWorker
+from fleetrl.workers.rollout_worker import RolloutWorker, process_rollout_rank, rollout_seed
 
 
 class SACRolloutWorker(RolloutWorker):
@@ -40,8 +38,7 @@ class SACRolloutWorker(RolloutWorker):
                                       model.hidden_sizes, model.activation, action_space.low,
                                       action_space.high, matmul_dtype(config)).requires_grad_(False)
         actor.random_actions = config.algorithm.learning_starts > 0
-        rank = int(os.environ.get("FLEETRL_RANK", "0"))  # rollout rank under Ray: distinct noise
-        generator = torch.Generator().manual_seed(config.runner.seed * 1_000_003 + 104_729 * (rank + 1))
+        generator = torch.Generator().manual_seed(rollout_seed(config.runner.seed, process_rollout_rank()))
         return cls(actor, generator)
 
     def sample(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
