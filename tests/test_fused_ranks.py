@@ -4,6 +4,8 @@ The layout rules, then real runs on Ray: the same numbers as inline, training to
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from fleetrl.cluster.fused import fused_assignments
@@ -59,13 +61,14 @@ class TestLayout:
 
 
 def test_one_fused_rank_on_ray_reproduces_the_inline_run_exactly(tmp_path):
-    """Same seeds, same construction order, same single thread: the Ray worker that hosts env,
-    rollout and actor computes what the controller computes inline, bit for bit."""
+    """Same seeds, same construction order, same thread count (the fused process takes the
+    node's CPUs; the controller is given as many): the Ray worker that hosts env, rollout and
+    actor computes what the controller computes inline, bit for bit."""
     runs = {}
     for backend in ("inline", "ray"):
         (tmp_path / backend).mkdir()
         summary = train(tmp_path / backend, "configs/ppo_cartpole.yaml", f"cluster.backend={backend}", FUSE,
-                        "runner.total_env_steps=2560", "--skip-doctor")
+                        f"runner.torch_threads={os.cpu_count()}", "runner.total_env_steps=2560", "--skip-doctor")
         runs[backend] = read_metrics(summary["run_dir"])
     keys = ("global_step", "episode_return_last100", "policy_loss", "value_loss", "approx_kl")
     assert [[r[k] for k in keys] for r in runs["ray"]] == [[r[k] for k in keys] for r in runs["inline"]]
