@@ -213,14 +213,14 @@ def machine_line(info: dict) -> str:
 
 def placement_threads(config: str, overrides: list[str]) -> str:
     """The torch thread count of each worker, as fleetrl's placement resolves it."""
-    from fleetrl.cluster.runtime import resolve_layout
+    from fleetrl.cluster.runtime import resolve_layout, worker_processes
     from fleetrl.config.loader import load_config
 
     cfg = load_config(ROOT / config, [o for o in overrides if "=" in o])
     layout = resolve_layout(cfg)
     if layout.backend == "inline":
         return f"inline: 1 process, runner.torch_threads={cfg.runner.torch_threads}"
-    parts = [f"{a.component}{a.rank}@node{a.node}:{a.cpu_threads}" for a in layout.placement.assignments]
+    parts = [f"{a.component}{a.rank}@node{a.node}:{a.cpu_threads}" for a in worker_processes(layout)]
     return f"ray: " + ", ".join(parts) + f"; controller runner.torch_threads={cfg.runner.torch_threads}"
 
 

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from fleetrl.cli import main
 from fleetrl.cluster.fused import fused_assignments
 from fleetrl.cluster.placement import resolve_placement
 from fleetrl.cluster.runtime import resolve_layout
@@ -54,6 +55,12 @@ class TestLayout:
         assert {a.cpu_threads for a in placement.assignments} == {2}
         assert [(a.component, a.rank, a.node, a.device, a.cpu_threads) for a in fused] == [
             ("fused", 0, 0, 0, 8), ("fused", 1, 0, 1, 8), ("fused", 2, 1, 2, 8), ("fused", 3, 1, 3, 8)]
+
+    def test_dry_run_lists_the_fused_processes(self, capsys):
+        assert main(["train", "configs/ppo_cartpole.yaml", *TWO_FUSED_RANKS, "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert "backend: ray (fused" in out
+        assert "fused rank 1 on node 0 device 1" in out
 
     def test_fsdp_shards_cannot_serve_inference(self):
         with pytest.raises(ConfigError, match="fsdp"):

@@ -16,7 +16,7 @@ from pathlib import Path
 from fleetrl.algos.registry import algorithm_workers
 from fleetrl.cluster.fused import ComponentView, FusedCollector, FusedRank, check_fusable, fused_assignments
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.cluster.placement import Placement, check_divisible, resolve_placement
+from fleetrl.cluster.placement import Assignment, Placement, check_divisible, resolve_placement
 from fleetrl.collect import Collector, plan_lanes
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_actor_layout, check_spaces
@@ -72,6 +72,13 @@ def resolve_layout(config: Config) -> Layout:
     if fused:
         check_fusable(config, placement)
     return Layout(placement, backend, fused)
+
+
+def worker_processes(layout: Layout) -> list[Assignment]:
+    """The processes the Ray backend starts: one per fused rank, or one per rank of each component."""
+    if layout.fused:
+        return fused_assignments(layout.placement, os.cpu_count())
+    return list(layout.placement.assignments)
 
 
 def check_data_layout(config: Config, placement: Placement) -> None:
@@ -271,7 +278,7 @@ class Runtime:
         from fleetrl.cluster.ray_cluster import FusedHost
 
         config, world = self.config, self.layout.placement.world_size("actor")
-        self.fused = self.ray.create_group(fused_assignments(self.layout.placement, os.cpu_count()), FusedRank,
+        self.fused = self.ray.create_group(worker_processes(self.layout), FusedRank,
                                            lambda rank: (config, self.env_worker_args(rank), rank, world),
                                            spec, host_class=FusedHost)
         self.env, self.rollout, self.actor = (ComponentView(self.fused, c) for c in ("env", "rollout", "actor"))
