@@ -9,7 +9,9 @@ On the inline backend the same calls simply run one after another.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -60,3 +62,13 @@ class Collector:
                    for lane in self.lanes]
         self.rollout.get(closing)
         return Trajectory.concatenate(self.rollout.get(self.rollout.call_all("trajectory")))
+
+
+def collect_then_train(collector: Collector, train: Callable[[Trajectory, float], dict],
+                       progress: float) -> tuple[dict, float]:
+    """One iteration: collect, then `train(trajectory, progress)`; returns the metrics and the
+    seconds spent collecting."""
+    started = time.perf_counter()
+    trajectory = collector.collect()
+    collect_s = time.perf_counter() - started
+    return train(trajectory, progress), collect_s

@@ -18,6 +18,7 @@ import torch
 
 from fleetrl.checkpoint import load_latest, save_checkpoint
 from fleetrl.cluster.runtime import Layout, Runtime, resolve_layout
+from fleetrl.collect import collect_then_train
 from fleetrl.config.schema import Config
 from fleetrl.errors import UserError
 from fleetrl.metrics_log import MetricsLog
@@ -148,10 +149,7 @@ class Trainer:
         """One iteration's data and update; returns the metrics and the seconds spent collecting."""
         if self.runtime.fused is not None:  # each rank collects and trains in its own process
             return self.collector.collect_and_train(progress)
-        started = time.perf_counter()
-        trajectory = self.collector.collect()
-        collect_s = time.perf_counter() - started
-        return self.train_actor(trajectory, progress), collect_s
+        return collect_then_train(self.collector, self.train_actor, progress)
 
     def train_actor(self, trajectory: Trajectory, progress: float) -> dict:
         actor = self.runtime.actor

@@ -16,16 +16,16 @@ name it with the phase it was in ("fused rank 1 raised ValueError in env.step").
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 
 import torch
 
 from fleetrl.algos.registry import algorithm_workers
 from fleetrl.cluster.groups import InlineGroup, RayGroup
 from fleetrl.cluster.placement import Assignment, Placement
-from fleetrl.collect import Collector
+from fleetrl.collect import Collector, collect_then_train
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 from fleetrl.watch.faults import FaultPlan
@@ -107,10 +107,7 @@ class FusedRank:
     def iterate(self, progress: float) -> tuple[dict, float]:
         """Collect this rank's envs for one iteration, then train on them with the other ranks.
         Returns the (cross-rank reduced) metrics and the seconds spent collecting."""
-        started = time.perf_counter()
-        trajectory = self.collector.collect()
-        collect_s = time.perf_counter() - started
-        return self.runners["actor"]("train", trajectory, progress), collect_s
+        return collect_then_train(self.collector, partial(self.runners["actor"], "train"), progress)
 
 
 class ComponentView:
