@@ -46,6 +46,7 @@ def subprocess_env() -> dict:
 
 # ---------------------------------------------------------------- other load on the machine
 
+
 def busy_seconds() -> float:
     """CPU-seconds the whole machine spent busy since boot (/proc/stat, all cores)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -77,6 +78,7 @@ class ForeignLoad:
 
 # ---------------------------------------------------------------- fleetrl runs
 
+
 def ray_daemon_pids() -> set[int]:
     pids = set()
     for process in psutil.process_iter(["pid", "name", "cmdline"]):
@@ -97,18 +99,27 @@ def started_by(pid: int, driver_pid: int) -> bool:
     return f"_{driver_pid}/" in text or f"_{driver_pid} " in text or text.endswith(f"_{driver_pid}")
 
 
-def run_fleetrl(config: str, overrides: list[str], parent: Path, timeout: float = 600,
-                extra_args: tuple = ("--skip-doctor",)) -> dict:
+def run_fleetrl(
+    config: str, overrides: list[str], parent: Path, timeout: float = 600, extra_args: tuple = ("--skip-doctor",)
+) -> dict:
     """One `fleetrl train` in its own parent directory; returns exit code, wall seconds,
     per-iteration metrics, summary, the run directory and the foreign CPU load meanwhile."""
     parent.mkdir(parents=True, exist_ok=True)
-    command = [*FLEETRL, "train", config, f"runner.run_dir={parent}", "runner.tensorboard=false",
-               *overrides, *extra_args]
+    command = [
+        *FLEETRL,
+        "train",
+        config,
+        f"runner.run_dir={parent}",
+        "runner.tensorboard=false",
+        *overrides,
+        *extra_args,
+    ]
     daemons_before = ray_daemon_pids()
     started = time.time()
     with ForeignLoad() as load:
-        process = subprocess.Popen(command, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             _, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -131,10 +142,21 @@ def run_fleetrl(config: str, overrides: list[str], parent: Path, timeout: float 
     # Ray names its session directory session_<date>_<time>_<micro>_<pid of the starting driver>:
     # a daemon of *this* run carries the fleetrl process's pid there (others' clusters do not).
     leftovers = sorted(pid for pid in ray_daemon_pids() - daemons_before if started_by(pid, process.pid))
-    return {"command": command, "code": result.returncode, "started": started, "ended": ended,
-            "wall_s": ended - started, "metrics": metrics, "summary": summary, "report": report,
-            "run_dir": str(run_dir) if run_dir else None, "foreign_cores": load.cores,
-            "own_cores": load.own_cores, "stderr_tail": result.stderr[-2000:], "leftover_ray_pids": leftovers}
+    return {
+        "command": command,
+        "code": result.returncode,
+        "started": started,
+        "ended": ended,
+        "wall_s": ended - started,
+        "metrics": metrics,
+        "summary": summary,
+        "report": report,
+        "run_dir": str(run_dir) if run_dir else None,
+        "foreign_cores": load.cores,
+        "own_cores": load.own_cores,
+        "stderr_tail": result.stderr[-2000:],
+        "leftover_ray_pids": leftovers,
+    }
 
 
 def steady(metrics: list[dict], warmup: int) -> dict:
@@ -145,8 +167,7 @@ def steady(metrics: list[dict], warmup: int) -> dict:
     first, last = metrics[warmup - 1] if warmup else {"global_step": 0, "wall_s": 0.0}, metrics[-1]
     kept = metrics[warmup:]
     steps = last["global_step"] - first["global_step"]
-    per_iter_steps = statistics.median(b["global_step"] - a["global_step"]
-                                       for a, b in zip([first, *kept[:-1]], kept))
+    per_iter_steps = statistics.median(b["global_step"] - a["global_step"] for a, b in zip([first, *kept[:-1]], kept))
     return {
         "steps_per_s": steps / (last["wall_s"] - first["wall_s"]),
         "iterations": len(kept),
@@ -154,8 +175,7 @@ def steady(metrics: list[dict], warmup: int) -> dict:
         "collect_s": statistics.median(m["time_collect_s"] for m in kept),
         "update_s": statistics.median(m["time_update_s"] for m in kept),
         "sync_s": statistics.median(m.get("time_weight_sync_s", 0.0) for m in kept),
-        "iter_s": statistics.median(m["time_weight_sync_s"] + m["time_collect_s"] + m["time_update_s"]
-                                    for m in kept),
+        "iter_s": statistics.median(m["time_weight_sync_s"] + m["time_collect_s"] + m["time_update_s"] for m in kept),
     }
 
 
@@ -173,6 +193,7 @@ def spread(values) -> str:
 
 # ---------------------------------------------------------------- description
 
+
 def machine() -> dict:
     import torch
 
@@ -182,8 +203,14 @@ def machine() -> dict:
         "torch": torch.__version__,
         "torch_default_threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
-        "cpu_model": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                           if line.startswith("model name")), platform.processor()),
+        "cpu_model": next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        ),
         "kernel": platform.release(),
         "loadavg": os.getloadavg(),
     }
@@ -205,10 +232,12 @@ def machine() -> dict:
 
 
 def machine_line(info: dict) -> str:
-    return (f"{info['date']}; {info['cpus']} × {info['cpu_model']} (no GPU), Linux {info['kernel']}; "
-            f"Python {info['python']}, torch {info['torch']} (CPU), ray {info['ray']}, gymnasium "
-            f"{info['gymnasium']}, mujoco {info['mujoco']}, numpy {info['numpy']}; fleetrl {info['fleetrl']} "
-            f"at {info['commit']}; load average at start {info['loadavg'][0]:.2f}")
+    return (
+        f"{info['date']}; {info['cpus']} × {info['cpu_model']} (no GPU), Linux {info['kernel']}; "
+        f"Python {info['python']}, torch {info['torch']} (CPU), ray {info['ray']}, gymnasium "
+        f"{info['gymnasium']}, mujoco {info['mujoco']}, numpy {info['numpy']}; fleetrl {info['fleetrl']} "
+        f"at {info['commit']}; load average at start {info['loadavg'][0]:.2f}"
+    )
 
 
 def placement_threads(config: str, overrides: list[str]) -> str:
@@ -221,22 +250,23 @@ def placement_threads(config: str, overrides: list[str]) -> str:
     if layout.backend == "inline":
         return f"inline: 1 process, runner.torch_threads={cfg.runner.torch_threads}"
     parts = [f"{a.component}{a.rank}@node{a.node}:{a.cpu_threads}" for a in worker_processes(layout)]
-    return f"ray: " + ", ".join(parts) + f"; controller runner.torch_threads={cfg.runner.torch_threads}"
+    return "ray: " + ", ".join(parts) + f"; controller runner.torch_threads={cfg.runner.torch_threads}"
 
 
 def write_json(path: Path, data) -> None:
     path.write_text(json.dumps(data, indent=2, default=str))
 
 
-def run_interleaved(config: str, variants: dict[str, list[str]], reps: int, out: Path, warmup: int,
-                    timeout: float = 600) -> dict[str, list[dict]]:
+def run_interleaved(
+    config: str, variants: dict[str, list[str]], reps: int, out: Path, warmup: int, timeout: float = 600
+) -> dict[str, list[dict]]:
     """Every variant once per repetition, the order rotating each repetition (ABC, BCA, CAB, ...),
     so slow drifts in the machine's other load fall on all variants alike."""
     names = list(variants)
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for rep in range(reps):
         shift = rep % len(names)
-        for index, name in enumerate(names[shift:] + names[:shift]):
+        for _index, name in enumerate(names[shift:] + names[:shift]):
             slug = "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
             log(f"rep {rep + 1}/{reps}: {name}")
             run = run_fleetrl(config, variants[name], out / f"{slug}-{rep}", timeout=timeout)
@@ -244,37 +274,56 @@ def run_interleaved(config: str, variants: dict[str, list[str]], reps: int, out:
                 log(f"  FAILED (exit {run['code']}): {run['stderr_tail'][-600:]}")
             else:
                 run["steady"] = steady(run["metrics"], warmup)
-                log(f"  {run['steady']['steps_per_s']:.0f} steps/s, collect {run['steady']['collect_s']:.3f} s/iter, "
-                    f"foreign load {run['foreign_cores']:.2f} cores")
+                log(
+                    f"  {run['steady']['steps_per_s']:.0f} steps/s, collect {run['steady']['collect_s']:.3f} s/iter, "
+                    f"foreign load {run['foreign_cores']:.2f} cores"
+                )
             if run["leftover_ray_pids"]:
                 log(f"  Ray daemons of this run still alive after it: {run['leftover_ray_pids']}")
             runs[name].append(run)
     return runs
 
 
-def throughput_table(runs: dict[str, list[dict]], threads: dict[str, str], baseline: str,
-                     extra_columns: dict | None = None) -> str:
+def throughput_table(
+    runs: dict[str, list[dict]], threads: dict[str, str], baseline: str, extra_columns: dict | None = None
+) -> str:
     """Markdown: throughput (median, range, ratio to `baseline`) and per-phase medians."""
     extra_columns = extra_columns or {}
     ok = {name: [r for r in rs if r["code"] == 0] for name, rs in runs.items()}
     base = median(r["steady"]["steps_per_s"] for r in ok[baseline])
-    head = ["variant", "runs ok", "env steps/s median (range)", f"vs {baseline}", "collect s/iter",
-            "update s/iter", "weight sync s/iter", *extra_columns, "start-up s (median)",
-            "end-to-end wall s", "other load, cores", "torch threads"]
+    head = [
+        "variant",
+        "runs ok",
+        "env steps/s median (range)",
+        f"vs {baseline}",
+        "collect s/iter",
+        "update s/iter",
+        "weight sync s/iter",
+        *extra_columns,
+        "start-up s (median)",
+        "end-to-end wall s",
+        "other load, cores",
+        "torch threads",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, rs in ok.items():
         if not rs:
             lines.append(f"| {name} | 0/{len(runs[name])} |" + " – |" * (len(head) - 2))
             continue
         sps = [r["steady"]["steps_per_s"] for r in rs]
-        cells = [name, f"{len(rs)}/{len(runs[name])}", f"{median(sps):.0f} ({spread(sps)})",
-                 f"{median(sps) / base:.2f}×",
-                 f"{median(r['steady']['collect_s'] for r in rs):.3f}",
-                 f"{median(r['steady']['update_s'] for r in rs):.3f}",
-                 f"{median(r['steady']['sync_s'] for r in rs):.4f}",
-                 *[fn(rs) for fn in extra_columns.values()],
-                 f"{median(r['summary']['startup_s'] for r in rs):.1f}",
-                 f"{median(r['wall_s'] for r in rs):.1f}",
-                 f"{median(r['foreign_cores'] for r in rs):.2f}", threads.get(name, "?")]
+        cells = [
+            name,
+            f"{len(rs)}/{len(runs[name])}",
+            f"{median(sps):.0f} ({spread(sps)})",
+            f"{median(sps) / base:.2f}×",
+            f"{median(r['steady']['collect_s'] for r in rs):.3f}",
+            f"{median(r['steady']['update_s'] for r in rs):.3f}",
+            f"{median(r['steady']['sync_s'] for r in rs):.4f}",
+            *[fn(rs) for fn in extra_columns.values()],
+            f"{median(r['summary']['startup_s'] for r in rs):.1f}",
+            f"{median(r['wall_s'] for r in rs):.1f}",
+            f"{median(r['foreign_cores'] for r in rs):.2f}",
+            threads.get(name, "?"),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

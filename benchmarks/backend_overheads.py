@@ -27,13 +27,26 @@ CONFIG = "configs/ppo_cartpole.yaml"
 COMMON = ["runner.checkpoint_interval=100000", "runner.log_interval=1000", "runner.target_return=null"]
 VARIANTS = {
     "inline": ["cluster.backend=inline"],
-    "Ray collocated": ["cluster.backend=ray", "cluster.num_nodes=1", "cluster.devices_per_node=1",
-                       "cluster.component_placement={actor: 0, rollout: 0, env: 0}"],
+    "Ray collocated": [
+        "cluster.backend=ray",
+        "cluster.num_nodes=1",
+        "cluster.devices_per_node=1",
+        "cluster.component_placement={actor: 0, rollout: 0, env: 0}",
+    ],
     "Ray disaggregated (env on node 1)": [
-        "cluster.backend=ray", "cluster.simulate_nodes=2", "cluster.num_nodes=2", "cluster.devices_per_node=1",
-        "cluster.component_placement={actor: 0, rollout: 0, env: 1}"],
-    "Ray fused": ["cluster.backend=ray", "cluster.num_nodes=1", "cluster.devices_per_node=1",
-                  "cluster.component_placement={actor: 0, rollout: 0, env: 0}", "cluster.fuse_collocated=true"],
+        "cluster.backend=ray",
+        "cluster.simulate_nodes=2",
+        "cluster.num_nodes=2",
+        "cluster.devices_per_node=1",
+        "cluster.component_placement={actor: 0, rollout: 0, env: 1}",
+    ],
+    "Ray fused": [
+        "cluster.backend=ray",
+        "cluster.num_nodes=1",
+        "cluster.devices_per_node=1",
+        "cluster.component_placement={actor: 0, rollout: 0, env: 0}",
+        "cluster.fuse_collocated=true",
+    ],
 }
 
 
@@ -53,15 +66,22 @@ def main() -> None:
 
     steps_per_iter = 8 * 32
     print(f"Machine: {kit.machine_line(info)}\n")
-    print(f"Command: `.venv/bin/python benchmarks/backend_overheads.py --reps {args.reps} --steps {args.steps} "
-          f"--warmup {args.warmup}`; each run `fleetrl train {CONFIG} {' '.join(COMMON)} "
-          f"runner.total_env_steps={args.steps} runner.tensorboard=false <variant> --skip-doctor`; raw: "
-          f"`{out.relative_to(kit.ROOT)}/results.json`\n")
-    per_step = {"collect ms per vector step (act + step, 8 envs)": lambda rs: "{:.2f}".format(
-        kit.median(r["steady"]["collect_s"] for r in rs) / 32 * 1e3)}
+    print(
+        f"Command: `.venv/bin/python benchmarks/backend_overheads.py --reps {args.reps} --steps {args.steps} "
+        f"--warmup {args.warmup}`; each run `fleetrl train {CONFIG} {' '.join(COMMON)} "
+        f"runner.total_env_steps={args.steps} runner.tensorboard=false <variant> --skip-doctor`; raw: "
+        f"`{out.relative_to(kit.ROOT)}/results.json`\n"
+    )
+    per_step = {
+        "collect ms per vector step (act + step, 8 envs)": lambda rs: "{:.2f}".format(
+            kit.median(r["steady"]["collect_s"] for r in rs) / 32 * 1e3
+        )
+    }
     print(kit.throughput_table(runs, threads, "inline", per_step))
-    print(f"\n(one iteration = {steps_per_iter} env steps: 32 steps × 8 envs; each of the 32 steps is one "
-          f"`rollout.act` and one `env.step` call)")
+    print(
+        f"\n(one iteration = {steps_per_iter} env steps: 32 steps × 8 envs; each of the 32 steps is one "
+        f"`rollout.act` and one `env.step` call)"
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,7 @@ GAMMA, GAE_LAMBDA, CLIP, VF_COEF, MAX_GRAD_NORM = 0.98, 0.8, 0.2, 0.5, 0.5
 
 
 def mlp(inputs: int, outputs: int, last_gain: float) -> nn.Sequential:
-    net = nn.Sequential(nn.Linear(inputs, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
-                        nn.Linear(64, outputs))
+    net = nn.Sequential(nn.Linear(inputs, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, outputs))
     for layer, gain in zip(net[::2], (np.sqrt(2), np.sqrt(2), last_gain)):
         nn.init.orthogonal_(layer.weight, gain)
         nn.init.zeros_(layer.bias)
@@ -98,7 +97,7 @@ def update(actor, critic, optimizer, buf: Rollout) -> int:
     for _ in range(EPOCHS):
         order = torch.randperm(batch)
         for start in range(0, batch, MINIBATCH):
-            idx = order[start:start + MINIBATCH]
+            idx = order[start : start + MINIBATCH]
             dist = Categorical(logits=actor(b_obs[idx]))
             logprob = dist.log_prob(b_actions[idx])
             entropy = dist.entropy()
@@ -117,8 +116,7 @@ def update(actor, critic, optimizer, buf: Rollout) -> int:
     return grad_steps
 
 
-def measure(collect_steps: int = 20_000, update_iterations: int = 60, warmup: int = 3,
-            seed: int = 0) -> dict:
+def measure(collect_steps: int = 20_000, update_iterations: int = 60, warmup: int = 3, seed: int = 0) -> dict:
     torch.manual_seed(seed)
     envs = gym.make_vec("CartPole-v1", NUM_ENVS, vectorization_mode="sync")
     obs_dim = envs.single_observation_space.shape[0]
@@ -178,19 +176,28 @@ def main() -> None:
     runs = [measure(args.collect_steps, args.update_iterations) for _ in range(args.repeats)]
     result = max(runs, key=lambda r: r["collect_steps_per_s"])
     best_update = max(runs, key=lambda r: r["update_grad_steps_per_s"])
-    for key in ("update_grad_steps", "update_s", "update_grad_steps_per_s", "update_samples_per_s",
-                "update_s_per_iteration"):
+    for key in (
+        "update_grad_steps",
+        "update_s",
+        "update_grad_steps_per_s",
+        "update_samples_per_s",
+        "update_s_per_iteration",
+    ):
         result[key] = best_update[key]
     result["repeats"] = args.repeats
     if args.json:
         print(json.dumps(result))
     else:
         print(f"bare PyTorch loop, torch {result['torch']}, {result['torch_threads']} thread(s)")
-        print(f"  collect: {result['collect_steps_per_s']:,.0f} env steps/s "
-              f"({result['collect_env_steps']} steps in {result['collect_s']:.2f} s)")
-        print(f"  update:  {result['update_grad_steps_per_s']:,.0f} grad steps/s, "
-              f"{result['update_samples_per_s']:,.0f} samples/s "
-              f"({result['update_s_per_iteration'] * 1e3:.1f} ms per 20-epoch update)")
+        print(
+            f"  collect: {result['collect_steps_per_s']:,.0f} env steps/s "
+            f"({result['collect_env_steps']} steps in {result['collect_s']:.2f} s)"
+        )
+        print(
+            f"  update:  {result['update_grad_steps_per_s']:,.0f} grad steps/s, "
+            f"{result['update_samples_per_s']:,.0f} samples/s "
+            f"({result['update_s_per_iteration'] * 1e3:.1f} ms per 20-epoch update)"
+        )
 
 
 if __name__ == "__main__":

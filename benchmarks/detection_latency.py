@@ -34,10 +34,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _runkit as kit  # noqa: E402
 
 CONFIG = "configs/ppo_cartpole.yaml"
-SMALL = ["env.num_envs=4", "algorithm.num_steps=16", "algorithm.minibatch_size=32", "algorithm.update_epochs=2",
-         "runner.checkpoint_interval=1", "runner.total_env_steps=1000000", "runner.target_return=null"]
-RAY_TWO_ACTORS = ["cluster.backend=ray", "cluster.devices_per_node=2",
-                  "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0}"]
+SMALL = [
+    "env.num_envs=4",
+    "algorithm.num_steps=16",
+    "algorithm.minibatch_size=32",
+    "algorithm.update_epochs=2",
+    "runner.checkpoint_interval=1",
+    "runner.total_env_steps=1000000",
+    "runner.target_return=null",
+]
+RAY_TWO_ACTORS = [
+    "cluster.backend=ray",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0}",
+]
 # fault class → (kind, component, rank, call), the expected cause, the target bound (s)
 FAULTS = {
     "kill (actor 1, mid all-reduce)": (("kill", "actor", 1, 3), "worker_died", 3),
@@ -49,9 +59,13 @@ FAULTS = {
 }
 # the same faults in plain torch.distributed (gil_hang is not re-run there: it would burn a core
 # for --cap seconds on a shared machine, and a held GIL looks to the peer exactly like SIGSTOP)
-PLAIN = {"kill": "kill (actor 1, mid all-reduce)", "exception": "exception (env 1 raises)",
-         "stop": "stop (SIGSTOP actor 1)", "hang": "env hang (env 1 step never returns)",
-         "extra_collective": "extra_collective (actor 1)"}
+PLAIN = {
+    "kill": "kill (actor 1, mid all-reduce)",
+    "exception": "exception (env 1 raises)",
+    "stop": "stop (SIGSTOP actor 1)",
+    "hang": "env hang (env 1 step never returns)",
+    "extra_collective": "extra_collective (actor 1)",
+}
 
 
 def fault_override(kind: str, component: str, rank: int, call: int) -> str:
@@ -59,6 +73,7 @@ def fault_override(kind: str, component: str, rank: int, call: int) -> str:
 
 
 # ---------------------------------------------------------------- plain torch.distributed
+
 
 def _plain_worker(rank: int, port: int, kind: str, marker: str, queue) -> None:
     import torch
@@ -129,8 +144,12 @@ def plain_fault(kind: str, cap: float) -> dict:
     if os.path.exists(marker):
         os.unlink(marker)
     if outcome is None and rank0_exit not in (None, 0) and fault_at is not None:
-        return {"kind": kind, "surfaced_after_s": None, "cap": cap,
-                "what": f"rank 0's process died (exit code {rank0_exit}), no Python exception"}
+        return {
+            "kind": kind,
+            "surfaced_after_s": None,
+            "cap": cap,
+            "what": f"rank 0's process died (exit code {rank0_exit}), no Python exception",
+        }
     if outcome is None or fault_at is None:
         return {"kind": kind, "surfaced_after_s": None, "what": f"nothing within {cap:.0f} s", "cap": cap}
     return {"kind": kind, "surfaced_after_s": outcome[0] - fault_at, "what": outcome[1], "cap": cap}
@@ -139,8 +158,10 @@ def plain_fault(kind: str, cap: float) -> dict:
 def plain_all(cap: float, results: list) -> None:
     for kind in ("kill", "exception"):
         results.append(plain_fault(kind, cap))
-    threads = [threading.Thread(target=lambda k=k: results.append(plain_fault(k, cap)))
-               for k in ("stop", "hang", "extra_collective")]
+    threads = [
+        threading.Thread(target=lambda k=k: results.append(plain_fault(k, cap)))
+        for k in ("stop", "hang", "extra_collective")
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -148,6 +169,7 @@ def plain_all(cap: float, results: list) -> None:
 
 
 # ---------------------------------------------------------------- fleetrl
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -162,32 +184,42 @@ def main() -> None:
     background.start()
     runs: dict[str, list[dict]] = {name: [] for name in FAULTS}
     for rep in range(args.reps):
-        for name, ((kind, component, rank, call), cause, bound) in FAULTS.items():
+        for name, ((kind, component, rank, call), _cause, _bound) in FAULTS.items():
             kit.log(f"rep {rep + 1}/{args.reps}: {name}")
-            run = kit.run_fleetrl(CONFIG, [*SMALL, *RAY_TWO_ACTORS, fault_override(kind, component, rank, call)],
-                                  out / f"{kind}-{rep}", timeout=300)
+            run = kit.run_fleetrl(
+                CONFIG,
+                [*SMALL, *RAY_TWO_ACTORS, fault_override(kind, component, rank, call)],
+                out / f"{kind}-{rep}",
+                timeout=300,
+            )
             report = run["report"] or {}
             run["cause"], run["culprit"] = report.get("cause"), report.get("culprit")
             run["detected_after_s"] = report.get("detected_after_s")
             run["fault_to_exit_s"] = run["ended"] - report["incident_started"] if report else None
             run["report_to_exit_s"] = run["ended"] - report["reported_at"] if report else None
             run.pop("metrics", None)
-            kit.log(f"  exit {run['code']}, {run['cause']} {run['culprit']}, detected after "
-                    f"{run['detected_after_s']}, fault→exit {run['fault_to_exit_s']}; leftover Ray: "
-                    f"{run['leftover_ray_pids']}")
+            kit.log(
+                f"  exit {run['code']}, {run['cause']} {run['culprit']}, detected after "
+                f"{run['detected_after_s']}, fault→exit {run['fault_to_exit_s']}; leftover Ray: "
+                f"{run['leftover_ray_pids']}"
+            )
             runs[name].append(run)
     kit.log("waiting for the plain torch.distributed runs")
     background.join(timeout=args.cap + 300)
     kit.write_json(out / "results.json", {"machine": info, "args": vars(args), "runs": runs, "plain": plain})
 
     print(f"Machine: {kit.machine_line(info)}\n")
-    print(f"Command: `.venv/bin/python benchmarks/detection_latency.py --reps {args.reps} --cap {args.cap:.0f}`; each "
-          f"fleetrl run `fleetrl train {CONFIG} runner.run_dir=<dir> runner.tensorboard=false {' '.join(SMALL)} "
-          f"{' '.join(RAY_TWO_ACTORS)} 'debug.fault={{kind: K, component: C, rank: R, call: N}}' --skip-doctor` "
-          f"(watchdog defaults); raw: `{out.relative_to(kit.ROOT)}/results.json`\n")
+    print(
+        f"Command: `.venv/bin/python benchmarks/detection_latency.py --reps {args.reps} --cap {args.cap:.0f}`; each "
+        f"fleetrl run `fleetrl train {CONFIG} runner.run_dir=<dir> runner.tensorboard=false {' '.join(SMALL)} "
+        f"{' '.join(RAY_TWO_ACTORS)} 'debug.fault={{kind: K, component: C, rank: R, call: N}}' --skip-doctor` "
+        f"(watchdog defaults); raw: `{out.relative_to(kit.ROOT)}/results.json`\n"
+    )
     by_kind = {PLAIN[p["kind"]]: p for p in plain}
-    print("| fault | debug.fault | cause reported (runs) | exit code | detected_after_s median (range) | target | met | "
-          "fault → process exit, s median (range) | report → exit, s | plain torch.distributed (Gloo, default timeout) |")
+    print(
+        "| fault | debug.fault | cause reported (runs) | exit code | detected_after_s median (range) | target | met | "
+        "fault → process exit, s median (range) | report → exit, s | plain torch.distributed (Gloo, default timeout) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, ((kind, component, rank, call), cause, bound) in FAULTS.items():
         rs = runs[name]
@@ -209,13 +241,17 @@ def main() -> None:
         else:
             what = re.sub(r"\[[^\]]*pair\.cc:\d+\] ", "", baseline["what"]).split(". This is")[0]
             plain_text = f"{baseline['surfaced_after_s']:.2f} s: {what}"
-        print(f"| {name} | `{kind}, {component}, rank {rank}, call {call}` | {', '.join(causes)} ({right}/{len(rs)} as "
-              f"expected) | {','.join(sorted({str(r['code']) for r in rs}))} | "
-              f"{kit.median(detected):.2f} ({kit.spread(detected)}) | ≤ {bound} s | {met} | "
-              f"{kit.median(to_exit):.2f} ({kit.spread(to_exit)}) | {kit.median(report_exit):.2f} | {plain_text} |")
+        print(
+            f"| {name} | `{kind}, {component}, rank {rank}, call {call}` | {', '.join(causes)} ({right}/{len(rs)} as "
+            f"expected) | {','.join(sorted({str(r['code']) for r in rs}))} | "
+            f"{kit.median(detected):.2f} ({kit.spread(detected)}) | ≤ {bound} s | {met} | "
+            f"{kit.median(to_exit):.2f} ({kit.spread(to_exit)}) | {kit.median(report_exit):.2f} | {plain_text} |"
+        )
     leftovers = sorted({pid for rs in runs.values() for r in rs for pid in r["leftover_ray_pids"]})
-    print(f"\nRay daemons of these runs (session named after the fleetrl process) still alive after them: "
-          f"{leftovers or 'none'}")
+    print(
+        f"\nRay daemons of these runs (session named after the fleetrl process) still alive after them: "
+        f"{leftovers or 'none'}"
+    )
 
 
 if __name__ == "__main__":

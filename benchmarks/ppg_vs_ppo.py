@@ -46,6 +46,7 @@ def log(message: str) -> None:
 
 # ------------------------------------------------------------------ (A) sample efficiency
 
+
 def steps_to(records: list[dict], target: float) -> int | None:
     for record in records:
         if record.get("episodes", 0) >= 100 and (record.get("episode_return_last100") or 0) >= target:
@@ -55,9 +56,15 @@ def steps_to(records: list[dict], target: float) -> int | None:
 
 def train_once(algo: str, seed: int, target: float, workdir: Path) -> dict:
     run_parent = workdir / f"{algo}-s{seed}"
-    command = [str(ROOT / ".venv" / "bin" / "fleetrl"), "train", str(ROOT / "configs" / f"{algo}_cartpole.yaml"),
-               f"runner.seed={seed}", f"runner.target_return={target}", "runner.tensorboard=false",
-               f"runner.run_dir={run_parent}"]
+    command = [
+        str(ROOT / ".venv" / "bin" / "fleetrl"),
+        "train",
+        str(ROOT / "configs" / f"{algo}_cartpole.yaml"),
+        f"runner.seed={seed}",
+        f"runner.target_return={target}",
+        "runner.tensorboard=false",
+        f"runner.run_dir={run_parent}",
+    ]
     wait_for_quiet(0.5, 15)
     with ForeignLoad() as load:
         result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1200)
@@ -67,14 +74,23 @@ def train_once(algo: str, seed: int, target: float, workdir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     aux = [r["aux_s"] for r in records if "aux_s" in r]
-    return {"algo": algo, "seed": seed, "steps_to_target": summary["target_reached_step"],
-            "steps_to_195": steps_to(records, 195), "train_s": summary["train_s"],
-            "global_step": summary["global_step"], "final_last100": summary["episode_return_last100"],
-            "aux_phases": len(aux), "aux_s_total": sum(aux), "foreign_cores": load.result["foreign_cores"],
-            "run_dir": str(run_dir)}
+    return {
+        "algo": algo,
+        "seed": seed,
+        "steps_to_target": summary["target_reached_step"],
+        "steps_to_195": steps_to(records, 195),
+        "train_s": summary["train_s"],
+        "global_step": summary["global_step"],
+        "final_last100": summary["episode_return_last100"],
+        "aux_phases": len(aux),
+        "aux_s_total": sum(aux),
+        "foreign_cores": load.result["foreign_cores"],
+        "run_dir": str(run_dir),
+    }
 
 
 # ------------------------------------------------------------- (B) auxiliary-phase cost
+
 
 def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, phases: int, out_dir: str) -> None:
     import gymnasium as gym
@@ -82,15 +98,17 @@ def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, pha
     import torch
 
     from fleetrl.config.loader import load_config
-    from fleetrl.dist import process_group
     from fleetrl.models.policy import Policy
+    from fleetrl.parallel import process_group
     from fleetrl.trajectory import Trajectory
     from fleetrl.workers.ppg_actor_worker import PPGActorWorker
 
     torch.set_num_threads(1)
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    config = load_config(str(ROOT / "configs" / "ppg_cartpole.yaml"),
-                         [f"model.hidden_sizes={hidden}", "actor.dist_timeout_s=120", "algorithm.n_pi=8"])
+    config = load_config(
+        str(ROOT / "configs" / "ppg_cartpole.yaml"),
+        [f"model.hidden_sizes={hidden}", "actor.dist_timeout_s=120", "algorithm.n_pi=8"],
+    )
     spaces = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
     process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=120)
     try:
@@ -105,10 +123,16 @@ def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, pha
         for iteration in range((phases + 1) * config.algorithm.n_pi):
             obs = torch.randn(steps, envs, 4, generator=generator)
             actions, logprobs, values = behaviour.act(obs.flatten(0, 1))
-            trajectory = Trajectory(obs, actions.view(steps, envs), logprobs.view(steps, envs),
-                                    values.view(steps, envs), torch.ones(steps, envs),
-                                    torch.rand(steps, envs, generator=generator) < 0.05,
-                                    torch.rand(steps, envs, generator=generator) < 0.05, values.view(steps, envs))
+            trajectory = Trajectory(
+                obs,
+                actions.view(steps, envs),
+                logprobs.view(steps, envs),
+                values.view(steps, envs),
+                torch.ones(steps, envs),
+                torch.rand(steps, envs, generator=generator) < 0.05,
+                torch.rand(steps, envs, generator=generator) < 0.05,
+                values.view(steps, envs),
+            )
             started, cpu = time.perf_counter(), time.process_time()
             aux_phase = (iteration + 1) % config.algorithm.n_pi == 0
             metrics = worker.train(trajectory.shard(rank, world), 0.0)
@@ -125,14 +149,15 @@ def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, pha
 
         gc.collect()
         process_group.destroy_process_group()
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(
-        {"policy_s": policy_s, "aux_s": aux_s, "aux_cpu_s": aux_cpu_s, "divergence": divergence}))
+    Path(out_dir, f"rank{rank}.json").write_text(
+        json.dumps({"policy_s": policy_s, "aux_s": aux_s, "aux_cpu_s": aux_cpu_s, "divergence": divergence})
+    )
 
 
 def measure_wrapping(wrapping: str, hidden: list, phases: int) -> dict:
     import torch.multiprocessing as mp
 
-    from fleetrl.dist.process_group import free_port
+    from fleetrl.parallel.process_group import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         wait_for_quiet(0.5, 5)
@@ -144,11 +169,18 @@ def measure_wrapping(wrapping: str, hidden: list, phases: int) -> dict:
     aux = [max(values) for values in zip(*(r["aux_s"] for r in ranks))]
     policy = [max(values) for values in zip(*(r["policy_s"] for r in ranks))]
     cpu = [sum(values) for values in zip(*(r["aux_cpu_s"] for r in ranks))]  # both ranks' CPU time
-    return {"wrapping": wrapping, "hidden": hidden, "aux_s": aux, "policy_s": policy, "aux_cpu_s": cpu,
-            "foreign_cores": load.result["foreign_cores"]}
+    return {
+        "wrapping": wrapping,
+        "hidden": hidden,
+        "aux_s": aux,
+        "policy_s": policy,
+        "aux_cpu_s": cpu,
+        "foreign_cores": load.result["foreign_cores"],
+    }
 
 
 # ---------------------------------------------------------------------------------- main
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -175,11 +207,15 @@ def main() -> None:
                 runs.append(train_once(algo, seed, args.target, workdir))
                 log(f"    {runs[-1]['steps_to_target']} steps to {args.target:g}, {runs[-1]['train_s']:.1f} s")
         out["sample_efficiency"] = runs
-        lines += [f"(A) env steps until the last-100-episode mean return reaches {args.target:g} "
-                  "(budget 200k; '—' = not reached)", "",
-                  "| algorithm | " + " | ".join(f"seed {s}" for s in range(1, args.seeds + 1)) +
-                  " | median | steps to 195 (median) | training s (median) |",
-                  "|---|" + "---|" * (args.seeds + 3)]
+        lines += [
+            f"(A) env steps until the last-100-episode mean return reaches {args.target:g} "
+            "(budget 200k; '—' = not reached)",
+            "",
+            "| algorithm | "
+            + " | ".join(f"seed {s}" for s in range(1, args.seeds + 1))
+            + " | median | steps to 195 (median) | training s (median) |",
+            "|---|" + "---|" * (args.seeds + 3),
+        ]
         for algo in ("ppo", "ppg"):
             mine = [r for r in runs if r["algo"] == algo]
             reached = [r["steps_to_target"] for r in mine]
@@ -187,9 +223,12 @@ def main() -> None:
             finite = sorted(v if v else float("inf") for v in reached)
             median = statistics.median(finite)
             to195 = statistics.median([r["steps_to_195"] or float("inf") for r in mine])
-            lines.append(f"| {algo.upper()} | " + " | ".join(cells) +
-                         f" | {'—' if median == float('inf') else f'{median:,.0f}'} | {to195:,.0f} | "
-                         f"{statistics.median(r['train_s'] for r in mine):.1f} |")
+            lines.append(
+                f"| {algo.upper()} | "
+                + " | ".join(cells)
+                + f" | {'—' if median == float('inf') else f'{median:,.0f}'} | {to195:,.0f} | "
+                f"{statistics.median(r['train_s'] for r in mine):.1f} |"
+            )
         lines.append("")
 
     if not args.skip_b:
@@ -201,27 +240,38 @@ def main() -> None:
                     log(f"(B) {wrapping}, hidden {width}x2, run {repeat + 1}")
                     measured.append(measure_wrapping(wrapping, [width, width], args.phases))
         out["aux_cost"] = measured
-        lines += ["(B) 2 DDP ranks, Gloo, 1 thread each, per PPG phase: wall seconds (median and fastest over "
-                  "runs × phases), and CPU seconds of both ranks together for the iteration that ends in "
-                  "the auxiliary phase (median)", "",
-                  "| network | wrapping | aux phase wall s, median | aux phase wall s, fastest | "
-                  "aux iteration CPU s, median | policy phase wall s, median |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "(B) 2 DDP ranks, Gloo, 1 thread each, per PPG phase: wall seconds (median and fastest over "
+            "runs × phases), and CPU seconds of both ranks together for the iteration that ends in "
+            "the auxiliary phase (median)",
+            "",
+            "| network | wrapping | aux phase wall s, median | aux phase wall s, fastest | "
+            "aux iteration CPU s, median | policy phase wall s, median |",
+            "|---|---|---|---|---|---|",
+        ]
         for width in widths:
             stats = {}
             for wrapping in ("per_phase", "find_unused"):
                 mine = [m for m in measured if m["hidden"] == [width, width] and m["wrapping"] == wrapping]
                 aux = [v for m in mine for v in m["aux_s"]]
-                stats[wrapping] = (statistics.median(aux), min(aux),
-                                   statistics.median(v for m in mine for v in m["aux_cpu_s"]),
-                                   statistics.median(v for m in mine for v in m["policy_s"]))
-            for wrapping, label in (("per_phase", "one DDP per phase (fleetrl)"),
-                                    ("find_unused", "one DDP, find_unused_parameters=True")):
+                stats[wrapping] = (
+                    statistics.median(aux),
+                    min(aux),
+                    statistics.median(v for m in mine for v in m["aux_cpu_s"]),
+                    statistics.median(v for m in mine for v in m["policy_s"]),
+                )
+            for wrapping, label in (
+                ("per_phase", "one DDP per phase (fleetrl)"),
+                ("find_unused", "one DDP, find_unused_parameters=True"),
+            ):
                 cells = " | ".join(f"{v:.3f}" for v in stats[wrapping])
                 lines.append(f"| MLP {width}×{width} | {label} | {cells} |")
             ratios = [a / b for a, b in zip(stats["find_unused"], stats["per_phase"])]
-            lines.append(f"| MLP {width}×{width} | ratio find_unused / per-phase | " +
-                         " | ".join(f"{r:.2f}" for r in ratios) + " |")
+            lines.append(
+                f"| MLP {width}×{width} | ratio find_unused / per-phase | "
+                + " | ".join(f"{r:.2f}" for r in ratios)
+                + " |"
+            )
         lines.append("")
 
     path = results_dir / f"ppg_vs_ppo-{stamp}.json"

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from functools import partial
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -49,14 +50,38 @@ POLL_S = 0.005  # how often fleetrl's metrics.jsonl is polled for the crossing l
 # CleanRL ppo.py (cleanrl 1.2.0) flags for RL-Zoo's CartPole-v1 set. Not expressible in its flags:
 # clip_range annealing (lin_0.2: clip stays 0.2) and bootstrapping at time-limit truncation.
 CLEANRL_RLZOO_ARGS = [
-    "--total-timesteps", "100000", "--learning-rate", "0.001", "--num-envs", "8",
-    "--num-steps", "32", "--anneal-lr", "True", "--gamma", "0.98", "--gae-lambda", "0.8",
-    "--num-minibatches", "1", "--update-epochs", "20", "--norm-adv", "True",
-    "--clip-coef", "0.2", "--clip-vloss", "False", "--ent-coef", "0.0", "--vf-coef", "0.5",
-    "--max-grad-norm", "0.5",
+    "--total-timesteps",
+    "100000",
+    "--learning-rate",
+    "0.001",
+    "--num-envs",
+    "8",
+    "--num-steps",
+    "32",
+    "--anneal-lr",
+    "True",
+    "--gamma",
+    "0.98",
+    "--gae-lambda",
+    "0.8",
+    "--num-minibatches",
+    "1",
+    "--update-epochs",
+    "20",
+    "--norm-adv",
+    "True",
+    "--clip-coef",
+    "0.2",
+    "--clip-vloss",
+    "False",
+    "--ent-coef",
+    "0.0",
+    "--vf-coef",
+    "0.5",
+    "--max-grad-norm",
+    "0.5",
 ]
-CLEANRL_COMMON_ARGS = ["--env-id", "CartPole-v1", "--cuda", "False", "--track", "False",
-                       "--capture-video", "False"]
+CLEANRL_COMMON_ARGS = ["--env-id", "CartPole-v1", "--cuda", "False", "--track", "False", "--capture-video", "False"]
 CLEANRL_LINE = re.compile(r"global_step=(\d+), episodic_return=\[?\s*([-+0-9.eE]+)")
 
 LIBS = ("fleetrl", "sb3", "cleanrl")
@@ -72,6 +97,7 @@ def log(message: str) -> None:
 # wall-clock numbers badly (2-thread torch jobs slow down several-fold under contention). So each
 # timed job waits for a quiet machine, measures the CPU time used by *other* processes while it
 # ran ("foreign" CPU, in cores), and is re-run when that was above --max-foreign.
+
 
 def cpu_ticks() -> tuple[float, float]:
     """(busy seconds, steal seconds) of the whole machine since boot, from /proc/stat."""
@@ -102,8 +128,11 @@ class ForeignLoad:
         wall = max(time.time() - self.t0, 1e-6)
         busy, steal = cpu_ticks()
         foreign = (busy - self.busy0) - (own_cpu() - self.own0)
-        self.result = {"foreign_cores": max(foreign, 0.0) / wall, "steal_cores": (steal - self.steal0) / wall,
-                       "wall_s": wall}
+        self.result = {
+            "foreign_cores": max(foreign, 0.0) / wall,
+            "steal_cores": (steal - self.steal0) / wall,
+            "wall_s": wall,
+        }
         return False
 
 
@@ -136,6 +165,7 @@ def parse_seeds(text: str) -> list[int]:
 
 # --------------------------------------------------------------------------------------- fleetrl
 
+
 def fleetrl_bin(args) -> str:
     if args.fleetrl:
         return args.fleetrl
@@ -153,8 +183,15 @@ def run_fleetrl(args, comparison: str, config: Path, seed: int, workdir: Path) -
     parent = workdir / "fleetrl"
     parent.mkdir(parents=True, exist_ok=True)
     name = f"{comparison}-s{seed}"
-    cmd = [fleetrl_bin(args), "train", str(config), f"runner.seed={seed}",
-           f"runner.target_return={args.target}", f"runner.run_dir={parent}", f"runner.name={name}"]
+    cmd = [
+        fleetrl_bin(args),
+        "train",
+        str(config),
+        f"runner.seed={seed}",
+        f"runner.target_return={args.target}",
+        f"runner.run_dir={parent}",
+        f"runner.name={name}",
+    ]
     log_path = parent / f"{name}.log"
     source = source_digest()  # the fleetrl sources this job runs (they change while developed)
     before = set(parent.glob(f"{name}-*"))  # earlier attempts of the same job
@@ -185,8 +222,12 @@ def run_fleetrl(args, comparison: str, config: Path, seed: int, workdir: Path) -
                 records.append(record)
                 seen_at.append(now)
                 last100 = record.get("episode_return_last100")
-                if (cross is None and last100 is not None and record.get("episodes", 0) >= 100
-                        and last100 >= args.target):
+                if (
+                    cross is None
+                    and last100 is not None
+                    and record.get("episodes", 0) >= 100
+                    and last100 >= args.target
+                ):
                     cross = (len(records) - 1, now)
 
         deadline = spawn + args.job_timeout
@@ -214,10 +255,18 @@ def run_fleetrl(args, comparison: str, config: Path, seed: int, workdir: Path) -
         if handle is not None:
             drain(exit_time)
             handle.close()
-    result = {"library": "fleetrl", "comparison": comparison, "seed": seed, "config": str(config),
-              "source": source,
-              "command": cmd, "returncode": proc.returncode, "log": str(log_path),
-              "run_dir": str(run_dir) if run_dir else None, "total_wall_s": exit_time - spawn}
+    result = {
+        "library": "fleetrl",
+        "comparison": comparison,
+        "seed": seed,
+        "config": str(config),
+        "source": source,
+        "command": cmd,
+        "returncode": proc.returncode,
+        "log": str(log_path),
+        "run_dir": str(run_dir) if run_dir else None,
+        "total_wall_s": exit_time - spawn,
+    }
     if proc.returncode != 0 or run_dir is None or not (run_dir / "summary.json").exists():
         result["error"] = f"fleetrl train exited {proc.returncode}; see {log_path}"
         log(result["error"])
@@ -226,26 +275,41 @@ def run_fleetrl(args, comparison: str, config: Path, seed: int, workdir: Path) -
     train_start = train_log_start(run_dir)
     resolved = read_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
     threads = (resolved.get("runner") or {}).get("torch_threads")
-    result.update({
-        "summary": summary,
-        "torch_threads": threads if threads else "torch default",
-        # fleetrl's own startup_s uses psutil's process create_time, which is only as exact as
-        # /proc/stat's whole-second btime (seen ~0.9 s off here); the start of training is taken
-        # from train.log's first 'run directory' line (ms timestamps), logged right after it.
-        "fleetrl_reported_startup_s": summary["startup_s"],
-        "startup_s": (train_start - spawn) if train_start else summary["startup_s"],
-        "train_start_from": "train.log" if train_start else "summary.startup_s",
-        "train_s_total": summary["train_s"],
-        "global_step": summary["global_step"],
-        "total_env_steps": (resolved.get("runner") or {}).get("total_env_steps"),
-        "target_return": args.target,
-        "target_reached": bool(summary.get("target_reached")),
-        "steps_to_target": summary.get("target_reached_step"),
-        "fleetrl_reported_target_s": summary.get("target_reached_s"),
-        "iterations": [{k: r.get(k) for k in ("iteration", "global_step", "episodes", "wall_s",
-                                               "episode_return_last100", "time_collect_s",
-                                               "time_update_s", "grad_steps")} for r in records],
-    })
+    result.update(
+        {
+            "summary": summary,
+            "torch_threads": threads if threads else "torch default",
+            # fleetrl's own startup_s uses psutil's process create_time, which is only as exact as
+            # /proc/stat's whole-second btime (seen ~0.9 s off here); the start of training is taken
+            # from train.log's first 'run directory' line (ms timestamps), logged right after it.
+            "fleetrl_reported_startup_s": summary["startup_s"],
+            "startup_s": (train_start - spawn) if train_start else summary["startup_s"],
+            "train_start_from": "train.log" if train_start else "summary.startup_s",
+            "train_s_total": summary["train_s"],
+            "global_step": summary["global_step"],
+            "total_env_steps": (resolved.get("runner") or {}).get("total_env_steps"),
+            "target_return": args.target,
+            "target_reached": bool(summary.get("target_reached")),
+            "steps_to_target": summary.get("target_reached_step"),
+            "fleetrl_reported_target_s": summary.get("target_reached_s"),
+            "iterations": [
+                {
+                    k: r.get(k)
+                    for k in (
+                        "iteration",
+                        "global_step",
+                        "episodes",
+                        "wall_s",
+                        "episode_return_last100",
+                        "time_collect_s",
+                        "time_update_s",
+                        "grad_steps",
+                    )
+                }
+                for r in records
+            ],
+        }
+    )
     if cross is not None:
         index, seen = cross
         # wall clock from the start of training to the moment the crossing iteration's metrics
@@ -255,8 +319,10 @@ def run_fleetrl(args, comparison: str, config: Path, seed: int, workdir: Path) -
         if result["steps_to_target"] is None:
             result["steps_to_target"] = records[index]["global_step"]
         elif result["steps_to_target"] != records[index]["global_step"]:
-            result["note"] = (f"summary target_reached_step {result['steps_to_target']} != first "
-                              f"metrics line at/over target {records[index]['global_step']}")
+            result["note"] = (
+                f"summary target_reached_step {result['steps_to_target']} != first "
+                f"metrics line at/over target {records[index]['global_step']}"
+            )
     else:
         result["train_s_to_target"] = None
         if result["target_reached"]:
@@ -296,6 +362,7 @@ def train_log_start(run_dir: Path) -> float | None:
 
 # ------------------------------------------------------------------------------------------ SB3
 
+
 def run_sb3(args, comparison: str, seed: int, workdir: Path) -> dict:
     python = VENVS / "sb3" / "bin" / "python"
     out_dir = workdir / "sb3"
@@ -303,20 +370,39 @@ def run_sb3(args, comparison: str, seed: int, workdir: Path) -> dict:
     out = out_dir / f"{comparison}-s{seed}.json"
     out.unlink(missing_ok=True)  # from an earlier attempt
     log_path = out_dir / f"{comparison}-s{seed}.log"
-    cmd = [str(python), str(BENCH / "jobs" / "sb3_ppo.py"), "--seed", str(seed),
-           "--total-timesteps", "100000", "--target", str(args.target),
-           "--eval-episodes", str(args.eval_episodes), "--out", str(out)]
+    cmd = [
+        str(python),
+        str(BENCH / "jobs" / "sb3_ppo.py"),
+        "--seed",
+        str(seed),
+        "--total-timesteps",
+        "100000",
+        "--target",
+        str(args.target),
+        "--eval-episodes",
+        str(args.eval_episodes),
+        "--out",
+        str(out),
+    ]
     with open(log_path, "w") as logf:
         spawn = time.time()
         try:
-            proc = subprocess.run([*cmd, "--spawn-time", f"{spawn:.6f}"], stdout=logf,
-                                  stderr=subprocess.STDOUT, timeout=args.job_timeout)
+            proc = subprocess.run(
+                [*cmd, "--spawn-time", f"{spawn:.6f}"], stdout=logf, stderr=subprocess.STDOUT, timeout=args.job_timeout
+            )
             returncode = proc.returncode
         except subprocess.TimeoutExpired:  # run() has killed it
             returncode = "timeout"
         total = time.time() - spawn
-    result = {"library": "sb3", "comparison": comparison, "seed": seed, "command": cmd,
-              "returncode": returncode, "log": str(log_path), "total_wall_s": total}
+    result = {
+        "library": "sb3",
+        "comparison": comparison,
+        "seed": seed,
+        "command": cmd,
+        "returncode": returncode,
+        "log": str(log_path),
+        "total_wall_s": total,
+    }
     if returncode != 0 or not out.exists():
         result["error"] = f"sb3 job exited {returncode}; see {log_path}"
         log(result["error"])
@@ -330,6 +416,7 @@ def run_sb3(args, comparison: str, seed: int, workdir: Path) -> dict:
 
 # -------------------------------------------------------------------------------------- CleanRL
 
+
 def run_cleanrl(args, comparison: str, seed: int, ppo_args: list[str], workdir: Path) -> dict:
     python = VENVS / "cleanrl" / "bin" / "python"
     cwd = workdir / "cleanrl" / f"{comparison}-s{seed}"  # its runs/ (tensorboard) folder goes here
@@ -337,8 +424,17 @@ def run_cleanrl(args, comparison: str, seed: int, ppo_args: list[str], workdir: 
     eval_out = cwd / "eval.json"
     eval_out.unlink(missing_ok=True)  # from an earlier attempt
     script_args = [*CLEANRL_COMMON_ARGS, "--seed", str(seed), *ppo_args]
-    cmd = [str(python), "-u", str(BENCH / "jobs" / "cleanrl_ppo.py"), "--out", str(eval_out),
-           "--eval-episodes", str(args.eval_episodes), "--", *script_args]
+    cmd = [
+        str(python),
+        "-u",
+        str(BENCH / "jobs" / "cleanrl_ppo.py"),
+        "--out",
+        str(eval_out),
+        "--eval-episodes",
+        str(args.eval_episodes),
+        "--",
+        *script_args,
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"}
     returns: deque[float] = deque(maxlen=100)
     episodes, last_step = 0, 0
@@ -346,8 +442,7 @@ def run_cleanrl(args, comparison: str, seed: int, ppo_args: list[str], workdir: 
     timed_out = False
     with open(cwd / "stdout.log", "w") as tee, open(cwd / "stderr.log", "w") as errf:
         spawn = time.time()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, bufsize=1,
-                                cwd=cwd, env=env)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, bufsize=1, cwd=cwd, env=env)
         deadline = spawn + args.job_timeout
         for line in proc.stdout:
             now = time.time()
@@ -369,22 +464,37 @@ def run_cleanrl(args, comparison: str, seed: int, ppo_args: list[str], workdir: 
                 proc.kill()
         proc.wait()
         exit_time = time.time()
-    result = {"library": "cleanrl", "comparison": comparison, "seed": seed, "command": cmd,
-              "ppo_args": script_args, "returncode": proc.returncode, "workdir": str(cwd),
-              "total_wall_s": exit_time - spawn, "torch_threads": threads,
-              "target_return": args.target, "logged_episodes": episodes}
+    result = {
+        "library": "cleanrl",
+        "comparison": comparison,
+        "seed": seed,
+        "command": cmd,
+        "ppo_args": script_args,
+        "returncode": proc.returncode,
+        "workdir": str(cwd),
+        "total_wall_s": exit_time - spawn,
+        "torch_threads": threads,
+        "target_return": args.target,
+        "logged_episodes": episodes,
+    }
     if t_ready is None or proc.returncode != 0 or timed_out:
-        result["error"] = (f"cleanrl job exited {proc.returncode}{' (timed out)' if timed_out else ''};"
-                           f" see {cwd}/stderr.log")
+        result["error"] = (
+            f"cleanrl job exited {proc.returncode}{' (timed out)' if timed_out else ''}; see {cwd}/stderr.log"
+        )
         log(result["error"])
     result["startup_s"] = (t_ready - spawn) if t_ready else None
     if cross is not None:
         step, seen, mean = cross
-        result.update(target_reached=True, steps_to_target=step, train_s_to_target=seen - t_ready,
-                      last100_at_target=mean)
+        result.update(
+            target_reached=True, steps_to_target=step, train_s_to_target=seen - t_ready, last100_at_target=mean
+        )
     else:
-        result.update(target_reached=False, steps_to_target=None, train_s_to_target=None,
-                      train_s_total=(exit_time - t_ready) if t_ready else None)
+        result.update(
+            target_reached=False,
+            steps_to_target=None,
+            train_s_to_target=None,
+            train_s_total=(exit_time - t_ready) if t_ready else None,
+        )
     result["last100_final"] = (sum(returns) / len(returns)) if returns else None
     result["global_step"] = last_step
     if eval_out.exists():
@@ -404,9 +514,17 @@ def run_cleanrl(args, comparison: str, seed: int, ppo_args: list[str], workdir: 
 
 # ------------------------------------------------------------------------------------ bare loop
 
+
 def run_bare(args, threads: int) -> dict:
-    cmd = [sys.executable, str(BENCH / "bare_loop.py"), "--threads", str(threads), "--json",
-           "--repeats", str(args.bare_repeats)]
+    cmd = [
+        sys.executable,
+        str(BENCH / "bare_loop.py"),
+        "--threads",
+        str(threads),
+        "--json",
+        "--repeats",
+        str(args.bare_repeats),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["requested_threads"] = threads or "torch default"
@@ -433,15 +551,21 @@ def fleetrl_throughput(jobs: list[dict], first_steps: int = 20_000) -> dict | No
     steps, collect_s, grads, update_s = totals["all"]
     if not steps or not collect_s or not update_s:
         return None
-    return {"runs": len(jobs), "env_steps": steps, "collect_s": collect_s, "grad_steps": grads,
-            "update_s": update_s, "collect_steps_per_s": steps / collect_s,
-            "collect_steps_per_s_first_20k": (totals["early"][0] / totals["early"][1]
-                                              if totals["early"][1] else None),
-            "update_grad_steps_per_s": grads / update_s,
-            "update_samples_per_s": grads * 256 / update_s}
+    return {
+        "runs": len(jobs),
+        "env_steps": steps,
+        "collect_s": collect_s,
+        "grad_steps": grads,
+        "update_s": update_s,
+        "collect_steps_per_s": steps / collect_s,
+        "collect_steps_per_s_first_20k": (totals["early"][0] / totals["early"][1] if totals["early"][1] else None),
+        "update_grad_steps_per_s": grads / update_s,
+        "update_samples_per_s": grads * 256 / update_s,
+    }
 
 
 # ----------------------------------------------------------------------------------------- table
+
 
 def med(values: list) -> float | None:
     clean = [v for v in values if v is not None]
@@ -476,8 +600,13 @@ def cell(values: list, digits: int = 1, thousands: bool = False) -> str:
 
 
 def ratio(a, b) -> str:
-    if a is None or b is None or (isinstance(a, float) and math.isinf(a)) or \
-            (isinstance(b, float) and math.isinf(b)) or b == 0:
+    if (
+        a is None
+        or b is None
+        or (isinstance(a, float) and math.isinf(a))
+        or (isinstance(b, float) and math.isinf(b))
+        or b == 0
+    ):
         return "n/a"
     return f"{a / b:.2f}"
 
@@ -487,10 +616,13 @@ def eval_mean(job: dict):
 
 
 def comparison_table(title: str, rows: list[tuple[str, str, list[dict]]]) -> list[str]:
-    lines = [f"#### {title}", "",
-             "| library | config | torch threads | reached 475 | env steps to 475 | train s to 475 | "
-             "start-up s | eval return (100 ep, deterministic) | eval s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"#### {title}",
+        "",
+        "| library | config | torch threads | reached 475 | env steps to 475 | train s to 475 | "
+        "start-up s | eval return (100 ep, deterministic) | eval s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     medians = {}
     for lib, config, jobs in rows:
         steps = [steps_or_inf(j, "steps_to_target") for j in jobs]
@@ -502,46 +634,64 @@ def comparison_table(title: str, rows: list[tuple[str, str, list[dict]]]) -> lis
         eval_s = [(j.get("eval") or {}).get("eval_s") for j in jobs]
         threads = sorted({str(j.get("torch_threads")) for j in jobs})
         reached = sum(1 for j in jobs if j.get("target_reached"))
-        medians[lib] = {"steps": med(steps), "secs": med(secs), "startup": med(startup),
-                        "eval": med(evals), "eval_s": med(eval_s)}
+        medians[lib] = {
+            "steps": med(steps),
+            "secs": med(secs),
+            "startup": med(startup),
+            "eval": med(evals),
+            "eval_s": med(eval_s),
+        }
         dagger = "†" if any((j.get("load") or {}).get("contaminated") for j in jobs) else ""
-        lines.append(f"| {LIB_NAMES[lib]} | {config} | {'/'.join(threads)} | {reached}/{len(jobs)} | "
-                     f"{cell(steps, thousands=True)} | {cell(secs, 2)}{dagger} | {cell(startup, 2)}{dagger} | "
-                     f"{cell(evals, 1)} | {cell(eval_s, 2)}{dagger} |")
+        lines.append(
+            f"| {LIB_NAMES[lib]} | {config} | {'/'.join(threads)} | {reached}/{len(jobs)} | "
+            f"{cell(steps, thousands=True)} | {cell(secs, 2)}{dagger} | {cell(startup, 2)}{dagger} | "
+            f"{cell(evals, 1)} | {cell(eval_s, 2)}{dagger} |"
+        )
     if "fleetrl" in medians:
         for lib in medians:
             if lib == "fleetrl":
                 continue
             f, o = medians["fleetrl"], medians[lib]
-            lines.append(f"| **fleetrl / {LIB_NAMES[lib]}** (medians) | | | | "
-                         f"{ratio(f['steps'], o['steps'])} | {ratio(f['secs'], o['secs'])} | "
-                         f"{ratio(f['startup'], o['startup'])} | {ratio(f['eval'], o['eval'])} | "
-                         f"{ratio(f['eval_s'], o['eval_s'])} |")
+            lines.append(
+                f"| **fleetrl / {LIB_NAMES[lib]}** (medians) | | | | "
+                f"{ratio(f['steps'], o['steps'])} | {ratio(f['secs'], o['secs'])} | "
+                f"{ratio(f['startup'], o['startup'])} | {ratio(f['eval'], o['eval'])} | "
+                f"{ratio(f['eval_s'], o['eval_s'])} |"
+            )
     lines.append("")
     return lines
 
 
 def throughput_table(fleet: dict | None, bare: dict[str, dict]) -> list[str]:
-    lines = ["#### Throughput: fleetrl vs a bare PyTorch loop (RL-Zoo config, 8 envs × 32 steps, "
-             "minibatch 256 × 20 epochs)", ""]
+    lines = [
+        "#### Throughput: fleetrl vs a bare PyTorch loop (RL-Zoo config, 8 envs × 32 steps, minibatch 256 × 20 epochs)",
+        "",
+    ]
     if not bare:
         return lines + ["(bare loop skipped)", ""]
     keys = list(bare)
-    header = "| | " + (f"fleetrl ({fleet['runs']} runs, {fleet.get('torch_threads', '?')} thread(s)) | " if fleet else "") + \
-        " | ".join(f"bare loop, {bare[k]['torch_threads']} thread(s)" for k in keys)
+    header = (
+        "| | "
+        + (f"fleetrl ({fleet['runs']} runs, {fleet.get('torch_threads', '?')} thread(s)) | " if fleet else "")
+        + " | ".join(f"bare loop, {bare[k]['torch_threads']} thread(s)" for k in keys)
+    )
     if fleet:
         header += " | " + " | ".join(f"fleetrl / bare {bare[k]['torch_threads']}t" for k in keys)
     lines += [header + " |", "|" + "---|" * (1 + (1 if fleet else 0) + len(keys) * (2 if fleet else 1))]
-    metrics = [("collect, env steps/s (first 20k steps)", "collect_steps_per_s_first_20k", "collect_steps_per_s"),
-               ("collect, env steps/s (whole runs)", "collect_steps_per_s", "collect_steps_per_s"),
-               ("update, gradient steps/s", "update_grad_steps_per_s", "update_grad_steps_per_s"),
-               ("update, samples/s", "update_samples_per_s", "update_samples_per_s")]
+    metrics = [
+        ("collect, env steps/s (first 20k steps)", "collect_steps_per_s_first_20k", "collect_steps_per_s"),
+        ("collect, env steps/s (whole runs)", "collect_steps_per_s", "collect_steps_per_s"),
+        ("update, gradient steps/s", "update_grad_steps_per_s", "update_grad_steps_per_s"),
+        ("update, samples/s", "update_samples_per_s", "update_samples_per_s"),
+    ]
     for label, fkey, bkey in metrics:
         row = f"| {label} | "
         if fleet:
             row += f"{fmt(fleet.get(fkey), thousands=True)}{'†' if fleet.get('includes_contaminated_runs') else ''} | "
-        row += " | ".join(fmt(bare[k][bkey], thousands=True)
-                          + ("†" if (bare[k].get("load") or {}).get("contaminated") else "") for k in keys)
+        row += " | ".join(
+            fmt(bare[k][bkey], thousands=True) + ("†" if (bare[k].get("load") or {}).get("contaminated") else "")
+            for k in keys
+        )
         if fleet:
             row += " | " + " | ".join(ratio(fleet.get(fkey), bare[k][bkey]) for k in keys)
         lines.append(row + " |")
@@ -551,25 +701,32 @@ def throughput_table(fleet: dict | None, bare: dict[str, dict]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ main
 
+
 def versions() -> dict:
     found = {"python": platform.python_version()}
     probes = {
-        "main": (sys.executable, "import torch, gymnasium, numpy; from importlib.metadata import version; "
-                 "print(json.dumps({'torch': torch.__version__, 'gymnasium': gymnasium.__version__, "
-                 "'numpy': numpy.__version__, 'fleetrl': version('fleetrl')}))"),
-        "sb3": (str(VENVS / "sb3" / "bin" / "python"),
-                "import torch, gymnasium, numpy, stable_baselines3; print(json.dumps({'torch': "
-                "torch.__version__, 'gymnasium': gymnasium.__version__, 'numpy': numpy.__version__, "
-                "'stable_baselines3': stable_baselines3.__version__}))"),
-        "cleanrl": (str(VENVS / "cleanrl" / "bin" / "python"),
-                    "import warnings; warnings.filterwarnings('ignore'); import torch, gym, numpy; "
-                    "from importlib.metadata import version; print(json.dumps({'torch': torch.__version__, "
-                    "'gym': gym.__version__, 'numpy': numpy.__version__, 'cleanrl': version('cleanrl')}))"),
+        "main": (
+            sys.executable,
+            "import torch, gymnasium, numpy; from importlib.metadata import version; "
+            "print(json.dumps({'torch': torch.__version__, 'gymnasium': gymnasium.__version__, "
+            "'numpy': numpy.__version__, 'fleetrl': version('fleetrl')}))",
+        ),
+        "sb3": (
+            str(VENVS / "sb3" / "bin" / "python"),
+            "import torch, gymnasium, numpy, stable_baselines3; print(json.dumps({'torch': "
+            "torch.__version__, 'gymnasium': gymnasium.__version__, 'numpy': numpy.__version__, "
+            "'stable_baselines3': stable_baselines3.__version__}))",
+        ),
+        "cleanrl": (
+            str(VENVS / "cleanrl" / "bin" / "python"),
+            "import warnings; warnings.filterwarnings('ignore'); import torch, gym, numpy; "
+            "from importlib.metadata import version; print(json.dumps({'torch': torch.__version__, "
+            "'gym': gym.__version__, 'numpy': numpy.__version__, 'cleanrl': version('cleanrl')}))",
+        ),
     }
     for key, (python, code) in probes.items():
         try:
-            done = subprocess.run([python, "-c", "import json; " + code], capture_output=True,
-                                  text=True, timeout=120)
+            done = subprocess.run([python, "-c", "import json; " + code], capture_output=True, text=True, timeout=120)
             found[key] = json.loads(done.stdout.strip().splitlines()[-1])
         except Exception as error:  # noqa: BLE001
             found[key] = f"unavailable: {error!r}"
@@ -585,8 +742,9 @@ def source_digest() -> dict:
     for path in files:
         if path.exists():
             digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     return {"fleetrl_sources_sha256": digest.hexdigest()[:16], "git_head": head or None}
 
 
@@ -626,26 +784,40 @@ def render_markdown(report: dict, max_foreign: float, out_path: Path) -> str:
     def jobs_of(lib: str, comparison: str) -> list[dict]:
         if comparison == "b" and lib == "sb3" and "a" in comparisons:
             comparison = "a"
-        return sorted((j for j in report["jobs"] if j["library"] == lib and j["comparison"] == comparison),
-                      key=lambda j: j["seed"])
+        return sorted(
+            (j for j in report["jobs"] if j["library"] == lib and j["comparison"] == comparison),
+            key=lambda j: j["seed"],
+        )
 
-    lines = [f"Seeds {', '.join(map(str, seeds))} ({len(seeds)} per library); target: mean return of the "
-             f"last 100 training episodes ≥ {target:g}. Cells: median (min–max) over seeds; a seed that "
-             "never reaches the target counts as +∞ in the median. Ratios: fleetrl median / other "
-             "median (< 1: fleetrl needs fewer steps / less time). † = the cell includes at least one "
-             f"run during which other processes on the machine used > {max_foreign:g} cores on average "
-             "(its times are inflated; steps and returns are not affected).", ""]
-    cfg_a = {"fleetrl": "benchmarks/configs/ppo_cartpole_rlzoo.yaml", "sb3": "RL-Zoo CartPole-v1",
-             "cleanrl": "ppo.py + RL-Zoo flags"}
-    cfg_b = {"fleetrl": "configs/ppo_cartpole.yaml", "sb3": "RL-Zoo CartPole-v1 (= the (a) runs)",
-             "cleanrl": "ppo.py defaults (500k steps)"}
+    lines = [
+        f"Seeds {', '.join(map(str, seeds))} ({len(seeds)} per library); target: mean return of the "
+        f"last 100 training episodes ≥ {target:g}. Cells: median (min–max) over seeds; a seed that "
+        "never reaches the target counts as +∞ in the median. Ratios: fleetrl median / other "
+        "median (< 1: fleetrl needs fewer steps / less time). † = the cell includes at least one "
+        f"run during which other processes on the machine used > {max_foreign:g} cores on average "
+        "(its times are inflated; steps and returns are not affected).",
+        "",
+    ]
+    cfg_a = {
+        "fleetrl": "benchmarks/configs/ppo_cartpole_rlzoo.yaml",
+        "sb3": "RL-Zoo CartPole-v1",
+        "cleanrl": "ppo.py + RL-Zoo flags",
+    }
+    cfg_b = {
+        "fleetrl": "configs/ppo_cartpole.yaml",
+        "sb3": "RL-Zoo CartPole-v1 (= the (a) runs)",
+        "cleanrl": "ppo.py defaults (500k steps)",
+    }
     if "a" in comparisons:
-        lines += comparison_table("(a) Identical hyperparameters: RL-Zoo's tuned CartPole-v1 PPO set, "
-                                  "1e5-step schedule",
-                                  [(lib, cfg_a[lib], jobs_of(lib, "a")) for lib in libs])
+        lines += comparison_table(
+            "(a) Identical hyperparameters: RL-Zoo's tuned CartPole-v1 PPO set, 1e5-step schedule",
+            [(lib, cfg_a[lib], jobs_of(lib, "a")) for lib in libs],
+        )
     if "b" in comparisons:
-        lines += comparison_table("(b) Each library's own recommended CartPole-v1 config",
-                                  [(lib, cfg_b[lib], jobs_of(lib, "b")) for lib in libs])
+        lines += comparison_table(
+            "(b) Each library's own recommended CartPole-v1 config",
+            [(lib, cfg_b[lib], jobs_of(lib, "b")) for lib in libs],
+        )
     if report["bare"] or report.get("fleetrl_throughput"):
         lines += throughput_table(report.get("fleetrl_throughput"), report["bare"])
     everything = report["jobs"] + list(report["bare"].values())
@@ -653,9 +825,11 @@ def render_markdown(report: dict, max_foreign: float, out_path: Path) -> str:
     dirty = [j for j in everything if j.get("load", {}).get("contaminated")]
     reruns = sum(j["load"].get("attempts", 1) - 1 for j in everything if j.get("load"))
     if loads:
-        lines.append(f"Other processes' CPU load while the kept runs ran: median {statistics.median(loads):.2f}, "
-                     f"max {max(loads):.2f} cores (threshold {max_foreign:g}); {reruns} re-run(s) for "
-                     f"load; {len(dirty)} kept run(s) above the threshold.")
+        lines.append(
+            f"Other processes' CPU load while the kept runs ran: median {statistics.median(loads):.2f}, "
+            f"max {max(loads):.2f} cores (threshold {max_foreign:g}); {reruns} re-run(s) for "
+            f"load; {len(dirty)} kept run(s) above the threshold."
+        )
         lines.append("")
     shown = out_path.relative_to(ROOT) if out_path.is_relative_to(ROOT) else out_path
     lines.append(f"Raw per-seed results: {shown}")
@@ -663,8 +837,9 @@ def render_markdown(report: dict, max_foreign: float, out_path: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", default="5", help="N (seeds 1..N) or a list: 1,2,7 or 1-5 (default 5)")
     parser.add_argument("--libs", default=",".join(LIBS), help="subset of fleetrl,sb3,cleanrl")
     parser.add_argument("--comparisons", default="a,b", help="a (identical hyperparameters), b (own configs)")
@@ -675,23 +850,41 @@ def main() -> None:
     parser.add_argument("--bare-repeats", type=int, default=3)
     parser.add_argument("--fleetrl", default=None, help="the fleetrl executable (default: beside python)")
     parser.add_argument("--results-dir", default=str(BENCH / "results"))
-    parser.add_argument("--max-foreign", type=float, default=0.15,
-                        help="re-run a job when other processes used more than this many cores "
-                             "on average while it ran (default 0.15)")
+    parser.add_argument(
+        "--max-foreign",
+        type=float,
+        default=0.15,
+        help="re-run a job when other processes used more than this many cores on average while it ran (default 0.15)",
+    )
     parser.add_argument("--retries", type=int, default=2, help="re-runs per contaminated job")
-    parser.add_argument("--quiet-wait", type=float, default=120.0,
-                        help="max seconds to wait for a quiet machine before each job")
-    parser.add_argument("--resume", default=None, metavar="RESULTS.json",
-                        help="start from that run's results: re-run only missing, failed or "
-                             "contaminated jobs (keeping whichever attempt had the least other load); "
-                             "writes a new results file")
-    parser.add_argument("--deadline-min", type=float, default=None,
-                        help="start no new job after this many minutes (what is missing stays missing)")
-    parser.add_argument("--bare-only", action="store_true",
-                        help="with --resume: run no training job, only the missing / contaminated "
-                             "bare-loop measurements")
-    parser.add_argument("--report-only", default=None, metavar="RESULTS.json",
-                        help="print the markdown table of an existing results file and exit")
+    parser.add_argument(
+        "--quiet-wait", type=float, default=120.0, help="max seconds to wait for a quiet machine before each job"
+    )
+    parser.add_argument(
+        "--resume",
+        default=None,
+        metavar="RESULTS.json",
+        help="start from that run's results: re-run only missing, failed or "
+        "contaminated jobs (keeping whichever attempt had the least other load); "
+        "writes a new results file",
+    )
+    parser.add_argument(
+        "--deadline-min",
+        type=float,
+        default=None,
+        help="start no new job after this many minutes (what is missing stays missing)",
+    )
+    parser.add_argument(
+        "--bare-only",
+        action="store_true",
+        help="with --resume: run no training job, only the missing / contaminated bare-loop measurements",
+    )
+    parser.add_argument(
+        "--report-only",
+        default=None,
+        metavar="RESULTS.json",
+        help="print the markdown table of an existing results file and exit",
+    )
     args = parser.parse_args()
 
     if args.report_only:
@@ -716,12 +909,23 @@ def main() -> None:
     workdir = results_dir / f"ppo_cartpole_vs-{stamp}"
     workdir.mkdir(parents=True, exist_ok=True)
     out_path = results_dir / f"ppo_cartpole_vs-{stamp}.json"
-    report = {"benchmark": "ppo_cartpole_vs", "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-              "command": [Path(sys.executable).name, *sys.argv], "seeds": seeds, "libs": libs,
-              "comparisons": comparisons, "target_return": args.target,
-              "eval_episodes": args.eval_episodes, "machine": machine(), "versions": versions(),
-              "source": source_digest(), "workdir": str(workdir), "jobs": [], "bare": {},
-              "fleetrl_throughput": None}
+    report = {
+        "benchmark": "ppo_cartpole_vs",
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": [Path(sys.executable).name, *sys.argv],
+        "seeds": seeds,
+        "libs": libs,
+        "comparisons": comparisons,
+        "target_return": args.target,
+        "eval_episodes": args.eval_episodes,
+        "machine": machine(),
+        "versions": versions(),
+        "source": source_digest(),
+        "workdir": str(workdir),
+        "jobs": [],
+        "bare": {},
+        "fleetrl_throughput": None,
+    }
 
     def save() -> None:
         out_path.write_text(json.dumps(report, indent=1, default=str))
@@ -746,8 +950,10 @@ def main() -> None:
                 bare_plan = [t for t in bare_plan if t != requested]
         if args.bare_only:
             plan = []
-        log(f"resuming {args.resume}: {len(clean_keys)} clean job(s) kept; {len(plan)} job(s) and "
-            f"{len(bare_plan)} bare run(s) to (re-)run")
+        log(
+            f"resuming {args.resume}: {len(clean_keys)} clean job(s) kept; {len(plan)} job(s) and "
+            f"{len(bare_plan)} bare run(s) to (re-)run"
+        )
     save()
     started = time.time()
 
@@ -761,17 +967,24 @@ def main() -> None:
         for attempt in range(args.retries + 1):
             quiet = wait_for_quiet(args.max_foreign, args.quiet_wait)
             if not quiet["quiet"]:
-                log(f"  machine not quiet after {quiet['waited_s']:.0f} s "
-                    f"(other load up to {quiet['busiest_cores']:.2f} cores); running anyway")
+                log(
+                    f"  machine not quiet after {quiet['waited_s']:.0f} s "
+                    f"(other load up to {quiet['busiest_cores']:.2f} cores); running anyway"
+                )
             with ForeignLoad() as load:
                 result = work()
             result["load"] = {**load.result, "pre_wait": quiet, "attempt": attempt + 1}
             attempts.append(result)
             if load.result["foreign_cores"] <= args.max_foreign and "error" not in result:
                 break
-            log(f"  {label}: other processes used {load.result['foreign_cores']:.2f} cores meanwhile"
-                + ("; re-running" if attempt < args.retries and not out_of_time()
-                   else "; keeping the least loaded attempt"))
+            log(
+                f"  {label}: other processes used {load.result['foreign_cores']:.2f} cores meanwhile"
+                + (
+                    "; re-running"
+                    if attempt < args.retries and not out_of_time()
+                    else "; keeping the least loaded attempt"
+                )
+            )
             if out_of_time():
                 break
         ok = [a for a in attempts if "error" not in a] or attempts
@@ -786,44 +999,46 @@ def main() -> None:
         log(f"job {number}/{len(plan)}: ({comparison}) {lib} seed {seed}")
         if lib == "fleetrl":
             config = RLZOO_CONFIG if comparison == "a" else SHIPPED_CONFIG
-            work = lambda: run_fleetrl(args, comparison, config, seed, workdir)  # noqa: E731
+            work = partial(run_fleetrl, args, comparison, config, seed, workdir)
         elif lib == "sb3":
-            work = lambda: run_sb3(args, comparison, seed, workdir)  # noqa: E731
+            work = partial(run_sb3, args, comparison, seed, workdir)
         else:
             ppo_args = CLEANRL_RLZOO_ARGS if comparison == "a" else []
-            work = lambda: run_cleanrl(args, comparison, seed, ppo_args, workdir)  # noqa: E731
+            work = partial(run_cleanrl, args, comparison, seed, ppo_args, workdir)
         previous = next((j for j in report["jobs"] if job_key(j) == (comparison, lib, seed)), None)
         job = guarded(f"({comparison}) {lib} seed {seed}", work, previous)
         report["jobs"] = [j for j in report["jobs"] if job_key(j) != (comparison, lib, seed)] + [job]
         save()
-        log(f"  -> reached={job.get('target_reached')} steps={job.get('steps_to_target')} "
+        log(
+            f"  -> reached={job.get('target_reached')} steps={job.get('steps_to_target')} "
             f"train_s={fmt(job.get('train_s_to_target'), 2)} startup_s={fmt(job.get('startup_s'), 2)} "
             f"eval={fmt(eval_mean(job), 1)} total_wall={job.get('total_wall_s', 0):.1f}s "
             f"other load={foreign(job):.2f} cores"
             + (" (kept from the earlier run)" if job is previous else "")
-            + (f" ERROR {job['error']}" if "error" in job else ""))
+            + (f" ERROR {job['error']}" if "error" in job else "")
+        )
 
     for threads in bare_plan:
         if out_of_time():
             log("deadline reached: bare loop not (re-)run")
             break
         log(f"bare loop, threads={threads or 'torch default'}")
-        key = next((k for k, v in report["bare"].items()
-                    if (v.get("requested_threads") == 1) == (threads == 1)), None)
-        bare = guarded(f"bare loop {threads}", lambda: run_bare(args, threads),
-                       report["bare"].get(key) if key else None)
+        key = next((k for k, v in report["bare"].items() if (v.get("requested_threads") == 1) == (threads == 1)), None)
+        bare = guarded(
+            f"bare loop {threads}", partial(run_bare, args, threads), report["bare"].get(key) if key else None
+        )
         if key:
             report["bare"].pop(key)
         report["bare"][f"{bare['torch_threads']}t"] = bare
         save()
 
-    fleet_a = [j for j in report["jobs"] if j["library"] == "fleetrl" and j["comparison"] == "a"
-               and "error" not in j]
+    fleet_a = [j for j in report["jobs"] if j["library"] == "fleetrl" and j["comparison"] == "a" and "error" not in j]
     fleet_clean = [j for j in fleet_a if is_clean(j, args.max_foreign)]
     report["fleetrl_throughput"] = fleetrl_throughput(fleet_clean or fleet_a)
     if report["fleetrl_throughput"]:
         report["fleetrl_throughput"]["torch_threads"] = "/".join(
-            sorted({str(j.get("torch_threads")) for j in (fleet_clean or fleet_a)}))
+            sorted({str(j.get("torch_threads")) for j in (fleet_clean or fleet_a)})
+        )
         report["fleetrl_throughput"]["includes_contaminated_runs"] = not fleet_clean
     report["elapsed_s"] = time.time() - started
     report["markdown"] = render_markdown(report, args.max_foreign, out_path)

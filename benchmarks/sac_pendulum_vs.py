@@ -53,6 +53,7 @@ def log(message: str) -> None:
 
 # ----------------------------------------------------------------- the machine's other load
 
+
 def cpu_ticks() -> float:
     """Busy seconds of the whole machine since boot (/proc/stat)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -97,6 +98,7 @@ def wait_for_quiet(threshold: float, max_wait: float) -> dict:
 
 # -------------------------------------------------------------------------------- fleetrl
 
+
 def log_times(train_log: Path) -> tuple[float | None, dict[int, float]]:
     """(epoch time of the 'run directory' line = start of training, {iteration: time of its line})."""
     start, lines = None, {}
@@ -117,16 +119,33 @@ def run_fleetrl(args, variant: str, seed: int, workdir: Path) -> dict:
     parent = workdir / variant
     parent.mkdir(parents=True, exist_ok=True)
     name = f"s{seed}"
-    cmd = [str(ROOT / ".venv" / "bin" / "fleetrl"), "train", str(CONFIG), *VARIANTS[variant],
-           f"runner.seed={seed}", f"runner.target_return={args.target}", f"runner.total_env_steps={args.max_steps}",
-           f"runner.torch_threads={args.threads}", f"runner.run_dir={parent}", f"runner.name={name}",
-           "runner.tensorboard=false", "--skip-doctor"]
+    cmd = [
+        str(ROOT / ".venv" / "bin" / "fleetrl"),
+        "train",
+        str(CONFIG),
+        *VARIANTS[variant],
+        f"runner.seed={seed}",
+        f"runner.target_return={args.target}",
+        f"runner.total_env_steps={args.max_steps}",
+        f"runner.torch_threads={args.threads}",
+        f"runner.run_dir={parent}",
+        f"runner.name={name}",
+        "runner.tensorboard=false",
+        "--skip-doctor",
+    ]
     log_path = parent / f"{name}.log"
     with open(log_path, "w") as out, Measured() as measured:
         spawn = time.time()
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, timeout=args.job_timeout)
-    result = {"library": variant, "seed": seed, "command": cmd, "returncode": proc.returncode,
-              "log": str(log_path), **measured.result, "torch_threads": args.threads}
+    result = {
+        "library": variant,
+        "seed": seed,
+        "command": cmd,
+        "returncode": proc.returncode,
+        "log": str(log_path),
+        **measured.result,
+        "torch_threads": args.threads,
+    }
     runs = sorted(parent.glob(f"{name}-*/summary.json"))
     if proc.returncode != 0 or not runs:
         result["error"] = f"fleetrl train exited {proc.returncode}; see {log_path}"
@@ -136,37 +155,74 @@ def run_fleetrl(args, variant: str, seed: int, workdir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
     start, stamps = log_times(run_dir / "train.log")
-    crossing = next((r for r in records if r.get("episode_return_last100") is not None
-                     and r["episodes"] >= 100 and r["episode_return_last100"] >= args.target), None)
-    result.update(run_dir=str(run_dir), summary=summary, startup_s=(start - spawn) if start else None,
-                  target_return=args.target, target_reached=crossing is not None,
-                  global_step=summary["global_step"], train_s_total=summary["train_s"],
-                  grad_steps=sum(r.get("grad_steps") or 0 for r in records),
-                  update_s=sum(r["time_update_s"] for r in records),
-                  collect_s=sum(r["time_collect_s"] for r in records))
+    crossing = next(
+        (
+            r
+            for r in records
+            if r.get("episode_return_last100") is not None
+            and r["episodes"] >= 100
+            and r["episode_return_last100"] >= args.target
+        ),
+        None,
+    )
+    result.update(
+        run_dir=str(run_dir),
+        summary=summary,
+        startup_s=(start - spawn) if start else None,
+        target_return=args.target,
+        target_reached=crossing is not None,
+        global_step=summary["global_step"],
+        train_s_total=summary["train_s"],
+        grad_steps=sum(r.get("grad_steps") or 0 for r in records),
+        update_s=sum(r["time_update_s"] for r in records),
+        collect_s=sum(r["time_collect_s"] for r in records),
+    )
     if crossing is not None:
-        result.update(steps_to_target=crossing["global_step"], last100_at_target=crossing["episode_return_last100"],
-                      train_s_to_target=(stamps[crossing["iteration"]] - start) if start else None,
-                      fleetrl_loop_s_to_target=crossing["wall_s"])
+        result.update(
+            steps_to_target=crossing["global_step"],
+            last100_at_target=crossing["episode_return_last100"],
+            train_s_to_target=(stamps[crossing["iteration"]] - start) if start else None,
+            fleetrl_loop_s_to_target=crossing["wall_s"],
+        )
     result["update_ms_per_grad_step"] = 1e3 * result["update_s"] / max(1, result["grad_steps"])
     return result
 
 
 # ------------------------------------------------------------------------------------ SB3
 
+
 def run_sb3(args, seed: int, workdir: Path) -> dict:
     out_dir = workdir / "sb3"
     out_dir.mkdir(parents=True, exist_ok=True)
     out, log_path = out_dir / f"s{seed}.json", out_dir / f"s{seed}.log"
     out.unlink(missing_ok=True)
-    cmd = [str(SB3_PYTHON), str(BENCH / "jobs" / "sb3_sac.py"), "--seed", str(seed), "--target", str(args.target),
-           "--total-timesteps", str(args.max_steps), "--threads", str(args.threads), "--out", str(out)]
+    cmd = [
+        str(SB3_PYTHON),
+        str(BENCH / "jobs" / "sb3_sac.py"),
+        "--seed",
+        str(seed),
+        "--target",
+        str(args.target),
+        "--total-timesteps",
+        str(args.max_steps),
+        "--threads",
+        str(args.threads),
+        "--out",
+        str(out),
+    ]
     with open(log_path, "w") as logf, Measured() as measured:
         spawn = time.time()
-        proc = subprocess.run([*cmd, "--spawn-time", f"{spawn:.6f}"], stdout=logf, stderr=subprocess.STDOUT,
-                              timeout=args.job_timeout)
-    result = {"library": "sb3", "seed": seed, "command": cmd, "returncode": proc.returncode,
-              "log": str(log_path), **measured.result}
+        proc = subprocess.run(
+            [*cmd, "--spawn-time", f"{spawn:.6f}"], stdout=logf, stderr=subprocess.STDOUT, timeout=args.job_timeout
+        )
+    result = {
+        "library": "sb3",
+        "seed": seed,
+        "command": cmd,
+        "returncode": proc.returncode,
+        "log": str(log_path),
+        **measured.result,
+    }
     if proc.returncode != 0 or not out.exists():
         result["error"] = f"sb3 job exited {proc.returncode}; see {log_path}"
         log(result["error"])
@@ -178,6 +234,7 @@ def run_sb3(args, seed: int, workdir: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------- table
+
 
 def value(job: dict, key: str):
     if job.get("error"):
@@ -215,38 +272,53 @@ def ratio(a, b) -> str:
 
 
 def table(jobs: dict[str, list[dict]], target: float) -> list[str]:
-    lines = [f"| library | reached {target:g} | env steps to {target:g} | train wall s to {target:g} | "
-             "start-up s | job CPU s | wall ms per env step | other load (cores) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| library | reached {target:g} | env steps to {target:g} | train wall s to {target:g} | "
+        "start-up s | job CPU s | wall ms per env step | other load (cores) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     medians = {}
     for lib, runs in jobs.items():
         steps = [value(j, "steps_to_target") for j in runs]
         secs = [value(j, "train_s_to_target") for j in runs]
         cpu = [j.get("job_cpu_s") for j in runs]
-        per_step = [1e3 * j["train_s_to_target"] / j["steps_to_target"] if j.get("target_reached")
-                    and j.get("train_s_to_target") else None for j in runs]
+        per_step = [
+            1e3 * j["train_s_to_target"] / j["steps_to_target"]
+            if j.get("target_reached") and j.get("train_s_to_target")
+            else None
+            for j in runs
+        ]
         medians[lib] = {"steps": med(steps), "secs": med(secs), "cpu": med(cpu)}
-        lines.append(f"| {NAMES[lib]} | {sum(1 for j in runs if j.get('target_reached'))}/{len(runs)} | "
-                     f"{cell(steps, thousands=True)} | {cell(secs)} | {cell([j.get('startup_s') for j in runs], 2)} | "
-                     f"{cell(cpu)} | {cell(per_step, 2)} | {cell([j.get('foreign_cores') for j in runs], 2)} |")
+        lines.append(
+            f"| {NAMES[lib]} | {sum(1 for j in runs if j.get('target_reached'))}/{len(runs)} | "
+            f"{cell(steps, thousands=True)} | {cell(secs)} | {cell([j.get('startup_s') for j in runs], 2)} | "
+            f"{cell(cpu)} | {cell(per_step, 2)} | {cell([j.get('foreign_cores') for j in runs], 2)} |"
+        )
     for lib in jobs:
         if lib != "sb3" and "sb3" in medians:
             f, s = medians[lib], medians["sb3"]
-            lines.append(f"| **{NAMES[lib]} / SB3** (medians) | | {ratio(f['steps'], s['steps'])} | "
-                         f"{ratio(f['secs'], s['secs'])} | | {ratio(f['cpu'], s['cpu'])} | | |")
+            lines.append(
+                f"| **{NAMES[lib]} / SB3** (medians) | | {ratio(f['steps'], s['steps'])} | "
+                f"{ratio(f['secs'], s['secs'])} | | {ratio(f['cpu'], s['cpu'])} | | |"
+            )
     return lines
 
 
 def versions() -> dict:
     found = {"python": platform.python_version(), "machine": platform.platform(), "cpus": os.cpu_count()}
     probes = {
-        "fleetrl_venv": (str(ROOT / ".venv" / "bin" / "python"),
-                         "import torch, gymnasium, numpy; from importlib.metadata import version; "
-                         "print(json.dumps({'torch': torch.__version__, 'gymnasium': gymnasium.__version__, "
-                         "'numpy': numpy.__version__, 'fleetrl': version('fleetrl')}))"),
-        "sb3_venv": (str(SB3_PYTHON), "import torch, gymnasium, numpy, stable_baselines3; print(json.dumps("
-                     "{'torch': torch.__version__, 'gymnasium': gymnasium.__version__, 'numpy': numpy.__version__, "
-                     "'stable_baselines3': stable_baselines3.__version__}))"),
+        "fleetrl_venv": (
+            str(ROOT / ".venv" / "bin" / "python"),
+            "import torch, gymnasium, numpy; from importlib.metadata import version; "
+            "print(json.dumps({'torch': torch.__version__, 'gymnasium': gymnasium.__version__, "
+            "'numpy': numpy.__version__, 'fleetrl': version('fleetrl')}))",
+        ),
+        "sb3_venv": (
+            str(SB3_PYTHON),
+            "import torch, gymnasium, numpy, stable_baselines3; print(json.dumps("
+            "{'torch': torch.__version__, 'gymnasium': gymnasium.__version__, 'numpy': numpy.__version__, "
+            "'stable_baselines3': stable_baselines3.__version__}))",
+        ),
     }
     for key, (python, code) in probes.items():
         try:
@@ -271,8 +343,12 @@ def main() -> None:
     parser.add_argument("--quiet-threshold", type=float, default=0.5, help="other load (cores) to wait out")
     parser.add_argument("--max-wait", type=float, default=60.0, help="seconds to wait for a quiet machine per job")
     parser.add_argument("--job-timeout", type=float, default=3600.0)
-    parser.add_argument("--resume", type=Path, metavar="RESULTS_DIR",
-                        help="a results/sac_pendulum_vs-<stamp> folder: keep its finished jobs, run the rest")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RESULTS_DIR",
+        help="a results/sac_pendulum_vs-<stamp> folder: keep its finished jobs, run the rest",
+    )
     args = parser.parse_args()
     if not SB3_PYTHON.exists():
         sys.exit("no SB3 venv: run `bash benchmarks/setup_venvs.sh sb3` first")
@@ -283,7 +359,7 @@ def main() -> None:
     libs = [v for v in VARIANTS if not (args.no_bf16 and v == "fleetrl_bf16")] + ["sb3"]
     jobs: dict[str, list[dict]] = {lib: [] for lib in libs}
     for seed in range(1, args.seeds + 1):
-        order = libs[seed - 1:] + libs[:seed - 1]  # rotate
+        order = libs[seed - 1 :] + libs[: seed - 1]  # rotate
         for lib in order:
             done = workdir / f"{lib}-s{seed}.json"
             if done.exists():
@@ -296,12 +372,25 @@ def main() -> None:
             job["waited_for_quiet"] = waited
             jobs[lib].append(job)
             (workdir / f"{lib}-s{seed}.json").write_text(json.dumps(job, indent=2, default=str))
-            log(f"  steps {job.get('steps_to_target')}, train s {fmt(job.get('train_s_to_target'))}, "
-                f"job CPU s {fmt(job.get('job_cpu_s'))}, other load {fmt(job.get('foreign_cores'), 2)} cores")
-    lines = [f"### SAC on Pendulum-v1, {args.seeds} seeds, last-100-episode mean return ≥ {args.target:g}", "",
-             *table(jobs, args.target), ""]
-    result = {"benchmark": "sac_pendulum_vs", "date": stamp, "args": vars(args), "versions": versions(),
-              "config": CONFIG.read_text(), "jobs": jobs, "table": lines}
+            log(
+                f"  steps {job.get('steps_to_target')}, train s {fmt(job.get('train_s_to_target'))}, "
+                f"job CPU s {fmt(job.get('job_cpu_s'))}, other load {fmt(job.get('foreign_cores'), 2)} cores"
+            )
+    lines = [
+        f"### SAC on Pendulum-v1, {args.seeds} seeds, last-100-episode mean return ≥ {args.target:g}",
+        "",
+        *table(jobs, args.target),
+        "",
+    ]
+    result = {
+        "benchmark": "sac_pendulum_vs",
+        "date": stamp,
+        "args": vars(args),
+        "versions": versions(),
+        "config": CONFIG.read_text(),
+        "jobs": jobs,
+        "table": lines,
+    }
     (BENCH / "results" / f"sac_pendulum_vs-{stamp}.json").write_text(json.dumps(result, indent=2, default=str))
     print("\n".join(lines))
 

@@ -30,17 +30,31 @@ CONFIG = "configs/ppo_halfcheetah.yaml"
 COMMON = ["runner.checkpoint_interval=100000", "runner.log_interval=1000"]
 VARIANTS = {
     "1 rank, inline": ["cluster.backend=inline"],
-    "2 ranks, Ray (1 node x 2 slots)": ["cluster.backend=ray", "cluster.num_nodes=1", "cluster.devices_per_node=2",
-                                        "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}"],
-    "2 ranks, Ray fused": ["cluster.backend=ray", "cluster.num_nodes=1", "cluster.devices_per_node=2",
-                           "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}",
-                           "cluster.fuse_collocated=true"],
-    "1 rank, Ray fused": ["cluster.backend=ray", "cluster.num_nodes=1", "cluster.devices_per_node=1",
-                          "cluster.component_placement={actor: 0, env: 0, rollout: 0}", "cluster.fuse_collocated=true"],
+    "2 ranks, Ray (1 node x 2 slots)": [
+        "cluster.backend=ray",
+        "cluster.num_nodes=1",
+        "cluster.devices_per_node=2",
+        "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}",
+    ],
+    "2 ranks, Ray fused": [
+        "cluster.backend=ray",
+        "cluster.num_nodes=1",
+        "cluster.devices_per_node=2",
+        "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}",
+        "cluster.fuse_collocated=true",
+    ],
+    "1 rank, Ray fused": [
+        "cluster.backend=ray",
+        "cluster.num_nodes=1",
+        "cluster.devices_per_node=1",
+        "cluster.component_placement={actor: 0, env: 0, rollout: 0}",
+        "cluster.fuse_collocated=true",
+    ],
 }
 
 
 # ---------------------------------------------------------------- Gloo all-reduce latency
+
 
 def _allreduce_worker(rank: int, port: int, sizes: list[int], loop_size: int, queue) -> None:
     import torch
@@ -123,32 +137,44 @@ def main() -> None:
     gloo = [gloo_allreduce(floats)]
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
     for rep in range(args.reps):  # one repetition at a time, a Gloo measurement between them
-        for name, rs in kit.run_interleaved(CONFIG, {n: overrides[n] for n in (list(VARIANTS) if rep % 2 == 0
-                                                                             else list(reversed(VARIANTS)))},
-                                            1, out / f"rep{rep}", args.warmup).items():
+        for name, rs in kit.run_interleaved(
+            CONFIG,
+            {n: overrides[n] for n in (list(VARIANTS) if rep % 2 == 0 else list(reversed(VARIANTS)))},
+            1,
+            out / f"rep{rep}",
+            args.warmup,
+        ).items():
             runs[name].extend(rs)
         gloo.append(gloo_allreduce(floats))
-    kit.write_json(out / "results.json", {"machine": info, "args": vars(args), "threads": threads,
-                                          "gloo": gloo, "runs": runs})
+    kit.write_json(
+        out / "results.json", {"machine": info, "args": vars(args), "threads": threads, "gloo": gloo, "runs": runs}
+    )
     print_tables(info, args, runs, gloo, threads, floats, out)
 
 
 def print_tables(info, args, runs, gloo, threads, floats, out) -> None:
     base_name = next(iter(VARIANTS))
     print(f"Machine: {kit.machine_line(info)}\n")
-    print(f"Command: `.venv/bin/python benchmarks/scaling_halfcheetah.py --reps {args.reps} --steps {args.steps} "
-          f"--warmup {args.warmup}`; runs `fleetrl train {CONFIG} {' '.join(COMMON)} "
-          f"runner.total_env_steps={args.steps} runner.tensorboard=false <variant> --skip-doctor`; raw: "
-          f"`{out.relative_to(kit.ROOT)}/results.json`\n")
+    print(
+        f"Command: `.venv/bin/python benchmarks/scaling_halfcheetah.py --reps {args.reps} --steps {args.steps} "
+        f"--warmup {args.warmup}`; runs `fleetrl train {CONFIG} {' '.join(COMMON)} "
+        f"runner.total_env_steps={args.steps} runner.tensorboard=false <variant> --skip-doctor`; raw: "
+        f"`{out.relative_to(kit.ROOT)}/results.json`\n"
+    )
     print(kit.throughput_table(runs, threads, base_name))
     print()
-    print(f"Gloo all-reduce, 2 spawned local processes on 127.0.0.1 (1 torch thread each), {len(gloo)} "
-          f"measurements interleaved with the runs; the policy has {floats:,} parameters (one DDP bucket "
-          f"per minibatch step):\n")
+    print(
+        f"Gloo all-reduce, 2 spawned local processes on 127.0.0.1 (1 torch thread each), {len(gloo)} "
+        f"measurements interleaved with the runs; the policy has {floats:,} parameters (one DDP bucket "
+        f"per minibatch step):\n"
+    )
     print("| floats | how | latency (median of measurements) | range |")
     print("|---|---|---|---|")
-    for size, how in ((10_000, "after a barrier, median op"), (1_000_000, "after a barrier, median op"),
-                      ("back_to_back", "back to back, mean op")):
+    for size, how in (
+        (10_000, "after a barrier, median op"),
+        (1_000_000, "after a barrier, median op"),
+        ("back_to_back", "back to back, mean op"),
+    ):
         values = [g[size] * 1e3 for g in gloo]
         label = f"{floats:,}" if size == "back_to_back" else f"{size:,}"
         print(f"| {label} | {how} | {kit.median(values):.3f} ms | {kit.spread(values)} ms |")

@@ -29,8 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train from a YAML config")
     train.add_argument("config", help="YAML config file")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.lr=3e-4")
-    train.add_argument("--dry-run", action="store_true",
-                       help="check the config, print the resolved placement, start nothing")
+    train.add_argument(
+        "--dry-run", action="store_true", help="check the config, print the resolved placement, start nothing"
+    )
     train.add_argument("--skip-doctor", action="store_true", help="start even if a preflight check fails")
 
     evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
@@ -46,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     diagnose = commands.add_parser("diagnose", help="print the incident report of a run")
     diagnose.add_argument("run_dir")
-    add_doctor_arguments(commands.add_parser("doctor", help="preflight checks: disk, network, Gloo/NCCL, placement, env"))
+    add_doctor_arguments(
+        commands.add_parser("doctor", help="preflight checks: disk, network, Gloo/NCCL, placement, env")
+    )
     return parser
 
 
@@ -63,8 +66,13 @@ def command_train(args) -> int:
         print(f"backend: {layout.backend}{fused}")
         print(layout.placement.table())
         if layout.fused:
-            print("processes: " + ", ".join(f"fused rank {a.rank} on node {a.node} device {a.local_device} "
-                                            f"(torch threads: {a.cpu_threads})" for a in worker_processes(layout)))
+            print(
+                "processes: "
+                + ", ".join(
+                    f"fused rank {a.rank} on node {a.node} device {a.local_device} (torch threads: {a.cpu_threads})"
+                    for a in worker_processes(layout)
+                )
+            )
         return 0
     if not args.skip_doctor and (code := preflight(config)):
         return code
@@ -79,37 +87,44 @@ def command_eval(args) -> int:
     from fleetrl.evaluate import evaluate
 
     run_dir = Path(args.run_dir)
-    result = evaluate(run_dir, args.episodes, not args.stochastic, args.seed,
-                      run_dir / "video" if args.video else None)
+    result = evaluate(run_dir, args.episodes, not args.stochastic, args.seed, run_dir / "video" if args.video else None)
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"{result['episodes']} episodes: return {result['mean']:.2f} ± {result['std']:.2f} "
-              f"(min {result['min']:.2f}, max {result['max']:.2f})")
+        print(
+            f"{result['episodes']} episodes: return {result['mean']:.2f} ± {result['std']:.2f} "
+            f"(min {result['min']:.2f}, max {result['max']:.2f})"
+        )
     return 0
 
 
 def command_report(args) -> int:
-    from fleetrl.report import write_report
+    from fleetrl.plots import write_plots
 
-    for path in write_report(Path(args.run_dir)):
+    for path in write_plots(Path(args.run_dir)):
         print(f"wrote {path}")
     return 0
 
 
 def command_diagnose(args) -> int:
-    from fleetrl.watch.report import REPORT_TEXT
+    from fleetrl.watch.hang_report import REPORT_TEXT
 
     path = Path(args.run_dir) / REPORT_TEXT
     if not path.is_file():
-        raise UserError(f"{args.run_dir} has no {REPORT_TEXT}: the run had no incident "
-                        "(or is not a fleetrl run directory)")
+        raise UserError(
+            f"{args.run_dir} has no {REPORT_TEXT}: the run had no incident (or is not a fleetrl run directory)"
+        )
     print(path.read_text())
     return 0
 
 
-COMMANDS = {"train": command_train, "eval": command_eval, "report": command_report, "doctor": command_doctor,
-            "diagnose": command_diagnose}
+COMMANDS = {
+    "train": command_train,
+    "eval": command_eval,
+    "report": command_report,
+    "doctor": command_doctor,
+    "diagnose": command_diagnose,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INCIDENT
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (watch/signals.py)
         code = signals.exit_code(interrupt)
-        print(f"fleetrl: stopped by {signal.Signals(code - 128).name}; the last checkpoint is saved",
-              file=sys.stderr)
+        print(f"fleetrl: stopped by {signal.Signals(code - 128).name}; the last checkpoint is saved", file=sys.stderr)
         return code
 
 

@@ -10,8 +10,8 @@ On the inline backend the same calls simply run one after another.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -58,14 +58,17 @@ class Collector:
             for lane in self.lanes:
                 actions = self.rollout.call(lane.rollout_rank, "act", lane.index, t, self.pending[lane])
                 self.pending[lane] = self.env.call(lane.env_rank, "step", actions, lane.stage)
-        closing = [self.rollout.call(lane.rollout_rank, "act", lane.index, self.steps, self.pending[lane])
-                   for lane in self.lanes]
+        closing = [
+            self.rollout.call(lane.rollout_rank, "act", lane.index, self.steps, self.pending[lane])
+            for lane in self.lanes
+        ]
         self.rollout.get(closing)
         return Trajectory.concatenate(self.rollout.get(self.rollout.call_all("trajectory")))
 
 
-def collect_then_train(collector: Collector, train: Callable[[Trajectory, float], dict],
-                       progress: float) -> tuple[dict, float]:
+def collect_then_train(
+    collector: Collector, train: Callable[[Trajectory, float], dict], progress: float
+) -> tuple[dict, float]:
     """One iteration: collect, then `train(trajectory, progress)`; returns the metrics and the
     seconds spent collecting."""
     started = time.perf_counter()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from fleetrl.errors import ConfigError, nearest
 
@@ -36,9 +36,13 @@ def check_keyword_arguments(key: str, target: Callable, kwargs: dict, allowed: t
         return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return
-    accepted = [p.name for p in parameters
-                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    accepted = [
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
     for name in kwargs:
         if name not in accepted and name not in allowed:
-            raise ConfigError(f"{key}.{name}", kwargs[name], f"one of {sorted({*accepted, *allowed})}",
-                              nearest(name, accepted))
+            raise ConfigError(
+                f"{key}.{name}", kwargs[name], f"one of {sorted({*accepted, *allowed})}", nearest(name, accepted)
+            )

@@ -7,7 +7,8 @@ message without a traceback and exits with code 2, before anything has started.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 class UserError(Exception):

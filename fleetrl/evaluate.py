@@ -24,8 +24,9 @@ from fleetrl.workers.rollout_worker import RolloutWorker
 MAX_EVAL_ENVS = 10
 
 
-def evaluate(run_dir: Path, episodes: int, deterministic: bool = True, seed: int = 10_000,
-             video_dir: Path | None = None) -> dict:
+def evaluate(
+    run_dir: Path, episodes: int, deterministic: bool = True, seed: int = 10_000, video_dir: Path | None = None
+) -> dict:
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise UserError(f"{run_dir} is not a fleetrl run directory (no {CONFIG_FILE})")
@@ -44,19 +45,28 @@ def evaluate(run_dir: Path, episodes: int, deterministic: bool = True, seed: int
     env.load_state_dict(state["env"][0])  # env rank 0's normaliser statistics
     # the algorithm's own rollout worker plays: it knows its policy and how to load it
     rollout = algorithm_workers(config.algorithm.name).rollout.from_config(
-        config, env.observation_space, env.action_space)
+        config, env.observation_space, env.action_space
+    )
     rollout.load_weights(state["actor"]["policy"])
     try:
         returns = play(env, rollout, episodes, deterministic, video_dir)
     finally:
         env.close()
-    return {"run_dir": str(run_dir), "episodes": len(returns), "mean": float(np.mean(returns)),
-            "std": float(np.std(returns)), "min": float(np.min(returns)), "max": float(np.max(returns)),
-            "deterministic": deterministic, "eval_s": time.perf_counter() - started}
+    return {
+        "run_dir": str(run_dir),
+        "episodes": len(returns),
+        "mean": float(np.mean(returns)),
+        "std": float(np.std(returns)),
+        "min": float(np.min(returns)),
+        "max": float(np.max(returns)),
+        "deterministic": deterministic,
+        "eval_s": time.perf_counter() - started,
+    }
 
 
-def play(env: EnvWorker, rollout: RolloutWorker, episodes: int, deterministic: bool,
-         video_dir: Path | None) -> list[float]:
+def play(
+    env: EnvWorker, rollout: RolloutWorker, episodes: int, deterministic: bool, video_dir: Path | None
+) -> list[float]:
     quota = np.full(env.num_envs, episodes // env.num_envs)
     quota[: episodes % env.num_envs] += 1
     done_count = np.zeros(env.num_envs, np.int64)

@@ -19,15 +19,13 @@ class MetricsLog:
             self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
 
     def write(self, record: dict) -> None:
-        clean = {key: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                 for key, v in record.items()}
+        clean = {key: (None if isinstance(v, float) and not math.isfinite(v) else v) for key, v in record.items()}
         self.file.write(json.dumps(clean) + "\n")
         if self.writer is not None:
             step = record["global_step"]
             for key, value in clean.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "global_step":
-                    self.writer.add_scalar(key.replace("_", "/", 1) if key.startswith("time_") else key,
-                                           value, step)
+                    self.writer.add_scalar(key.replace("_", "/", 1) if key.startswith("time_") else key, value, step)
 
     def close(self) -> None:
         self.file.close()

@@ -14,8 +14,10 @@ file_only_log = logging.getLogger("fleetrl.iterations")  # see run_dir.setup_log
 def summary_line(record: dict) -> str:
     ret = record.get("episode_return_last100")
     ret_text = "n/a" if ret is None else f"{ret:.1f}"
-    line = (f"it {record['iteration']} | steps {record['global_step']:,} | "
-            f"{record['steps_per_s']:,.0f} steps/s | return(100) {ret_text}")
+    line = (
+        f"it {record['iteration']} | steps {record['global_step']:,} | "
+        f"{record['steps_per_s']:,.0f} steps/s | return(100) {ret_text}"
+    )
     if "approx_kl" in record:  # PPO family
         line += f" | kl {record['approx_kl']:.4f} | clip {record['clip_fraction']:.3f}"
     if record.get("q_loss") is not None:  # SAC
@@ -29,9 +31,15 @@ class ConsoleProgress:
         self.live = sys.stderr.isatty() if live is None else live
         self.bar = None
         if self.live:
-            self.bar = Progress(TextColumn("[bold]training"), BarColumn(), TextColumn("{task.description}"),
-                                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                transient=False)
+            self.bar = Progress(
+                TextColumn("[bold]training"),
+                BarColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                transient=False,
+            )
             self.task = self.bar.add_task("", total=total_steps, completed=start_step)
             self.bar.start()
 

@@ -57,8 +57,7 @@ class Trainer:
             self.collector = self.runtime.collector()
             if saved is not None:
                 self.load_state(saved)
-                log.info("resumed %s at iteration %d, %d env steps", self.run_dir, self.iteration,
-                         self.global_step)
+                log.info("resumed %s at iteration %d, %d env steps", self.run_dir, self.iteration, self.global_step)
             else:
                 random.seed(runner.seed)
                 np.random.seed(runner.seed)
@@ -70,8 +69,14 @@ class Trainer:
         config = self.config
         total = config.runner.total_env_steps
         startup_s = time.time() - psutil.Process().create_time()
-        log.info("run directory %s; %s, %d envs, batch %d, %s backend", self.run_dir, config.env.id,
-                 config.env.num_envs, config.batch_size, self.runtime.layout.backend)
+        log.info(
+            "run directory %s; %s, %d envs, batch %d, %s backend",
+            self.run_dir,
+            config.env.id,
+            config.env.num_envs,
+            config.batch_size,
+            self.runtime.layout.backend,
+        )
         install_stop_handlers()
         metrics_log = MetricsLog(self.run_dir, config.runner.tensorboard)
         progress = ConsoleProgress(total, self.global_step, config.runner.log_interval, self.live_progress)
@@ -154,8 +159,7 @@ class Trainer:
     def train_actor(self, trajectory: Trajectory, progress: float) -> dict:
         actor = self.runtime.actor
         world = actor.world_size
-        futures = [actor.call(rank, "train", trajectory.shard(rank, world), progress)
-                   for rank in range(world)]
+        futures = [actor.call(rank, "train", trajectory.shard(rank, world), progress) for rank in range(world)]
         return actor.get(futures)[0]  # metrics are reduced across ranks: identical on each
 
     def gather_env_reports(self) -> tuple[list[float], list[int]]:
@@ -176,14 +180,21 @@ class Trainer:
 
     def target_met(self) -> bool:
         target = self.config.runner.target_return
-        return (target is not None and len(self.recent_returns) == self.recent_returns.maxlen
-                and self.mean_recent_return() >= target)
+        return (
+            target is not None
+            and len(self.recent_returns) == self.recent_returns.maxlen
+            and self.mean_recent_return() >= target
+        )
 
     def stop_for_target(self) -> bool:
         if self.target_reached_at is None:
             return False
-        log.info("last-100-episode mean return %.1f reached runner.target_return=%s at %d env steps",
-                 self.mean_recent_return(), self.config.runner.target_return, self.global_step)
+        log.info(
+            "last-100-episode mean return %.1f reached runner.target_return=%s at %d env steps",
+            self.mean_recent_return(),
+            self.config.runner.target_return,
+            self.global_step,
+        )
         return True
 
     def checkpoint(self) -> None:
@@ -200,8 +211,7 @@ class Trainer:
             "env": self.env_states(),
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                    "python": random.getstate()},
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
         }
 
     def env_states(self) -> list[dict]:
@@ -218,10 +228,17 @@ class Trainer:
         self.global_step, self.episodes = state["global_step"], state["episodes"]
         runtime.actor.get(runtime.actor.call_all("load_state_dict", state["actor"]))
         if len(state["env"]) != runtime.env.world_size:
-            log.warning("checkpoint has %d env worker states, this run %d: normaliser statistics "
-                        "start from env rank 0's", len(state["env"]), runtime.env.world_size)
-        runtime.env.get([runtime.env.call(rank, "load_state_dict", state["env"][min(rank, len(state["env"]) - 1)])
-                         for rank in range(runtime.env.world_size)])
+            log.warning(
+                "checkpoint has %d env worker states, this run %d: normaliser statistics start from env rank 0's",
+                len(state["env"]),
+                runtime.env.world_size,
+            )
+        runtime.env.get(
+            [
+                runtime.env.call(rank, "load_state_dict", state["env"][min(rank, len(state["env"]) - 1)])
+                for rank in range(runtime.env.world_size)
+            ]
+        )
         self.recent_returns.extend(state["recent_returns"])
         self.recent_lengths.extend(state["recent_lengths"])
         torch.set_rng_state(state["rng"]["torch"])

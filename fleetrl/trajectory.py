@@ -8,7 +8,6 @@ and hands them out as zero-copy tensors.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Optional
 
 import numpy as np
 import torch
@@ -28,41 +27,64 @@ class Trajectory:
     next_values: torch.Tensor  # (T, N) V(true next state), final obs on truncation
     # (T, N, *obs_shape) the true next observation: the final one on truncation. Recorded only by
     # buffers made with record_next_obs=True (off-policy algorithms: SAC); None otherwise.
-    next_obs: Optional[torch.Tensor] = None
+    next_obs: torch.Tensor | None = None
 
     @classmethod
-    def concatenate(cls, parts: list["Trajectory"]) -> "Trajectory":
+    def concatenate(cls, parts: list[Trajectory]) -> Trajectory:
         """Join trajectories of disjoint env sets along the env axis, in the order given."""
         if len(parts) == 1:
             return parts[0]
-        return cls(**{f.name: None if getattr(parts[0], f.name) is None else
-                      torch.cat([getattr(p, f.name) for p in parts], dim=1) for f in fields(cls)})
+        return cls(
+            **{
+                f.name: None
+                if getattr(parts[0], f.name) is None
+                else torch.cat([getattr(p, f.name) for p in parts], dim=1)
+                for f in fields(cls)
+            }
+        )
 
-    def shard(self, rank: int, world_size: int) -> "Trajectory":
+    def shard(self, rank: int, world_size: int) -> Trajectory:
         """The env columns that actor rank `rank` of `world_size` trains on. With several ranks
         each shard is a copy: a view would carry the whole trajectory when sent to a process."""
         if world_size == 1:
             return self
         per_rank = self.obs.shape[1] // world_size
         envs = slice(rank * per_rank, (rank + 1) * per_rank)
-        return Trajectory(**{f.name: None if getattr(self, f.name) is None else
-                             getattr(self, f.name)[:, envs].clone() for f in fields(self)})
+        return Trajectory(
+            **{
+                f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[:, envs].clone()
+                for f in fields(self)
+            }
+        )
 
 
 class TrajectoryBuffer:
     """Records T steps of N envs: the policy's outputs at step t, then the env's outcome.
     With `record_next_obs` it also keeps every step's true next observation (`next_obs`)."""
 
-    def __init__(self, steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple,
-                 action_dtype: np.dtype, logprob_shape: tuple = (), record_next_obs: bool = False):
+    def __init__(
+        self,
+        steps: int,
+        num_envs: int,
+        obs_shape: tuple,
+        action_shape: tuple,
+        action_dtype: np.dtype,
+        logprob_shape: tuple = (),
+        record_next_obs: bool = False,
+    ):
         def zeros(*shape, dtype=np.float32):
             return np.zeros((steps, num_envs, *shape), dtype)
 
         self.steps = steps
         self.arrays = {
-            "obs": zeros(*obs_shape), "actions": zeros(*action_shape, dtype=action_dtype),
-            "logprobs": zeros(*logprob_shape), "values": zeros(), "rewards": zeros(),
-            "terminated": zeros(dtype=bool), "dones": zeros(dtype=bool), "next_values": zeros(),
+            "obs": zeros(*obs_shape),
+            "actions": zeros(*action_shape, dtype=action_dtype),
+            "logprobs": zeros(*logprob_shape),
+            "values": zeros(),
+            "rewards": zeros(),
+            "terminated": zeros(dtype=bool),
+            "dones": zeros(dtype=bool),
+            "next_values": zeros(),
         }
         self.truncated = zeros(dtype=bool)
         self.truncated_values = zeros()
@@ -70,8 +92,9 @@ class TrajectoryBuffer:
         if record_next_obs:
             self.next_obs = self.arrays["next_obs"] = zeros(*obs_shape)
 
-    def record_policy(self, t: int, obs: np.ndarray, actions: np.ndarray, logprobs: np.ndarray,
-                      values: np.ndarray) -> None:
+    def record_policy(
+        self, t: int, obs: np.ndarray, actions: np.ndarray, logprobs: np.ndarray, values: np.ndarray
+    ) -> None:
         a = self.arrays
         a["obs"][t], a["actions"][t], a["logprobs"][t], a["values"][t] = obs, actions, logprobs, values
         self.truncated[t] = False

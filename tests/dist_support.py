@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -19,8 +19,8 @@ import torch
 
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
-from fleetrl.dist import process_group
 from fleetrl.models.policy import Policy
+from fleetrl.parallel import process_group
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_worker import ActorWorker
 
@@ -28,9 +28,18 @@ STEPS, ENVS = 16, 8  # B = 128 samples per iteration
 # adam_eps well above the per-element gradients and a clip norm that only some steps reach: the
 # update then depends on the gradient scale (Adam alone is almost scale-invariant), so a wrong
 # loss scaling across ranks shows.
-BASE = [f"env.num_envs={ENVS}", f"algorithm.num_steps={STEPS}", "algorithm.minibatch_size=32",
-        "algorithm.update_epochs=3", "algorithm.lr=0.003", "model.hidden_sizes=[32, 32]",
-        "algorithm.max_grad_norm=2.0", "actor.adam_eps=0.01", "runner.seed=3", "actor.dist_timeout_s=30"]
+BASE = [
+    f"env.num_envs={ENVS}",
+    f"algorithm.num_steps={STEPS}",
+    "algorithm.minibatch_size=32",
+    "algorithm.update_epochs=3",
+    "algorithm.lr=0.003",
+    "model.hidden_sizes=[32, 32]",
+    "algorithm.max_grad_norm=2.0",
+    "actor.adam_eps=0.01",
+    "runner.seed=3",
+    "actor.dist_timeout_s=30",
+]
 PROGRESS = (0.0, 0.25)  # two iterations: the lr anneals, the generator and Adam carry over
 
 SCENARIOS = {
@@ -42,19 +51,25 @@ SCENARIOS = {
     "ddp_accumulation": ["actor.micro_batch_size=4"],
     # Gaussian policy (log std parameter), one full-batch minibatch
     "ddp_continuous": ["algorithm.minibatch_size=128", "algorithm.update_epochs=2"],
-    "ddp_checkpointing": ["actor.gradient_checkpointing=true", "actor.micro_batch_size=8",
-                          "actor.global_batch_size=64"],
+    "ddp_checkpointing": [
+        "actor.gradient_checkpointing=true",
+        "actor.micro_batch_size=8",
+        "actor.global_batch_size=64",
+    ],
     "fsdp": ["actor.strategy=fsdp"],
-    "fsdp_target_kl_accumulation": ["actor.strategy=fsdp", "actor.fsdp_sharding_strategy=shard_grad_op",
-                                    "actor.micro_batch_size=4", "algorithm.lr=0.005",
-                                    "algorithm.update_epochs=8", "algorithm.target_kl=0.004"],
+    "fsdp_target_kl_accumulation": [
+        "actor.strategy=fsdp",
+        "actor.fsdp_sharding_strategy=shard_grad_op",
+        "actor.micro_batch_size=4",
+        "algorithm.lr=0.005",
+        "algorithm.update_epochs=8",
+        "algorithm.target_kl=0.004",
+    ],
     "fsdp_no_shard": ["actor.strategy=fsdp", "actor.fsdp_sharding_strategy=no_shard"],
     "fsdp_hybrid_shard": ["actor.strategy=fsdp", "actor.fsdp_sharding_strategy=hybrid_shard"],
     "fsdp_continuous_resume": ["actor.strategy=fsdp", "algorithm.ent_coef=0.01"],
-    "fsdp_bf16": ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16",
-                  "actor.fsdp_reduce_dtype=float32"],
-    "fsdp_bf16_reduce": ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16",
-                         "actor.fsdp_reduce_dtype=bfloat16"],
+    "fsdp_bf16": ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16", "actor.fsdp_reduce_dtype=float32"],
+    "fsdp_bf16_reduce": ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16", "actor.fsdp_reduce_dtype=bfloat16"],
     "fsdp_cpu_offload": ["actor.strategy=fsdp", "actor.fsdp_cpu_offload=true"],
     "fsdp_checkpointing": ["actor.strategy=fsdp", "actor.gradient_checkpointing=true"],
 }
@@ -71,8 +86,7 @@ def synthetic_spaces(continuous: bool) -> tuple[gym.Space, gym.Space]:
     """(observation, action) spaces of the synthetic trajectories: 5-D obs and 2-D Box actions,
     or CartPole's shapes."""
     if continuous:
-        return (gym.spaces.Box(-np.inf, np.inf, (5,), np.float32),
-                gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+        return (gym.spaces.Box(-np.inf, np.inf, (5,), np.float32), gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
     return gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
 
 
@@ -84,8 +98,9 @@ def make_trajectory(config: Config, name: str, iteration: int) -> Trajectory:
     return synthetic_trajectory(config, spaces(name), iteration, terminate_p=0.04, truncate_p=0.03)
 
 
-def synthetic_trajectory(config: Config, env_spaces: tuple[gym.Space, gym.Space], iteration: int,
-                         terminate_p: float, truncate_p: float) -> Trajectory:
+def synthetic_trajectory(
+    config: Config, env_spaces: tuple[gym.Space, gym.Space], iteration: int, terminate_p: float, truncate_p: float
+) -> Trajectory:
     """Synthetic but shaped like a collect: actions, log-probs (per token for token policies) and
     values come from the initial policy on the observations, rewards and episode ends are random.
     Identical in every process."""
@@ -116,8 +131,13 @@ def train_reference(name: str, iterations: int = len(PROGRESS)) -> dict:
     for iteration in range(iterations):
         metrics.append(worker.train(make_trajectory(config, name, iteration), PROGRESS[iteration]))
         states.append(copy.deepcopy(worker.state_dict()))
-    return {"initial": initial, "metrics": metrics, "state": states[-1], "states": states,
-            "weights": worker.policy_weights()}
+    return {
+        "initial": initial,
+        "metrics": metrics,
+        "state": states[-1],
+        "states": states,
+        "weights": worker.policy_weights(),
+    }
 
 
 def train_rank(name: str, rank: int, world: int) -> dict:
@@ -135,12 +155,17 @@ def train_rank(name: str, rank: int, world: int) -> dict:
         worker.load_state_dict(train_reference(name, 1)["state"])  # every rank gets the full state
         first = 1
     for iteration in range(first, len(PROGRESS)):
-        metrics.append(worker.train(make_trajectory(config, name, iteration).shard(rank, world),
-                                    PROGRESS[iteration]))
-    return {"initial": initial, "metrics": metrics, "state": worker.state_dict(),
-            "weights": worker.policy_weights(), "replicas": worker.check_replicas(),
-            "local": {k: v.detach().clone() for k, v in worker.policy.state_dict().items()}
-            if worker.loss_path.strategy == "ddp" else None}
+        metrics.append(worker.train(make_trajectory(config, name, iteration).shard(rank, world), PROGRESS[iteration]))
+    return {
+        "initial": initial,
+        "metrics": metrics,
+        "state": worker.state_dict(),
+        "weights": worker.policy_weights(),
+        "replicas": worker.check_replicas(),
+        "local": {k: v.detach().clone() for k, v in worker.policy.state_dict().items()}
+        if worker.loss_path.strategy == "ddp"
+        else None,
+    }
 
 
 def rank_main(rank: int, world: int, port: int, names: list[str], out_dir: str) -> None:
@@ -148,8 +173,9 @@ def rank_main(rank: int, world: int, port: int, names: list[str], out_dir: str) 
     run_scenarios(rank, world, port, names, out_dir, train_rank)
 
 
-def run_scenarios(rank: int, world: int, port: int, names: list[str], out_dir: str,
-                  train_one: Callable[[str, int, int], dict]) -> None:
+def run_scenarios(
+    rank: int, world: int, port: int, names: list[str], out_dir: str, train_one: Callable[[str, int, int], dict]
+) -> None:
     """Join the Gloo group on 127.0.0.1 once, `train_one(name, rank, world)` for every scenario
     (timed), leave the group, save the results as `<out_dir>/rank<rank>.pt`."""
     torch.set_num_threads(1)

@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fleetrl.dist import process_group
-from fleetrl.dist.param_check import ReplicaDivergenceError
+from fleetrl.parallel import process_group
+from fleetrl.parallel.param_check import ReplicaDivergenceError
 from tests.ppg_support import build_worker, release_then_leave
 
 

@@ -24,13 +24,19 @@ from torch import nn
 from fleetrl.algos.registry import algorithm_workers
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
-from fleetrl.dist import process_group
-from fleetrl.dist.process_group import free_port
+from fleetrl.parallel import process_group
+from fleetrl.parallel.process_group import free_port
 from fleetrl.trajectory import Trajectory
 from tests.dist_support import BASE, synthetic_spaces, synthetic_trajectory
 
-PPG = ["algorithm.name=ppg", "model.aux_value_head=true", "algorithm.n_pi=2", "algorithm.aux_epochs=2",
-       "algorithm.aux_minibatch_size=64", "algorithm.ent_coef=0.01"]
+PPG = [
+    "algorithm.name=ppg",
+    "model.aux_value_head=true",
+    "algorithm.n_pi=2",
+    "algorithm.aux_epochs=2",
+    "algorithm.aux_minibatch_size=64",
+    "algorithm.ent_coef=0.01",
+]
 SCENARIOS = {
     # policy phase (4 minibatches × 3 epochs) then the auxiliary phase (2 epochs × 4 minibatches
     # of 64 over 2 iterations' data), twice
@@ -41,18 +47,32 @@ SCENARIOS = {
     "ppg_tokens": PPG + ["model.action_bins=5", "algorithm.logprob_type=token_level"],
     # ranks resume mid-phase from the single-process checkpoint of iteration 1 (stored data inside)
     "ppg_resume": PPG,
-    "ppo_tokens_token_level": ["model.action_bins=7", "algorithm.logprob_type=token_level",
-                               "algorithm.entropy_type=token_level", "algorithm.ent_coef=0.01"],
+    "ppo_tokens_token_level": [
+        "model.action_bins=7",
+        "algorithm.logprob_type=token_level",
+        "algorithm.entropy_type=token_level",
+        "algorithm.ent_coef=0.01",
+    ],
     "ppo_tokens_action_level": ["model.action_bins=7", "algorithm.ent_coef=0.01"],
     "ppo_grpo": ["algorithm.adv_type=grpo", "algorithm.group_size=2", "algorithm.norm_adv=false"],
-    "fsdp_tokens_token_level": ["actor.strategy=fsdp", "model.action_bins=7", "algorithm.logprob_type=token_level",
-                                "algorithm.entropy_type=token_level", "algorithm.ent_coef=0.01"],
+    "fsdp_tokens_token_level": [
+        "actor.strategy=fsdp",
+        "model.action_bins=7",
+        "algorithm.logprob_type=token_level",
+        "algorithm.entropy_type=token_level",
+        "algorithm.ent_coef=0.01",
+    ],
     # many iterations: 36 policy iterations, 12 auxiliary phases, accumulation — must not stall
-    "ppg_many": PPG + ["algorithm.n_pi=3", "actor.micro_batch_size=8", "algorithm.update_epochs=2",
-                       "algorithm.aux_epochs=1"],
+    "ppg_many": PPG
+    + ["algorithm.n_pi=3", "actor.micro_batch_size=8", "algorithm.update_epochs=2", "algorithm.aux_epochs=1"],
 }
-CONTINUOUS = {"ppg_continuous_accumulation", "ppg_tokens", "ppo_tokens_token_level", "ppo_tokens_action_level",
-              "fsdp_tokens_token_level"}
+CONTINUOUS = {
+    "ppg_continuous_accumulation",
+    "ppg_tokens",
+    "ppo_tokens_token_level",
+    "ppo_tokens_action_level",
+    "fsdp_tokens_token_level",
+}
 RESUME = {"ppg_resume"}
 PROGRESS = (0.0, 0.1, 0.2, 0.3)  # 4 iterations: two full PPG cycles with n_pi = 2
 MANY = 36
@@ -99,20 +119,26 @@ def train_rank(name: str, rank: int, world: int) -> dict:
         worker.load_state_dict(train_reference(name, 1)["states"][0])
         first = 1
     for iteration in range(first, len(progress)):
-        metrics.append(worker.train(make_trajectory(config, name, iteration).shard(rank, world),
-                                    progress[iteration]))
+        metrics.append(worker.train(make_trajectory(config, name, iteration).shard(rank, world), progress[iteration]))
         if iteration < 3:
             states.append(copy.deepcopy(worker.state_dict()))  # collective for PPG: gathers the stored data
-    result = {"metrics": metrics, "states": states, "weights": worker.policy_weights(),
-              "divergence": worker.replica_divergence()}
+    result = {
+        "metrics": metrics,
+        "states": states,
+        "weights": worker.policy_weights(),
+        "divergence": worker.replica_divergence(),
+    }
     if config.algorithm.name == "ppg":
         policy_ddp, aux_ddp = worker.loss_path.module, worker.aux_path.module
         result["wrapped"] = {
-            "policy": sorted(n for n, p in policy_ddp.module.named_parameters()
-                             if any(p is q for q in policy_ddp._module_parameters)),
-            "aux": sorted(n for n, p in aux_ddp.module.named_parameters()
-                          if any(p is q for q in aux_ddp._module_parameters)),
-            "unused": worker.unused}
+            "policy": sorted(
+                n for n, p in policy_ddp.module.named_parameters() if any(p is q for q in policy_ddp._module_parameters)
+            ),
+            "aux": sorted(
+                n for n, p in aux_ddp.module.named_parameters() if any(p is q for q in aux_ddp._module_parameters)
+            ),
+            "unused": worker.unused,
+        }
     return result
 
 
@@ -156,8 +182,9 @@ def rank_main(rank: int, world: int, port: int, names: list[str], out_dir: str) 
         for name in names:
             started = time.perf_counter()
             try:
-                results[name] = (dead_parameter_rank(rank, world) if name == "dead_parameter"
-                                 else train_rank(name, rank, world))
+                results[name] = (
+                    dead_parameter_rank(rank, world) if name == "dead_parameter" else train_rank(name, rank, world)
+                )
             except Exception:  # noqa: BLE001 - reported to the test, which fails naming it
                 results[name] = {"error": traceback.format_exc()}
                 break
@@ -182,8 +209,7 @@ def run_ranks(target, args: tuple, world: int = 2, timeout_s: float = 120) -> li
     context = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as out_dir:
         port = free_port()
-        processes = [context.Process(target=target, args=(rank, world, port, *args, out_dir))
-                     for rank in range(world)]
+        processes = [context.Process(target=target, args=(rank, world, port, *args, out_dir)) for rank in range(world)]
         for process in processes:
             process.start()
         deadline = time.monotonic() + timeout_s

@@ -8,8 +8,14 @@ from pathlib import Path
 
 import gymnasium as gym
 
-PLACEMENT_VARIABLES = ("FLEETRL_COMPONENT", "FLEETRL_RANK", "FLEETRL_WORLD_SIZE", "FLEETRL_NODE_RANK",
-                       "CUDA_VISIBLE_DEVICES", "FLEETRL_TEST_MARK")
+PLACEMENT_VARIABLES = (
+    "FLEETRL_COMPONENT",
+    "FLEETRL_RANK",
+    "FLEETRL_WORLD_SIZE",
+    "FLEETRL_NODE_RANK",
+    "CUDA_VISIBLE_DEVICES",
+    "FLEETRL_TEST_MARK",
+)
 
 
 class WhereAmI(gym.Wrapper):

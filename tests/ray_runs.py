@@ -12,8 +12,12 @@ import psutil
 from fleetrl.metrics_log import read_metrics
 from tests.conftest import FLEETRL, REPO, subprocess_env
 
-TWO_ACTOR_RANKS = ["runner.tensorboard=false", "cluster.backend=ray", "cluster.devices_per_node=2",
-                   "cluster.component_placement={actor: 0-1, rollout: 0, env: 0}"]
+TWO_ACTOR_RANKS = [
+    "runner.tensorboard=false",
+    "cluster.backend=ray",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor: 0-1, rollout: 0, env: 0}",
+]
 
 
 def ray_processes_of(driver_pid: int) -> list[psutil.Process]:
@@ -29,10 +33,14 @@ def ray_processes_of(driver_pid: int) -> list[psutil.Process]:
 
 def run_on_ray(tmp_path: Path, config: str, *overrides: str) -> tuple[int, str]:
     """Run `fleetrl train` to its end; returns its exit code and stderr."""
-    driver = subprocess.Popen([*FLEETRL, "train", config, f"runner.run_dir={tmp_path}", *TWO_ACTOR_RANKS,
-                               *overrides],
-                              cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    driver = subprocess.Popen(
+        [*FLEETRL, "train", config, f"runner.run_dir={tmp_path}", *TWO_ACTOR_RANKS, *overrides],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _, stderr = driver.communicate(timeout=300)
     finally:

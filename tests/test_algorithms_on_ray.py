@@ -14,10 +14,18 @@ def test_sac_with_two_ddp_ranks_on_ray(tmp_path):
     """Each rank trains on its own replay shard; the replicas (targets and alpha included) are
     compared every 5th iteration; env steps are counted over all env columns, not per rank."""
     run_dir, records = train_on_ray(
-        tmp_path, "configs/sac_pendulum.yaml", "env.num_envs=4", "algorithm.num_steps=4",
-        "algorithm.minibatch_size=32", "algorithm.learning_starts=64", "model.hidden_sizes=[32, 32]",
-        "runner.param_check_interval=5", "runner.checkpoint_interval=10", "runner.target_return=null",
-        "runner.total_env_steps=640")
+        tmp_path,
+        "configs/sac_pendulum.yaml",
+        "env.num_envs=4",
+        "algorithm.num_steps=4",
+        "algorithm.minibatch_size=32",
+        "algorithm.learning_starts=64",
+        "model.hidden_sizes=[32, 32]",
+        "runner.param_check_interval=5",
+        "runner.checkpoint_interval=10",
+        "runner.target_return=null",
+        "runner.total_env_steps=640",
+    )
     assert len(records) == 40 and records[-1]["global_step"] == 640
     assert records[-1]["replay_size"] == 640  # summed over both ranks' shards
     trained = [r for r in records if r["grad_steps"]]
@@ -29,11 +37,21 @@ def test_token_level_ppo_with_grpo_and_two_ddp_ranks_on_ray(tmp_path):
     """Discretised Pendulum actions, per-token ratios, group-relative advantages whose groups lie
     within one rank's env columns."""
     run_dir, records = train_on_ray(
-        tmp_path, "configs/ppo_pendulum_tokens.yaml", "env.num_envs=8", "env.max_episode_steps=32",
-        "algorithm.num_steps=32", "algorithm.minibatch_size=64", "algorithm.update_epochs=2",
-        "algorithm.adv_type=grpo", "algorithm.group_size=4", "algorithm.norm_adv=false",
-        "runner.param_check_interval=2", "runner.checkpoint_interval=4", "runner.target_return=null",
-        "runner.total_env_steps=2048")
+        tmp_path,
+        "configs/ppo_pendulum_tokens.yaml",
+        "env.num_envs=8",
+        "env.max_episode_steps=32",
+        "algorithm.num_steps=32",
+        "algorithm.minibatch_size=64",
+        "algorithm.update_epochs=2",
+        "algorithm.adv_type=grpo",
+        "algorithm.group_size=4",
+        "algorithm.norm_adv=false",
+        "runner.param_check_interval=2",
+        "runner.checkpoint_interval=4",
+        "runner.target_return=null",
+        "runner.total_env_steps=2048",
+    )
     assert len(records) == 8 and records[-1]["global_step"] == 2048
     assert records[-1]["episodes"] == 8 * 8  # 32-step episodes: every env ends one per iteration
     assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["approx_kl"]) for r in records)

@@ -37,7 +37,7 @@ def names(run_dir: Path) -> list[str]:
 
 # --- atomicity ----------------------------------------------------------------------------------
 
-CRASH_SCRIPT = r'''
+CRASH_SCRIPT = r"""
 import os, sys, time
 from pathlib import Path
 import torch
@@ -62,7 +62,7 @@ else:  # the temporary file is fully written; hang before it is renamed into pla
     os.fsync = lambda fd: hang("fsync")
 save_checkpoint(run_dir, 2, state, keep=3)
 print("save returned", flush=True)
-'''
+"""
 
 
 @pytest.mark.parametrize("where", ["pickling", "fsync"])
@@ -71,8 +71,13 @@ def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path, where):
     script.write_text(CRASH_SCRIPT)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    process = subprocess.Popen([sys.executable, str(script), str(run_dir), where], cwd=tmp_path,
-                               env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(run_dir), where],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         marker = run_dir / "saving"
         deadline = time.monotonic() + 120
@@ -175,14 +180,23 @@ def test_no_checkpoint_is_a_user_error(tmp_path):
 
 STEPS_PER_ITERATION = 64  # 4 envs x 16 steps
 ITERATIONS = 8
-SMALL = ["env.num_envs=4", "algorithm.num_steps=16", "algorithm.minibatch_size=32",
-         "algorithm.update_epochs=2", "runner.tensorboard=false", "runner.checkpoint_interval=3",
-         "runner.keep_checkpoints=2", "runner.seed=3"]
+SMALL = [
+    "env.num_envs=4",
+    "algorithm.num_steps=16",
+    "algorithm.minibatch_size=32",
+    "algorithm.update_epochs=2",
+    "runner.tensorboard=false",
+    "runner.checkpoint_interval=3",
+    "runner.keep_checkpoints=2",
+    "runner.seed=3",
+]
 
 
 def run(tmp_path: Path, name: str, total: int, *extra: str) -> dict:
-    config = load_config(CARTPOLE, [*SMALL, f"runner.total_env_steps={total}",
-                                    f"runner.run_dir={tmp_path}", f"runner.name={name}", *extra])
+    config = load_config(
+        CARTPOLE,
+        [*SMALL, f"runner.total_env_steps={total}", f"runner.run_dir={tmp_path}", f"runner.name={name}", *extra],
+    )
     return Trainer(config, live_progress=False).train()
 
 
@@ -209,7 +223,7 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path):
     assert episodes == sorted(episodes) and resumed["episodes"] == episodes[-1]
     straight_records = read_metrics(Path(straight["run_dir"]))
     # after the resume the LR schedule is where the straight run's is (lr linear to 0 over total)
-    for mine, theirs in zip(records[ITERATIONS // 2:], straight_records[ITERATIONS // 2:]):
+    for mine, theirs in zip(records[ITERATIONS // 2 :], straight_records[ITERATIONS // 2 :]):
         assert mine["lr"] == pytest.approx(theirs["lr"], rel=1e-9), mine["iteration"]
         assert mine["clip_coef"] == pytest.approx(theirs["clip_coef"], rel=1e-9)
     base_lr = load_config(CARTPOLE).algorithm.lr
@@ -224,8 +238,15 @@ def test_resume_restores_the_trained_state(tmp_path):
     first = run(tmp_path, "a", 2 * STEPS_PER_ITERATION, "env.normalize_obs=true")
     run_dir = Path(first["run_dir"])
     saved = load_latest(run_dir)
-    config = load_config(CARTPOLE, [*SMALL, f"runner.total_env_steps={4 * STEPS_PER_ITERATION}",
-                                    "env.normalize_obs=true", f"runner.resume={run_dir}"])
+    config = load_config(
+        CARTPOLE,
+        [
+            *SMALL,
+            f"runner.total_env_steps={4 * STEPS_PER_ITERATION}",
+            "env.normalize_obs=true",
+            f"runner.resume={run_dir}",
+        ],
+    )
     trainer = Trainer(config, live_progress=False)
     try:
         restored = trainer.state_dict()
@@ -243,8 +264,9 @@ def test_resume_restores_the_trained_state(tmp_path):
     (saved_env,), (restored_env,) = saved["env"], restored["env"]
     assert saved_env["obs_norm"]["count"] > 1
     assert restored_env["obs_norm"]["count"] == saved_env["obs_norm"]["count"]
-    torch.testing.assert_close(torch.as_tensor(restored_env["obs_norm"]["mean"]),
-                               torch.as_tensor(saved_env["obs_norm"]["mean"]))
+    torch.testing.assert_close(
+        torch.as_tensor(restored_env["obs_norm"]["mean"]), torch.as_tensor(saved_env["obs_norm"]["mean"])
+    )
 
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")
@@ -285,10 +307,18 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
     """SIGINT mid-training: exit code 130, a checkpoint of the iteration reached, a summary;
     then resuming finishes the budget and the metrics continue without duplicates."""
     runs = tmp_path / "runs"
-    command = [*FLEETRL, "train", CARTPOLE, *SMALL, "runner.total_env_steps=100000000",
-               f"runner.run_dir={runs}", "runner.checkpoint_interval=100000"]
-    process = subprocess.Popen(command, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    command = [
+        *FLEETRL,
+        "train",
+        CARTPOLE,
+        *SMALL,
+        "runner.total_env_steps=100000000",
+        f"runner.run_dir={runs}",
+        "runner.checkpoint_interval=100000",
+    ]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 120
         while process.poll() is None and time.monotonic() < deadline:
@@ -319,9 +349,14 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
     assert summary["iterations"] == reached
 
     total = (reached + 2) * STEPS_PER_ITERATION
-    result = subprocess.run([*FLEETRL, "train", CARTPOLE, *SMALL, f"runner.total_env_steps={total}",
-                             f"runner.resume={run_dir}"], cwd=tmp_path, env=subprocess_env(),
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [*FLEETRL, "train", CARTPOLE, *SMALL, f"runner.total_env_steps={total}", f"runner.resume={run_dir}"],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     records = read_metrics(run_dir)
     assert [r["iteration"] for r in records] == list(range(1, reached + 3))

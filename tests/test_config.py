@@ -22,8 +22,7 @@ QUICK = ["runner.total_env_steps=512", "runner.tensorboard=false", "runner.check
 def train(tmp_path: Path, *args: str, config: str = CARTPOLE, timeout: float = 120):
     """`fleetrl train` in a subprocess, run directories under tmp_path/runs, cwd tmp_path."""
     command = [*FLEETRL, "train", config, *QUICK, f"runner.run_dir={tmp_path / 'runs'}", *args]
-    return subprocess.run(command, cwd=tmp_path, env=subprocess_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(command, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
 BAD_INPUTS = {
@@ -33,17 +32,21 @@ BAD_INPUTS = {
     "unknown env id": ("env.id=CartPol-v1", ["env.id", "CartPol-v1", "'CartPole-v1'"]),
     "negative lr": ("algorithm.lr=-0.001", ["algorithm.lr", "-0.001", "> 0"]),
     "minibatch not dividing the batch": (
-        "algorithm.minibatch_size=100", ["algorithm.minibatch_size", "100", "divisor", "256"]),
+        "algorithm.minibatch_size=100",
+        ["algorithm.minibatch_size", "100", "divisor", "256"],
+    ),
     "unknown section": ("algorithmm.lr=0.1", ["algorithmm", "did you mean 'algorithm'"]),
     "model entry point, missing attribute": (
         "model.id=fleetrl.models.mlp:ActorCriticMLx",
-        ["model.id", "fleetrl.models.mlp:ActorCriticMLx", "did you mean 'ActorCriticMLP'"]),
+        ["model.id", "fleetrl.models.mlp:ActorCriticMLx", "did you mean 'ActorCriticMLP'"],
+    ),
     # the override's value is not valid YAML
     "malformed override value": ("model.hidden_sizes=[32,", ["model.hidden_sizes", "[32,"]),
     "resume from a folder that does not exist": (
-        "runner.resume=/nonexistent/fleetrl-run", ["runner.resume", "/nonexistent/fleetrl-run"]),
-    "env kwargs the env does not take": (
-        "env.kwargs={no_such_arg: 1}", ["env.kwargs", "no_such_arg"]),
+        "runner.resume=/nonexistent/fleetrl-run",
+        ["runner.resume", "/nonexistent/fleetrl-run"],
+    ),
+    "env kwargs the env does not take": ("env.kwargs={no_such_arg: 1}", ["env.kwargs", "no_such_arg"]),
 }
 
 # More of the same, through `fleetrl.cli.main` in this process (a subprocess costs ~1.5 s of imports).
@@ -52,12 +55,18 @@ MORE_BAD_INPUTS = {
     "bad choice": ("model.activation=sigmoid", ["model.activation", "sigmoid", "tanh", "relu"]),
     "gamma out of range": ("algorithm.gamma=1.5", ["algorithm.gamma", "1.5", "[0, 1]"]),
     "model entry point, missing module": (
-        "model.id=no_such_module_xyz:Net", ["model.id", "no_such_module_xyz:Net", "no_such_module_xyz"]),
+        "model.id=no_such_module_xyz:Net",
+        ["model.id", "no_such_module_xyz:Net", "no_such_module_xyz"],
+    ),
     "model entry point, no colon": ("model.id=mlpp", ["model.id", "mlpp", "module:attr"]),
     "model entry point, not callable": (
-        "model.id=fleetrl.models.mlp:ACTIVATIONS", ["model.id", "fleetrl.models.mlp:ACTIVATIONS", "callable"]),
+        "model.id=fleetrl.models.mlp:ACTIVATIONS",
+        ["model.id", "fleetrl.models.mlp:ACTIVATIONS", "callable"],
+    ),
     "env entry point, missing attribute": (
-        "env.id=tests.envs:CountingEnvv", ["env.id", "tests.envs:CountingEnvv", "did you mean 'CountingEnv'"]),
+        "env.id=tests.envs:CountingEnvv",
+        ["env.id", "tests.envs:CountingEnvv", "did you mean 'CountingEnv'"],
+    ),
     "override without '='": ("algorithm.lr", ["algorithm.lr", "section.key=value"]),
     "zero hidden size": ("model.hidden_sizes=[32,0]", ["model.hidden_sizes", "[32, 0]", "positive"]),
     "string for a list": ("model.hidden_sizes=64", ["model.hidden_sizes", "64", "list"]),
@@ -126,10 +135,19 @@ def test_dry_run_starts_nothing(tmp_path):
 
 
 def test_overrides_are_parsed_as_yaml():
-    config = load_config(CARTPOLE, [
-        "algorithm.lr=3e-4", "model.hidden_sizes=[32,32]", "env.normalize_obs=true",
-        "algorithm.target_kl=0.02", "runner.name=null", "env.kwargs={render_mode: null}",
-        "algorithm.gamma=1", "runner.seed=7"])
+    config = load_config(
+        CARTPOLE,
+        [
+            "algorithm.lr=3e-4",
+            "model.hidden_sizes=[32,32]",
+            "env.normalize_obs=true",
+            "algorithm.target_kl=0.02",
+            "runner.name=null",
+            "env.kwargs={render_mode: null}",
+            "algorithm.gamma=1",
+            "runner.seed=7",
+        ],
+    )
     assert config.algorithm.lr == 3e-4 and type(config.algorithm.lr) is float
     assert config.model.hidden_sizes == [32, 32]
     assert config.env.normalize_obs is True
@@ -167,17 +185,30 @@ def test_override_through_a_value_is_an_error():
 
 
 def test_save_config_round_trip(tmp_path):
-    config = load_config(CARTPOLE, [
-        "algorithm.lr=1e-5", "model.hidden_sizes=[16, 8]", "env.kwargs={a: 1, b: [1, 2]}",
-        "algorithm.target_kl=0.015", "env.max_episode_steps=200", "runner.name=x y:z"])
+    config = load_config(
+        CARTPOLE,
+        [
+            "algorithm.lr=1e-5",
+            "model.hidden_sizes=[16, 8]",
+            "env.kwargs={a: 1, b: [1, 2]}",
+            "algorithm.target_kl=0.015",
+            "env.max_episode_steps=200",
+            "runner.name=x y:z",
+        ],
+    )
     path = tmp_path / "config.yaml"
     save_config(config, path)
     assert load_config(path) == config
 
 
 def test_run_directory_config_reloads_to_the_same_config(tmp_path):
-    overrides = ["algorithm.lr=3e-4", "model.hidden_sizes=[32,32]", "env.num_envs=4",
-                 "algorithm.minibatch_size=64", "runner.seed=5"]
+    overrides = [
+        "algorithm.lr=3e-4",
+        "model.hidden_sizes=[32,32]",
+        "env.num_envs=4",
+        "algorithm.minibatch_size=64",
+        "runner.seed=5",
+    ]
     result = train(tmp_path, *overrides)
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()

@@ -20,16 +20,24 @@ import torch.multiprocessing as mp
 
 from fleetrl.config.loader import load_config
 from fleetrl.config.validate import check_actor_layout
-from fleetrl.dist.process_group import free_port
 from fleetrl.errors import ConfigError
+from fleetrl.parallel.process_group import free_port
 from tests import dist_support
 from tests.dist_support import PROGRESS, RESUME, train_reference
 
 WORLD = 2
 DDP = ["ddp", "ddp_target_kl", "ddp_accumulation", "ddp_continuous", "ddp_checkpointing"]
-FSDP = ["fsdp", "fsdp_target_kl_accumulation", "fsdp_no_shard", "fsdp_hybrid_shard",
-        "fsdp_continuous_resume", "fsdp_bf16", "fsdp_bf16_reduce", "fsdp_cpu_offload",
-        "fsdp_checkpointing"]
+FSDP = [
+    "fsdp",
+    "fsdp_target_kl_accumulation",
+    "fsdp_no_shard",
+    "fsdp_hybrid_shard",
+    "fsdp_continuous_resume",
+    "fsdp_bf16",
+    "fsdp_bf16_reduce",
+    "fsdp_cpu_offload",
+    "fsdp_checkpointing",
+]
 EXACT = 1e-5  # float32, only the summation order differs
 BF16 = 0.03  # bfloat16 compute: ~3 significant digits per operation
 
@@ -68,10 +76,13 @@ def assert_close_state(actual: dict, expected: dict, atol: float) -> None:
     assert actual_opt["state"].keys() == expected_opt["state"].keys()
     for index, moments in expected_opt["state"].items():
         for key, value in moments.items():
-            assert torch.allclose(actual_opt["state"][index][key].float(), value.float(),
-                                  atol=atol, rtol=atol * 10), (index, key)
-    assert [{k: v for k, v in g.items() if k != "params"} for g in actual_opt["param_groups"]] == \
-        [{k: v for k, v in g.items() if k != "params"} for g in expected_opt["param_groups"]]
+            assert torch.allclose(actual_opt["state"][index][key].float(), value.float(), atol=atol, rtol=atol * 10), (
+                index,
+                key,
+            )
+    assert [{k: v for k, v in g.items() if k != "params"} for g in actual_opt["param_groups"]] == [
+        {k: v for k, v in g.items() if k != "params"} for g in expected_opt["param_groups"]
+    ]
     assert torch.equal(actual["generator"], expected["generator"])
 
 
@@ -80,8 +91,11 @@ def assert_close_metrics(actual: dict, expected: dict, rtol: float) -> None:
     for key in ("grad_steps", "epochs", "lr", "clip_coef"):
         assert actual[key] == expected[key], key
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance"):
-        assert math.isclose(actual[key], expected[key], rel_tol=rtol, abs_tol=rtol * 1e-2), \
-            (key, actual[key], expected[key])
+        assert math.isclose(actual[key], expected[key], rel_tol=rtol, abs_tol=rtol * 1e-2), (
+            key,
+            actual[key],
+            expected[key],
+        )
     # a share of B = 128 samples: at most one sample on the clipping edge may flip
     assert abs(actual["clip_fraction"] - expected["clip_fraction"]) <= (1 / 128 if rtol > EXACT else 1e-7)
 
@@ -165,22 +179,39 @@ BAD_ACTOR_CONFIGS = {
     "zero timeout": (["actor.dist_timeout_s=0"], "actor.dist_timeout_s", "> 0"),
     "infinite timeout": ([f"actor.dist_timeout_s={float('inf')}"], "actor.dist_timeout_s", "finite"),
     "negative micro-batch": (["actor.micro_batch_size=-4"], "actor.micro_batch_size", "positive"),
-    "micro-batch above the minibatch": (["algorithm.minibatch_size=64", "actor.micro_batch_size=128"],
-                                        "actor.micro_batch_size", "divisor of the minibatch"),
-    "micro-batch not dividing the minibatch": (["algorithm.minibatch_size=64", "actor.micro_batch_size=24"],
-                                               "actor.micro_batch_size", "= 64"),
-    "global batch not dividing the batch": (["actor.global_batch_size=100"],
-                                            "actor.global_batch_size", "divisor"),
-    "unknown sharding strategy": (["actor.strategy=fsdp", "actor.fsdp_sharding_strategy=zero2"],
-                                  "actor.fsdp_sharding_strategy", "shard_grad_op"),
-    "float16 compute": (["actor.strategy=fsdp", "actor.fsdp_param_dtype=float16"],
-                        "actor.fsdp_param_dtype", "bfloat16"),
-    "unknown reduce dtype": (["actor.strategy=fsdp", "actor.fsdp_reduce_dtype=fp8"],
-                             "actor.fsdp_reduce_dtype", "float32"),
+    "micro-batch above the minibatch": (
+        ["algorithm.minibatch_size=64", "actor.micro_batch_size=128"],
+        "actor.micro_batch_size",
+        "divisor of the minibatch",
+    ),
+    "micro-batch not dividing the minibatch": (
+        ["algorithm.minibatch_size=64", "actor.micro_batch_size=24"],
+        "actor.micro_batch_size",
+        "= 64",
+    ),
+    "global batch not dividing the batch": (["actor.global_batch_size=100"], "actor.global_batch_size", "divisor"),
+    "unknown sharding strategy": (
+        ["actor.strategy=fsdp", "actor.fsdp_sharding_strategy=zero2"],
+        "actor.fsdp_sharding_strategy",
+        "shard_grad_op",
+    ),
+    "float16 compute": (
+        ["actor.strategy=fsdp", "actor.fsdp_param_dtype=float16"],
+        "actor.fsdp_param_dtype",
+        "bfloat16",
+    ),
+    "unknown reduce dtype": (
+        ["actor.strategy=fsdp", "actor.fsdp_reduce_dtype=fp8"],
+        "actor.fsdp_reduce_dtype",
+        "float32",
+    ),
     "fsdp key with ddp": (["actor.fsdp_cpu_offload=true"], "actor.fsdp_cpu_offload", "fsdp"),
     "fsdp dtype with ddp": (["actor.fsdp_param_dtype=bfloat16"], "actor.fsdp_param_dtype", "fsdp"),
-    "hybrid size without hybrid_shard": (["actor.strategy=fsdp", "actor.fsdp_hybrid_shard_size=2"],
-                                         "actor.fsdp_hybrid_shard_size", "hybrid_shard"),
+    "hybrid size without hybrid_shard": (
+        ["actor.strategy=fsdp", "actor.fsdp_hybrid_shard_size=2"],
+        "actor.fsdp_hybrid_shard_size",
+        "hybrid_shard",
+    ),
 }
 
 
@@ -194,20 +225,37 @@ def test_invalid_actor_config_is_a_config_error(overrides, key, valid):
 
 BAD_LAYOUTS = {
     # id: (overrides, actor world size, key, fragment)
-    "envs not divisible by ranks": (["env.num_envs=6", "algorithm.minibatch_size=64"], 4,
-                                    "env.num_envs", "multiple of the actor world size 4"),
-    "minibatch not divisible by ranks": (["algorithm.minibatch_size=2"], 4,
-                                         "algorithm.minibatch_size", "multiple of the actor world size 4"),
-    "global batch not divisible by ranks": (["actor.global_batch_size=128", "env.num_envs=12"], 3,
-                                            "actor.global_batch_size", "multiple"),
+    "envs not divisible by ranks": (
+        ["env.num_envs=6", "algorithm.minibatch_size=64"],
+        4,
+        "env.num_envs",
+        "multiple of the actor world size 4",
+    ),
+    "minibatch not divisible by ranks": (
+        ["algorithm.minibatch_size=2"],
+        4,
+        "algorithm.minibatch_size",
+        "multiple of the actor world size 4",
+    ),
+    "global batch not divisible by ranks": (
+        ["actor.global_batch_size=128", "env.num_envs=12"],
+        3,
+        "actor.global_batch_size",
+        "multiple",
+    ),
     "micro-batch not dividing the per-rank share": (
-        ["env.num_envs=12", "algorithm.minibatch_size=96", "actor.micro_batch_size=3"], 3,
-        "actor.micro_batch_size", "per-rank minibatch algorithm.minibatch_size / actor ranks = 96 / 3 = 32"),
-    "micro-batch above the per-rank share": (["actor.micro_batch_size=256"], 2,
-                                             "actor.micro_batch_size", "= 128"),
+        ["env.num_envs=12", "algorithm.minibatch_size=96", "actor.micro_batch_size=3"],
+        3,
+        "actor.micro_batch_size",
+        "per-rank minibatch algorithm.minibatch_size / actor ranks = 96 / 3 = 32",
+    ),
+    "micro-batch above the per-rank share": (["actor.micro_batch_size=256"], 2, "actor.micro_batch_size", "= 128"),
     "hybrid shard size not dividing the ranks": (
-        ["actor.strategy=fsdp", "actor.fsdp_sharding_strategy=hybrid_shard",
-         "actor.fsdp_hybrid_shard_size=3"], 4, "actor.fsdp_hybrid_shard_size", "divisor"),
+        ["actor.strategy=fsdp", "actor.fsdp_sharding_strategy=hybrid_shard", "actor.fsdp_hybrid_shard_size=3"],
+        4,
+        "actor.fsdp_hybrid_shard_size",
+        "divisor",
+    ),
 }
 
 
@@ -232,7 +280,7 @@ def test_rank_local_minibatches_partition_the_global_ones(world, micro):
     """Ranks' members of minibatch k, mapped back to global indices, are exactly minibatch k of
     one process's permutation; and every rank plans the same number of micro-batches, at most
     `micro` samples each (padding with empty ones where a rank holds fewer members)."""
-    from fleetrl.dist.sharding import EnvShard, plan_epoch
+    from fleetrl.parallel.sharding import EnvShard, plan_epoch
 
     steps, envs, minibatch = 6, 8, 16
     order = torch.randperm(steps * envs, generator=torch.Generator().manual_seed(world))

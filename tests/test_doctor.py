@@ -39,23 +39,27 @@ from fleetrl.doctor.handshake import run_handshake
 from fleetrl.doctor.interfaces import interfaces
 from tests.conftest import own_children
 
-MIB = 1024 ** 2
+MIB = 1024**2
 
 
 # ---- helpers ----------------------------------------------------------------------------------
 
+
 @pytest.fixture(autouse=True)
 def plain_environment(monkeypatch):
     """The variables the doctor reads come from each test, not from the machine's shell."""
-    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "RAY_TMPDIR", "RAY_ADDRESS",
-                 "RAY_object_spilling_config"):
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "RAY_TMPDIR", "RAY_ADDRESS", "RAY_object_spilling_config"):
         monkeypatch.delenv(name, raising=False)
 
 
 TWO_ACTOR_RANKS = ("cluster.devices_per_node=2", "cluster.component_placement={actor: 0-1, env: 0}")
-ACTOR_ON_TWO_NODES = ("cluster.num_nodes=2", "cluster.devices_per_node=1",
-                      "cluster.component_placement={actor: 0-1, env: 0}")
+ACTOR_ON_TWO_NODES = (
+    "cluster.num_nodes=2",
+    "cluster.devices_per_node=1",
+    "cluster.component_placement={actor: 0-1, env: 0}",
+)
 LENIENT_DISK = {"min_free_bytes": 0, "max_used_percent": 100.0, "warn_used_percent": 100.0}
+
 
 def make_config(tmp_path: Path, *overrides: str):
     return load_config(None, [f"runner.run_dir={tmp_path / 'runs'}", *overrides])
@@ -64,15 +68,13 @@ def make_config(tmp_path: Path, *overrides: str):
 def doctor(config, *, only=None, fast=False, **options) -> tuple[int, str]:
     """run_doctor's exit code and text output."""
     out = io.StringIO()
-    code = run_doctor(config, json_output=False, fast=fast, only=only,
-                      options=DoctorOptions(**options), stream=out)
+    code = run_doctor(config, json_output=False, fast=fast, only=only, options=DoctorOptions(**options), stream=out)
     return code, out.getvalue()
 
 
 def doctor_json(config, *, only=None, fast=False, **options) -> tuple[int, dict]:
     out = io.StringIO()
-    code = run_doctor(config, json_output=True, fast=fast, only=only,
-                      options=DoctorOptions(**options), stream=out)
+    code = run_doctor(config, json_output=True, fast=fast, only=only, options=DoctorOptions(**options), stream=out)
     return code, json.loads(out.getvalue())
 
 
@@ -100,13 +102,15 @@ def closed_port() -> socket.socket:
 
 # ---- disk -------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def tiny_fs(tmp_path):
     """A real 1 MiB tmpfs, unmounted afterwards."""
     mount_point = tmp_path / "tiny"
     mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
     try:
@@ -137,15 +141,17 @@ def fill(directory: Path) -> None:
 
 class TestDisk:
     def test_empty_filesystem_passes(self, tiny_fs):
-        check = check_directory("disk.run_dir", "run directory", tiny_fs,
-                                DoctorOptions(min_free_bytes=MIB // 2), "move it")
+        check = check_directory(
+            "disk.run_dir", "run directory", tiny_fs, DoctorOptions(min_free_bytes=MIB // 2), "move it"
+        )
         assert check.status is Status.PASS, check
         assert "0% used" in check.detail and "1.0 MiB" in check.detail
 
     def test_full_filesystem_fails_with_the_percentage_and_a_fix(self, tiny_fs):
         fill(tiny_fs)
-        check = check_directory("disk.run_dir", "run directory", tiny_fs,
-                                DoctorOptions(min_free_bytes=0), "point runner.run_dir elsewhere")
+        check = check_directory(
+            "disk.run_dir", "run directory", tiny_fs, DoctorOptions(min_free_bytes=0), "point runner.run_dir elsewhere"
+        )
         assert check.status is Status.FAIL
         assert "100% used" in check.detail and "at or over 95%" in check.detail
         assert str(tiny_fs) in check.remedy and "point runner.run_dir elsewhere" in check.remedy
@@ -176,8 +182,7 @@ class TestDisk:
         (run_dir,) = checks_named(document, "disk.run_dir")
         assert run_dir["status"] == "pass"
 
-    def test_run_dir_and_spill_dir_from_the_config_and_ray_settings(self, tiny_fs, tmp_path,
-                                                                   monkeypatch):
+    def test_run_dir_and_spill_dir_from_the_config_and_ray_settings(self, tiny_fs, tmp_path, monkeypatch):
         fill(tiny_fs)
         spill = json.dumps({"type": "filesystem", "params": {"directory_path": str(tiny_fs)}})
         monkeypatch.setenv("RAY_object_spilling_config", spill)
@@ -190,9 +195,9 @@ class TestDisk:
 
 # ---- network: advertised address and interfaces -------------------------------------------------
 
+
 class TestInterfaces:
-    def test_nonexistent_gloo_socket_ifname_fails_naming_the_real_ones(self, tmp_path,
-                                                                       monkeypatch):
+    def test_nonexistent_gloo_socket_ifname_fails_naming_the_real_ones(self, tmp_path, monkeypatch):
         monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
         config = make_config(tmp_path, *TWO_ACTOR_RANKS)
         check = one(run(config, "network"), "network.GLOO_SOCKET_IFNAME")
@@ -200,16 +205,18 @@ class TestInterfaces:
         assert "no interface named 'nosuch0'" in check.detail and "the environment" in check.detail
         assert "lo (127.0.0.1)" in check.remedy
 
-    def test_a_bad_interface_only_warns_when_no_process_group_uses_it(self, tmp_path,
-                                                                      monkeypatch):
+    def test_a_bad_interface_only_warns_when_no_process_group_uses_it(self, tmp_path, monkeypatch):
         monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
         check = one(run(make_config(tmp_path), "network"), "network.GLOO_SOCKET_IFNAME")
         assert check.status is Status.WARN and "the actor has one rank" in check.detail
 
     def test_per_node_env_vars_from_the_config_are_checked(self, tmp_path, monkeypatch):
-        config = make_config(tmp_path, *TWO_ACTOR_RANKS, "actor.device=cuda",
-                             "cluster.env_vars={NCCL_SOCKET_IFNAME: lo, "
-                             "1: {NCCL_SOCKET_IFNAME: nosuch}}")
+        config = make_config(
+            tmp_path,
+            *TWO_ACTOR_RANKS,
+            "actor.device=cuda",
+            "cluster.env_vars={NCCL_SOCKET_IFNAME: lo, 1: {NCCL_SOCKET_IFNAME: nosuch}}",
+        )
         assert one(run(config, "network"), "network.NCCL_SOCKET_IFNAME").status is Status.PASS
         check = one(run(config, "network", node=1), "network.NCCL_SOCKET_IFNAME")
         assert check.status is Status.FAIL
@@ -218,8 +225,7 @@ class TestInterfaces:
 
     def test_nccl_prefixes_exact_names_and_exclusions(self, tmp_path, monkeypatch):
         config = make_config(tmp_path, *TWO_ACTOR_RANKS, "actor.device=cuda")
-        for value, status in [("l", Status.PASS), ("=l", Status.FAIL), ("=lo", Status.PASS),
-                              ("^nosuch", Status.PASS)]:
+        for value, status in [("l", Status.PASS), ("=l", Status.FAIL), ("=lo", Status.PASS), ("^nosuch", Status.PASS)]:
             monkeypatch.setenv("NCCL_SOCKET_IFNAME", value)
             check = one(run(config, "network"), "network.NCCL_SOCKET_IFNAME")
             assert check.status is status, (value, check)
@@ -250,20 +256,21 @@ class TestInterfaces:
         assert advertised.status is Status.FAIL
         assert "the loopback address 127.0.0.1 (interface lo" in advertised.detail
         assert "connectFullMesh" in advertised.detail
-        assert "GLOO_SOCKET_IFNAME" in advertised.remedy and "cluster.env_vars" in \
-            advertised.remedy
+        assert "GLOO_SOCKET_IFNAME" in advertised.remedy and "cluster.env_vars" in advertised.remedy
 
-    def test_hostname_resolving_to_loopback_with_remote_peers_fails(self, tmp_path,
-                                                                     monkeypatch):
+    def test_hostname_resolving_to_loopback_with_remote_peers_fails(self, tmp_path, monkeypatch):
         """The /etc/hosts '127.0.1.1 myhost' trap, with a hostname that really resolves so."""
         monkeypatch.setattr(socket, "gethostname", lambda: "localhost")
-        check = one(run(make_config(tmp_path, *ACTOR_ON_TWO_NODES), "network"),
-                    "network.advertised_address")
+        check = one(run(make_config(tmp_path, *ACTOR_ON_TWO_NODES), "network"), "network.advertised_address")
         assert check.status is Status.FAIL
         assert "hostname 'localhost' resolves to it" in check.detail
         # the seed's layout: the actor on node 0 only, envs on node 1 — Gloo stays on one machine
-        one_node_actor = make_config(tmp_path, "cluster.num_nodes=2", "cluster.devices_per_node=2",
-                                     "cluster.component_placement={actor: 0-1, env: 2-3}")
+        one_node_actor = make_config(
+            tmp_path,
+            "cluster.num_nodes=2",
+            "cluster.devices_per_node=2",
+            "cluster.component_placement={actor: 0-1, env: 2-3}",
+        )
         check = one(run(one_node_actor, "network"), "network.advertised_address")
         assert check.status is Status.WARN and "span nodes" in check.detail
 
@@ -275,13 +282,13 @@ class TestInterfaces:
 
 # ---- network: reachability --------------------------------------------------------------------
 
+
 class TestReachability:
     def test_doctor_catches_an_unreachable_peer_in_well_under_a_second(self, tmp_path):
         with closed_port() as holder:
             port = holder.getsockname()[1]
             start = time.monotonic()
-            code, text = doctor(make_config(tmp_path), only=["reachability"],
-                                peers=(f"127.0.0.1:{port}",))
+            code, text = doctor(make_config(tmp_path), only=["reachability"], peers=(f"127.0.0.1:{port}",))
             elapsed = time.monotonic() - start
         assert code == EXIT_CHECK_FAILED and elapsed < 1.0
         failure = next(line for line in text.splitlines() if line.startswith("FAIL"))
@@ -293,8 +300,7 @@ class TestReachability:
             listener.bind(("127.0.0.1", 0))
             listener.listen()
             port = listener.getsockname()[1]
-            code, document = doctor_json(make_config(tmp_path), only=["reachability"],
-                                         peers=(f"127.0.0.1:{port}",))
+            code, document = doctor_json(make_config(tmp_path), only=["reachability"], peers=(f"127.0.0.1:{port}",))
         assert code == EXIT_OK
         self_check, peer = checks_named(document, "network.reachability")
         assert "itself at 127.0.0.1:" in self_check["detail"]
@@ -310,6 +316,7 @@ class TestReachability:
 
 
 # ---- Gloo handshake ---------------------------------------------------------------------------
+
 
 class TestGlooHandshake:
     def test_two_ranks_rendezvous_and_all_reduce(self, tmp_path):
@@ -340,14 +347,16 @@ class TestGlooHandshake:
             result = run_handshake(2, store_port=port, timeout=8)  # start-up under load included
             elapsed = time.monotonic() - start
         assert not result.ok and elapsed < 10
-        assert (f"ranks 0, 1 still connecting to the rendezvous store at 127.0.0.1:{port}"
-                in result.detail), result.detail
+        assert f"ranks 0, 1 still connecting to the rendezvous store at 127.0.0.1:{port}" in result.detail, (
+            result.detail
+        )
         assert "(killed)" in result.detail
         assert all(outcome.timed_out for outcome in result.outcomes)
         assert not own_children()
 
 
 # ---- a live Ray cluster: joining, all pairs of nodes, feasibility --------------------------------
+
 
 @pytest.fixture
 def loopback_ray(monkeypatch):
@@ -357,8 +366,14 @@ def loopback_ray(monkeypatch):
 
     # On Linux Ray swaps a loopback node address for the machine's routable one; keep loopback.
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
-    ray.init(address="local", num_cpus=1, _node_ip_address="127.0.0.1", include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    ray.init(
+        address="local",
+        num_cpus=1,
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     try:
         yield ray
     finally:
@@ -370,14 +385,12 @@ class TestLiveRay:
         with closed_port() as holder:
             port = holder.getsockname()[1]
             start = time.monotonic()
-            check = one(run(make_config(tmp_path, f"cluster.ray_address=127.0.0.1:{port}"),
-                            "ray"), "ray.cluster")
+            check = one(run(make_config(tmp_path, f"cluster.ray_address=127.0.0.1:{port}"), "ray"), "ray.cluster")
         assert time.monotonic() - start < 1.0
         assert check.status is Status.FAIL
         assert f"cannot join the Ray cluster at 127.0.0.1:{port}" in check.detail
 
-    def test_connected_cluster_nodes_pairs_and_placement(self, loopback_ray, tmp_path,
-                                                          monkeypatch):
+    def test_connected_cluster_nodes_pairs_and_placement(self, loopback_ray, tmp_path, monkeypatch):
         from fleetrl.doctor import mesh
 
         config = make_config(tmp_path, "cluster.devices_per_node=1")
@@ -390,8 +403,12 @@ class TestLiveRay:
         (pairs,) = checks_named(document, "network.mesh")
         assert "all 1x1 pairs of nodes connect" in pairs["detail"]
 
-        two_nodes = make_config(tmp_path, "cluster.num_nodes=2", "cluster.devices_per_node=1",
-                                "cluster.component_placement={actor: 0, env: 1}")
+        two_nodes = make_config(
+            tmp_path,
+            "cluster.num_nodes=2",
+            "cluster.devices_per_node=1",
+            "cluster.component_placement={actor: 0, env: 1}",
+        )
         check = one(run(two_nodes, "placement"), "placement")
         assert check.status is Status.FAIL and "the Ray cluster has 1 live node(s)" in check.detail
 
@@ -409,6 +426,7 @@ class TestLiveRay:
 
 # ---- CUDA, placement --------------------------------------------------------------------------
 
+
 class TestCudaAndPlacement:
     def test_cuda_skipped_without_gpus_unless_asked_for(self, tmp_path):
         torch = pytest.importorskip("torch")
@@ -420,36 +438,42 @@ class TestCudaAndPlacement:
         assert check.status is Status.FAIL and "actor.device=cuda" in check.detail
 
     def test_placement_beyond_the_cluster_fails_naming_the_key(self, tmp_path):
-        config = make_config(tmp_path, "cluster.devices_per_node=2",
-                             "cluster.component_placement={actor: 0-1, env: 5}")
+        config = make_config(tmp_path, "cluster.devices_per_node=2", "cluster.component_placement={actor: 0-1, env: 5}")
         check = one(run(config, "placement"), "placement")
         assert check.status is Status.FAIL
-        assert "cluster.component_placement.env" in check.detail and "outside the cluster" in \
-            check.detail
+        assert "cluster.component_placement.env" in check.detail and "outside the cluster" in check.detail
 
     def test_placement_that_fits_this_machine_passes(self, tmp_path):
-        config = make_config(tmp_path, "cluster.devices_per_node=1",
-                             "cluster.component_placement={actor: 0, env: 0}")
+        config = make_config(tmp_path, "cluster.devices_per_node=1", "cluster.component_placement={actor: 0, env: 0}")
         check = one(run(config, "placement"), "placement")
         assert check.status is Status.PASS and "node 0 has" in check.detail
 
     def test_more_cpu_slots_than_cores_warns(self, tmp_path):
         slots = psutil.cpu_count() * 2
-        config = make_config(tmp_path, f"cluster.devices_per_node={slots}",
-                             f"cluster.component_placement={{actor: 0-{slots - 1}, env: 0}}",
-                             f"env.num_envs={slots}", f"algorithm.minibatch_size={slots}")
+        config = make_config(
+            tmp_path,
+            f"cluster.devices_per_node={slots}",
+            f"cluster.component_placement={{actor: 0-{slots - 1}, env: 0}}",
+            f"env.num_envs={slots}",
+            f"algorithm.minibatch_size={slots}",
+        )
         check = one(run(config, "placement"), "placement")
         assert check.status is Status.WARN, check
         assert f"uses {slots} CPU(s)" in check.detail
 
     def test_remote_nodes_without_a_ray_cluster_to_join_fail(self, tmp_path):
-        config = make_config(tmp_path, "cluster.num_nodes=2", "cluster.devices_per_node=1",
-                             "cluster.component_placement={actor: 0, env: 1}")
+        config = make_config(
+            tmp_path,
+            "cluster.num_nodes=2",
+            "cluster.devices_per_node=1",
+            "cluster.component_placement={actor: 0, env: 1}",
+        )
         check = one(run(config, "placement"), "placement")
         assert check.status is Status.FAIL and "cluster.ray_address" in check.detail
 
 
 # ---- env reset + step -------------------------------------------------------------------------
+
 
 class TestEnv:
     def test_reset_and_step_pass(self, tmp_path):
@@ -471,11 +495,13 @@ class TestEnv:
         config = make_config(tmp_path, "env.id=tests.doctor_envs:BrokenResetEnv")
         check = one(run(config, "env"), "env.reset_step")
         assert check.status is Status.FAIL
-        assert ("failed while in env.reset(): RuntimeError: scene asset "
-                "'house_living_room.usd' not found") in check.detail
+        assert (
+            "failed while in env.reset(): RuntimeError: scene asset 'house_living_room.usd' not found"
+        ) in check.detail
 
 
 # ---- output, exit codes, the command, the preflight ------------------------------------------
+
 
 class TestOutput:
     def test_fast_json_shape_and_exit_code(self, tmp_path):
@@ -514,16 +540,24 @@ class TestOutput:
         config_file.write_text(f"runner:\n  run_dir: {tmp_path / 'runs'}\n")
         parser = add_doctor_arguments(argparse.ArgumentParser(prog="fleetrl doctor"))
         with closed_port() as holder:
-            args = parser.parse_args([str(config_file), "env.num_envs=4", "--json", "--only",
-                                      "reachability", "--peer",
-                                      f"127.0.0.1:{holder.getsockname()[1]}",
-                                      "--connect-timeout", "0.5"])
+            args = parser.parse_args(
+                [
+                    str(config_file),
+                    "env.num_envs=4",
+                    "--json",
+                    "--only",
+                    "reachability",
+                    "--peer",
+                    f"127.0.0.1:{holder.getsockname()[1]}",
+                    "--connect-timeout",
+                    "0.5",
+                ]
+            )
             assert command_doctor(args) == EXIT_CHECK_FAILED
         document = json.loads(capsys.readouterr().out)
         assert [check["status"] for check in document["checks"]] == ["pass", "fail"]
 
-    def test_preflight_is_quiet_when_ready_and_refuses_when_not(self, tmp_path, capsys,
-                                                                monkeypatch):
+    def test_preflight_is_quiet_when_ready_and_refuses_when_not(self, tmp_path, capsys, monkeypatch):
         lenient = DoctorOptions(**LENIENT_DISK)
         config = make_config(tmp_path, *TWO_ACTOR_RANKS)
         assert preflight(config, lenient) == EXIT_OK
@@ -537,6 +571,7 @@ class TestOutput:
 
 # ---- the `fleetrl` command ------------------------------------------------------------------------
 
+
 def cli_has_doctor() -> bool:
     from fleetrl import cli
 
@@ -545,10 +580,8 @@ def cli_has_doctor() -> bool:
 
 def test_importing_the_doctor_is_cheap():
     """cli.py imports it at start-up: no torch, no Ray, no gymnasium until a check needs them."""
-    code = ("import sys, fleetrl.doctor; "
-            "print([m for m in ('torch', 'ray', 'gymnasium') if m in sys.modules])")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60, check=True)
+    code = "import sys, fleetrl.doctor; print([m for m in ('torch', 'ray', 'gymnasium') if m in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]"
 
 
@@ -557,8 +590,9 @@ def test_fleetrl_doctor_exit_codes(tmp_path):
     from tests.conftest import FLEETRL, REPO, subprocess_env
 
     def doctor_command(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*FLEETRL, "doctor", *args], cwd=REPO, env=subprocess_env(),
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [*FLEETRL, "doctor", *args], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120
+        )
 
     with closed_port() as holder:
         port = holder.getsockname()[1]

@@ -20,10 +20,16 @@ from tests.envs import obs
 ENTRY = "tests.envs:CountingEnv"
 
 
-def make_worker(lengths=(3,), terminal=(True,), num_envs=2, max_episode_steps=None, seed=0,
-                training=True, **env_options) -> EnvWorker:
-    config = EnvConfig(id=ENTRY, kwargs={"lengths": list(lengths), "terminal": list(terminal)},
-                       num_envs=num_envs, max_episode_steps=max_episode_steps, **env_options)
+def make_worker(
+    lengths=(3,), terminal=(True,), num_envs=2, max_episode_steps=None, seed=0, training=True, **env_options
+) -> EnvWorker:
+    config = EnvConfig(
+        id=ENTRY,
+        kwargs={"lengths": list(lengths), "terminal": list(terminal)},
+        num_envs=num_envs,
+        max_episode_steps=max_episode_steps,
+        **env_options,
+    )
     return EnvWorker(config, gamma=0.99, seed=seed, training=training)
 
 
@@ -211,8 +217,7 @@ def test_async_env_processes_are_spawned_not_forked(worker_factory):
     children = [p for p in psutil.Process().children() if not is_interpreter_helper(p)]
     assert len(children) == 2
     for child in children:
-        assert "spawn_main" in " ".join(child.cmdline()), (
-            f"env subprocess {child.pid} was forked: {child.cmdline()}")
+        assert "spawn_main" in " ".join(child.cmdline()), f"env subprocess {child.pid} was forked: {child.cmdline()}"
 
 
 def test_close_ends_async_env_processes():
@@ -248,10 +253,9 @@ def check_trajectory(trajectory, policy: Policy, obs_after: np.ndarray, max_step
                 elif t + 1 < steps:
                     expected = trajectory.values[t + 1, i]
                 else:
-                    expected = policy.value(torch.from_numpy(obs_after[i:i + 1]))[0]
+                    expected = policy.value(torch.from_numpy(obs_after[i : i + 1]))[0]
                 if not trajectory.terminated[t, i]:
-                    torch.testing.assert_close(trajectory.next_values[t, i], expected,
-                                               msg=f"next_values[{t}, {i}]")
+                    torch.testing.assert_close(trajectory.next_values[t, i], expected, msg=f"next_values[{t}, {i}]")
     return int(truncated.sum())
 
 
@@ -265,8 +269,7 @@ def inline_collector(env: EnvWorker, policy: Policy, steps: int, stages: int = 1
 
 def truncating_env(stages: int = 1) -> EnvWorker:
     """env 0 terminates every 2 steps; env 1 never terminates and is truncated every 3 steps."""
-    config = EnvConfig(id=ENTRY, kwargs={"lengths": [2], "terminal": [True, False]}, num_envs=2,
-                       max_episode_steps=3)
+    config = EnvConfig(id=ENTRY, kwargs={"lengths": [2], "terminal": [True, False]}, num_envs=2, max_episode_steps=3)
     return EnvWorker(config, gamma=0.99, seed=0, stages=stages)
 
 
@@ -285,9 +288,10 @@ def test_collector_bootstraps_truncations_from_the_final_obs():
         expected_dones[[2, 5], 1] = True
         assert torch.equal(trajectory.terminated, expected_terminated)
         assert torch.equal(trajectory.dones, expected_dones)
-        np.testing.assert_array_equal(trajectory.obs[:3].numpy(), [[obs(0, 0, 0), obs(1, 0, 0)],
-                                                                    [obs(0, 0, 1), obs(1, 0, 1)],
-                                                                    [obs(0, 1, 0), obs(1, 0, 2)]])
+        np.testing.assert_array_equal(
+            trajectory.obs[:3].numpy(),
+            [[obs(0, 0, 0), obs(1, 0, 0)], [obs(0, 0, 1), obs(1, 0, 1)], [obs(0, 1, 0), obs(1, 0, 2)]],
+        )
         np.testing.assert_array_equal(trajectory.rewards[:, 1].numpy(), [1, 2, 3, 1, 2, 3, 1])
         # the two truncations, spelled out: V(final obs), not V(the reset obs that followed)
         with torch.no_grad():

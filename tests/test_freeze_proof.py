@@ -16,18 +16,34 @@ from fleetrl.checkpoint import load_latest
 from tests.conftest import FLEETRL, REPO, subprocess_env
 from tests.test_ray_backend import no_ray_left_behind  # noqa: F401  (autouse fixture)
 
-SMALL = ["env.num_envs=4", "algorithm.num_steps=16", "algorithm.minibatch_size=32", "algorithm.update_epochs=2",
-         "runner.checkpoint_interval=1", "runner.tensorboard=false", "runner.total_env_steps=1000000",
-         "watchdog.heartbeat_timeout_s=3", "--skip-doctor"]
-RAY_TWO_ACTORS = ["cluster.backend=ray", "cluster.devices_per_node=2",
-                  "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0}"]
+SMALL = [
+    "env.num_envs=4",
+    "algorithm.num_steps=16",
+    "algorithm.minibatch_size=32",
+    "algorithm.update_epochs=2",
+    "runner.checkpoint_interval=1",
+    "runner.tensorboard=false",
+    "runner.total_env_steps=1000000",
+    "watchdog.heartbeat_timeout_s=3",
+    "--skip-doctor",
+]
+RAY_TWO_ACTORS = [
+    "cluster.backend=ray",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0}",
+]
 
 
 def run_fault(tmp_path, *overrides: str, timeout: int = 180, checkpointed: bool = True) -> tuple[int, dict, str]:
     """Train until the injected fault; `checkpointed`: it strikes after the first checkpoint."""
-    result = subprocess.run([*FLEETRL, "train", "configs/ppo_cartpole.yaml", f"runner.run_dir={tmp_path}",
-                             *SMALL, *overrides], cwd=REPO, env=subprocess_env(), capture_output=True,
-                            text=True, timeout=timeout)
+    result = subprocess.run(
+        [*FLEETRL, "train", "configs/ppo_cartpole.yaml", f"runner.run_dir={tmp_path}", *SMALL, *overrides],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     (run_dir,) = tmp_path.iterdir()
     report_file = run_dir / "hang_report.json"
     assert report_file.is_file(), result.stderr[-3000:]
@@ -57,8 +73,10 @@ CATALOGUE = {
     "rank frozen with SIGSTOP": (("stop", "actor", 1, 3), ("process_frozen", 10, "stopped (SIGSTOP")),
     "env.step never returns on one env worker": (("hang", "env", 1, 40), ("phase_timeout", 10, "env.step")),
     "rank-dependent extra collective": (("extra_collective", "actor", 1, 2), ("collective_mismatch", 10, "#")),
-    "one rank does more optimisation steps": (("extra_step", "actor", 1, 2),
-                                              ("collective_mismatch", 10, "more collectives")),
+    "one rank does more optimisation steps": (
+        ("extra_step", "actor", 1, 2),
+        ("collective_mismatch", 10, "more collectives"),
+    ),
 }
 
 
@@ -83,18 +101,26 @@ def test_env_step_that_never_returns_inline(tmp_path):
     assert_incident(code, report, "phase_timeout", ["inline", 0], 10)
     assert "env.step" in report["summary"] and "faults.py" in report["summary"]
     (run_dir,) = tmp_path.iterdir()
-    diagnosis = subprocess.run([*FLEETRL, "diagnose", str(run_dir)], capture_output=True, text=True,
-                               env=subprocess_env(), timeout=60)
+    diagnosis = subprocess.run(
+        [*FLEETRL, "diagnose", str(run_dir)], capture_output=True, text=True, env=subprocess_env(), timeout=60
+    )
     assert diagnosis.returncode == 0 and report["summary"] in diagnosis.stdout
-    drawn = subprocess.run([*FLEETRL, "report", str(run_dir)], capture_output=True, text=True,
-                           env=subprocess_env(), timeout=120)
+    drawn = subprocess.run(
+        [*FLEETRL, "report", str(run_dir)], capture_output=True, text=True, env=subprocess_env(), timeout=120
+    )
     assert drawn.returncode == 0 and (run_dir / "incident_timeline.png").stat().st_size > 0
 
 
 def test_env_step_that_never_returns_on_a_disaggregated_env_node(tmp_path):
-    code, report, _ = run_fault(tmp_path, "cluster.backend=ray", "cluster.simulate_nodes=2", "cluster.num_nodes=2",
-                                "cluster.devices_per_node=1", "cluster.component_placement={actor: 0, env: 1}",
-                                fault("hang", "env", 0, 40))
+    code, report, _ = run_fault(
+        tmp_path,
+        "cluster.backend=ray",
+        "cluster.simulate_nodes=2",
+        "cluster.num_nodes=2",
+        "cluster.devices_per_node=1",
+        "cluster.component_placement={actor: 0, env: 1}",
+        fault("hang", "env", 0, 40),
+    )
     assert_incident(code, report, "phase_timeout", ["env", 0], 10)
     assert next(w for w in report["workers"] if w["culprit"])["node"] == 1
 
@@ -109,31 +135,43 @@ def test_exception_in_one_worker_shows_its_traceback(tmp_path):
 
 
 def test_head_without_gradient_is_named_not_a_hang(tmp_path):
-    code, report, _ = run_fault(tmp_path, *RAY_TWO_ACTORS, "model.id=tests.fault_models:UnusedHeadNet",
-                                checkpointed=False)
+    code, report, _ = run_fault(
+        tmp_path, *RAY_TWO_ACTORS, "model.id=tests.fault_models:UnusedHeadNet", checkpointed=False
+    )
     assert code == 4 and report["cause"] == "worker_exception", report["summary"]
     assert "forgotten_head" in report["summary"] + report["detail"]
 
 
 def test_wrong_interface_is_peer_unreachable_in_seconds(tmp_path):
     started = time.monotonic()
-    code, report, _ = run_fault(tmp_path, *RAY_TWO_ACTORS, "actor.dist_timeout_s=5",
-                                "cluster.env_vars={GLOO_SOCKET_IFNAME: nosuchif0}", checkpointed=False)
+    code, report, _ = run_fault(
+        tmp_path,
+        *RAY_TWO_ACTORS,
+        "actor.dist_timeout_s=5",
+        "cluster.env_vars={GLOO_SOCKET_IFNAME: nosuchif0}",
+        checkpointed=False,
+    )
     assert code == 4 and report["cause"] == "peer_unreachable", report["summary"]
     assert "nosuchif0" in report["summary"] + report["detail"]
     assert time.monotonic() - started < 60
 
 
-@pytest.mark.parametrize(("when", "signum", "exit_code"), [("rollout", signal.SIGINT, 130),
-                                                        ("update", signal.SIGINT, 130),
-                                                        ("update", signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("when", "signum", "exit_code"),
+    [("rollout", signal.SIGINT, 130), ("update", signal.SIGINT, 130), ("update", signal.SIGTERM, 143)],
+)
 def test_ctrl_c_on_ray_saves_and_stops_cleanly(tmp_path, when, signum, exit_code):
     """SIGINT (Ctrl-C) or SIGTERM while collecting or while the actor trains: a checkpoint of the
     reached iteration, exit 130 / 143, every Ray process gone (checked by the autouse fixture)."""
     slow = "env.id=fleetrl.envs.slow:SlowCartPole" if when == "rollout" else "algorithm.update_epochs=200"
-    process = subprocess.Popen([*FLEETRL, "train", "configs/ppo_cartpole.yaml", f"runner.run_dir={tmp_path}",
-                                *SMALL, *RAY_TWO_ACTORS, slow], cwd=REPO, env=subprocess_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*FLEETRL, "train", "configs/ppo_cartpole.yaml", f"runner.run_dir={tmp_path}", *SMALL, *RAY_TWO_ACTORS, slow],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not list(tmp_path.glob("*/checkpoints/ckpt_*.pt")):

@@ -17,12 +17,18 @@ from fleetrl.errors import ConfigError
 from fleetrl.metrics_log import read_metrics
 from tests.ray_runs import run_on_ray, train_on_ray
 from tests.test_freeze_proof import assert_incident, fault, run_fault
-from tests.test_ray_backend import no_ray_left_behind  # noqa: F401  (autouse fixture)
-from tests.test_ray_backend import train
+from tests.test_ray_backend import (
+    no_ray_left_behind,  # noqa: F401  (autouse fixture)
+    train,
+)
 
 FUSE = "cluster.fuse_collocated=true"
-TWO_FUSED_RANKS = ["cluster.backend=ray", "cluster.devices_per_node=2",
-                   "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}", FUSE]
+TWO_FUSED_RANKS = [
+    "cluster.backend=ray",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}",
+    FUSE,
+]
 
 
 def layout(*overrides: str):
@@ -36,14 +42,18 @@ class TestLayout:
     def test_inline_is_one_process_already(self):
         assert not layout(FUSE, "cluster.backend=inline").fused
 
-    @pytest.mark.parametrize("placement, words", [
-        ("{actor: 0-1, env: 0-1, rollout: 0}", "as many env and rollout ranks as actor ranks"),
-        ("{actor: 0-1, env: 2-3, rollout: 0-1}", "rank 0: env on device 2"),
-    ])
+    @pytest.mark.parametrize(
+        "placement, words",
+        [
+            ("{actor: 0-1, env: 0-1, rollout: 0}", "as many env and rollout ranks as actor ranks"),
+            ("{actor: 0-1, env: 2-3, rollout: 0-1}", "rank 0: env on device 2"),
+        ],
+    )
     def test_placement_that_cannot_fuse_names_the_key(self, placement, words):
         with pytest.raises(ConfigError) as caught:
-            layout("cluster.backend=ray", "cluster.devices_per_node=4",
-                   f"cluster.component_placement={placement}", FUSE)
+            layout(
+                "cluster.backend=ray", "cluster.devices_per_node=4", f"cluster.component_placement={placement}", FUSE
+            )
         assert caught.value.key == "cluster.fuse_collocated"
         assert words in str(caught.value)
 
@@ -54,7 +64,11 @@ class TestLayout:
         fused = fused_assignments(placement, 16)
         assert {a.cpu_threads for a in placement.assignments} == {2}
         assert [(a.component, a.rank, a.node, a.device, a.cpu_threads) for a in fused] == [
-            ("fused", 0, 0, 0, 8), ("fused", 1, 0, 1, 8), ("fused", 2, 1, 2, 8), ("fused", 3, 1, 3, 8)]
+            ("fused", 0, 0, 0, 8),
+            ("fused", 1, 0, 1, 8),
+            ("fused", 2, 1, 2, 8),
+            ("fused", 3, 1, 3, 8),
+        ]
 
     def test_dry_run_lists_the_fused_processes(self, capsys):
         assert main(["train", "configs/ppo_cartpole.yaml", *TWO_FUSED_RANKS, "--dry-run"]) == 0
@@ -74,8 +88,15 @@ def test_one_fused_rank_on_ray_reproduces_the_inline_run_exactly(tmp_path):
     runs = {}
     for backend in ("inline", "ray"):
         (tmp_path / backend).mkdir()
-        summary = train(tmp_path / backend, "configs/ppo_cartpole.yaml", f"cluster.backend={backend}", FUSE,
-                        f"runner.torch_threads={os.cpu_count()}", "runner.total_env_steps=2560", "--skip-doctor")
+        summary = train(
+            tmp_path / backend,
+            "configs/ppo_cartpole.yaml",
+            f"cluster.backend={backend}",
+            FUSE,
+            f"runner.torch_threads={os.cpu_count()}",
+            "runner.total_env_steps=2560",
+            "--skip-doctor",
+        )
         runs[backend] = read_metrics(summary["run_dir"])
     keys = ("global_step", "episode_return_last100", "policy_loss", "value_loss", "approx_kl")
     assert [[r[k] for k in keys] for r in runs["ray"]] == [[r[k] for k in keys] for r in runs["inline"]]
@@ -85,30 +106,43 @@ def test_one_fused_rank_on_ray_reproduces_the_inline_run_exactly(tmp_path):
 def test_two_fused_ranks_train_cartpole_to_target_and_resume(tmp_path):
     """2 DDP ranks, each collecting its own 4 envs in its own process: no weight sync, global
     counters summed over both ranks, and a checkpoint that resumes."""
-    run_dir, records = train_on_ray(tmp_path, "configs/ppo_cartpole.yaml", *TWO_FUSED_RANKS,
-                                    "runner.target_return=475", "runner.checkpoint_interval=100",
-                                    "--skip-doctor")
+    run_dir, records = train_on_ray(
+        tmp_path,
+        "configs/ppo_cartpole.yaml",
+        *TWO_FUSED_RANKS,
+        "runner.target_return=475",
+        "runner.checkpoint_interval=100",
+        "--skip-doctor",
+    )
     assert records[-1]["episode_return_last100"] >= 475
     assert all(r["time_weight_sync_s"] < 1e-3 for r in records)
     assert [r["global_step"] for r in records[:2]] == [256, 512]  # 2 ranks x 4 envs x 32 steps
     steps = records[-1]["global_step"]
     code, stderr = run_fused_resume(tmp_path, run_dir, steps + 512)
     assert code == 0, stderr[-4000:]
-    resumed = read_metrics(run_dir)[len(records):]
+    resumed = read_metrics(run_dir)[len(records) :]
     assert [r["global_step"] for r in resumed] == [steps + 256, steps + 512]
     assert resumed[0]["iteration"] == records[-1]["iteration"] + 1
 
 
 def run_fused_resume(tmp_path, run_dir, total_steps: int) -> tuple[int, str]:
-    return run_on_ray(tmp_path, "configs/ppo_cartpole.yaml", *TWO_FUSED_RANKS, f"runner.resume={run_dir}",
-                      f"runner.total_env_steps={total_steps}", "--skip-doctor")
+    return run_on_ray(
+        tmp_path,
+        "configs/ppo_cartpole.yaml",
+        *TWO_FUSED_RANKS,
+        f"runner.resume={run_dir}",
+        f"runner.total_env_steps={total_steps}",
+        "--skip-doctor",
+    )
 
 
 # (fault kind, component, rank, call) → (cause, bound in s, words the summary must hold)
 FUSED_FAULTS = {
     # rank 0 trains meanwhile and waits in the first all-reduce for rank 1, which never comes
-    "env.step never returns in fused rank 1": (("hang", "env", 1, 40),
-                                               ("rank_missing_from_collective", 10, "in env.step")),
+    "env.step never returns in fused rank 1": (
+        ("hang", "env", 1, 40),
+        ("rank_missing_from_collective", 10, "in env.step"),
+    ),
     "fused rank 1 killed while training": (("kill", "actor", 1, 3), ("worker_died", 3, "died")),
     "env.step raises in fused rank 1": (("exception", "env", 1, 40), ("worker_exception", 3, "in env.step")),
 }

@@ -108,7 +108,13 @@ def test_envs_are_independent():
     dones = terminated | (torch.rand(7, 4) < 0.15)
     together, _ = compute_gae(rewards, values, next_values, terminated, dones, 0.99, 0.9)
     for env in range(4):
-        alone, _ = compute_gae(rewards[:, env:env + 1], values[:, env:env + 1],
-                               next_values[:, env:env + 1], terminated[:, env:env + 1],
-                               dones[:, env:env + 1], 0.99, 0.9)
-        torch.testing.assert_close(together[:, env:env + 1], alone)
+        alone, _ = compute_gae(
+            rewards[:, env : env + 1],
+            values[:, env : env + 1],
+            next_values[:, env : env + 1],
+            terminated[:, env : env + 1],
+            dones[:, env : env + 1],
+            0.99,
+            0.9,
+        )
+        torch.testing.assert_close(together[:, env : env + 1], alone)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from fleetrl.checkpoint import list_checkpoints
-from fleetrl.dist.param_check import ReplicaDivergenceError, odd_ranks
+from fleetrl.parallel.param_check import ReplicaDivergenceError, odd_ranks
 from tests import param_check_support
 from tests.ppg_support import run_ranks
 from tests.ray_runs import run_on_ray
@@ -40,9 +40,17 @@ def test_a_diverged_rank_stops_the_run_and_keeps_the_checkpoint(tmp_path):
     path during iteration 2 (its 12th training forward); the check after iteration 2 stops the
     run with a report naming the parameter and the rank; iteration 1's checkpoint stays."""
     code, stderr = run_on_ray(
-        tmp_path, "configs/ppo_cartpole.yaml", "env.num_envs=4", "model.id=tests.param_check_support:DriftingNet",
-        "algorithm.num_steps=16", "algorithm.minibatch_size=32", "algorithm.update_epochs=4",
-        "runner.param_check_interval=1", "runner.checkpoint_interval=1", "runner.total_env_steps=640")
+        tmp_path,
+        "configs/ppo_cartpole.yaml",
+        "env.num_envs=4",
+        "model.id=tests.param_check_support:DriftingNet",
+        "algorithm.num_steps=16",
+        "algorithm.minibatch_size=32",
+        "algorithm.update_epochs=4",
+        "runner.param_check_interval=1",
+        "runner.checkpoint_interval=1",
+        "runner.total_env_steps=640",
+    )
     # an incident (README: exit code 4): report written, every worker ended
     assert code != 0, stderr[-3000:]
     (run_dir,) = tmp_path.iterdir()

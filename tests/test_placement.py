@@ -118,7 +118,13 @@ def test_processes_per_device_numbers_ranks_by_device_then_process():
     env = placement.ranks("env")
     assert placement.world_size("env") == 6
     assert [(a.rank, a.device, a.process_index) for a in env] == [
-        (0, 8, 0), (1, 8, 1), (2, 8, 2), (3, 9, 0), (4, 9, 1), (5, 9, 2)]
+        (0, 8, 0),
+        (1, 8, 1),
+        (2, 8, 2),
+        (3, 9, 0),
+        (4, 9, 1),
+        (5, 9, 2),
+    ]
     assert {a.world_size for a in env} == {6}
 
 
@@ -136,8 +142,12 @@ class TestThreads:
         assert {a.cpu_threads for a in placement.ranks("env")} == {24}
 
     def test_processes_per_device_count_towards_the_split(self):
-        placement = resolve({"actor": 0, "env": {"devices": "1", "processes_per_device": 3}},
-                            num_nodes=1, devices_per_node=2, cpu_count_per_node=10)
+        placement = resolve(
+            {"actor": 0, "env": {"devices": "1", "processes_per_device": 3}},
+            num_nodes=1,
+            devices_per_node=2,
+            cpu_count_per_node=10,
+        )
         # 1 actor + 1 rollout (collocated by default) + 3 env processes share 10 CPUs.
         assert {a.cpu_threads for a in placement.assignments} == {2}
 
@@ -164,48 +174,93 @@ class TestParseDeviceRange:
 
 @pytest.mark.parametrize("spec", ["3-1", "a-b", "0-", "-1", "0-3,", "1.5"])
 def test_malformed_range_text(spec):
-    config_error("cluster.component_placement.env", repr(spec), num_nodes=2, devices_per_node=8,
-                 component_placement={"actor": "0-7", "env": spec})
+    config_error(
+        "cluster.component_placement.env",
+        repr(spec),
+        num_nodes=2,
+        devices_per_node=8,
+        component_placement={"actor": "0-7", "env": spec},
+    )
 
 
 def test_backwards_range_suggests_the_fix():
-    error = config_error("cluster.component_placement.env", "'3-1'", "'1-3'", num_nodes=1,
-                         devices_per_node=8, component_placement={"actor": 0, "env": "3-1"})
+    error = config_error(
+        "cluster.component_placement.env",
+        "'3-1'",
+        "'1-3'",
+        num_nodes=1,
+        devices_per_node=8,
+        component_placement={"actor": 0, "env": "3-1"},
+    )
     assert "backwards" in str(error)
 
 
 @pytest.mark.parametrize("spec", [None, "", " ", [0, 1], 1.0, True])
 def test_spec_that_is_not_a_range(spec):
-    config_error("cluster.component_placement.actor", repr(spec), num_nodes=1, devices_per_node=8,
-                 component_placement={"actor": spec, "env": 0})
+    config_error(
+        "cluster.component_placement.actor",
+        repr(spec),
+        num_nodes=1,
+        devices_per_node=8,
+        component_placement={"actor": spec, "env": 0},
+    )
 
 
 def test_range_beyond_the_cluster_names_the_cluster_size():
-    error = config_error("cluster.component_placement.env", "'8-11'", "2 node(s) x 4 device(s)",
-                         "8 devices", "[8, 9, 10, 11]", num_nodes=2, devices_per_node=4,
-                         component_placement={"actor": "0-3", "rollout": "0-1", "env": "8-11"})
+    error = config_error(
+        "cluster.component_placement.env",
+        "'8-11'",
+        "2 node(s) x 4 device(s)",
+        "8 devices",
+        "[8, 9, 10, 11]",
+        num_nodes=2,
+        devices_per_node=4,
+        component_placement={"actor": "0-3", "rollout": "0-1", "env": "8-11"},
+    )
     assert error.value == "8-11"
 
 
 def test_device_beyond_the_cluster_as_int():
-    config_error("cluster.component_placement.actor", "16", "2 node(s) x 8 device(s)",
-                 num_nodes=2, devices_per_node=8, component_placement={"actor": 16, "env": 0})
+    config_error(
+        "cluster.component_placement.actor",
+        "16",
+        "2 node(s) x 8 device(s)",
+        num_nodes=2,
+        devices_per_node=8,
+        component_placement={"actor": 16, "env": 0},
+    )
 
 
 def test_negative_device_int():
-    config_error("cluster.component_placement.actor", "-1", num_nodes=1, devices_per_node=8,
-                 component_placement={"actor": -1, "env": 0})
+    config_error(
+        "cluster.component_placement.actor",
+        "-1",
+        num_nodes=1,
+        devices_per_node=8,
+        component_placement={"actor": -1, "env": 0},
+    )
 
 
 def test_duplicate_devices_within_one_spec():
-    config_error("cluster.component_placement.actor", "'0-3,2-5'", "[2, 3]", num_nodes=1,
-                 devices_per_node=8, component_placement={"actor": "0-3,2-5", "env": 6})
+    config_error(
+        "cluster.component_placement.actor",
+        "'0-3,2-5'",
+        "[2, 3]",
+        num_nodes=1,
+        devices_per_node=8,
+        component_placement={"actor": "0-3,2-5", "env": 6},
+    )
 
 
 def test_unknown_component_suggests_the_nearest():
-    error = config_error("cluster.component_placement.rollot", "'rollot'", "did you mean 'rollout'",
-                         num_nodes=1, devices_per_node=8,
-                         component_placement={"actor": 0, "rollot": 0, "env": 1})
+    error = config_error(
+        "cluster.component_placement.rollot",
+        "'rollot'",
+        "did you mean 'rollout'",
+        num_nodes=1,
+        devices_per_node=8,
+        component_placement={"actor": 0, "rollot": 0, "env": 1},
+    )
     assert "['actor', 'rollout', 'env']" in str(error)
 
 
@@ -213,54 +268,80 @@ def test_unknown_component_suggests_the_nearest():
 def test_required_component_missing(missing):
     layout = {"actor": "0-3", "env": "4-7"}
     del layout[missing]
-    config_error(f"cluster.component_placement.{missing}", "None", num_nodes=1,
-                 devices_per_node=8, component_placement=layout)
+    config_error(
+        f"cluster.component_placement.{missing}", "None", num_nodes=1, devices_per_node=8, component_placement=layout
+    )
 
 
 def test_placement_that_is_not_a_mapping():
-    config_error("cluster.component_placement", "'0-7'", num_nodes=1, devices_per_node=8,
-                 component_placement="0-7")
+    config_error("cluster.component_placement", "'0-7'", num_nodes=1, devices_per_node=8, component_placement="0-7")
 
 
 @pytest.mark.parametrize("processes", [0, -2, 1.5, "2", True])
 def test_non_positive_processes_per_device(processes):
-    config_error("cluster.component_placement.env.processes_per_device", repr(processes),
-                 num_nodes=1, devices_per_node=8,
-                 component_placement={"actor": 0, "env": {"devices": "1-2",
-                                                           "processes_per_device": processes}})
+    config_error(
+        "cluster.component_placement.env.processes_per_device",
+        repr(processes),
+        num_nodes=1,
+        devices_per_node=8,
+        component_placement={"actor": 0, "env": {"devices": "1-2", "processes_per_device": processes}},
+    )
 
 
 def test_unknown_field_in_a_spec_mapping():
-    config_error("cluster.component_placement.env.process_per_device", "2",
-                 "did you mean 'processes_per_device'", num_nodes=1, devices_per_node=8,
-                 component_placement={"actor": 0, "env": {"devices": 1, "process_per_device": 2}})
+    config_error(
+        "cluster.component_placement.env.process_per_device",
+        "2",
+        "did you mean 'processes_per_device'",
+        num_nodes=1,
+        devices_per_node=8,
+        component_placement={"actor": 0, "env": {"devices": 1, "process_per_device": 2}},
+    )
 
 
 def test_spec_mapping_without_devices():
-    config_error("cluster.component_placement.env.devices", "None", num_nodes=1,
-                 devices_per_node=8, component_placement={"actor": 0,
-                                                          "env": {"processes_per_device": 2}})
+    config_error(
+        "cluster.component_placement.env.devices",
+        "None",
+        num_nodes=1,
+        devices_per_node=8,
+        component_placement={"actor": 0, "env": {"processes_per_device": 2}},
+    )
 
 
 def test_bad_range_inside_a_spec_mapping_names_the_devices_key():
-    config_error("cluster.component_placement.env.devices", "'0-'", num_nodes=1,
-                 devices_per_node=8, component_placement={"actor": 0, "env": {"devices": "0-"}})
+    config_error(
+        "cluster.component_placement.env.devices",
+        "'0-'",
+        num_nodes=1,
+        devices_per_node=8,
+        component_placement={"actor": 0, "env": {"devices": "0-"}},
+    )
 
 
-@pytest.mark.parametrize("key, shape", [
-    ("cluster.num_nodes", {"num_nodes": 0, "devices_per_node": 8}),
-    ("cluster.num_nodes", {"num_nodes": -1, "devices_per_node": 8}),
-    ("cluster.devices_per_node", {"num_nodes": 2, "devices_per_node": 0}),
-    ("cluster.devices_per_node", {"num_nodes": 2, "devices_per_node": 2.0}),
-])
+@pytest.mark.parametrize(
+    "key, shape",
+    [
+        ("cluster.num_nodes", {"num_nodes": 0, "devices_per_node": 8}),
+        ("cluster.num_nodes", {"num_nodes": -1, "devices_per_node": 8}),
+        ("cluster.devices_per_node", {"num_nodes": 2, "devices_per_node": 0}),
+        ("cluster.devices_per_node", {"num_nodes": 2, "devices_per_node": 2.0}),
+    ],
+)
 def test_cluster_shape_must_be_positive_integers(key, shape):
     bad_value = shape[key.split(".")[1]]
     config_error(key, repr(bad_value), component_placement={"actor": 0, "env": 0}, **shape)
 
 
 def test_cpu_count_must_be_positive():
-    config_error("cluster.cpu_count_per_node", "0", num_nodes=1, devices_per_node=2,
-                 component_placement={"actor": 0, "env": 1}, cpu_count_per_node=0)
+    config_error(
+        "cluster.cpu_count_per_node",
+        "0",
+        num_nodes=1,
+        devices_per_node=2,
+        component_placement={"actor": 0, "env": 1},
+        cpu_count_per_node=0,
+    )
 
 
 class TestCheckDivisible:

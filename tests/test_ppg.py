@@ -16,7 +16,7 @@ from fleetrl.algos.ppg import is_aux_iteration
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from tests import ppg_support
-from tests.ppg_support import MANY, PROGRESS, RESUME, build_worker, make_trajectory, train_reference
+from tests.ppg_support import MANY, RESUME, build_worker, make_trajectory, train_reference
 from tests.ray_runs import train_on_ray
 from tests.test_dist_equivalence import assert_close_state, max_difference
 
@@ -28,8 +28,7 @@ AUX_HEAD = {"network.aux_value_head.weight", "network.aux_value_head.bias"}
 @pytest.fixture(scope="module")
 def ranks():
     """One spawned 2-rank process group for every scenario (spawning costs seconds each)."""
-    return ppg_support.run_ranks(ppg_support.rank_main, (DISTRIBUTED + ["ppg_many", "dead_parameter"],),
-                                 timeout_s=240)
+    return ppg_support.run_ranks(ppg_support.rank_main, (DISTRIBUTED + ["ppg_many", "dead_parameter"],), timeout_s=240)
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +67,9 @@ def test_aux_head_gets_a_gradient_only_in_the_aux_phase():
     metrics = worker.train(make_trajectory(config, "ppg", 1), 0.0)  # policy phase, then aux phase
     assert metrics["aux_grad_steps"] == 2 * 4  # 2 epochs × (2 iterations × 128 samples / 64)
     assert all(calls[name] == metrics["aux_grad_steps"] for name in AUX_HEAD)
-    assert all(calls[name] == metrics["grad_steps"] + metrics["aux_grad_steps"] for name in calls
-               if name not in AUX_HEAD)
+    assert all(
+        calls[name] == metrics["grad_steps"] + metrics["aux_grad_steps"] for name in calls if name not in AUX_HEAD
+    )
     assert not any(torch.equal(after_policy[name], worker.policy.state_dict()[name]) for name in AUX_HEAD)
     assert metrics["aux_kl"] > 0 and math.isfinite(metrics["aux_head_loss"])
 
@@ -118,7 +118,7 @@ def test_each_phase_has_its_own_ddp_wrapper(ranks):
 
 
 def test_many_iterations_with_two_ranks_finish_without_a_stall(ranks):
-    for rank, run in enumerate(ranks):
+    for _rank, run in enumerate(ranks):
         result = run["ppg_many"]
         assert "error" not in result, result.get("error")
         assert len(result["metrics"]) == MANY
@@ -127,7 +127,8 @@ def test_many_iterations_with_two_ranks_finish_without_a_stall(ranks):
         assert all(math.isfinite(m["aux_kl"]) for m in result["metrics"] if "aux_kl" in m)
     assert ranks[0]["ppg_many"]["metrics"] == ranks[1]["ppg_many"]["metrics"] or all(
         {k: v for k, v in a.items() if k != "aux_s"} == {k: v for k, v in b.items() if k != "aux_s"}
-        for a, b in zip(ranks[0]["ppg_many"]["metrics"], ranks[1]["ppg_many"]["metrics"]))
+        for a, b in zip(ranks[0]["ppg_many"]["metrics"], ranks[1]["ppg_many"]["metrics"])
+    )
 
 
 def test_a_parameter_no_phase_trains_is_named_not_waited_for(ranks):
@@ -142,8 +143,11 @@ def test_ppg_config_errors():
     cases = {
         "model.aux_value_head": [],
         "actor.strategy": ["model.aux_value_head=true", "actor.strategy=fsdp"],
-        "algorithm.aux_minibatch_size": ["model.aux_value_head=true", "algorithm.n_pi=1",
-                                         "algorithm.aux_minibatch_size=100"],
+        "algorithm.aux_minibatch_size": [
+            "model.aux_value_head=true",
+            "algorithm.n_pi=1",
+            "algorithm.aux_minibatch_size=100",
+        ],
         "algorithm.n_pi": ["model.aux_value_head=true", "algorithm.n_pi=0"],
     }
     for key, overrides in cases.items():
@@ -166,10 +170,19 @@ def test_ppg_on_ray_with_two_ddp_ranks_runs_many_iterations(tmp_path):
     """The real runtime: 2 DDP actor ranks as Ray workers under the watchdog, 40 iterations with
     an auxiliary phase every 4th, replicas checked every 5th — finishes, no incident."""
     run_dir, records = train_on_ray(
-        tmp_path, "configs/ppg_cartpole.yaml", "env.num_envs=4", "algorithm.num_steps=16",
-        "algorithm.minibatch_size=32", "algorithm.update_epochs=2", "algorithm.n_pi=4", "algorithm.aux_epochs=2",
-        "algorithm.aux_minibatch_size=64", "runner.param_check_interval=5", "runner.checkpoint_interval=10",
-        "runner.total_env_steps=2560")
+        tmp_path,
+        "configs/ppg_cartpole.yaml",
+        "env.num_envs=4",
+        "algorithm.num_steps=16",
+        "algorithm.minibatch_size=32",
+        "algorithm.update_epochs=2",
+        "algorithm.n_pi=4",
+        "algorithm.aux_epochs=2",
+        "algorithm.aux_minibatch_size=64",
+        "runner.param_check_interval=5",
+        "runner.checkpoint_interval=10",
+        "runner.total_env_steps=2560",
+    )
     assert len(records) == 40
     assert [r["iteration"] for r in records if "aux_kl" in r] == list(range(4, 41, 4))
     assert json.loads((run_dir / "summary.json").read_text())["iterations"] == 40

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import torch
 
-from fleetrl.watch import recorder
+from fleetrl.watch import flight_recorder
 
 
 def reduce_gradients(tensor: torch.Tensor) -> dict:
-    with recorder.collective("all_reduce", tensor, group="actor"):
-        return dict(recorder.current().collective)
+    with flight_recorder.collective("all_reduce", tensor, group="actor"):
+        return dict(flight_recorder.current().collective)
 
 
 def test_a_collective_names_its_call_site_and_is_kept_as_the_last_one(monkeypatch):
-    mark = recorder.Recorder("actor", 1, 0)
-    monkeypatch.setattr(recorder, "_recorder", mark)
+    mark = flight_recorder.Recorder("actor", 1, 0)
+    monkeypatch.setattr(flight_recorder, "_recorder", mark)
     during = reduce_gradients(torch.zeros(3, 2))
     line = reduce_gradients.__code__.co_firstlineno + 1
     assert during["call_site"] == f"test_recorder.py:{line} (reduce_gradients)"
@@ -25,6 +25,6 @@ def test_a_collective_names_its_call_site_and_is_kept_as_the_last_one(monkeypatc
 
 
 def test_without_a_recorder_a_collective_mark_does_nothing(monkeypatch):
-    monkeypatch.setattr(recorder, "_recorder", None)
-    with recorder.collective("broadcast", torch.zeros(1)):
-        assert recorder.current() is None
+    monkeypatch.setattr(flight_recorder, "_recorder", None)
+    with flight_recorder.collective("broadcast", torch.zeros(1)):
+        assert flight_recorder.current() is None

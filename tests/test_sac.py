@@ -27,8 +27,8 @@ from fleetrl.collect import Collector
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig
 from fleetrl.config.validate import check_spaces
-from fleetrl.dist.process_group import free_port
 from fleetrl.errors import ConfigError
+from fleetrl.parallel.process_group import free_port
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 from fleetrl.workers.sac_actor_worker import SACActorWorker
@@ -51,7 +51,7 @@ class ReferenceReplay:
             for e in range(self.envs):
                 column = self.columns[e]
                 column.append((obs[t, e], actions[t, e], rewards[t, e], not terminated[t, e], next_obs[t, e]))
-                del column[:-self.capacity]
+                del column[: -self.capacity]
 
 
 def random_stream(steps: int, envs: int, generator: np.random.Generator):
@@ -120,8 +120,14 @@ def test_replay_next_obs_is_the_next_slot_except_on_truncation():
     assert replay.next_index[1] >= replay.final_base  # the final observation, kept apart
     assert replay.next_index[2] == replay.pending_base  # the newest: the pending observation
     # the next iteration continues from 11: the pending pointer becomes the next slot
-    replay.add(np.array([[[11.0]]], np.float32), np.zeros((1, 1, 1)), np.ones((1, 1)), np.array([[True]]),
-               np.array([[False]]), np.array([[12.0]], np.float32)[None])
+    replay.add(
+        np.array([[[11.0]]], np.float32),
+        np.zeros((1, 1, 1)),
+        np.ones((1, 1)),
+        np.array([[True]]),
+        np.array([[False]]),
+        np.array([[12.0]], np.float32)[None],
+    )
     assert replay.next_index[2] == 3
     alive = replay.gather(torch.tensor([3]))[3]
     assert alive.item() == 0.0  # terminated: the bootstrap is masked
@@ -137,6 +143,7 @@ def test_replay_buffer_is_plain_state_not_a_module_buffer():
 
 
 # ------------------------------------------------------------------------------- the update
+
 
 def test_polyak_average():
     target = [torch.full((3,), 1.0), torch.full((2, 2), -2.0)]
@@ -187,15 +194,18 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
     assert np.allclose(actor.to_env(np.array([[-1.0, 1.0], [0.0, 0.0]])), [[-2.0, 1.0], [0.0, 0.0]])
 
 
-@pytest.mark.parametrize("optimizer_class, weight_decay", [(torch.optim.Adam, 0.0), (torch.optim.Adam, 0.01),
-                                                         (torch.optim.AdamW, 0.01)])
+@pytest.mark.parametrize(
+    "optimizer_class, weight_decay", [(torch.optim.Adam, 0.0), (torch.optim.Adam, 0.01), (torch.optim.AdamW, 0.01)]
+)
 def test_fused_adam_step_is_bitwise_the_optimizers_own_step(optimizer_class, weight_decay):
     torch.manual_seed(0)
     mine = [torch.randn(5, 3, requires_grad=True), torch.randn(3, requires_grad=True)]
     theirs = [t.detach().clone().requires_grad_() for t in mine]
-    make = lambda params: optimizer_class([{"params": params[:1], "lr": 0.01},  # noqa: E731
-                                           {"params": params[1:], "lr": 0.02}],
-                                          eps=1e-8, weight_decay=weight_decay, fused=True)
+
+    def make(params):
+        groups = [{"params": params[:1], "lr": 0.01}, {"params": params[1:], "lr": 0.02}]
+        return optimizer_class(groups, eps=1e-8, weight_decay=weight_decay, fused=True)
+
     reference, optimizer = make(theirs), make(mine)
     step = FusedAdamStep(optimizer)
     for i in range(6):
@@ -223,8 +233,12 @@ def test_bfloat16_matmuls_stay_close_to_float32():
         for batch in sac_support.make_batches(config, 3):
             worker.learner.update(batch)
         updates[dtype] = torch.cat([p.detach().flatten() for p in worker.critic.parameters()])
-    initial = torch.cat([p.detach().flatten() for p in
-                         SACActorWorker(sac_support.config_for("plain"), *sac_support.spaces()).critic.parameters()])
+    initial = torch.cat(
+        [
+            p.detach().flatten()
+            for p in SACActorWorker(sac_support.config_for("plain"), *sac_support.spaces()).critic.parameters()
+        ]
+    )
     moved = (updates["float32"] - initial).norm()  # how far 3 updates move the critics ...
     differs = (updates["bfloat16"] - updates["float32"]).norm()  # ... against the rounding's effect
     assert 0 < differs < 0.1 * moved, (differs, moved)
@@ -232,11 +246,16 @@ def test_bfloat16_matmuls_stay_close_to_float32():
 
 # ------------------------------------------------------------------------ rollout + collect
 
+
 def test_sac_lanes_record_the_true_next_observation_and_ppo_lanes_do_not():
     """CountingEnv: env 0 never ends by itself (a time limit of 3 truncates it), env 1
     terminates after 2 steps. Observations are [env, episode, step]."""
-    config = EnvConfig(id="tests.envs:CountingEnv", num_envs=2, max_episode_steps=3,
-                       kwargs={"lengths": [5, 2], "terminal": [False, True]})
+    config = EnvConfig(
+        id="tests.envs:CountingEnv",
+        num_envs=2,
+        max_episode_steps=3,
+        kwargs={"lengths": [5, 2], "terminal": [False, True]},
+    )
     box = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
     env = EnvWorker(config, 0.99, seed=0)
     try:
@@ -261,13 +280,15 @@ def test_sac_lanes_record_the_true_next_observation_and_ppo_lanes_do_not():
     # through the replay buffer, by index: the same next observations
     replay = ReplayBuffer(16, 2, (3,), (1,))
     truncated = trajectory.dones & ~trajectory.terminated
-    replay.add(trajectory.obs, trajectory.actions, trajectory.rewards, trajectory.terminated, truncated,
-               trajectory.next_obs)
+    replay.add(
+        trajectory.obs, trajectory.actions, trajectory.rewards, trajectory.terminated, truncated, trajectory.next_obs
+    )
     rows = torch.arange(16)
     assert torch.equal(replay.gather(rows)[4], trajectory.next_obs.reshape(16, 3))
     # PPO's lanes are unchanged: no next_obs, and shards/concatenation carry the None
-    ppo = RolloutWorker.from_config(load_config(None, ["env.num_envs=2"]), env.observation_space,
-                                    gym.spaces.Discrete(2))
+    ppo = RolloutWorker.from_config(
+        load_config(None, ["env.num_envs=2"]), env.observation_space, gym.spaces.Discrete(2)
+    )
     ppo.configure_lanes([2], 4, env.observation_space, gym.spaces.Discrete(2))
     assert ppo.lanes[0].next_obs is None
     assert trajectory.shard(1, 2).next_obs.shape == (8, 1, 3)
@@ -372,13 +393,18 @@ def test_two_ddp_ranks_train_from_their_own_replay_shards_in_lock_step(ddp_runs,
 
 # ----------------------------------------------------------------------------- end to end
 
-SMALL = ["model.hidden_sizes=[64, 64]", "runner.target_return=null", "runner.tensorboard=false",
-         "runner.checkpoint_interval=25"]
+SMALL = [
+    "model.hidden_sizes=[64, 64]",
+    "runner.target_return=null",
+    "runner.tensorboard=false",
+    "runner.checkpoint_interval=25",
+]
 
 
 def fleetrl(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run([*FLEETRL, *args], cwd=REPO, env=subprocess_env(), capture_output=True,
-                            text=True, timeout=timeout)
+    result = subprocess.run(
+        [*FLEETRL, *args], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
@@ -391,17 +417,17 @@ def metrics(run_dir) -> list[dict]:
 def test_train_then_resume_pendulum(tmp_path, with_replay):
     flag = f"runner.checkpoint_replay_buffer={str(with_replay).lower()}"
     runs = tmp_path / "runs"
-    fleetrl("train", "configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=1600",
-            f"runner.run_dir={runs}")
+    fleetrl("train", "configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=1600", f"runner.run_dir={runs}")
     (run_dir,) = runs.iterdir()
     first = metrics(run_dir)
     assert first[-1]["global_step"] == 1600 and first[-1]["replay_size"] == 1600
     assert first[0]["random_actions"] and not first[-1]["random_actions"]
     assert [m["grad_steps"] for m in first[:12]] == [0] * 12 and first[12]["grad_steps"] == 8
     assert all(math.isfinite(m["q_loss"]) for m in first[12:])
-    fleetrl("train", "configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=2000",
-            f"runner.resume={run_dir}")
-    resumed = metrics(run_dir)[len(first):]
+    fleetrl(
+        "train", "configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=2000", f"runner.resume={run_dir}"
+    )
+    resumed = metrics(run_dir)[len(first) :]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["global_step"] == 2000 and resumed[0]["global_step"] == 1608
     assert not resumed[0]["random_actions"]  # warm-up is over, whatever the buffer
@@ -417,9 +443,21 @@ def test_train_then_resume_pendulum(tmp_path, with_replay):
 
 
 def test_sac_on_discrete_actions_stops_with_a_config_error(tmp_path):
-    result = subprocess.run([*FLEETRL, "train", "configs/sac_pendulum.yaml", "env.id=CartPole-v1",
-                             f"runner.run_dir={tmp_path}", "--skip-doctor"], cwd=REPO, env=subprocess_env(),
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            *FLEETRL,
+            "train",
+            "configs/sac_pendulum.yaml",
+            "env.id=CartPole-v1",
+            f"runner.run_dir={tmp_path}",
+            "--skip-doctor",
+        ],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "algorithm.name" in result.stderr and "CartPole-v1" in result.stderr
     assert "Traceback" not in result.stderr

@@ -88,8 +88,9 @@ def test_logprob_and_entropy_types():
     assert torch.allclose(old, lp.detach() - 0.3, atol=1e-5)  # 3 tokens × 0.1
     assert torch.allclose(ent, token_entropy.sum(-1), atol=1e-5)  # entropy of the whole action
 
-    token = load_config(None, ["model.action_bins=4", "algorithm.logprob_type=token_level",
-                               "algorithm.entropy_type=token_level"]).algorithm
+    token = load_config(
+        None, ["model.action_bins=4", "algorithm.logprob_type=token_level", "algorithm.entropy_type=token_level"]
+    ).algorithm
     lp, old, ent = aggregate_tokens(logprobs, logprobs.detach(), entropy, token)
     assert lp.shape == (6, 3) and torch.equal(lp, logprobs)
     assert torch.allclose(ent, token_entropy.mean(-1), atol=1e-5)
@@ -109,13 +110,19 @@ def test_token_level_loss_is_the_per_token_ppo_loss():
     obs = torch.randn(8, 5)
     actions, logprobs, values = policy.act(obs)
     batch = PPOBatch(obs, actions, logprobs - 0.05 * torch.arange(3), values, torch.randn(8), torch.randn(8))
-    config = load_config(None, ["model.action_bins=4", "algorithm.logprob_type=token_level",
-                                "algorithm.norm_adv=false", "algorithm.ent_coef=0.0"]).algorithm
+    config = load_config(
+        None,
+        [
+            "model.action_bins=4",
+            "algorithm.logprob_type=token_level",
+            "algorithm.norm_adv=false",
+            "algorithm.ent_coef=0.0",
+        ],
+    ).algorithm
     _, parts, log_ratio = ppo_loss(policy, batch, config, 0.2)
     assert log_ratio.shape == (8, 3)
     ratio = log_ratio.exp()
-    expected = torch.max(-batch.advantages[:, None] * ratio,
-                         -batch.advantages[:, None] * ratio.clamp(0.8, 1.2)).mean()
+    expected = torch.max(-batch.advantages[:, None] * ratio, -batch.advantages[:, None] * ratio.clamp(0.8, 1.2)).mean()
     assert torch.isclose(parts[0], expected)
 
 
@@ -209,10 +216,18 @@ def run(tmp_path, *overrides: str) -> tuple[dict, list[dict]]:
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")
 def test_token_policy_with_action_chunks_trains_and_evaluates(tmp_path):
-    summary, records = run(tmp_path, "env.id=Pendulum-v1", "env.num_envs=4", "env.action_chunk=2",
-                           "model.action_bins=9", "algorithm.logprob_type=token_level",
-                           "algorithm.entropy_type=token_level", "algorithm.num_steps=32",
-                           "algorithm.minibatch_size=64", "runner.total_env_steps=512")
+    summary, records = run(
+        tmp_path,
+        "env.id=Pendulum-v1",
+        "env.num_envs=4",
+        "env.action_chunk=2",
+        "model.action_bins=9",
+        "algorithm.logprob_type=token_level",
+        "algorithm.entropy_type=token_level",
+        "algorithm.num_steps=32",
+        "algorithm.minibatch_size=64",
+        "runner.total_env_steps=512",
+    )
     assert summary["iterations"] == 4
     assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["approx_kl"]) for r in records)
     # 9 values per token: the entropy starts near log 9 per token (token_level: a token's mean)
@@ -223,10 +238,18 @@ def test_token_policy_with_action_chunks_trains_and_evaluates(tmp_path):
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")
 def test_grpo_trains_on_group_seeded_episodes(tmp_path):
-    summary, records = run(tmp_path, "env.id=CartPole-v1", "env.num_envs=8", "env.max_episode_steps=64",
-                           "algorithm.adv_type=grpo", "algorithm.group_size=4", "algorithm.norm_adv=false",
-                           "algorithm.num_steps=64", "algorithm.minibatch_size=128",
-                           "runner.total_env_steps=2048")
+    summary, records = run(
+        tmp_path,
+        "env.id=CartPole-v1",
+        "env.num_envs=8",
+        "env.max_episode_steps=64",
+        "algorithm.adv_type=grpo",
+        "algorithm.group_size=4",
+        "algorithm.norm_adv=false",
+        "algorithm.num_steps=64",
+        "algorithm.minibatch_size=128",
+        "runner.total_env_steps=2048",
+    )
     assert summary["iterations"] == 4
     assert all(math.isfinite(r["policy_loss"]) for r in records)
     assert records[-1]["episodes"] >= 8 * 4  # every env ends at least one episode per iteration

@@ -27,8 +27,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def fleetrl(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*FLEETRL, *args], cwd=cwd, env=subprocess_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [*FLEETRL, *args], cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +37,15 @@ def cartpole_run(tmp_path_factory) -> Path:
     """One real training run, shared by the tests below: the config file's 100k-step budget,
     stopping early once the last-100-episode mean reaches 195 (it gets there in ~30k steps)."""
     tmp = tmp_path_factory.mktemp("cartpole")
-    result = fleetrl("train", CARTPOLE, "runner.seed=1", f"runner.run_dir={tmp / 'runs'}",
-                     "runner.target_return=195", cwd=tmp, timeout=600)
+    result = fleetrl(
+        "train",
+        CARTPOLE,
+        "runner.seed=1",
+        f"runner.run_dir={tmp / 'runs'}",
+        "runner.target_return=195",
+        cwd=tmp,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp / "runs").iterdir()
     assert f"run directory: {run_dir}" in result.stdout
@@ -87,11 +95,19 @@ def test_eval_uses_the_runs_torch_threads(cartpole_run):
     """`runner.torch_threads` (1 in this run) must hold in `fleetrl eval` too: with torch's
     default (one thread per core) the tiny per-step forward passes of evaluation contend for the
     cores (on this 2-core machine under load: 13 s instead of 0.1 s for 5 CartPole episodes)."""
-    script = ("import sys, torch\nfrom fleetrl.cli import main\n"
-              f"code = main(['eval', {str(cartpole_run)!r}, '--episodes', '1', '--json'])\n"
-              "print('THREADS', torch.get_num_threads(), code)\n")
-    result = subprocess.run([*FLEETRL[:1], "-c", script], cwd=cartpole_run.parent, env=subprocess_env(),
-                            capture_output=True, text=True, timeout=300)
+    script = (
+        "import sys, torch\nfrom fleetrl.cli import main\n"
+        f"code = main(['eval', {str(cartpole_run)!r}, '--episodes', '1', '--json'])\n"
+        "print('THREADS', torch.get_num_threads(), code)\n"
+    )
+    result = subprocess.run(
+        [*FLEETRL[:1], "-c", script],
+        cwd=cartpole_run.parent,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     configured = load_config(cartpole_run / "config.yaml").runner.torch_threads
     assert configured == 1
@@ -113,13 +129,23 @@ def test_eval_episodes_must_be_positive(cartpole_run, capsys):
 # --- continuous actions ------------------------------------------------------------------------
 
 
-
 @pytest.mark.usefixtures("quiet_fleetrl_logging")
 def test_pendulum_with_normalisation_trains_checkpoints_and_evaluates(tmp_path):
-    config = load_config(None, [
-        "env.id=Pendulum-v1", "env.num_envs=2", "env.normalize_obs=true", "env.normalize_reward=true",
-        "algorithm.num_steps=64", "algorithm.minibatch_size=64", "algorithm.update_epochs=2",
-        "runner.total_env_steps=256", "runner.tensorboard=false", f"runner.run_dir={tmp_path}"])
+    config = load_config(
+        None,
+        [
+            "env.id=Pendulum-v1",
+            "env.num_envs=2",
+            "env.normalize_obs=true",
+            "env.normalize_reward=true",
+            "algorithm.num_steps=64",
+            "algorithm.minibatch_size=64",
+            "algorithm.update_epochs=2",
+            "runner.total_env_steps=256",
+            "runner.tensorboard=false",
+            f"runner.run_dir={tmp_path}",
+        ],
+    )
     summary = Trainer(config, live_progress=False).train()
     run_dir = Path(summary["run_dir"])
     assert (summary["iterations"], summary["global_step"]) == (2, 256)

@@ -56,9 +56,15 @@ def evaluate(script_globals: dict, episodes: int, seed: int) -> dict:
                 total += float(reward)
             returns.append(total)
     env.close()
-    return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "episodes": len(returns),
-            "min": float(np.min(returns)), "max": float(np.max(returns)),
-            "eval_s": time.perf_counter() - started, "deterministic": True}
+    return {
+        "mean": float(np.mean(returns)),
+        "std": float(np.std(returns)),
+        "episodes": len(returns),
+        "min": float(np.min(returns)),
+        "max": float(np.max(returns)),
+        "eval_s": time.perf_counter() - started,
+        "deterministic": True,
+    }
 
 
 def main() -> None:
@@ -69,15 +75,18 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=100)
     parser.add_argument("--eval-seed", type=int, default=10_000)
     own = parser.parse_args(argv[:split])
-    script_argv = argv[split + 1:]
+    script_argv = argv[split + 1 :]
     path = ppo_path()
 
     def finish(script_globals: dict, how: str) -> None:
         t_stop = time.time()
-        result = {"stopped_by": how, "t_stop": t_stop,
-                  "global_step": int(script_globals.get("global_step", 0)),
-                  "torch_threads": torch.get_num_threads(),
-                  "ppo_path": path}
+        result = {
+            "stopped_by": how,
+            "t_stop": t_stop,
+            "global_step": int(script_globals.get("global_step", 0)),
+            "torch_threads": torch.get_num_threads(),
+            "ppo_path": path,
+        }
         try:
             result["eval"] = evaluate(script_globals, own.eval_episodes, own.eval_seed)
         except Exception as error:  # noqa: BLE001 - reported, not hidden
@@ -91,8 +100,14 @@ def main() -> None:
             frame = frame.f_back
         if frame is None:
             with open(own.out, "w") as f:
-                json.dump({"stopped_by": "signal", "eval": None,
-                           "eval_error": "signal arrived before the script built its agent"}, f)
+                json.dump(
+                    {
+                        "stopped_by": "signal",
+                        "eval": None,
+                        "eval_error": "signal arrived before the script built its agent",
+                    },
+                    f,
+                )
         else:
             finish(frame.f_globals, "signal")
         sys.stdout.flush()

@@ -22,9 +22,9 @@ T_IMPORT0 = time.time()
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from sb3_stop_at_target import learn_until_target, versions  # noqa: E402 - a module beside this script
 from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-from sb3_stop_at_target import learn_until_target, versions  # noqa: E402 - a module beside this script
 
 
 class LinearFromInitial:
@@ -52,9 +52,15 @@ def evaluate(model: PPO, episodes: int, seed: int) -> dict:
             total = 0.0
             obs, _ = env.reset()
     env.close()
-    return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "episodes": len(returns),
-            "min": float(np.min(returns)), "max": float(np.max(returns)),
-            "eval_s": time.perf_counter() - started, "deterministic": True}
+    return {
+        "mean": float(np.mean(returns)),
+        "std": float(np.std(returns)),
+        "episodes": len(returns),
+        "min": float(np.min(returns)),
+        "max": float(np.max(returns)),
+        "eval_s": time.perf_counter() - started,
+        "deterministic": True,
+    }
 
 
 def main() -> None:
@@ -70,8 +76,16 @@ def main() -> None:
     spawn = args.spawn_time if args.spawn_time is not None else T_IMPORT0
 
     # RL-Zoo hyperparams/ppo.yml, CartPole-v1 (normalize: false; make_vec_env = DummyVecEnv+Monitor)
-    hyper = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
-                 learning_rate=LinearFromInitial(1e-3), clip_range=LinearFromInitial(0.2))
+    hyper = dict(
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=LinearFromInitial(1e-3),
+        clip_range=LinearFromInitial(0.2),
+    )
     env = make_vec_env("CartPole-v1", n_envs=8, seed=args.seed)
     model = PPO("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **hyper)
 
@@ -83,9 +97,13 @@ def main() -> None:
         "seed": args.seed,
         "versions": versions(),
         "torch_threads": torch.get_num_threads(),
-        "hyperparameters": {**{k: v for k, v in hyper.items() if not callable(v)},
-                            "learning_rate": "lin_1e-3", "clip_range": "lin_0.2", "n_envs": 8,
-                            "total_timesteps": args.total_timesteps},
+        "hyperparameters": {
+            **{k: v for k, v in hyper.items() if not callable(v)},
+            "learning_rate": "lin_1e-3",
+            "clip_range": "lin_0.2",
+            "n_envs": 8,
+            "total_timesteps": args.total_timesteps,
+        },
         "startup_s": startup_s,
         "target_return": args.target,
         "target_reached": callback.reached_step is not None,
@@ -96,7 +114,9 @@ def main() -> None:
         "global_step": int(model.num_timesteps),
         "episodes": callback.episodes,
         "last100_final": float(np.mean(callback.returns)) if callback.returns else None,
-        "sb3_n_updates": int(model._n_updates),  # += n_epochs per train(); = grad steps when batch_size = n_steps*n_envs
+        "sb3_n_updates": int(
+            model._n_updates
+        ),  # += n_epochs per train(); = grad steps when batch_size = n_steps*n_envs
     }
     result["eval"] = evaluate(model, args.eval_episodes, args.eval_seed)
     with open(args.out, "w") as f:

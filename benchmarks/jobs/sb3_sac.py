@@ -20,9 +20,9 @@ T_IMPORT0 = time.time()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from sb3_stop_at_target import learn_until_target, versions  # noqa: E402 - a module beside this script
 from stable_baselines3 import SAC  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-from sb3_stop_at_target import learn_until_target, versions  # noqa: E402 - a module beside this script
 
 
 def main() -> None:
@@ -50,11 +50,20 @@ def main() -> None:
         "seed": args.seed,
         "versions": versions(),
         "torch_threads": torch.get_num_threads(),
-        "hyperparameters": {**hyper, "batch_size": model.batch_size, "buffer_size": model.buffer_size,
-                            "learning_starts": model.learning_starts, "tau": model.tau, "gamma": model.gamma,
-                            "train_freq": str(model.train_freq), "gradient_steps": model.gradient_steps,
-                            "ent_coef": "auto (1.0)", "target_entropy": float(model.target_entropy),
-                            "net_arch": "256x256 relu", "total_timesteps": args.total_timesteps},
+        "hyperparameters": {
+            **hyper,
+            "batch_size": model.batch_size,
+            "buffer_size": model.buffer_size,
+            "learning_starts": model.learning_starts,
+            "tau": model.tau,
+            "gamma": model.gamma,
+            "train_freq": str(model.train_freq),
+            "gradient_steps": model.gradient_steps,
+            "ent_coef": "auto (1.0)",
+            "target_entropy": float(model.target_entropy),
+            "net_arch": "256x256 relu",
+            "total_timesteps": args.total_timesteps,
+        },
         "startup_s": startup_s,
         "target_return": args.target,
         "target_reached": callback.reached_step is not None,

@@ -57,5 +57,9 @@ def learn_until_target(model, target: float, total_timesteps: int) -> tuple[Stop
 
 
 def versions() -> dict:
-    return {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
-            "gymnasium": gym.__version__, "numpy": np.__version__}
+    return {
+        "stable_baselines3": stable_baselines3.__version__,
+        "torch": torch.__version__,
+        "gymnasium": gym.__version__,
+        "numpy": np.__version__,
+    }

@@ -5,8 +5,15 @@ from __future__ import annotations
 import torch
 
 
-def compute_gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
-                terminated: torch.Tensor, dones: torch.Tensor, gamma: float, lam: float):
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    lam: float,
+):
     """Advantages and returns for (T, N) tensors.
 
     next_values[t] is V of the state that truly followed step t: the next observation, or for a
@@ -25,8 +32,7 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.
     return advantages, advantages + values
 
 
-def grpo_advantages(rewards: torch.Tensor, dones: torch.Tensor, group_size: int,
-                    eps: float = 1e-6) -> torch.Tensor:
+def grpo_advantages(rewards: torch.Tensor, dones: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
     """Group-relative advantages (GRPO, Shao et al. 2024) for (T, N) tensors.
 
     Env columns n·g … n·g+g−1 form group n (g = `group_size`, N divisible by g). In each column

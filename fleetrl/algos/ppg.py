@@ -12,21 +12,21 @@ auxiliary phase), and the value network trained further on the same targets (the
 L_joint + L_value, as in its and CleanRL's implementations).
 
 `aux_update` does this for one rank of W, holding its env columns of the stored data, with the
-same rank-invariant minibatches one process would draw (`fleetrl.dist.sharding`), losses summed
+same rank-invariant minibatches one process would draw (`fleetrl.parallel.sharding`), losses summed
 × W / M per micro-batch (DDP averages over ranks: the optimizer sees the single-process mean),
 and empty micro-batches where a rank holds fewer members, so every rank joins every reduction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Callable
 
 import torch
 
 from fleetrl.algos.ppo import check_every_parameter_has_a_gradient
 from fleetrl.config.schema import AlgorithmConfig
-from fleetrl.dist.sharding import EnvShard, plan_epoch
+from fleetrl.parallel.sharding import EnvShard, plan_epoch
 
 
 def is_aux_iteration(policy_iterations: int, n_pi: int) -> bool:
@@ -41,10 +41,19 @@ def distribution_inputs(policy, obs: torch.Tensor, chunk: int = 4096) -> torch.T
     return torch.cat([policy.distribution_inputs(policy.network(part)[0]) for part in obs.split(chunk)])
 
 
-def aux_update(loss_path, optimizer: torch.optim.Optimizer, obs: torch.Tensor, returns: torch.Tensor,
-               old: torch.Tensor, config: AlgorithmConfig, generator: torch.Generator, shard: EnvShard,
-               minibatch_size: int, micro_batch_size: int | None,
-               all_reduce: Callable[[torch.Tensor], torch.Tensor]) -> dict:
+def aux_update(
+    loss_path,
+    optimizer: torch.optim.Optimizer,
+    obs: torch.Tensor,
+    returns: torch.Tensor,
+    old: torch.Tensor,
+    config: AlgorithmConfig,
+    generator: torch.Generator,
+    shard: EnvShard,
+    minibatch_size: int,
+    micro_batch_size: int | None,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor],
+) -> dict:
     """The auxiliary phase on this rank's stored data: `obs`, `returns` and `old` (π_old's
     distribution inputs) flattened step-major over the stored (steps, local envs). `loss_path`:
     a LossPath whose module is the policy's `forward_aux` (DDP-wrapped with several ranks).

@@ -4,21 +4,21 @@ Two drivers share the same objective:
 - `ppo_update`: one process, no gradient accumulation — the fast path, no collective anywhere;
 - `ppo_update_sharded`: this rank's env columns of a trajectory spread over W actor ranks, and/or
   gradient accumulation over micro-batches. It trains on exactly the minibatches `ppo_update`
-  would draw from the whole trajectory (see `fleetrl.dist.sharding`) and its result equals it up
+  would draw from the whole trajectory (see `fleetrl.parallel.sharding`) and its result equals it up
   to float reordering.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
 
 from fleetrl.config.schema import AlgorithmConfig
-from fleetrl.dist.sharding import EnvShard, plan_epoch
+from fleetrl.parallel.sharding import EnvShard, plan_epoch
 
 
 @dataclass
@@ -32,16 +32,28 @@ class PPOBatch:
     advantages: torch.Tensor
     returns: torch.Tensor
 
-    def __getitem__(self, index: torch.Tensor) -> "PPOBatch":
-        return PPOBatch(self.obs[index], self.actions[index], self.logprobs[index],
-                        self.values[index], self.advantages[index], self.returns[index])
+    def __getitem__(self, index: torch.Tensor) -> PPOBatch:
+        return PPOBatch(
+            self.obs[index],
+            self.actions[index],
+            self.logprobs[index],
+            self.values[index],
+            self.advantages[index],
+            self.returns[index],
+        )
 
     def __len__(self) -> int:
         return self.obs.shape[0]
 
-    def to(self, device: torch.device) -> "PPOBatch":
-        return PPOBatch(self.obs.to(device), self.actions.to(device), self.logprobs.to(device),
-                        self.values.to(device), self.advantages.to(device), self.returns.to(device))
+    def to(self, device: torch.device) -> PPOBatch:
+        return PPOBatch(
+            self.obs.to(device),
+            self.actions.to(device),
+            self.logprobs.to(device),
+            self.values.to(device),
+            self.advantages.to(device),
+            self.returns.to(device),
+        )
 
 
 def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_coef: float) -> torch.Tensor:
@@ -50,8 +62,9 @@ def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_co
     return torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef))
 
 
-def aggregate_tokens(logprobs: torch.Tensor, old_logprobs: torch.Tensor, entropy: torch.Tensor,
-                     config: AlgorithmConfig):
+def aggregate_tokens(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, entropy: torch.Tensor, config: AlgorithmConfig
+):
     """A token policy's per-token (B, K) log-probs and entropies → what the loss uses.
 
     logprob_type action_level: log π(a|s) = Σ_k log π(token_k|s), one ratio per sample (B,);
@@ -120,9 +133,15 @@ def kl_and_clip_fraction(log_ratio: torch.Tensor, clip_coef: float) -> tuple[tor
     return ((ratio - 1) - log_ratio).mean(), ((ratio - 1).abs() > clip_coef).float().mean()
 
 
-def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: PPOBatch,
-               config: AlgorithmConfig, clip_coef: float, generator: torch.Generator,
-               minibatch_size: int | None = None) -> dict:
+def ppo_update(
+    policy: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: PPOBatch,
+    config: AlgorithmConfig,
+    clip_coef: float,
+    generator: torch.Generator,
+    minibatch_size: int | None = None,
+) -> dict:
     """Run the epochs; returns mean losses, KL, clip fraction, grad steps and the epochs done.
 
     KL and clip fraction are computed once per epoch over all its minibatches, not per minibatch.
@@ -136,7 +155,7 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: PPOBa
         order = torch.randperm(size, generator=generator) if size > minibatch else None
         log_ratios = []
         for start in range(0, size, minibatch):
-            part = batch if order is None else batch[order[start:start + minibatch]]
+            part = batch if order is None else batch[order[start : start + minibatch]]
             loss, parts, log_ratio = ppo_loss(policy, part, config, clip_coef)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -151,18 +170,32 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: PPOBa
         if config.target_kl is not None and approx_kl.item() > config.target_kl:
             break
     policy_loss, value_loss, entropy = (totals / grad_steps).tolist()
-    return {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
-            "approx_kl": approx_kl.item(), "clip_fraction": clip_fraction.item(),
-            "grad_steps": grad_steps, "epochs": epochs_done}
+    return {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": approx_kl.item(),
+        "clip_fraction": clip_fraction.item(),
+        "grad_steps": grad_steps,
+        "epochs": epochs_done,
+    }
 
 
-def minibatch_advantage_stats(advantages: torch.Tensor, plan: list[list[torch.Tensor]], size: int,
-                              all_reduce: Callable[[torch.Tensor], torch.Tensor]):
+def minibatch_advantage_stats(
+    advantages: torch.Tensor,
+    plan: list[list[torch.Tensor]],
+    size: int,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor],
+):
     """Per-minibatch mean and std (unbiased, as `Tensor.std`) of the advantages over the whole
     global minibatch — all ranks' members — from one all-reduce of [Σa, Σa²] per minibatch,
     accumulated in float64 so the one-pass variance loses nothing at float32 precision."""
-    sums = torch.stack([torch.stack([a.sum(), a.pow(2).sum()]) for a in
-                        (advantages[torch.cat(micro).to(advantages.device)].double() for micro in plan)])
+    sums = torch.stack(
+        [
+            torch.stack([a.sum(), a.pow(2).sum()])
+            for a in (advantages[torch.cat(micro).to(advantages.device)].double() for micro in plan)
+        ]
+    )
     sums = all_reduce(sums)
     mean = sums[:, 0] / size
     variance = ((sums[:, 1] - sums[:, 0] * mean) / (size - 1)).clamp_min(0)
@@ -174,24 +207,35 @@ def check_every_parameter_has_a_gradient(policy: nn.Module, ignored=frozenset(),
     (or FSDP reducing garbage); name it instead. The graph is the same on every rank, so every
     rank raises together. `ignored`: names this phase's wrapping leaves out on purpose (PPG's
     auxiliary head in the policy phase)."""
-    missing = [name for name, p in policy.named_parameters()
-               if p.requires_grad and p.grad is None and name not in ignored]
+    missing = [
+        name for name, p in policy.named_parameters() if p.requires_grad and p.grad is None and name not in ignored
+    ]
     if missing:
-        raise RuntimeError(f"the {loss} loss produced no gradient for the trainable parameter(s) {missing}: "
-                           "every trainable parameter must take part in Policy.forward(obs, actions), "
-                           "or be frozen (requires_grad=False)")
+        raise RuntimeError(
+            f"the {loss} loss produced no gradient for the trainable parameter(s) {missing}: "
+            "every trainable parameter must take part in Policy.forward(obs, actions), "
+            "or be frozen (requires_grad=False)"
+        )
 
 
-def ppo_update_sharded(loss_path, optimizer: torch.optim.Optimizer, batch: PPOBatch,
-                       config: AlgorithmConfig, clip_coef: float, generator: torch.Generator,
-                       shard: EnvShard, minibatch_size: int, micro_batch_size: int | None,
-                       all_reduce: Callable[[torch.Tensor], torch.Tensor]) -> dict:
+def ppo_update_sharded(
+    loss_path,
+    optimizer: torch.optim.Optimizer,
+    batch: PPOBatch,
+    config: AlgorithmConfig,
+    clip_coef: float,
+    generator: torch.Generator,
+    shard: EnvShard,
+    minibatch_size: int,
+    micro_batch_size: int | None,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor],
+) -> dict:
     """`ppo_update` for one rank of `shard.world_size`, holding `batch` = its env columns
     (flattened step-major), optionally accumulating gradients over micro-batches.
 
-    `loss_path` is a `fleetrl.dist.wrap.LossPath`; `all_reduce` sums a tensor over ranks.
+    `loss_path` is a `fleetrl.parallel.wrap.LossPath`; `all_reduce` sums a tensor over ranks.
     What makes it equal to `ppo_update` on the whole batch:
-    - the same minibatches (one global permutation per epoch; `fleetrl.dist.sharding`);
+    - the same minibatches (one global permutation per epoch; `fleetrl.parallel.sharding`);
     - each micro-batch's loss is its *sum* over samples × W / M (M: global minibatch size): DDP
       and FSDP average gradients over the W ranks, so the optimizer sees Σ over the minibatch / M
       — the single-process mean — however the members are split;
@@ -238,8 +282,12 @@ def ppo_update_sharded(loss_path, optimizer: torch.optim.Optimizer, batch: PPOBa
                 totals += torch.stack([policy_sum.detach(), value_sum.detach(), entropy_sum.detach()])
                 log_ratio = log_ratio.detach()
                 ratio = log_ratio.exp()
-                epoch_stats += torch.stack([per_sample((ratio - 1) - log_ratio).sum().double(),
-                                            per_sample(((ratio - 1).abs() > clip_coef).float()).sum().double()])
+                epoch_stats += torch.stack(
+                    [
+                        per_sample((ratio - 1) - log_ratio).sum().double(),
+                        per_sample(((ratio - 1).abs() > clip_coef).float()).sum().double(),
+                    ]
+                )
             if grad_steps == 0:
                 check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored)
             if config.max_grad_norm > 0:
@@ -258,6 +306,12 @@ def ppo_update_sharded(loss_path, optimizer: torch.optim.Optimizer, batch: PPOBa
         reduced = torch.cat([all_reduce(totals), reduced_kl])
     samples = grad_steps * minibatch
     policy_loss, value_loss, entropy = (reduced[:3] / samples).tolist()
-    return {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
-            "approx_kl": float(reduced[3] / size), "clip_fraction": float(reduced[4] / size),
-            "grad_steps": grad_steps, "epochs": epochs_done}
+    return {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": float(reduced[3] / size),
+        "clip_fraction": float(reduced[4] / size),
+        "grad_steps": grad_steps,
+        "epochs": epochs_done,
+    }

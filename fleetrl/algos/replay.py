@@ -29,11 +29,11 @@ import torch
 
 
 class ReplayBuffer:
-    def __init__(self, capacity: int, num_envs: int, obs_shape: tuple, action_shape: tuple,
-                 final_capacity: int | None = None):
+    def __init__(
+        self, capacity: int, num_envs: int, obs_shape: tuple, action_shape: tuple, final_capacity: int | None = None
+    ):
         if capacity < 2 or num_envs < 1:
-            raise ValueError(f"a replay buffer needs capacity >= 2 per env and >= 1 env, got "
-                             f"{capacity} and {num_envs}")
+            raise ValueError(f"a replay buffer needs capacity >= 2 per env and >= 1 env, got {capacity} and {num_envs}")
         C, E = capacity, num_envs
         self.capacity, self.num_envs = C, E
         self.obs_shape, self.action_shape = tuple(obs_shape), tuple(action_shape)
@@ -70,7 +70,8 @@ class ReplayBuffer:
         """Append T steps of every env column: (T, E, ...) arrays or CPU tensors, in step order.
         `next_obs[t]` is the true next observation of step t (the final one on truncation)."""
         obs, actions, rewards, terminated, truncated, next_obs = (
-            np.asarray(x) for x in (obs, actions, rewards, terminated, truncated, next_obs))
+            np.asarray(x) for x in (obs, actions, rewards, terminated, truncated, next_obs)
+        )
         n, E, C = len(obs), self.num_envs, self.capacity
         if obs.shape[1] != E:
             raise ValueError(f"expected {E} env columns, got {obs.shape[1]}")
@@ -83,7 +84,7 @@ class ReplayBuffer:
         #    oldest live ones (entries are created and overwritten in the same order).
         overwritten = min(n, max(0, self.slots + n - C))
         if overwritten:
-            dying = int((self.next_index[rows[n - overwritten:]] >= self.final_base).sum())
+            dying = int((self.next_index[rows[n - overwritten :]] >= self.final_base).sum())
             self.final_start = (self.final_start + dying) % self.final_capacity
             self.final_count -= dying
         # 2. The previous newest transitions point at the pending rows: at this add's first
@@ -92,7 +93,7 @@ class ReplayBuffer:
             previous = ((self.head - 1) % C) * E + envs
             pointing = self.next_index[previous] == self.pending_base + envs
             if pointing.any():
-                pending = self.obs[self.pending_base:self.final_base]
+                pending = self.obs[self.pending_base : self.final_base]
                 same = (pending == obs[0]).reshape(E, -1).all(axis=1)
                 self.next_index[previous[pointing & same]] = rows[0][pointing & same]
                 broken = np.flatnonzero(pointing & ~same)
@@ -105,7 +106,7 @@ class ReplayBuffer:
         self.not_terminated[rows] = ~terminated.astype(bool)
         self.next_index[rows[:-1]] = rows[1:]
         self.next_index[rows[-1]] = self.pending_base + envs
-        self.obs[self.pending_base:self.final_base] = next_obs[-1]
+        self.obs[self.pending_base : self.final_base] = next_obs[-1]
         self.head = (self.head + n) % C
         self.slots = min(C, self.slots + n)
         # 4. Truncated steps point at their final observation (t-major order: oldest first).
@@ -130,11 +131,11 @@ class ReplayBuffer:
         obs = np.zeros((self.final_base + capacity, *self.obs_shape), np.float32)
         used = self.slots * self.num_envs
         obs[:used] = self.obs[:used]
-        obs[self.pending_base:self.final_base] = self.obs[self.pending_base:self.final_base]
-        obs[self.final_base:self.final_base + len(live)] = self.obs[self.final_base + live]
+        obs[self.pending_base : self.final_base] = self.obs[self.pending_base : self.final_base]
+        obs[self.final_base : self.final_base + len(live)] = self.obs[self.final_base + live]
         owner = np.zeros(capacity, np.int64)
-        owner[:len(live)] = self.final_owner[live]
-        self.next_index[owner[:len(live)]] = self.final_base + np.arange(len(live))
+        owner[: len(live)] = self.final_owner[live]
+        self.next_index[owner[: len(live)]] = self.final_base + np.arange(len(live))
         self.obs, self.final_owner, self.final_capacity, self.final_start = obs, owner, capacity, 0
         self._views()
 
@@ -147,8 +148,13 @@ class ReplayBuffer:
     def gather(self, index: torch.Tensor):
         """(obs, actions, rewards, not_terminated, next_obs) of the transitions at `index` (any
         shape): plain tensors, copies."""
-        return (self.t_obs[index], self.t_actions[index], self.t_rewards[index],
-                self.t_not_terminated[index], self.t_obs[self.t_next_index[index]])
+        return (
+            self.t_obs[index],
+            self.t_actions[index],
+            self.t_rewards[index],
+            self.t_not_terminated[index],
+            self.t_obs[self.t_next_index[index]],
+        )
 
     # ------------------------------------------------------------------------------- checkpointing
 
@@ -158,33 +164,41 @@ class ReplayBuffer:
         live = (self.final_start + np.arange(self.final_count)) % self.final_capacity
         next_index = self.next_index[:used].copy()
         final = next_index >= self.final_base
-        next_index[final] = self.final_base + (next_index[final] - self.final_base - self.final_start) \
-            % self.final_capacity
+        next_index[final] = (
+            self.final_base + (next_index[final] - self.final_base - self.final_start) % self.final_capacity
+        )
         tensor = lambda array: torch.from_numpy(np.ascontiguousarray(array))  # noqa: E731
         return {
-            "capacity": self.capacity, "num_envs": self.num_envs, "head": self.head, "slots": self.slots,
+            "capacity": self.capacity,
+            "num_envs": self.num_envs,
+            "head": self.head,
+            "slots": self.slots,
             "obs": tensor(self.obs[:used].copy()),
-            "pending_obs": tensor(self.obs[self.pending_base:self.final_base].copy()),
-            "final_obs": tensor(self.obs[self.final_base + live]), "final_owner": tensor(self.final_owner[live]),
-            "actions": tensor(self.actions[:used].copy()), "rewards": tensor(self.rewards[:used].copy()),
-            "not_terminated": tensor(self.not_terminated[:used].copy()), "next_index": tensor(next_index),
+            "pending_obs": tensor(self.obs[self.pending_base : self.final_base].copy()),
+            "final_obs": tensor(self.obs[self.final_base + live]),
+            "final_owner": tensor(self.final_owner[live]),
+            "actions": tensor(self.actions[:used].copy()),
+            "rewards": tensor(self.rewards[:used].copy()),
+            "not_terminated": tensor(self.not_terminated[:used].copy()),
+            "next_index": tensor(next_index),
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a state saved by a buffer of the same capacity, env count and shapes."""
-        saved = (state["capacity"], state["num_envs"], tuple(state["obs"].shape[1:]),
-                 tuple(state["actions"].shape[1:]))
+        saved = (state["capacity"], state["num_envs"], tuple(state["obs"].shape[1:]), tuple(state["actions"].shape[1:]))
         mine = (self.capacity, self.num_envs, self.obs_shape, self.action_shape)
         if saved != mine:
-            raise ValueError(f"the saved replay buffer has (capacity per env, envs, obs shape, action "
-                             f"shape) {saved}, this one {mine}")
+            raise ValueError(
+                f"the saved replay buffer has (capacity per env, envs, obs shape, action "
+                f"shape) {saved}, this one {mine}"
+            )
         count = len(state["final_owner"])
         if count > self.final_capacity:
             self._grow_final(count)
         used = state["slots"] * self.num_envs
         self.obs[:used] = state["obs"].numpy()
-        self.obs[self.pending_base:self.final_base] = state["pending_obs"].numpy()
-        self.obs[self.final_base:self.final_base + count] = state["final_obs"].numpy()
+        self.obs[self.pending_base : self.final_base] = state["pending_obs"].numpy()
+        self.obs[self.final_base : self.final_base + count] = state["final_obs"].numpy()
         self.final_owner[:count] = state["final_owner"].numpy()
         self.final_start, self.final_count = 0, count
         self.actions[:used] = state["actions"].numpy()

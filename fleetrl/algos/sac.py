@@ -58,8 +58,16 @@ class SquashedGaussianActor(nn.Module):
     """obs → a = tanh(u), u ~ N(mean(obs), std(obs)): actions in [-1, 1]^d. The rollout worker maps
     them onto the env's Box: `action_bias + action_scale · a` (plain attributes, not buffers)."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes, activation: str,
-                 action_low: np.ndarray, action_high: np.ndarray, matmul_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_sizes,
+        activation: str,
+        action_low: np.ndarray,
+        action_high: np.ndarray,
+        matmul_dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         self.matmul_dtype = matmul_dtype
         self.trunk = linear_stack([obs_dim, *hidden_sizes])
@@ -90,8 +98,9 @@ class SquashedGaussianActor(nn.Module):
         return actions, log_prob.sum(-1)
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False,
-            generator: torch.Generator | None = None) -> torch.Tensor:
+    def act(
+        self, obs: torch.Tensor, deterministic: bool = False, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Inference: actions in [-1, 1]^d (the mode's tanh when deterministic)."""
         mean, log_std = self.distribution(obs)
         if deterministic:
@@ -106,8 +115,9 @@ class SquashedGaussianActor(nn.Module):
 class TwinQ(nn.Module):
     """Two independent Q(s, a) MLPs on the same input."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes, activation: str,
-                 matmul_dtype: torch.dtype | None = None):
+    def __init__(
+        self, obs_dim: int, action_dim: int, hidden_sizes, activation: str, matmul_dtype: torch.dtype | None = None
+    ):
         super().__init__()
         self.matmul_dtype = matmul_dtype
         sizes = [obs_dim + action_dim, *hidden_sizes, 1]
@@ -187,8 +197,7 @@ class SACWeights:
 def build_adam(config, groups: list[dict]) -> torch.optim.Optimizer:
     """Adam(W) with the fused kernel (one call for all parameters of a group)."""
     optimizer_class = torch.optim.Adam if config.actor.optimizer == "adam" else torch.optim.AdamW
-    return optimizer_class(groups, eps=config.actor.adam_eps, weight_decay=config.actor.weight_decay,
-                           fused=True)
+    return optimizer_class(groups, eps=config.actor.adam_eps, weight_decay=config.actor.weight_decay, fused=True)
 
 
 class FusedAdamStep:
@@ -212,24 +221,47 @@ class FusedAdamStep:
             for group in self.optimizer.param_groups:
                 state = [self.optimizer.state[p] for p in group["params"]]
                 fused = torch._fused_adamw_ if group.get("decoupled_weight_decay") else torch._fused_adam_
-                self.groups.append((group, fused, list(group["params"]), [s["exp_avg"] for s in state],
-                                    [s["exp_avg_sq"] for s in state], [s["step"] for s in state]))
+                self.groups.append(
+                    (
+                        group,
+                        fused,
+                        list(group["params"]),
+                        [s["exp_avg"] for s in state],
+                        [s["exp_avg_sq"] for s in state],
+                        [s["step"] for s in state],
+                    )
+                )
             return
         for group, fused, params, exp_avgs, exp_avg_sqs, steps in self.groups:
             grads = [p.grad for p in params]
             torch._foreach_add_(steps, 1)
             beta1, beta2 = group["betas"]
-            fused(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"],
-                  beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
-                  maximize=False, grad_scale=None, found_inf=None)
+            fused(
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                [],
+                steps,
+                amsgrad=False,
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=group["weight_decay"],
+                eps=group["eps"],
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
 
 
 class SACLearner:
     """The networks, their optimizers and one gradient step. `critic_path` / `policy_path` are
     what the losses call: the modules themselves, or their DDP wrappers (`wrap`)."""
 
-    def __init__(self, config, actor: SquashedGaussianActor, critic: TwinQ, critic_target: TwinQ,
-                 entropy: EntropyCoefficient):
+    def __init__(
+        self, config, actor: SquashedGaussianActor, critic: TwinQ, critic_target: TwinQ, entropy: EntropyCoefficient
+    ):
         algo: AlgorithmConfig = config.algorithm
         self.algo = algo
         self.actor, self.critic, self.critic_target, self.entropy = actor, critic, critic_target, entropy
@@ -246,8 +278,9 @@ class SACLearner:
         self.critic_params = list(critic.parameters())
         self.target_params = list(critic_target.parameters())
         self.actor_params = list(actor.parameters())
-        self.target_entropy = (float(algo.target_entropy) if algo.target_entropy is not None
-                               else -float(actor.action_dim))
+        self.target_entropy = (
+            float(algo.target_entropy) if algo.target_entropy is not None else -float(actor.action_dim)
+        )
         self.grad_steps = 0  # global: every rank counts the same
         self.reset_stats()
 
@@ -276,8 +309,9 @@ class SACLearner:
         critic = torch.stack([torch.stack([loss, q.mean()]) for loss, q in self.critic_stats]).mean(0)
         if not self.policy_stats:
             return torch.cat([critic, torch.zeros(3)])
-        policy = torch.stack([torch.stack([loss, alpha_loss, -log_prob.mean()])
-                              for loss, alpha_loss, log_prob in self.policy_stats]).mean(0)
+        policy = torch.stack(
+            [torch.stack([loss, alpha_loss, -log_prob.mean()]) for loss, alpha_loss, log_prob in self.policy_stats]
+        ).mean(0)
         return torch.cat([critic, policy])
 
     def update(self, batch: SACBatch) -> None:
@@ -320,8 +354,11 @@ class SACLearner:
             polyak_(self.target_params, self.critic_params, algo.tau)
 
     def state_dict(self) -> dict:
-        return {"critic_optimizer": self.critic_optimizer.state_dict(),
-                "policy_optimizer": self.policy_optimizer.state_dict(), "grad_steps": self.grad_steps}
+        return {
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "policy_optimizer": self.policy_optimizer.state_dict(),
+            "grad_steps": self.grad_steps,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])

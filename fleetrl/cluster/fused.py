@@ -29,8 +29,8 @@ from fleetrl.collect import Collector, collect_then_train
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 from fleetrl.watch.faults import FaultPlan
+from fleetrl.watch.flight_recorder import Recorder
 from fleetrl.watch.host import CallRunner
-from fleetrl.watch.recorder import Recorder
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import rollout_seed
 
@@ -43,16 +43,28 @@ def check_fusable(config: Config, placement: Placement) -> None:
     that can run inference without collectives (not FSDP shards)."""
     env, rollout, actor = (placement.ranks(c) for c in ("env", "rollout", "actor"))
     if not len(env) == len(rollout) == len(actor):
-        raise ConfigError(FUSE_KEY, True, "false, or a placement with as many env and rollout ranks as "
-                          f"actor ranks (here env {len(env)}, rollout {len(rollout)}, actor {len(actor)})")
+        raise ConfigError(
+            FUSE_KEY,
+            True,
+            "false, or a placement with as many env and rollout ranks as "
+            f"actor ranks (here env {len(env)}, rollout {len(rollout)}, actor {len(actor)})",
+        )
     for e, r, a in zip(env, rollout, actor):
         if not e.device == r.device == a.device:
-            raise ConfigError(FUSE_KEY, True, "false, or a placement where rank r of env, rollout and "
-                              f"actor share a device (rank {a.rank}: env on device {e.device}, rollout on "
-                              f"{r.device}, actor on {a.device})")
+            raise ConfigError(
+                FUSE_KEY,
+                True,
+                "false, or a placement where rank r of env, rollout and "
+                f"actor share a device (rank {a.rank}: env on device {e.device}, rollout on "
+                f"{r.device}, actor on {a.device})",
+            )
     if config.actor.strategy == "fsdp" and len(actor) > 1:
-        raise ConfigError(FUSE_KEY, True, "false with actor.strategy 'fsdp': inference on FSDP shards "
-                          "would gather parameters collectively at every env step")
+        raise ConfigError(
+            FUSE_KEY,
+            True,
+            "false with actor.strategy 'fsdp': inference on FSDP shards "
+            "would gather parameters collectively at every env step",
+        )
 
 
 def fused_assignments(placement: Placement, cpu_count_per_node: int | None) -> list[Assignment]:
@@ -60,18 +72,23 @@ def fused_assignments(placement: Placement, cpu_count_per_node: int | None) -> l
     CPUs among env, rollout and actor processes; fused, only the ranks' processes share them."""
     actors = placement.ranks("actor")
     ranks_on_node = Counter(a.node for a in actors)
-    return [replace(a, component=FUSED,
-                    cpu_threads=max(1, cpu_count_per_node // ranks_on_node[a.node]) if cpu_count_per_node
-                    else a.cpu_threads)
-            for a in actors]
+    return [
+        replace(
+            a,
+            component=FUSED,
+            cpu_threads=max(1, cpu_count_per_node // ranks_on_node[a.node]) if cpu_count_per_node else a.cpu_threads,
+        )
+        for a in actors
+    ]
 
 
 class FusedRank:
     """In the worker process: the rank's env worker from the start; its actor and rollout worker
     once the controller has checked the env's spaces (`build_learner`)."""
 
-    def __init__(self, config: Config, env_args: tuple, rank: int, world_size: int,
-                 recorder: Recorder, fault_spec: dict):
+    def __init__(
+        self, config: Config, env_args: tuple, rank: int, world_size: int, recorder: Recorder, fault_spec: dict
+    ):
         self.config, self.rank, self.world_size = config, rank, world_size
         self.recorder, self.fault_spec = recorder, fault_spec
         self.runners = {FUSED: self.runner(FUSED, self)}
@@ -79,8 +96,9 @@ class FusedRank:
         self.collector: Collector | None = None
 
     def runner(self, component: str, worker) -> CallRunner:
-        return CallRunner(worker, component, self.rank, self.recorder,
-                          FaultPlan(self.fault_spec, component, self.rank), process=FUSED)
+        return CallRunner(
+            worker, component, self.rank, self.recorder, FaultPlan(self.fault_spec, component, self.rank), process=FUSED
+        )
 
     def inline_group(self, component: str, worker) -> InlineGroup:
         self.runners[component] = self.runner(component, worker)
@@ -98,8 +116,9 @@ class FusedRank:
             torch.manual_seed(rollout_seed(self.config.runner.seed, self.rank))
         self.inline_group("actor", actor)
         rollout = self.inline_group("rollout", workers.rollout(actor.policy))
-        self.collector = Collector(self.env, rollout, self.config.rollout.pipeline_stage_num,
-                                   self.config.algorithm.num_steps)
+        self.collector = Collector(
+            self.env, rollout, self.config.rollout.pipeline_stage_num, self.config.algorithm.num_steps
+        )
 
     def start_collecting(self, epoch: int) -> None:
         self.collector.start(epoch)

@@ -9,7 +9,8 @@ their inputs arrive. That is what pipelines env and rollout without any threads 
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fleetrl.cluster.placement import Assignment
 

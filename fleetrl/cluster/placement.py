@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from fleetrl.errors import ConfigError, nearest
 
@@ -70,20 +71,21 @@ class Placement:
 
     def table(self) -> str:
         """A plain-text table of every rank, for `fleetrl train --dry-run`."""
-        header = ("component", "rank", "node", "device", "local device", "visible devices",
-                  "threads")
-        rows = [(a.component, a.rank, a.node, a.device, a.local_device, a.visible_devices,
-                 a.cpu_threads) for a in self.assignments]
+        header = ("component", "rank", "node", "device", "local device", "visible devices", "threads")
+        rows = [
+            (a.component, a.rank, a.node, a.device, a.local_device, a.visible_devices, a.cpu_threads)
+            for a in self.assignments
+        ]
         cells = [tuple(str(value) for value in row) for row in (header, *rows)]
         widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-        lines = ["  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip()
-                 for row in cells]
+        lines = ["  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip() for row in cells]
         title = f"{self.num_nodes} node(s) x {self.devices_per_node} device(s) per node"
         return "\n".join([title, *lines])
 
 
-def resolve_placement(num_nodes: int, devices_per_node: int, component_placement: Mapping,
-                      cpu_count_per_node: int | None = None) -> Placement:
+def resolve_placement(
+    num_nodes: int, devices_per_node: int, component_placement: Mapping, cpu_count_per_node: int | None = None
+) -> Placement:
     """Check `cluster.component_placement` against the cluster and assign every rank a device.
 
     A missing `rollout` is collocated with the actor (same devices, one process each).
@@ -97,15 +99,15 @@ def resolve_placement(num_nodes: int, devices_per_node: int, component_placement
     shape = (num_nodes, devices_per_node)
     layout = component_layout(component_placement, shape)
     threads = threads_per_node(layout, shape, cpu_count_per_node)
-    assignments = tuple(assignment
-                        for component, (devices, processes) in layout.items()
-                        for assignment in assign_ranks(component, devices, processes,
-                                                       devices_per_node, threads))
+    assignments = tuple(
+        assignment
+        for component, (devices, processes) in layout.items()
+        for assignment in assign_ranks(component, devices, processes, devices_per_node, threads)
+    )
     return Placement(num_nodes, devices_per_node, assignments)
 
 
-def parse_device_range(key: str, spec: Any, total_devices: int,
-                       shape: tuple[int, int] | None = None) -> list[int]:
+def parse_device_range(key: str, spec: Any, total_devices: int, shape: tuple[int, int] | None = None) -> list[int]:
     """The sorted global device ranks named by `spec` (an int or text like '0-3,8-11' or 'all').
 
     `shape` (num_nodes, devices_per_node), when given, lets a range beyond the cluster name the
@@ -126,9 +128,12 @@ def check_divisible(placement: Placement, component: str, quantity_key: str, qua
     """Fail unless `quantity` (a batch size, an env count...) splits evenly over the component."""
     world_size = placement.world_size(component)
     if quantity % world_size:
-        raise ConfigError(quantity_key, quantity,
-                          f"a multiple of {world_size} (the {component} world size)",
-                          hint=f"{PLACEMENT_KEY}.{component} places {world_size} rank(s)")
+        raise ConfigError(
+            quantity_key,
+            quantity,
+            f"a multiple of {world_size} (the {component} world size)",
+            hint=f"{PLACEMENT_KEY}.{component} places {world_size} rank(s)",
+        )
 
 
 def check_positive_int(key: str, value: Any) -> None:
@@ -136,23 +141,31 @@ def check_positive_int(key: str, value: Any) -> None:
         raise ConfigError(key, value, "an integer >= 1")
 
 
-def component_layout(component_placement: Mapping,
-                     shape: tuple[int, int]) -> dict[str, tuple[list[int], int]]:
+def component_layout(component_placement: Mapping, shape: tuple[int, int]) -> dict[str, tuple[list[int], int]]:
     """Each component's (devices, processes per device), in the order of COMPONENTS."""
     if not isinstance(component_placement, Mapping):
-        raise ConfigError(PLACEMENT_KEY, component_placement,
-                          "a mapping of component name to device range")
+        raise ConfigError(PLACEMENT_KEY, component_placement, "a mapping of component name to device range")
     for name in component_placement:
         if name not in COMPONENTS:
-            raise ConfigError(f"{PLACEMENT_KEY}.{name}", name,
-                              f"a component, one of {list(COMPONENTS)}",
-                              hint=nearest(str(name), COMPONENTS))
+            raise ConfigError(
+                f"{PLACEMENT_KEY}.{name}",
+                name,
+                f"a component, one of {list(COMPONENTS)}",
+                hint=nearest(str(name), COMPONENTS),
+            )
     for name in REQUIRED_COMPONENTS:
         if name not in component_placement:
-            raise ConfigError(f"{PLACEMENT_KEY}.{name}", None, RANGE_EXAMPLES,
-                              hint=f"{' and '.join(REQUIRED_COMPONENTS)} must be placed")
-    layout = {name: parse_spec(f"{PLACEMENT_KEY}.{name}", component_placement[name], shape)
-              for name in COMPONENTS if name in component_placement}
+            raise ConfigError(
+                f"{PLACEMENT_KEY}.{name}",
+                None,
+                RANGE_EXAMPLES,
+                hint=f"{' and '.join(REQUIRED_COMPONENTS)} must be placed",
+            )
+    layout = {
+        name: parse_spec(f"{PLACEMENT_KEY}.{name}", component_placement[name], shape)
+        for name in COMPONENTS
+        if name in component_placement
+    }
     layout.setdefault("rollout", (layout["actor"][0], 1))
     return {name: layout[name] for name in COMPONENTS}
 
@@ -164,8 +177,9 @@ def parse_spec(key: str, spec: Any, shape: tuple[int, int]) -> tuple[list[int], 
         return parse_device_range(key, spec, total_devices, shape), 1
     for field in spec:
         if field not in SPEC_FIELDS:
-            raise ConfigError(f"{key}.{field}", spec[field], f"one of {list(SPEC_FIELDS)}",
-                              hint=nearest(str(field), SPEC_FIELDS))
+            raise ConfigError(
+                f"{key}.{field}", spec[field], f"one of {list(SPEC_FIELDS)}", hint=nearest(str(field), SPEC_FIELDS)
+            )
     if "devices" not in spec:
         raise ConfigError(f"{key}.devices", None, RANGE_EXAMPLES)
     processes = spec.get("processes_per_device", 1)
@@ -186,8 +200,9 @@ def parse_range_text(key: str, text: str, total_devices: int) -> list[int]:
             raise ConfigError(key, text, RANGE_EXAMPLES, hint=f"'{part.strip()}' is not a range")
         first, last = int(match[1]), int(match[2] or match[1])
         if last < first:
-            raise ConfigError(key, text, RANGE_EXAMPLES,
-                              hint=f"'{part.strip()}' runs backwards; write '{last}-{first}'")
+            raise ConfigError(
+                key, text, RANGE_EXAMPLES, hint=f"'{part.strip()}' runs backwards; write '{last}-{first}'"
+            )
         devices.extend(range(first, last + 1))
     return devices
 
@@ -195,23 +210,28 @@ def parse_range_text(key: str, text: str, total_devices: int) -> list[int]:
 def check_no_duplicates(key: str, spec: Any, devices: list[int]) -> None:
     repeated = sorted(device for device, count in Counter(devices).items() if count > 1)
     if repeated:
-        raise ConfigError(key, spec, "each device at most once",
-                          hint=f"listed more than once: {repeated}")
+        raise ConfigError(key, spec, "each device at most once", hint=f"listed more than once: {repeated}")
 
 
-def check_within_cluster(key: str, spec: Any, devices: list[int], total_devices: int,
-                         shape: tuple[int, int] | None) -> None:
+def check_within_cluster(
+    key: str, spec: Any, devices: list[int], total_devices: int, shape: tuple[int, int] | None
+) -> None:
     outside = [device for device in devices if not 0 <= device < total_devices]
     if outside:
         size = f"{total_devices} devices"
         if shape:
             size = f"{shape[0]} node(s) x {shape[1]} device(s) = {size}"
-        raise ConfigError(key, spec, f"device ranks 0-{total_devices - 1} (the cluster has {size})",
-                          hint=f"outside the cluster: {outside}")
+        raise ConfigError(
+            key,
+            spec,
+            f"device ranks 0-{total_devices - 1} (the cluster has {size})",
+            hint=f"outside the cluster: {outside}",
+        )
 
 
-def threads_per_node(layout: dict[str, tuple[list[int], int]], shape: tuple[int, int],
-                     cpu_count_per_node: int | None) -> list[int]:
+def threads_per_node(
+    layout: dict[str, tuple[list[int], int]], shape: tuple[int, int], cpu_count_per_node: int | None
+) -> list[int]:
     """Torch threads for each process, per node: the node's CPUs shared by all its processes."""
     if cpu_count_per_node is None:
         return [1] * shape[0]
@@ -223,14 +243,24 @@ def threads_per_node(layout: dict[str, tuple[list[int], int]], shape: tuple[int,
     return [max(1, cpu_count_per_node // max(count, 1)) for count in processes_on_node]
 
 
-def assign_ranks(component: str, devices: list[int], processes_per_device: int,
-                 devices_per_node: int, threads: list[int]) -> list[Assignment]:
+def assign_ranks(
+    component: str, devices: list[int], processes_per_device: int, devices_per_node: int, threads: list[int]
+) -> list[Assignment]:
     slots = [(device, index) for device in devices for index in range(processes_per_device)]
     assignments = []
     for rank, (device, index) in enumerate(slots):
         node, local_device = divmod(device, devices_per_node)
-        assignments.append(Assignment(
-            component=component, rank=rank, world_size=len(slots), node=node, device=device,
-            local_device=local_device, visible_devices=str(local_device),
-            cpu_threads=threads[node], process_index=index))
+        assignments.append(
+            Assignment(
+                component=component,
+                rank=rank,
+                world_size=len(slots),
+                node=node,
+                device=device,
+                local_device=local_device,
+                visible_devices=str(local_device),
+                cpu_threads=threads[node],
+                process_index=index,
+            )
+        )
     return assignments

@@ -15,7 +15,7 @@ import os
 import socket
 import sys
 import threading
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.placement import Assignment
@@ -33,8 +33,7 @@ class WorkerHost:
     """The Ray actor around one worker: sets up its process (threads, flight recorder, stack
     dumps), then runs the controller's method calls as recorded phases."""
 
-    def __init__(self, threads: int, factory: Callable, args: tuple, assignment: Assignment,
-                 watch: WatchSpec):
+    def __init__(self, threads: int, factory: Callable, args: tuple, assignment: Assignment, watch: WatchSpec):
         import torch
 
         torch.set_num_threads(threads)
@@ -82,22 +81,30 @@ class RayCluster:
             if config.ray_address is not None:
                 ray.init(address=config.ray_address)
             elif config.simulate_nodes > 1:
-                self.simulated = start_simulated_cluster(config.simulate_nodes, devices_per_node,
-                                                         config.node_ip)
+                self.simulated = start_simulated_cluster(config.simulate_nodes, devices_per_node, config.node_ip)
                 ray.init(address=self.simulated.address, _node_ip_address=config.node_ip)
             else:  # "local": a new instance, never some other session's running cluster
-                ray.init(address="local", num_cpus=devices_per_node, _node_ip_address=config.node_ip,
-                         include_dashboard=False)
+                ray.init(
+                    address="local", num_cpus=devices_per_node, _node_ip_address=config.node_ip, include_dashboard=False
+                )
         self.node_ids = ordered_node_ids(self.simulated)
         if len(self.node_ids) < config.num_nodes:
             self.shutdown()
-            raise ConfigError("cluster.num_nodes", config.num_nodes,
-                              f"at most the {len(self.node_ids)} alive node(s) of the Ray cluster")
+            raise ConfigError(
+                "cluster.num_nodes",
+                config.num_nodes,
+                f"at most the {len(self.node_ids)} alive node(s) of the Ray cluster",
+            )
         self.env_vars = config.env_vars
 
-    def create_group(self, assignments: Sequence[Assignment], factory: Callable,
-                     args_for_rank: Callable[[int], tuple], watch: WatchSpec,
-                     host_class: type = WorkerHost) -> RayGroup:
+    def create_group(
+        self,
+        assignments: Sequence[Assignment],
+        factory: Callable,
+        args_for_rank: Callable[[int], tuple],
+        watch: WatchSpec,
+        host_class: type = WorkerHost,
+    ) -> RayGroup:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -106,10 +113,14 @@ class RayCluster:
         for assignment in assignments:
             strategy = NodeAffinitySchedulingStrategy(self.node_ids[assignment.node], soft=False)
             env_vars = {**self.worker_env_vars(assignment), "PYTHONPATH": self.python_path}
-            handles.append(host.options(
-                num_cpus=0, scheduling_strategy=strategy, runtime_env={"env_vars": env_vars},
-                name=f"fleetrl-{assignment.component}-{assignment.rank}-{os.getpid()}",
-            ).remote(assignment.cpu_threads, factory, args_for_rank(assignment.rank), assignment, watch))
+            handles.append(
+                host.options(
+                    num_cpus=0,
+                    scheduling_strategy=strategy,
+                    runtime_env={"env_vars": env_vars},
+                    name=f"fleetrl-{assignment.component}-{assignment.rank}-{os.getpid()}",
+                ).remote(assignment.cpu_threads, factory, args_for_rank(assignment.rank), assignment, watch)
+            )
         self.handles.extend(handles)
         return RayGroup(assignments, handles)
 
@@ -117,7 +128,8 @@ class RayCluster:
         shared = {k: str(v) for k, v in self.env_vars.items() if not isinstance(v, dict)}
         per_node = self.env_vars.get(assignment.node, self.env_vars.get(str(assignment.node), {}))
         return {
-            **shared, **{k: str(v) for k, v in per_node.items()},
+            **shared,
+            **{k: str(v) for k, v in per_node.items()},
             "FLEETRL_COMPONENT": assignment.component,
             "FLEETRL_RANK": str(assignment.rank),
             "FLEETRL_WORLD_SIZE": str(assignment.world_size),
@@ -181,9 +193,14 @@ def keep_ray_on_loopback() -> None:
 def deadline(seconds: float, what: str):
     """Bound a blocking start-up step: past `seconds`, say what hung and end this process (and
     with it the Ray daemons it started) instead of waiting silently."""
+
     def expire():
-        log.error("%s did not finish within %.0f s; stopping. Check the address and that the "
-                  "network interface it names is reachable from here (`fleetrl doctor`).", what, seconds)
+        log.error(
+            "%s did not finish within %.0f s; stopping. Check the address and that the "
+            "network interface it names is reachable from here (`fleetrl doctor`).",
+            what,
+            seconds,
+        )
         kill_own_children()
         os._exit(EXIT_STARTUP_TIMEOUT)
 
@@ -216,6 +233,5 @@ def ordered_node_ids(simulated) -> list[str]:
     import ray
 
     alive = [n for n in ray.nodes() if n["Alive"]]
-    alive.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"],
-                              n["NodeManagerAddress"], n["NodeID"]))
+    alive.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeManagerAddress"], n["NodeID"]))
     return [n["NodeID"] for n in alive]

@@ -21,15 +21,15 @@ from fleetrl.collect import Collector, plan_lanes
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_actor_layout, check_spaces
 from fleetrl.errors import ConfigError, UserError
+from fleetrl.watch import flight_recorder
 from fleetrl.watch.classify import incident_from_error
-from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.faults import FaultPlan
+from fleetrl.watch.flight_recorder import Recorder
 from fleetrl.watch.host import CallRunner, WatchSpec
-from fleetrl.watch.recorder import Recorder
-from fleetrl.watch.recorder import install as install_recorder
 from fleetrl.watch.respond import IncidentStop, respond
 from fleetrl.watch.stacks import register_stack_dump, stack_file
 from fleetrl.watch.store import HeartbeatStore
+from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Watchdog
 from fleetrl.workers.env_worker import EnvWorker
 
@@ -52,22 +52,25 @@ class Layout:
 def resolve_layout(config: Config) -> Layout:
     cluster = config.cluster
     if cluster.simulate_nodes > 1 and cluster.simulate_nodes != cluster.num_nodes:
-        raise ConfigError("cluster.simulate_nodes", cluster.simulate_nodes,
-                          f"0, or equal to cluster.num_nodes ({cluster.num_nodes})")
+        raise ConfigError(
+            "cluster.simulate_nodes", cluster.simulate_nodes, f"0, or equal to cluster.num_nodes ({cluster.num_nodes})"
+        )
     devices = cluster.devices_per_node or detect_devices_per_node()
-    placement = resolve_placement(cluster.num_nodes, devices, cluster.component_placement,
-                                  cpu_count_per_node=os.cpu_count())
+    placement = resolve_placement(
+        cluster.num_nodes, devices, cluster.component_placement, cpu_count_per_node=os.cpu_count()
+    )
     check_data_layout(config, placement)
     check_actor_layout(config, placement.world_size("actor"))
-    single = cluster.num_nodes == 1 and all(
-        placement.world_size(c) == 1 for c in ("actor", "rollout", "env"))
+    single = cluster.num_nodes == 1 and all(placement.world_size(c) == 1 for c in ("actor", "rollout", "env"))
     backend = cluster.backend
     if backend == "auto":
         backend = "inline" if single and cluster.simulate_nodes <= 1 else "ray"
     if backend == "inline" and not single:
-        raise ConfigError("cluster.backend", "inline",
-                          "'ray' or 'auto': inline runs one rank per component on one node, and "
-                          "this placement has more")
+        raise ConfigError(
+            "cluster.backend",
+            "inline",
+            "'ray' or 'auto': inline runs one rank per component on one node, and this placement has more",
+        )
     fused = cluster.fuse_collocated and backend == "ray"
     if fused:
         check_fusable(config, placement)
@@ -86,13 +89,19 @@ def check_data_layout(config: Config, placement: Placement) -> None:
     env_world, stages = placement.world_size("env"), config.rollout.pipeline_stage_num
     check_divisible(placement, "env", "env.num_envs", config.env.num_envs)
     if (config.env.num_envs // env_world) % stages:
-        raise ConfigError("rollout.pipeline_stage_num", stages,
-                          f"a divisor of the envs per env worker ({config.env.num_envs // env_world})")
+        raise ConfigError(
+            "rollout.pipeline_stage_num",
+            stages,
+            f"a divisor of the envs per env worker ({config.env.num_envs // env_world})",
+        )
     check_divisible(placement, "actor", "env.num_envs", config.env.num_envs)
     rollout_world = placement.world_size("rollout")
     if env_world % rollout_world:
-        raise ConfigError("cluster.component_placement.rollout", rollout_world,
-                          f"a rollout world size dividing the env world size ({env_world})")
+        raise ConfigError(
+            "cluster.component_placement.rollout",
+            rollout_world,
+            f"a rollout world size dividing the env world size ({env_world})",
+        )
 
 
 class Runtime:
@@ -113,9 +122,19 @@ class Runtime:
             else:
                 self._start_ray()
             lane_sizes = self.lane_sizes()
-            self.rollout.get([self.rollout.call(rank, "configure_lanes", sizes, config.algorithm.num_steps,
-                                                self.observation_space, self.action_space)
-                              for rank, sizes in enumerate(lane_sizes)])
+            self.rollout.get(
+                [
+                    self.rollout.call(
+                        rank,
+                        "configure_lanes",
+                        sizes,
+                        config.algorithm.num_steps,
+                        self.observation_space,
+                        self.action_space,
+                    )
+                    for rank, sizes in enumerate(lane_sizes)
+                ]
+            )
         except (UserError, KeyboardInterrupt):
             self.shutdown()
             raise
@@ -163,9 +182,12 @@ class Runtime:
         """Ray actor id (hex) → (component, rank), to name the worker in a RayActorError."""
         if self.ray is None:
             return {}
-        return {handle._actor_id.hex(): (a.component, a.rank)
-                for group in (self.env, self.rollout, self.actor) if hasattr(group, "handles")
-                for a, handle in zip(group.assignments, group.handles)}
+        return {
+            handle._actor_id.hex(): (a.component, a.rank)
+            for group in (self.env, self.rollout, self.actor)
+            if hasattr(group, "handles")
+            for a, handle in zip(group.assignments, group.handles)
+        }
 
     @property
     def shares_process(self) -> bool:
@@ -176,15 +198,22 @@ class Runtime:
         """Drives env ⇄ rollout from here, or, for fused ranks, inside each rank's process."""
         if self.fused is not None:
             return FusedCollector(self.fused)
-        return Collector(self.env, self.rollout, self.config.rollout.pipeline_stage_num,
-                         self.config.algorithm.num_steps)
+        return Collector(
+            self.env, self.rollout, self.config.rollout.pipeline_stage_num, self.config.algorithm.num_steps
+        )
 
     def env_worker_args(self, rank: int) -> tuple:
         config, world = self.config, self.layout.placement.world_size("env")
         per_rank = config.env.num_envs // world
-        return (config.env, config.algorithm.gamma, config.runner.seed + rank * per_rank, per_rank,
-                True, config.rollout.pipeline_stage_num,
-                config.algorithm.group_size if config.algorithm.adv_type == "grpo" else 1)
+        return (
+            config.env,
+            config.algorithm.gamma,
+            config.runner.seed + rank * per_rank,
+            per_rank,
+            True,
+            config.rollout.pipeline_stage_num,
+            config.algorithm.group_size if config.algorithm.adv_type == "grpo" else 1,
+        )
 
     def lane_sizes(self) -> list[list[int]]:
         placement, stages = self.layout.placement, self.config.rollout.pipeline_stage_num
@@ -196,8 +225,13 @@ class Runtime:
 
     def watch_spec(self, host: str) -> WatchSpec:
         self.store = HeartbeatStore(host)
-        return WatchSpec(host, self.store.port, self.config.watchdog.heartbeat_interval_s,
-                         str(self.run_dir / "stacks"), self.config.debug.fault)
+        return WatchSpec(
+            host,
+            self.store.port,
+            self.config.watchdog.heartbeat_interval_s,
+            str(self.run_dir / "stacks"),
+            self.config.debug.fault,
+        )
 
     def start_watchdog(self, workers: list[dict], kill_remote=lambda: None) -> None:
         """Watch `workers` ({component, rank, node}); on an incident, report and tear down."""
@@ -205,9 +239,12 @@ class Runtime:
         if not self.config.watchdog.enabled:
             return
         keys = [(w["component"], w["rank"]) for w in workers]
-        self.watchdog = Watchdog(self.config.watchdog, self.store.read, keys,
-                                 lambda incident: respond(incident, self.run_dir, workers, kill_remote,
-                                                          exit_process=True))
+        self.watchdog = Watchdog(
+            self.config.watchdog,
+            self.store.read,
+            keys,
+            lambda incident: respond(incident, self.run_dir, workers, kill_remote, exit_process=True),
+        )
         self.watchdog.start()
 
     def _start_inline(self) -> None:
@@ -215,7 +252,7 @@ class Runtime:
         placement, config = self.layout.placement, self.config
         spec = self.watch_spec("127.0.0.1")
         self.recorder = recorder = Recorder("inline", 0, 0)
-        install_recorder(recorder)
+        flight_recorder.install(recorder)
         register_stack_dump(stack_file(Path(spec.stack_dir), "inline", 0))
         recorder.start_publishing(self.store.publisher("inline", 0), spec.interval_s)
         self.start_watchdog([{"component": "inline", "rank": 0, "node": 0}])
@@ -242,11 +279,16 @@ class Runtime:
         config, placement = self.config, self.layout.placement
         self.ray = RayCluster(config.cluster, placement.devices_per_node)
         spec = self.watch_spec(self.ray.controller_ip())
-        log.info("starting %s%s", ", ".join(f"{placement.world_size(c)} {c}" for c in ("env", "rollout", "actor")),
-                 " (fused: one process per rank)" if self.layout.fused else "")
+        log.info(
+            "starting %s%s",
+            ", ".join(f"{placement.world_size(c)} {c}" for c in ("env", "rollout", "actor")),
+            " (fused: one process per rank)" if self.layout.fused else "",
+        )
         groups = self._start_fused(spec) if self.layout.fused else self._start_components(spec)
-        self.start_watchdog([{"component": a.component, "rank": a.rank, "node": a.node}
-                             for group in groups for a in group.assignments], self.ray.kill_remote_workers)
+        self.start_watchdog(
+            [{"component": a.component, "rank": a.rank, "node": a.node} for group in groups for a in group.assignments],
+            self.ray.kill_remote_workers,
+        )
         if self.watchdog is not None:
             for group in groups:
                 group.interrupt = self.watchdog.fired
@@ -266,10 +308,12 @@ class Runtime:
         workers = algorithm_workers(config.algorithm.name)
         self.env = self.ray.create_group(placement.ranks("env"), EnvWorker, self.env_worker_args, spec)
         check_spaces(config, *self.spaces())  # e.g. sac on discrete actions: a config error, nothing else started
-        self.actor = self.ray.create_group(placement.ranks("actor"), workers.actor,
-                                           lambda rank: (config, *self.spaces(), rank, world), spec)
-        self.rollout = self.ray.create_group(placement.ranks("rollout"), workers.rollout.from_config,
-                                             lambda rank: (config, *self.spaces()), spec)
+        self.actor = self.ray.create_group(
+            placement.ranks("actor"), workers.actor, lambda rank: (config, *self.spaces(), rank, world), spec
+        )
+        self.rollout = self.ray.create_group(
+            placement.ranks("rollout"), workers.rollout.from_config, lambda rank: (config, *self.spaces()), spec
+        )
         return [self.env, self.rollout, self.actor]
 
     def _start_fused(self, spec: WatchSpec) -> list:
@@ -278,9 +322,13 @@ class Runtime:
         from fleetrl.cluster.ray_cluster import FusedHost
 
         config, world = self.config, self.layout.placement.world_size("actor")
-        self.fused = self.ray.create_group(worker_processes(self.layout), FusedRank,
-                                           lambda rank: (config, self.env_worker_args(rank), rank, world),
-                                           spec, host_class=FusedHost)
+        self.fused = self.ray.create_group(
+            worker_processes(self.layout),
+            FusedRank,
+            lambda rank: (config, self.env_worker_args(rank), rank, world),
+            spec,
+            host_class=FusedHost,
+        )
         self.env, self.rollout, self.actor = (ComponentView(self.fused, c) for c in ("env", "rollout", "actor"))
         check_spaces(config, *self.spaces())
         return [self.fused]

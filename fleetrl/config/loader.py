@@ -50,8 +50,9 @@ def apply_override(raw: dict, override: str) -> None:
     try:
         value = yaml.safe_load(text) if text else ""
     except yaml.YAMLError as error:
-        raise ConfigError(key, text, "a YAML value (quote strings with special characters)",
-                          str(error).splitlines()[0]) from None
+        raise ConfigError(
+            key, text, "a YAML value (quote strings with special characters)", str(error).splitlines()[0]
+        ) from None
     node = raw
     parts = key.split(".")
     for part in parts[:-1]:
@@ -66,8 +67,7 @@ def apply_override(raw: dict, override: str) -> None:
 def build_config(raw: dict) -> Config:
     unknown = set(raw) - set(SECTION_TYPES)
     for name in sorted(unknown):
-        raise ConfigError(name, raw[name], f"one of the sections {sorted(SECTION_TYPES)}",
-                          nearest(name, SECTION_TYPES))
+        raise ConfigError(name, raw[name], f"one of the sections {sorted(SECTION_TYPES)}", nearest(name, SECTION_TYPES))
     sections = {}
     for name, section_type in SECTION_TYPES.items():
         values = raw.get(name) or {}

@@ -7,7 +7,7 @@ prints them. Cross-field rules (divisibility, ranges) live in `validate.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 
 @dataclass
@@ -15,7 +15,7 @@ class EnvConfig:
     id: str = "CartPole-v1"  # Gymnasium id, or 'module:attr' returning a gymnasium.Env
     kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make / the entry point
     num_envs: int = 8  # simulators per env worker
-    max_episode_steps: Optional[int] = None  # truncate episodes here (None: the env's own limit)
+    max_episode_steps: int | None = None  # truncate episodes here (None: the env's own limit)
     vectorization: str = "sync"  # sync (one process) | async (one subprocess per env)
     normalize_obs: bool = False  # running mean/std of observations, checkpointed
     normalize_reward: bool = False  # scale rewards by the std of the discounted return
@@ -41,15 +41,19 @@ class AlgorithmConfig:
     ent_coef: float = 0.0
     max_grad_norm: float = 0.5
     norm_adv: bool = True  # normalise advantages per minibatch
-    target_kl: Optional[float] = None  # stop the epoch loop when the approx. KL exceeds this
+    target_kl: float | None = None  # stop the epoch loop when the approx. KL exceeds this
     adv_type: str = "gae"  # gae | grpo: (return - group mean) / group std over episodes that started from one state (README: 'GRPO')
-    group_size: int = 8  # grpo: envs i..i+g-1 (consecutive, g = group_size) are reset with one seed each iteration and form a group
+    group_size: int = (
+        8  # grpo: envs i..i+g-1 (consecutive, g = group_size) are reset with one seed each iteration and form a group
+    )
     logprob_type: str = "action_level"  # action_level | token_level (needs model.action_bins): one PPO ratio per action from the summed token log-probs, or one clipped ratio per token, averaged
     entropy_type: str = "action_level"  # action_level | token_level (needs model.action_bins): entropy bonus of the whole action (sum over tokens) or the mean per-token entropy
     # PPG (algorithm.name: ppg, Cobbe et al. 2020); needs model.aux_value_head: true
     n_pi: int = 32  # ppg: policy-phase iterations per auxiliary phase
     aux_epochs: int = 6  # ppg: epochs over the phase's stored data in the auxiliary phase
-    aux_minibatch_size: Optional[int] = None  # ppg: samples per auxiliary optimizer step over all actor ranks (None: the policy phase's minibatch)
+    aux_minibatch_size: int | None = (
+        None  # ppg: samples per auxiliary optimizer step over all actor ranks (None: the policy phase's minibatch)
+    )
     beta_clone: float = 1.0  # ppg: weight of the behavioural-cloning KL(pi_old || pi) in the auxiliary loss
     # SAC (algorithm.name: sac, Haarnoja et al. 2018): off-policy, Box actions. It also reads num_steps
     # (env steps per env per iteration), gamma, minibatch_size (the sample of every gradient step, over
@@ -58,14 +62,18 @@ class AlgorithmConfig:
     learning_starts: int = 100  # sac: the first this many global env steps take uniform random actions, and training waits until the replay holds this many
     update_to_data: float = 1.0  # sac: gradient steps per new env step, global: an iteration runs update_to_data * num_steps * env.num_envs of them (fractions carry over), all ranks together
     tau: float = 0.005  # sac: Polyak factor of the target critics, target += tau * (critic - target)
-    q_lr: Optional[float] = None  # sac: learning rate of the twin critics and of the entropy coefficient (None: algorithm.lr)
-    policy_lr: Optional[float] = None  # sac: learning rate of the actor (None: algorithm.lr)
+    q_lr: float | None = (
+        None  # sac: learning rate of the twin critics and of the entropy coefficient (None: algorithm.lr)
+    )
+    policy_lr: float | None = None  # sac: learning rate of the actor (None: algorithm.lr)
     alpha: float = 1.0  # sac: entropy coefficient: its initial value with autotune, else fixed
     autotune: bool = True  # sac: tune alpha so that the policy's entropy tracks target_entropy
-    target_entropy: Optional[float] = None  # sac: autotune's target entropy (None: minus the action dimension)
+    target_entropy: float | None = None  # sac: autotune's target entropy (None: minus the action dimension)
     policy_frequency: int = 1  # sac: one actor (and alpha) update every this many critic updates
     target_network_frequency: int = 1  # sac: one Polyak update of the target critics every this many critic updates
-    matmul_dtype: Optional[str] = None  # sac: bfloat16 runs the hidden-to-hidden layers' matmuls (forward and backward) in bfloat16, ~4x faster on CPUs with AVX512-BF16/AMX; weights, Adam, losses and the input/output layers stay float32 (None: float32 throughout)
+    matmul_dtype: str | None = (
+        None  # sac: bfloat16 runs the hidden-to-hidden layers' matmuls (forward and backward) in bfloat16, ~4x faster on CPUs with AVX512-BF16/AMX; weights, Adam, losses and the input/output layers stay float32 (None: float32 throughout)
+    )
 
 
 @dataclass
@@ -77,8 +85,12 @@ class ModelConfig:
     shared_trunk: bool = False  # one trunk for policy and value, or one each
     init_log_std: float = 0.0  # initial log std of the Gaussian policy (Box actions)
     ortho_init: bool = True
-    aux_value_head: bool = False  # an auxiliary value head on the policy trunk (PPG); computed only in PPG's auxiliary phase
-    action_bins: Optional[int] = None  # Box actions as tokens: each dimension (of each chunked action) discretised into this many evenly spaced values, one categorical each (None: Gaussian)
+    aux_value_head: bool = (
+        False  # an auxiliary value head on the policy trunk (PPG); computed only in PPG's auxiliary phase
+    )
+    action_bins: int | None = (
+        None  # Box actions as tokens: each dimension (of each chunked action) discretised into this many evenly spaced values, one categorical each (None: Gaussian)
+    )
 
 
 @dataclass
@@ -88,14 +100,24 @@ class ActorConfig:
     weight_decay: float = 0.0
     device: str = "cpu"
     strategy: str = "ddp"  # ddp | fsdp (FSDP2): how several actor ranks share the model; ignored with one rank
-    dist_timeout_s: float = 60.0  # the actor ranks' rendezvous and every collective fail after this long (never torch's 30 min)
-    global_batch_size: Optional[int] = None  # samples per optimizer step summed over all actor ranks (None: algorithm.minibatch_size; set, it replaces it)
-    micro_batch_size: Optional[int] = None  # samples per forward/backward on one rank; gradients accumulate over a minibatch's micro-batches (None: no accumulation)
-    gradient_checkpointing: bool = False  # recompute the network's activations in backward: less memory, one more forward
+    dist_timeout_s: float = (
+        60.0  # the actor ranks' rendezvous and every collective fail after this long (never torch's 30 min)
+    )
+    global_batch_size: int | None = (
+        None  # samples per optimizer step summed over all actor ranks (None: algorithm.minibatch_size; set, it replaces it)
+    )
+    micro_batch_size: int | None = (
+        None  # samples per forward/backward on one rank; gradients accumulate over a minibatch's micro-batches (None: no accumulation)
+    )
+    gradient_checkpointing: bool = (
+        False  # recompute the network's activations in backward: less memory, one more forward
+    )
     fsdp_sharding_strategy: str = "full_shard"  # full_shard | shard_grad_op | no_shard | hybrid_shard (strategy: fsdp)
-    fsdp_hybrid_shard_size: Optional[int] = None  # hybrid_shard: ranks per shard group (None: the actor ranks of one node)
-    fsdp_param_dtype: Optional[str] = None  # float32 | bfloat16: compute dtype of forward and backward (None: the parameters' own)
-    fsdp_reduce_dtype: Optional[str] = None  # float32 | bfloat16: dtype of the gradient reduction (None: fsdp_param_dtype)
+    fsdp_hybrid_shard_size: int | None = None  # hybrid_shard: ranks per shard group (None: the actor ranks of one node)
+    fsdp_param_dtype: str | None = (
+        None  # float32 | bfloat16: compute dtype of forward and backward (None: the parameters' own)
+    )
+    fsdp_reduce_dtype: str | None = None  # float32 | bfloat16: dtype of the gradient reduction (None: fsdp_param_dtype)
     fsdp_cpu_offload: bool = False  # keep sharded parameters, gradients and optimizer state in CPU memory
 
 
@@ -109,10 +131,10 @@ class RolloutConfig:
 class ClusterConfig:
     backend: str = "auto"  # auto (inline when every component has one rank on one node) | inline | ray
     num_nodes: int = 1
-    devices_per_node: Optional[int] = None  # GPUs per node, or CPU slots without GPUs (None: detect)
+    devices_per_node: int | None = None  # GPUs per node, or CPU slots without GPUs (None: detect)
     component_placement: dict = field(default_factory=lambda: {"actor": 0, "env": 0})
     simulate_nodes: int = 0  # >1: rehearse num_nodes on this machine as a local multi-raylet Ray cluster
-    ray_address: Optional[str] = None  # an existing Ray cluster (as after `ray start`); None: start one
+    ray_address: str | None = None  # an existing Ray cluster (as after `ray start`); None: start one
     node_ip: str = "127.0.0.1"  # the address a locally started Ray advertises
     env_vars: dict = field(default_factory=dict)  # set in every worker; {node index: {...}} per node
     fuse_collocated: bool = False  # ray: run rank r of env, rollout and actor in one process when they share a device (one call per rank per iteration, no weight sync; README: 'Fused ranks')
@@ -123,13 +145,13 @@ class RunnerConfig:
     total_env_steps: int = 100_000
     seed: int = 1
     run_dir: str = "runs"  # parent folder of run directories
-    name: Optional[str] = None  # run name (default: env id); the folder is <name>-<time>
+    name: str | None = None  # run name (default: env id); the folder is <name>-<time>
     checkpoint_interval: int = 50  # iterations between checkpoints (and one at the end)
     keep_checkpoints: int = 3  # how many of the newest checkpoints to keep
     log_interval: int = 1  # iterations between console lines
-    resume: Optional[str] = None  # a run directory to continue
+    resume: str | None = None  # a run directory to continue
     torch_threads: int = 1  # intra-op threads of this process (0: torch's default)
-    target_return: Optional[float] = None  # stop once the last-100-episode mean reaches this
+    target_return: float | None = None  # stop once the last-100-episode mean reaches this
     tensorboard: bool = True
     weight_sync_interval: int = 1  # iterations between actor → rollout weight syncs (separate processes)
     param_check_interval: int = 10  # iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a divergence stops the run (0: never)

@@ -19,6 +19,15 @@ from fleetrl.doctor.registry import CHECKS, run_checks
 from fleetrl.doctor.result import Check, Status
 
 __all__ = [
-    "CHECKS", "Check", "DoctorOptions", "EXIT_CHECK_FAILED", "EXIT_OK", "Status",
-    "add_doctor_arguments", "command_doctor", "preflight", "run_checks", "run_doctor",
+    "CHECKS",
+    "Check",
+    "DoctorOptions",
+    "EXIT_CHECK_FAILED",
+    "EXIT_OK",
+    "Status",
+    "add_doctor_arguments",
+    "command_doctor",
+    "preflight",
+    "run_checks",
+    "run_doctor",
 ]

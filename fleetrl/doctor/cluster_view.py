@@ -7,8 +7,9 @@ works with configs from any schema version (the foundation's had only `cluster.b
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from fleetrl.cluster.placement import Placement, resolve_placement
 
@@ -91,8 +92,7 @@ class ClusterView:
     @property
     def wants_cuda(self) -> bool:
         """Whether the config puts the actor or the rollout on CUDA devices."""
-        devices = [getattr(getattr(self.config, section, None), "device", "cpu")
-                   for section in ("actor", "rollout")]
+        devices = [getattr(getattr(self.config, section, None), "device", "cpu") for section in ("actor", "rollout")]
         return any(str(device).startswith("cuda") for device in devices)
 
     def devices_per_node(self) -> int:
@@ -109,8 +109,9 @@ class ClusterView:
         """The resolved placement (raises ConfigError when it is wrong); None when none is set."""
         if self.component_placement is None:
             return None
-        return resolve_placement(self.num_nodes, self.devices_per_node(),
-                                 self.component_placement, cpu_count_per_node=cpu_count)
+        return resolve_placement(
+            self.num_nodes, self.devices_per_node(), self.component_placement, cpu_count_per_node=cpu_count
+        )
 
     def actor_ranks(self) -> list | None:
         """The actor's assignments; None when the placement cannot be resolved here."""

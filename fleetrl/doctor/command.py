@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Iterable, TextIO
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 from fleetrl.doctor.context import Context
 from fleetrl.doctor.options import GIB, DoctorOptions
@@ -24,43 +25,83 @@ def add_doctor_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     """The arguments of `fleetrl doctor` (the parser `command_doctor` expects)."""
     defaults = DoctorOptions()
     parser.description = "Preflight checks; each prints PASS/FAIL/WARN/SKIP and, on failure, a fix."
-    parser.epilog = "checks: " + "; ".join(f"{spec.name}{'' if spec.fast else ' (full only)'}: "
-                                           f"{spec.about}" for spec in CHECKS)
+    parser.epilog = "checks: " + "; ".join(
+        f"{spec.name}{'' if spec.fast else ' (full only)'}: {spec.about}" for spec in CHECKS
+    )
     parser.add_argument("config", nargs="?", help="YAML config file (default: built-in defaults)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. cluster.num_nodes=2")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--fast", action="store_true",
-                        help="only the cheap checks (the ones `fleetrl train` runs first)")
-    parser.add_argument("--only", action="append", choices=CHECK_NAMES, metavar="CHECK",
-                        help=f"run only this check (repeatable): {', '.join(CHECK_NAMES)}")
-    parser.add_argument("--node", type=int, default=defaults.node,
-                        help="this machine's node index in the cluster (default 0, the head)")
-    parser.add_argument("--peer", action="append", default=[], metavar="HOST:PORT",
-                        help="another endpoint that must be reachable from here (repeatable)")
-    parser.add_argument("--max-used-percent", type=float, default=defaults.max_used_percent,
-                        help="fail a directory whose filesystem is this full (default %(default)g)")
-    parser.add_argument("--min-free-gib", type=float, default=defaults.min_free_bytes / GIB,
-                        help="fail a directory with less free space (default %(default)g GiB)")
-    parser.add_argument("--connect-timeout", type=float, default=defaults.connect_timeout,
-                        help="seconds per TCP connect (default %(default)g)")
-    parser.add_argument("--handshake-timeout", type=float, default=defaults.handshake_timeout,
-                        help="seconds for the Gloo/NCCL handshake, start-up included "
-                             "(default %(default)g)")
-    parser.add_argument("--handshake-processes", type=int, default=None, metavar="N",
-                        help="ranks to spawn for the handshake (default: the actor's ranks on "
-                             "this node, at least 2)")
-    parser.add_argument("--env-timeout", type=float, default=defaults.env_timeout,
-                        help="seconds to build, reset and step the env (default %(default)g)")
+    parser.add_argument(
+        "--fast", action="store_true", help="only the cheap checks (the ones `fleetrl train` runs first)"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=CHECK_NAMES,
+        metavar="CHECK",
+        help=f"run only this check (repeatable): {', '.join(CHECK_NAMES)}",
+    )
+    parser.add_argument(
+        "--node", type=int, default=defaults.node, help="this machine's node index in the cluster (default 0, the head)"
+    )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="another endpoint that must be reachable from here (repeatable)",
+    )
+    parser.add_argument(
+        "--max-used-percent",
+        type=float,
+        default=defaults.max_used_percent,
+        help="fail a directory whose filesystem is this full (default %(default)g)",
+    )
+    parser.add_argument(
+        "--min-free-gib",
+        type=float,
+        default=defaults.min_free_bytes / GIB,
+        help="fail a directory with less free space (default %(default)g GiB)",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=defaults.connect_timeout,
+        help="seconds per TCP connect (default %(default)g)",
+    )
+    parser.add_argument(
+        "--handshake-timeout",
+        type=float,
+        default=defaults.handshake_timeout,
+        help="seconds for the Gloo/NCCL handshake, start-up included (default %(default)g)",
+    )
+    parser.add_argument(
+        "--handshake-processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ranks to spawn for the handshake (default: the actor's ranks on this node, at least 2)",
+    )
+    parser.add_argument(
+        "--env-timeout",
+        type=float,
+        default=defaults.env_timeout,
+        help="seconds to build, reset and step the env (default %(default)g)",
+    )
     return parser
 
 
 def options_from_args(args: argparse.Namespace) -> DoctorOptions:
-    return DoctorOptions(max_used_percent=args.max_used_percent,
-                         min_free_bytes=int(args.min_free_gib * GIB), node=args.node,
-                         connect_timeout=args.connect_timeout, peers=tuple(args.peer),
-                         handshake_timeout=args.handshake_timeout,
-                         handshake_processes=args.handshake_processes,
-                         env_timeout=args.env_timeout)
+    return DoctorOptions(
+        max_used_percent=args.max_used_percent,
+        min_free_bytes=int(args.min_free_gib * GIB),
+        node=args.node,
+        connect_timeout=args.connect_timeout,
+        peers=tuple(args.peer),
+        handshake_timeout=args.handshake_timeout,
+        handshake_processes=args.handshake_processes,
+        env_timeout=args.env_timeout,
+    )
 
 
 def command_doctor(args: argparse.Namespace) -> int:
@@ -68,13 +109,19 @@ def command_doctor(args: argparse.Namespace) -> int:
     from fleetrl.config.loader import load_config
 
     config = load_config(args.config, args.overrides)
-    return run_doctor(config, json_output=args.json, fast=args.fast,
-                      options=options_from_args(args), only=args.only)
+    return run_doctor(config, json_output=args.json, fast=args.fast, options=options_from_args(args), only=args.only)
 
 
-def run_doctor(config: Any, *, json_output: bool, fast: bool, options: DoctorOptions | None = None,
-               only: Iterable[str] | None = None, quiet: bool = False,
-               stream: TextIO | None = None) -> int:
+def run_doctor(
+    config: Any,
+    *,
+    json_output: bool,
+    fast: bool,
+    options: DoctorOptions | None = None,
+    only: Iterable[str] | None = None,
+    quiet: bool = False,
+    stream: TextIO | None = None,
+) -> int:
     """Run the checks (the fast subset when `fast`), print them, return 0 or 3 (a FAIL).
 
     Text output prints each line as its check finishes; `quiet` prints only FAIL and WARN lines
@@ -103,10 +150,12 @@ def preflight(config: Any, options: DoctorOptions | None = None) -> int:
 
     Returns 0 to go ahead, or 3 after saying why the run will not start.
     """
-    code = run_doctor(config, json_output=False, fast=True, options=options, quiet=True,
-                      stream=sys.stderr)
+    code = run_doctor(config, json_output=False, fast=True, options=options, quiet=True, stream=sys.stderr)
     if code:
-        print("fleetrl train: not starting, a preflight check failed (see above; "
-              "`fleetrl doctor <config>` runs every check). Pass --skip-doctor to start anyway.",
-              file=sys.stderr, flush=True)
+        print(
+            "fleetrl train: not starting, a preflight check failed (see above; "
+            "`fleetrl doctor <config>` runs every check). Pass --skip-doctor to start anyway.",
+            file=sys.stderr,
+            flush=True,
+        )
     return code

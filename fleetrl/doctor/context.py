@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from fleetrl.doctor.cluster_view import ClusterView
 from fleetrl.doctor.options import DoctorOptions

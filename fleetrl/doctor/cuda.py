@@ -9,10 +9,11 @@ from fleetrl.doctor.result import Check, failed, passed, skipped
 
 
 def requested_devices(context: Context) -> list[str]:
-    return [f"{section}.device={getattr(getattr(context.config, section, None), 'device', 'cpu')}"
-            for section in ("actor", "rollout")
-            if str(getattr(getattr(context.config, section, None), "device", "cpu"))
-            .startswith("cuda")]
+    return [
+        f"{section}.device={getattr(getattr(context.config, section, None), 'device', 'cpu')}"
+        for section in ("actor", "rollout")
+        if str(getattr(getattr(context.config, section, None), "device", "cpu")).startswith("cuda")
+    ]
 
 
 def check_cuda(context: Context) -> list[Check]:
@@ -26,17 +27,20 @@ def check_cuda(context: Context) -> list[Check]:
     count = torch.cuda.device_count() if available else 0
     if not wanted:
         if not available:
-            return [skipped(name, "no GPU (torch.cuda.is_available() is False), and the config "
-                                  "asks for none")]
-        return [passed(name, f"{count} GPU(s) visible (CUDA_VISIBLE_DEVICES {visible_text}); the "
-                             f"config runs on CPU")]
+            return [skipped(name, "no GPU (torch.cuda.is_available() is False), and the config asks for none")]
+        return [passed(name, f"{count} GPU(s) visible (CUDA_VISIBLE_DEVICES {visible_text}); the config runs on CPU")]
     if not available:
         build = torch.version.cuda or "none (a CPU-only build)"
-        return [failed(name, f"{', '.join(wanted)}, but torch.cuda.is_available() is False "
-                             f"(torch {torch.__version__}, CUDA build {build}, "
-                             f"CUDA_VISIBLE_DEVICES {visible_text})",
-                       "check the driver with nvidia-smi, install a CUDA build of torch, make "
-                       "sure CUDA_VISIBLE_DEVICES is not empty, or set the devices to cpu")]
+        return [
+            failed(
+                name,
+                f"{', '.join(wanted)}, but torch.cuda.is_available() is False "
+                f"(torch {torch.__version__}, CUDA build {build}, "
+                f"CUDA_VISIBLE_DEVICES {visible_text})",
+                "check the driver with nvidia-smi, install a CUDA build of torch, make "
+                "sure CUDA_VISIBLE_DEVICES is not empty, or set the devices to cpu",
+            )
+        ]
     needed = 1
     if context.view.component_placement is not None:
         needed = context.view.devices_per_node()
@@ -46,9 +50,17 @@ def check_cuda(context: Context) -> list[Check]:
             needed = max(needed, int(index) + 1)
     names = sorted({torch.cuda.get_device_name(i) for i in range(count)})
     if count < needed:
-        return [failed(name, f"{count} GPU(s) visible (CUDA_VISIBLE_DEVICES {visible_text}), the "
-                             f"config needs {needed} on this node",
-                       "make more GPUs visible (CUDA_VISIBLE_DEVICES), or lower "
-                       "cluster.devices_per_node / the device index")]
-    return [passed(name, f"{count} GPU(s) visible ({', '.join(names)}; CUDA_VISIBLE_DEVICES "
-                         f"{visible_text}), {needed} needed on this node")]
+        return [
+            failed(
+                name,
+                f"{count} GPU(s) visible (CUDA_VISIBLE_DEVICES {visible_text}), the config needs {needed} on this node",
+                "make more GPUs visible (CUDA_VISIBLE_DEVICES), or lower cluster.devices_per_node / the device index",
+            )
+        ]
+    return [
+        passed(
+            name,
+            f"{count} GPU(s) visible ({', '.join(names)}; CUDA_VISIBLE_DEVICES "
+            f"{visible_text}), {needed} needed on this node",
+        )
+    ]

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetrl.doctor.context import Context
-from fleetrl.doctor.result import Check, failed, passed, warned
 from fleetrl.doctor.options import DoctorOptions
+from fleetrl.doctor.result import Check, failed, passed, warned
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,7 @@ class Usage:
 def measure(path: str | os.PathLike) -> Usage:
     existing = nearest_existing(Path(path))
     stats = os.statvfs(existing)
-    return Usage(str(path), str(existing), stats.f_blocks * stats.f_frsize,
-                 stats.f_bavail * stats.f_frsize)
+    return Usage(str(path), str(existing), stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize)
 
 
 def nearest_existing(path: Path) -> Path:
@@ -52,25 +51,30 @@ def human(size: float) -> str:
     raise AssertionError("unreachable")
 
 
-def check_directory(name: str, role: str, path: str | os.PathLike, options: DoctorOptions,
-                    remedy_hint: str) -> Check:
+def check_directory(name: str, role: str, path: str | os.PathLike, options: DoctorOptions, remedy_hint: str) -> Check:
     """One directory against the thresholds; `remedy_hint` says how to move it elsewhere."""
     try:
         usage = measure(path)
     except OSError as error:
-        return failed(name, f"{role} {path}: cannot read its filesystem: {error}",
-                      f"make {path} (or its parent) readable, or {remedy_hint}")
+        return failed(
+            name,
+            f"{role} {path}: cannot read its filesystem: {error}",
+            f"make {path} (or its parent) readable, or {remedy_hint}",
+        )
     where = str(path) if usage.measured == str(path) else f"{path} (on {usage.measured})"
-    detail = (f"{role} {where}: {human(usage.free)} free of {human(usage.total)}, "
-              f"{usage.used_percent:.0f}% used")
-    remedy = (f"free space on the filesystem of {usage.measured} (delete old runs, old "
-              f"/tmp/ray/session_* folders, core dumps), or {remedy_hint}")
+    detail = f"{role} {where}: {human(usage.free)} free of {human(usage.total)}, {usage.used_percent:.0f}% used"
+    remedy = (
+        f"free space on the filesystem of {usage.measured} (delete old runs, old "
+        f"/tmp/ray/session_* folders, core dumps), or {remedy_hint}"
+    )
     if usage.used_percent >= options.max_used_percent:
-        return failed(name, f"{detail} (at or over {options.max_used_percent:g}%: Ray stops "
-                            f"creating objects and the run stalls)", remedy)
+        return failed(
+            name,
+            f"{detail} (at or over {options.max_used_percent:g}%: Ray stops creating objects and the run stalls)",
+            remedy,
+        )
     if usage.free < options.min_free_bytes:
-        return failed(name, f"{detail} (under the {human(options.min_free_bytes)} minimum)",
-                      remedy)
+        return failed(name, f"{detail} (under the {human(options.min_free_bytes)} minimum)", remedy)
     if usage.used_percent >= options.warn_used_percent:
         return warned(name, f"{detail} (over {options.warn_used_percent:g}%)", remedy)
     return passed(name, detail)
@@ -81,16 +85,25 @@ def check_disk(context: Context) -> list[Check]:
     runner = getattr(context.config, "runner", None)
     run_dir = getattr(runner, "run_dir", "runs")
     checks = [
-        check_directory("disk.run_dir", "run directory", run_dir, options,
-                        "point runner.run_dir at a larger disk"),
-        check_directory("disk.ray_temp", "Ray temp directory", view.ray_temp_dir(), options,
-                        "start Ray with a temp dir on a larger disk: RAY_TMPDIR=/big/disk (or "
-                        "`ray start --temp-dir`) on every node"),
+        check_directory("disk.run_dir", "run directory", run_dir, options, "point runner.run_dir at a larger disk"),
+        check_directory(
+            "disk.ray_temp",
+            "Ray temp directory",
+            view.ray_temp_dir(),
+            options,
+            "start Ray with a temp dir on a larger disk: RAY_TMPDIR=/big/disk (or "
+            "`ray start --temp-dir`) on every node",
+        ),
     ]
     for index, spill_dir in enumerate(view.ray_spill_dirs()):
         suffix = "" if index == 0 else f".{index}"
-        checks.append(check_directory(
-            f"disk.ray_spill{suffix}", "Ray object spill directory", spill_dir, options,
-            "point Ray's object spilling at a larger disk (object_spilling_config "
-            "directory_path)"))
+        checks.append(
+            check_directory(
+                f"disk.ray_spill{suffix}",
+                "Ray object spill directory",
+                spill_dir,
+                options,
+                "point Ray's object spilling at a larger disk (object_spilling_config directory_path)",
+            )
+        )
     return checks

@@ -30,38 +30,40 @@ def env_nodes(context: Context) -> str:
     others = [node for node in nodes if node != context.view.node]
     if not others:
         return ""
-    return (f" [checked on node {context.view.node} only; run `fleetrl doctor --node N` on "
-            f"env node(s) {others} too]")
+    return f" [checked on node {context.view.node} only; run `fleetrl doctor --node N` on env node(s) {others} too]"
 
 
 def check_env(context: Context) -> list[Check]:
     env_config = context.config.env
     timeout = context.options.env_timeout
-    payload = {"env": dataclasses.asdict(env_config), "seed": getattr(context.config.runner,
-                                                                      "seed", 0)}
-    (outcome,) = run_probes(MODULE, [payload], deadline_s=timeout,
-                            env=context.view.configured_env_vars())
+    payload = {"env": dataclasses.asdict(env_config), "seed": getattr(context.config.runner, "seed", 0)}
+    (outcome,) = run_probes(MODULE, [payload], deadline_s=timeout, env=context.view.configured_env_vars())
     result = outcome.result or {}
     where = env_nodes(context)
     if result.get("ok"):
-        check = passed("env.reset_step", f"{env_config.id}: built in {result['build_s']:.2f} s, "
-                                         f"reset {result['reset_s'] * 1000:.1f} ms, step "
-                                         f"{result['step_s'] * 1000:.1f} ms; observation "
-                                         f"{result['observation']}, action space "
-                                         f"{result['action_space']}{where}")
+        check = passed(
+            "env.reset_step",
+            f"{env_config.id}: built in {result['build_s']:.2f} s, "
+            f"reset {result['reset_s'] * 1000:.1f} ms, step "
+            f"{result['step_s'] * 1000:.1f} ms; observation "
+            f"{result['observation']}, action space "
+            f"{result['action_space']}{where}",
+        )
     elif outcome.timed_out:
-        check = failed("env.reset_step",
-                       f"{env_config.id}: still {outcome.last_phase} after {outcome.seconds:.1f} s "
-                       f"(timeout {timeout:g} s; killed){where}",
-                       f"the simulator hangs {outcome.last_phase}: build and reset it alone in "
-                       f"Python and look at its logs; if it is only slow to start, raise "
-                       f"--env-timeout")
+        check = failed(
+            "env.reset_step",
+            f"{env_config.id}: still {outcome.last_phase} after {outcome.seconds:.1f} s "
+            f"(timeout {timeout:g} s; killed){where}",
+            f"the simulator hangs {outcome.last_phase}: build and reset it alone in "
+            f"Python and look at its logs; if it is only slow to start, raise "
+            f"--env-timeout",
+        )
     else:
-        check = failed("env.reset_step",
-                       f"{env_config.id}: failed while {outcome.last_phase}: "
-                       f"{outcome.error_text()}{where}",
-                       "fix the error above; env.id and env.kwargs are passed to the simulator "
-                       "as written in the config")
+        check = failed(
+            "env.reset_step",
+            f"{env_config.id}: failed while {outcome.last_phase}: {outcome.error_text()}{where}",
+            "fix the error above; env.id and env.kwargs are passed to the simulator as written in the config",
+        )
     return [dataclasses.replace(check, seconds=outcome.seconds)]
 
 
@@ -77,12 +79,12 @@ def summarize_observation(observation) -> str:
     if shape is not None:
         return f"shape {tuple(shape)}"
     if isinstance(observation, dict):
-        return "{" + ", ".join(f"{k}: {summarize_observation(v)}"
-                               for k, v in observation.items()) + "}"
+        return "{" + ", ".join(f"{k}: {summarize_observation(v)}" for k, v in observation.items()) + "}"
     return type(observation).__name__
 
 
 # ---- the probe ---------------------------------------------------------------------------------
+
 
 def main() -> int:
     payload = read_payload()
@@ -111,9 +113,16 @@ def main() -> int:
         first_line = (str(error).strip().splitlines() or [""])[0]
         report_result({"ok": False, "error": f"{type(error).__name__}: {first_line}"})
         return 1
-    report_result({"ok": True, "build_s": build_s, "reset_s": reset_s, "step_s": step_s,
-                   "observation": summarize_observation(observation),
-                   "action_space": summarize_space(env.action_space)})
+    report_result(
+        {
+            "ok": True,
+            "build_s": build_s,
+            "reset_s": reset_s,
+            "step_s": step_s,
+            "observation": summarize_observation(observation),
+            "action_space": summarize_space(env.action_space),
+        }
+    )
     return 0
 
 

@@ -20,8 +20,7 @@ NAME = "placement"
 def check_placement(context: Context) -> list[Check]:
     view = context.view
     if view.component_placement is None:
-        return [skipped(NAME, "no cluster.component_placement: every component runs in this "
-                              "process")]
+        return [skipped(NAME, "no cluster.component_placement: every component runs in this process")]
     gpus = view.wants_cuda
     live = live_cluster(count_gpus=gpus)
     here = live.nodes[0]
@@ -29,12 +28,13 @@ def check_placement(context: Context) -> list[Check]:
     try:
         placement = view.placement(cpu_count=here.cpus)
     except ConfigError as error:
-        return [failed(NAME, str(error), f"fix {error.key}; `fleetrl train --dry-run` prints the "
-                                         f"resolved layout")]
+        return [failed(NAME, str(error), f"fix {error.key}; `fleetrl train --dry-run` prints the resolved layout")]
     per_node = placement.devices_per_node
-    layout = (f"{placement.num_nodes} node(s) x {per_node} {kind}(s); "
-              f"actor {placement.world_size('actor')}, rollout {placement.world_size('rollout')}, "
-              f"env {placement.world_size('env')} rank(s)")
+    layout = (
+        f"{placement.num_nodes} node(s) x {per_node} {kind}(s); "
+        f"actor {placement.world_size('actor')}, rollout {placement.world_size('rollout')}, "
+        f"env {placement.world_size('env')} rank(s)"
+    )
     problem = missing_nodes(context, live) or short_devices(context, live, placement, gpus)
     if problem:
         status, text, remedy = problem
@@ -52,15 +52,20 @@ def missing_nodes(context: Context, live: LiveCluster):
     """(status, what is wrong, what to do) when the cluster has fewer nodes than the config."""
     view = context.view
     if live.whole_cluster and len(live.nodes) < view.num_nodes:
-        return (failed, f"{live.source} has {len(live.nodes)} live node(s)",
-                "start Ray on the missing node(s) (`ray start --address=<head>:6379`), or lower "
-                "cluster.num_nodes")
+        return (
+            failed,
+            f"{live.source} has {len(live.nodes)} live node(s)",
+            "start Ray on the missing node(s) (`ray start --address=<head>:6379`), or lower cluster.num_nodes",
+        )
     if view.remote_peers and not live.whole_cluster and view.ray_address is None:
-        return (failed, "neither cluster.ray_address nor cluster.simulate_nodes is set, so "
-                        "fleetrl would start a one-node Ray cluster on this machine",
-                "run `ray start --head` here and `ray start --address=<this node>:6379` on the "
-                "others, then set cluster.ray_address; or set cluster.simulate_nodes to "
-                "rehearse on this machine")
+        return (
+            failed,
+            "neither cluster.ray_address nor cluster.simulate_nodes is set, so "
+            "fleetrl would start a one-node Ray cluster on this machine",
+            "run `ray start --head` here and `ray start --address=<this node>:6379` on the "
+            "others, then set cluster.ray_address; or set cluster.simulate_nodes to "
+            "rehearse on this machine",
+        )
     return None
 
 
@@ -84,22 +89,34 @@ def short_devices(context: Context, live: LiveCluster, placement: Placement, gpu
         pairs = [(view.node, live.nodes[0])]
     short = []
     for node, machine in pairs:
-        need = (sum(needs(placement, n, gpus) for n in range(placement.num_nodes)) if node is None
-                else needs(placement, node, gpus))
+        need = (
+            sum(needs(placement, n, gpus) for n in range(placement.num_nodes))
+            if node is None
+            else needs(placement, node, gpus)
+        )
         have = machine.gpus if gpus else machine.cpus
         if have < need:
             unit = "GPU(s)" if gpus else "CPU(s)"
             if node is None:
-                short.append(f"the {placement.num_nodes} simulated nodes use {need} {unit} of "
-                             f"this machine, which has {have}")
+                short.append(
+                    f"the {placement.num_nodes} simulated nodes use {need} {unit} of this machine, which has {have}"
+                )
             else:
                 short.append(f"node {node} ({machine.address}) uses {need} {unit} and has {have}")
     if not short:
         return None
     text = "; ".join(short) + (f" ({live.source})" if live.whole_cluster else "")
     if gpus:
-        return (failed, text, "make the GPUs visible (CUDA_VISIBLE_DEVICES), lower "
-                              "cluster.devices_per_node, or move the ranks to devices that exist; "
-                              "a rank on a missing GPU crashes at start")
-    return (warned, text, "the run starts, but its ranks share the cores and run slower; use "
-                          "fewer CPU slots per node (cluster.component_placement) to avoid that")
+        return (
+            failed,
+            text,
+            "make the GPUs visible (CUDA_VISIBLE_DEVICES), lower "
+            "cluster.devices_per_node, or move the ranks to devices that exist; "
+            "a rank on a missing GPU crashes at start",
+        )
+    return (
+        warned,
+        text,
+        "the run starts, but its ranks share the cores and run slower; use "
+        "fewer CPU slots per node (cluster.component_placement) to avoid that",
+    )

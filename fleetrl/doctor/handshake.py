@@ -32,9 +32,15 @@ class Handshake:
     outcomes: list[Outcome] = field(default_factory=list)
 
 
-def run_handshake(world_size: int, *, backend: str = "gloo", store_host: str = "127.0.0.1",
-                  store_port: int | None = None, timeout: float = 15.0,
-                  env: dict[str, str] | None = None) -> Handshake:
+def run_handshake(
+    world_size: int,
+    *,
+    backend: str = "gloo",
+    store_host: str = "127.0.0.1",
+    store_port: int | None = None,
+    timeout: float = 15.0,
+    env: dict[str, str] | None = None,
+) -> Handshake:
     """Spawn `world_size` ranks that rendezvous at store_host:store_port and all_reduce once.
 
     With `store_port` None this process hosts the store (as the controller does); otherwise the
@@ -45,20 +51,40 @@ def run_handshake(world_size: int, *, backend: str = "gloo", store_host: str = "
     if store_port is None:
         from torch.distributed import TCPStore
 
-        store = TCPStore(store_host, 0, world_size, is_master=True, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=timeout))
+        store = TCPStore(
+            store_host,
+            0,
+            world_size,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
         store_port = store.port
     address = f"{store_host}:{store_port}"
     try:
         if store is None:  # a refused store fails now, not after the store client's retries
             reached = probe(store_host, store_port, min(timeout, 2.0))
             if not reached.ok:
-                return Handshake(backend, world_size, address, False, time.monotonic() - start,
-                                 f"the rendezvous store {address} is unreachable: {reached.error}")
+                return Handshake(
+                    backend,
+                    world_size,
+                    address,
+                    False,
+                    time.monotonic() - start,
+                    f"the rendezvous store {address} is unreachable: {reached.error}",
+                )
         rank_timeout = max(1.0, 0.7 * timeout)  # ranks give up on their own before the deadline
-        payloads = [{"rank": rank, "world_size": world_size, "host": store_host,
-                     "port": store_port, "backend": backend, "timeout": rank_timeout}
-                    for rank in range(world_size)]
+        payloads = [
+            {
+                "rank": rank,
+                "world_size": world_size,
+                "host": store_host,
+                "port": store_port,
+                "backend": backend,
+                "timeout": rank_timeout,
+            }
+            for rank in range(world_size)
+        ]
         outcomes = run_probes(MODULE, payloads, deadline_s=timeout, env=env)
     finally:
         del store
@@ -67,12 +93,25 @@ def run_handshake(world_size: int, *, backend: str = "gloo", store_host: str = "
     if all(result.get("ok") for result in results):
         rendezvous = max(result["init_s"] for result in results)
         reduce = max(result["all_reduce_s"] for result in results)
-        return Handshake(backend, world_size, address, True, seconds,
-                         f"{world_size} ranks rendezvoused at {address} in {rendezvous:.2f} s, "
-                         f"all_reduce took {reduce * 1000:.1f} ms ({seconds:.1f} s with start-up)",
-                         outcomes)
-    return Handshake(backend, world_size, address, False, seconds,
-                     f"{world_size} ranks at {address}: {describe_failures(outcomes)}", outcomes)
+        return Handshake(
+            backend,
+            world_size,
+            address,
+            True,
+            seconds,
+            f"{world_size} ranks rendezvoused at {address} in {rendezvous:.2f} s, "
+            f"all_reduce took {reduce * 1000:.1f} ms ({seconds:.1f} s with start-up)",
+            outcomes,
+        )
+    return Handshake(
+        backend,
+        world_size,
+        address,
+        False,
+        seconds,
+        f"{world_size} ranks at {address}: {describe_failures(outcomes)}",
+        outcomes,
+    )
 
 
 def describe_failures(outcomes: list[Outcome]) -> str:
@@ -86,8 +125,9 @@ def describe_failures(outcomes: list[Outcome]) -> str:
         else:
             story = f"failed while {outcome.last_phase}: {outcome.error_text()}"
         stories.setdefault(story, []).append(rank)
-    return "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} {story}"
-                     for story, ranks in stories.items())
+    return "; ".join(
+        f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} {story}" for story, ranks in stories.items()
+    )
 
 
 def handshake_size(context: Context, devices: int | None = None) -> tuple[int, str]:
@@ -105,8 +145,10 @@ def handshake_size(context: Context, devices: int | None = None) -> tuple[int, s
         actor = placement.ranks("actor")
         local = [a for a in actor if a.node == context.view.node]
         count = max(2, len(local))
-        note = (f"node {context.view.node} holds {len(local)} of the actor's {len(actor)} "
-                f"rank(s){'; 2 at least are tried' if len(local) < 2 else ''}")
+        note = (
+            f"node {context.view.node} holds {len(local)} of the actor's {len(actor)} "
+            f"rank(s){'; 2 at least are tried' if len(local) < 2 else ''}"
+        )
     if devices is not None:
         count = min(count, devices)
     if count > options.max_handshake_processes:
@@ -125,15 +167,25 @@ def store_host(context: Context) -> str:
 
 def handshake_check(context: Context, backend: str, world_size: int, note: str) -> Check:
     name = f"{backend}.handshake"
-    result = run_handshake(world_size, backend=backend, store_host=store_host(context),
-                           timeout=context.options.handshake_timeout,
-                           env=context.view.configured_env_vars())
-    check = (passed(name, f"{backend}: {result.detail} [{note}]") if result.ok else failed(
-        name, f"{backend}: {result.detail} [{note}]",
-        f"look at the phase that stalled: a rendezvous store that does not answer means a wrong "
-        f"or blocked address/port; a stall in init_process_group means the ranks cannot connect "
-        f"to each other — set GLOO_SOCKET_IFNAME{'/NCCL_SOCKET_IFNAME' if backend == 'nccl' else ''}"
-        f" to the interface between the nodes and open the ports between them"))
+    result = run_handshake(
+        world_size,
+        backend=backend,
+        store_host=store_host(context),
+        timeout=context.options.handshake_timeout,
+        env=context.view.configured_env_vars(),
+    )
+    check = (
+        passed(name, f"{backend}: {result.detail} [{note}]")
+        if result.ok
+        else failed(
+            name,
+            f"{backend}: {result.detail} [{note}]",
+            f"look at the phase that stalled: a rendezvous store that does not answer means a wrong "
+            f"or blocked address/port; a stall in init_process_group means the ranks cannot connect "
+            f"to each other — set GLOO_SOCKET_IFNAME{'/NCCL_SOCKET_IFNAME' if backend == 'nccl' else ''}"
+            f" to the interface between the nodes and open the ports between them",
+        )
+    )
     return replace(check, seconds=result.seconds)
 
 
@@ -153,6 +205,7 @@ def check_nccl(context: Context) -> list[Check]:
 
 # ---- one rank ---------------------------------------------------------------------------------
 
+
 def main() -> int:
     payload = read_payload()
     rank, world_size, backend = payload["rank"], payload["world_size"], payload["backend"]
@@ -169,12 +222,9 @@ def main() -> int:
         address = f"{payload['host']}:{payload['port']}"
         report_phase(f"connecting to the rendezvous store at {address}")
         start = time.monotonic()
-        store = dist.TCPStore(payload["host"], payload["port"], world_size, is_master=False,
-                              timeout=timeout)
-        report_phase(f"in init_process_group({backend}), connecting to the other "
-                     f"{world_size - 1} rank(s)")
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                                timeout=timeout)
+        store = dist.TCPStore(payload["host"], payload["port"], world_size, is_master=False, timeout=timeout)
+        report_phase(f"in init_process_group({backend}), connecting to the other {world_size - 1} rank(s)")
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         init_s = time.monotonic() - start
         report_phase("in all_reduce")
         start = time.monotonic()

@@ -49,8 +49,7 @@ def interfaces() -> dict[str, Interface]:
 
 
 def describe(table: dict[str, Interface], routable_only: bool = False) -> str:
-    names = [i for i in table.values() if i.up and i.addresses
-             and not (routable_only and i.loopback)]
+    names = [i for i in table.values() if i.up and i.addresses and not (routable_only and i.loopback)]
     return ", ".join(f"{i.name} ({i.addresses[0]})" for i in names) or "none"
 
 
@@ -99,16 +98,16 @@ def advertised_address(context: Context) -> Advertised:
     if names:
         interface = table.get(names[0].strip())
         if interface and interface.addresses:
-            return Advertised(interface.addresses[0], f"interface {interface.name} "
-                                                      f"(GLOO_SOCKET_IFNAME)")
+            return Advertised(interface.addresses[0], f"interface {interface.name} (GLOO_SOCKET_IFNAME)")
         note = f"; GLOO_SOCKET_IFNAME={names[0]} is no usable interface here, so Gloo will fail"
     hostname, addresses, error = resolve_hostname(context.options.connect_timeout)
     for address in addresses:
         if bindable(address):
             return Advertised(address, f"hostname '{hostname}' resolves to it{note}")
     reason = error or f"none of {addresses} is an address of this machine"
-    return Advertised("127.0.0.1", f"fallback: hostname '{hostname}' does not resolve to an "
-                                   f"address of this machine ({reason}){note}")
+    return Advertised(
+        "127.0.0.1", f"fallback: hostname '{hostname}' does not resolve to an address of this machine ({reason}){note}"
+    )
 
 
 def check_advertised(context: Context) -> Check:
@@ -116,36 +115,42 @@ def check_advertised(context: Context) -> Check:
     view = context.view
     advertised = advertised_address(context)
     if not view.remote_peers:
-        where = ("single node" if view.num_nodes == 1
-                 else f"{view.num_nodes} simulated nodes, all on this machine")
-        return passed(name, f"{where}: the ranks meet locally; Gloo would advertise "
-                            f"{advertised.address} ({advertised.how})")
+        where = "single node" if view.num_nodes == 1 else f"{view.num_nodes} simulated nodes, all on this machine"
+        return passed(
+            name, f"{where}: the ranks meet locally; Gloo would advertise {advertised.address} ({advertised.how})"
+        )
     table = interfaces()
     others = other_nodes(view.num_nodes, view.node)
     if is_loopback(advertised.address) and not view.collectives_span_nodes():
-        return warned(name, f"node {view.node} would advertise the loopback address "
-                            f"{advertised.address} ({advertised.how}); fine while the actor's "
-                            f"ranks share one machine, a hang once they span nodes",
-                      f"set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME on GPUs) in "
-                      f"cluster.env_vars to the interface that reaches {others}, one of: "
-                      f"{describe(table, routable_only=True)}")
+        return warned(
+            name,
+            f"node {view.node} would advertise the loopback address "
+            f"{advertised.address} ({advertised.how}); fine while the actor's "
+            f"ranks share one machine, a hang once they span nodes",
+            f"set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME on GPUs) in "
+            f"cluster.env_vars to the interface that reaches {others}, one of: "
+            f"{describe(table, routable_only=True)}",
+        )
     if is_loopback(advertised.address):
         # Ray itself replaces a loopback node address with a routable one; Gloo does not.
-        return failed(name, f"Gloo on node {view.node} would advertise the loopback address "
-                            f"{advertised.address} ({advertised.how}) to {others}, which cannot "
-                            f"reach it: the actor's process group hangs in connectFullMesh",
-                      f"set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME on GPUs) in "
-                      f"cluster.env_vars to the interface that reaches {others}, one of: "
-                      f"{describe(table, routable_only=True)}; or map the hostname to that "
-                      f"address in /etc/hosts")
+        return failed(
+            name,
+            f"Gloo on node {view.node} would advertise the loopback address "
+            f"{advertised.address} ({advertised.how}) to {others}, which cannot "
+            f"reach it: the actor's process group hangs in connectFullMesh",
+            f"set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME on GPUs) in "
+            f"cluster.env_vars to the interface that reaches {others}, one of: "
+            f"{describe(table, routable_only=True)}; or map the hostname to that "
+            f"address in /etc/hosts",
+        )
     local = {a for i in table.values() for a in i.addresses}
-    if (view.ray_address is None and view.node_ip and not is_loopback(view.node_ip)
-            and view.node_ip not in local):
-        return warned(name, f"cluster.node_ip is {view.node_ip}, which is not an address of this "
-                            f"machine (it has {describe(table)})",
-                      "set cluster.node_ip to one of this machine's addresses")
-    return passed(name, f"node {view.node} advertises {advertised.address} ({advertised.how}) "
-                        f"to {others}")
+    if view.ray_address is None and view.node_ip and not is_loopback(view.node_ip) and view.node_ip not in local:
+        return warned(
+            name,
+            f"cluster.node_ip is {view.node_ip}, which is not an address of this machine (it has {describe(table)})",
+            "set cluster.node_ip to one of this machine's addresses",
+        )
+    return passed(name, f"node {view.node} advertises {advertised.address} ({advertised.how}) to {others}")
 
 
 def other_nodes(num_nodes: int, node: int) -> str:
@@ -183,8 +188,11 @@ def check_ifname(context: Context, variable: str, table: dict[str, Interface]) -
     value = view.env_for_node().get(variable, "").strip()
     source = view.env_var_source(variable)
     if not value:
-        default = ("Gloo uses the hostname's address" if variable.startswith("GLOO")
-                   else "NCCL picks an interface itself (non-loopback, non-docker first)")
+        default = (
+            "Gloo uses the hostname's address"
+            if variable.startswith("GLOO")
+            else "NCCL picks an interface itself (non-loopback, non-docker first)"
+        )
         return skipped(name, f"unset: {default}")
     problems, matched = [], []
     if variable.startswith("NCCL") and value.startswith("^"):
@@ -196,13 +204,11 @@ def check_ifname(context: Context, variable: str, table: dict[str, Interface]) -
     else:
         exact = variable.startswith("GLOO") or value.startswith("=")
         for pattern in [p.strip() for p in value.lstrip("=").split(",") if p.strip()]:
-            hits = [i for i in table.values()
-                    if (i.name == pattern if exact else i.name.startswith(pattern))]
+            hits = [i for i in table.values() if (i.name == pattern if exact else i.name.startswith(pattern))]
             reasons = [usable(i, view) for i in hits]
             good = [f"{i.name} ({i.addresses[0]})" for i, why in zip(hits, reasons) if not why]
             if not hits:
-                problems.append(f"no interface {'named' if exact else 'starting with'} "
-                                f"'{pattern}'")
+                problems.append(f"no interface {'named' if exact else 'starting with'} '{pattern}'")
             elif exact or not good:
                 problems += [why for why in reasons if why]
             matched += good
@@ -211,9 +217,11 @@ def check_ifname(context: Context, variable: str, table: dict[str, Interface]) -
         return passed(name, f"{detail}: {', '.join(matched)}")
     detail += f": {'; '.join(problems)}"
     if view.remote_peers:
-        remedy = (f"set {variable} to the interface of node {view.node} that reaches "
-                  f"{other_nodes(view.num_nodes, view.node)}; this machine has "
-                  f"{describe(table, routable_only=True)}")
+        remedy = (
+            f"set {variable} to the interface of node {view.node} that reaches "
+            f"{other_nodes(view.num_nodes, view.node)}; this machine has "
+            f"{describe(table, routable_only=True)}"
+        )
     else:
         remedy = f"set {variable} to one of {describe(table)}, or unset it"
     unused = unused_because(context, variable)
@@ -224,6 +232,7 @@ def check_ifname(context: Context, variable: str, table: dict[str, Interface]) -
 
 def check_network(context: Context) -> list[Check]:
     table = interfaces()
-    return [check_advertised(context),
-            *(check_ifname(context, variable, table)
-              for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"))]
+    return [
+        check_advertised(context),
+        *(check_ifname(context, variable, table) for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")),
+    ]

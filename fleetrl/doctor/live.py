@@ -52,10 +52,15 @@ def live_cluster(count_gpus: bool) -> LiveCluster:
         import ray
 
         alive = [node for node in ray.nodes() if node.get("Alive")]
-        alive.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"],
-                                  n["NodeManagerAddress"], n["NodeID"]))  # fleetrl's node order
-        nodes = [LiveNode(node["NodeManagerAddress"], int(node["Resources"].get("CPU", 0)),
-                          int(node["Resources"].get("GPU", 0))) for node in alive]
+        alive.sort(
+            key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeManagerAddress"], n["NodeID"])
+        )  # fleetrl's node order
+        nodes = [
+            LiveNode(
+                node["NodeManagerAddress"], int(node["Resources"].get("CPU", 0)), int(node["Resources"].get("GPU", 0))
+            )
+            for node in alive
+        ]
         return LiveCluster("the Ray cluster", tuple(nodes))
     gpus = gpu_count() if count_gpus else 0
     return LiveCluster("this machine", (LiveNode("localhost", cpu_count(), gpus),))

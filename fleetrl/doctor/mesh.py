@@ -22,8 +22,15 @@ def probe_all(targets: list[tuple[int, str, int]], timeout: float) -> list[dict]
     results = []
     for node, host, port in targets:
         outcome = probe(host, port, timeout)
-        results.append({"node": node, "target": outcome.target, "ok": outcome.ok,
-                        "ms": outcome.seconds * 1000, "error": outcome.error})
+        results.append(
+            {
+                "node": node,
+                "target": outcome.target,
+                "ok": outcome.ok,
+                "ms": outcome.seconds * 1000,
+                "error": outcome.error,
+            }
+        )
     return results
 
 
@@ -32,28 +39,34 @@ def live_nodes() -> list[dict]:
     import ray
 
     alive = [node for node in ray.nodes() if node.get("Alive")]
-    alive.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"],
-                              n["NodeManagerAddress"], n["NodeID"]))
+    alive.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeManagerAddress"], n["NodeID"]))
     return alive
 
 
 def check_mesh(context: Context) -> list[Check]:
     if not ray_connected():
         if context.view.remote_peers:
-            return [skipped(NAME, "no Ray cluster to reach the other nodes through: set "
-                                  "cluster.ray_address (the doctor joins it) to try every pair")]
+            return [
+                skipped(
+                    NAME,
+                    "no Ray cluster to reach the other nodes through: set "
+                    "cluster.ray_address (the doctor joins it) to try every pair",
+                )
+            ]
         return [skipped(NAME, "one machine: no pair of nodes to try")]
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = live_nodes()
-    targets = [(index, node["NodeManagerAddress"], int(node["NodeManagerPort"]))
-               for index, node in enumerate(nodes)]
+    targets = [(index, node["NodeManagerAddress"], int(node["NodeManagerPort"])) for index, node in enumerate(nodes)]
     timeout = context.options.connect_timeout
     task = ray.remote(num_cpus=0, max_retries=0)(probe_all)
-    refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"],
-                                                                            soft=False))
-            .remote(targets, timeout) for node in nodes]
+    refs = [
+        task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
+            targets, timeout
+        )
+        for node in nodes
+    ]
     deadline = START_UP_S + timeout * len(targets)
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline)
     checks, worst = [], 0.0
@@ -61,25 +74,36 @@ def check_mesh(context: Context) -> list[Check]:
         source = f"node {index} ({targets[index][1]})"
         if ref not in ready:
             ray.cancel(ref, force=True)
-            checks.append(failed(NAME, f"{source} did not run its probe within {deadline:g} s",
-                                 f"check that {source} is healthy (`ray status`) and can start "
-                                 f"workers"))
+            checks.append(
+                failed(
+                    NAME,
+                    f"{source} did not run its probe within {deadline:g} s",
+                    f"check that {source} is healthy (`ray status`) and can start workers",
+                )
+            )
             continue
         try:
             results = ray.get(ref)
         except Exception as error:  # noqa: BLE001 — a probe that cannot run is the finding
-            checks.append(failed(NAME, f"{source}: the probe failed: {type(error).__name__}: "
-                                       f"{error}", f"check the Ray workers on {source}"))
+            checks.append(
+                failed(
+                    NAME,
+                    f"{source}: the probe failed: {type(error).__name__}: {error}",
+                    f"check the Ray workers on {source}",
+                )
+            )
             continue
         for result in results:
             worst = max(worst, result["ms"])
             if not result["ok"]:
-                checks.append(failed(
-                    NAME, f"{source} → node {result['node']} at {result['target']}: "
-                          f"unreachable, {result['error']}",
-                    f"open the network from {source} to node {result['node']} (firewall, "
-                    f"security group, routes); Gloo needs every pair of nodes to connect"))
+                checks.append(
+                    failed(
+                        NAME,
+                        f"{source} → node {result['node']} at {result['target']}: unreachable, {result['error']}",
+                        f"open the network from {source} to node {result['node']} (firewall, "
+                        f"security group, routes); Gloo needs every pair of nodes to connect",
+                    )
+                )
     if not checks:
-        checks.append(passed(NAME, f"all {len(nodes)}x{len(nodes)} pairs of nodes connect "
-                                   f"(slowest {worst:.1f} ms)"))
+        checks.append(passed(NAME, f"all {len(nodes)}x{len(nodes)} pairs of nodes connect (slowest {worst:.1f} ms)"))
     return checks

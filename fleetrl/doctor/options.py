@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,12 @@ def check_line(check: Check) -> str:
 
 def summary_line(checks: list[Check], fast: bool, seconds: float) -> str:
     counts = Counter(check.status for check in checks)
-    parts = [f"{counts[Status.FAIL]} failed", f"{counts[Status.WARN]} warning(s)",
-             f"{counts[Status.PASS]} passed", f"{counts[Status.SKIP]} skipped"]
+    parts = [
+        f"{counts[Status.FAIL]} failed",
+        f"{counts[Status.WARN]} warning(s)",
+        f"{counts[Status.PASS]} passed",
+        f"{counts[Status.SKIP]} skipped",
+    ]
     subset = " (fast subset)" if fast else ""
     verdict = "NOT READY" if counts[Status.FAIL] else "ready"
     return f"fleetrl doctor{subset}: {verdict}: {', '.join(parts)} in {seconds:.1f} s"
@@ -29,10 +33,14 @@ def summary_line(checks: list[Check], fast: bool, seconds: float) -> str:
 
 def as_json(checks: list[Check], fast: bool, seconds: float, exit_code: int) -> dict:
     counts = Counter(check.status.value for check in checks)
-    return {"ok": not any(check.failed for check in checks), "exit_code": exit_code,
-            "fast": fast, "seconds": round(seconds, 3),
-            "counts": {status.value: counts.get(status.value, 0) for status in Status},
-            "checks": [check.to_json() for check in checks]}
+    return {
+        "ok": not any(check.failed for check in checks),
+        "exit_code": exit_code,
+        "fast": fast,
+        "seconds": round(seconds, 3),
+        "counts": {status.value: counts.get(status.value, 0) for status in Status},
+        "checks": [check.to_json() for check in checks],
+    }
 
 
 def write_json(stream: TextIO, document: dict) -> None:

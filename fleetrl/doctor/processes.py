@@ -26,6 +26,7 @@ RESULT = "RESULT "
 
 # ---- the probe's side -----------------------------------------------------------------------
 
+
 def report_phase(text: str) -> None:
     print(PHASE + text, flush=True)
 
@@ -39,6 +40,7 @@ def read_payload() -> dict:
 
 
 # ---- the doctor's side ----------------------------------------------------------------------
+
 
 @dataclass
 class Outcome:
@@ -54,11 +56,11 @@ class Outcome:
     @property
     def result(self) -> dict | None:
         lines = [line for line in self.stdout.splitlines() if line.startswith(RESULT)]
-        return json.loads(lines[-1][len(RESULT):]) if lines else None
+        return json.loads(lines[-1][len(RESULT) :]) if lines else None
 
     @property
     def last_phase(self) -> str:
-        phases = [line[len(PHASE):] for line in self.stdout.splitlines() if line.startswith(PHASE)]
+        phases = [line[len(PHASE) :] for line in self.stdout.splitlines() if line.startswith(PHASE)]
         return phases[-1] if phases else "starting Python"
 
     def error_text(self, limit: int = 400) -> str:
@@ -66,8 +68,11 @@ class Outcome:
         result = self.result
         if result and result.get("error"):
             return str(result["error"])[:limit]
-        lines = [line.strip() for line in self.stderr.splitlines() if line.strip()
-                 and not line.lstrip().startswith(("frame #", "<omitting", "Exception raised"))]
+        lines = [
+            line.strip()
+            for line in self.stderr.splitlines()
+            if line.strip() and not line.lstrip().startswith(("frame #", "<omitting", "Exception raised"))
+        ]
         return (lines[-1] if lines else f"exit code {self.returncode}")[:limit]
 
 
@@ -82,8 +87,9 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_probes(module: str, payloads: list[dict[str, Any]], deadline_s: float,
-               env: dict[str, str] | None = None) -> list[Outcome]:
+def run_probes(
+    module: str, payloads: list[dict[str, Any]], deadline_s: float, env: dict[str, str] | None = None
+) -> list[Outcome]:
     """Start `python -m module <payload>` for each payload at once; wait for all of them until
     `deadline_s` has passed; kill every process tree still running. One Outcome per payload."""
     environment = child_environment(env)
@@ -95,8 +101,13 @@ def run_probes(module: str, payloads: list[dict[str, Any]], deadline_s: float,
                 out = open(os.path.join(folder, f"{index}.out"), "w+")
                 err = open(os.path.join(folder, f"{index}.err"), "w+")
                 process = subprocess.Popen(
-                    [sys.executable, "-m", module, json.dumps(payload)], stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=err, env=environment, start_new_session=True)
+                    [sys.executable, "-m", module, json.dumps(payload)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=environment,
+                    start_new_session=True,
+                )
                 started.append((process, out, err))
             finished: dict[int, float] = {}
             while len(finished) < len(started) and time.monotonic() - start < deadline_s:
@@ -112,8 +123,7 @@ def run_probes(module: str, payloads: list[dict[str, Any]], deadline_s: float,
             out.seek(0)
             err.seek(0)
             seconds = finished.get(index, time.monotonic() - start)
-            outcomes.append(Outcome(process.returncode if index in finished else None, seconds,
-                                    out.read(), err.read()))
+            outcomes.append(Outcome(process.returncode if index in finished else None, seconds, out.read(), err.read()))
             out.close()
             err.close()
         return outcomes

@@ -19,8 +19,9 @@ NAME = "ray.cluster"
 
 def describe_nodes() -> str:
     cluster = live_cluster(count_gpus=False)
-    nodes = ", ".join(f"node {index} {node.address} ({node.cpus} CPU, {node.gpus} GPU)"
-                      for index, node in enumerate(cluster.nodes))
+    nodes = ", ".join(
+        f"node {index} {node.address} ({node.cpus} CPU, {node.gpus} GPU)" for index, node in enumerate(cluster.nodes)
+    )
     return f"{len(cluster.nodes)} live node(s): {nodes}"
 
 
@@ -29,26 +30,33 @@ def check_ray(context: Context) -> list[Check]:
     if ray_connected():
         return [passed(NAME, f"connected: {describe_nodes()}")]
     if view.ray_address is None:
-        return [skipped(NAME, "no cluster.ray_address: fleetrl starts its own Ray when it needs "
-                              "one")]
+        return [skipped(NAME, "no cluster.ray_address: fleetrl starts its own Ray when it needs one")]
     head = view.ray_head()
     if head is not None:
         reached = probe(head.host, head.port, context.options.connect_timeout)
         if not reached.ok:
-            return [failed(NAME, f"cannot join the Ray cluster at {view.ray_address}: "
-                                 f"{reached.target} is unreachable, {reached.error}",
-                           f"start it (`ray start --head --port={head.port}` on the head node) "
-                           f"or fix cluster.ray_address / RAY_ADDRESS")]
+            return [
+                failed(
+                    NAME,
+                    f"cannot join the Ray cluster at {view.ray_address}: "
+                    f"{reached.target} is unreachable, {reached.error}",
+                    f"start it (`ray start --head --port={head.port}` on the head node) "
+                    f"or fix cluster.ray_address / RAY_ADDRESS",
+                )
+            ]
     import ray
 
     try:
-        ray.init(address=view.ray_address, log_to_driver=False, logging_level=logging.WARNING,
-                 configure_logging=False)
+        ray.init(address=view.ray_address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
     except Exception as error:  # noqa: BLE001 — any failure to join is the finding
         first_line = (str(error).strip().splitlines() or [""])[0]
-        return [failed(NAME, f"cannot join the Ray cluster at {view.ray_address}: "
-                             f"{type(error).__name__}: {first_line}",
-                       "check that every node runs the same Ray and Python versions and that "
-                       "the head is healthy (`ray status` on it)")]
+        return [
+            failed(
+                NAME,
+                f"cannot join the Ray cluster at {view.ray_address}: {type(error).__name__}: {first_line}",
+                "check that every node runs the same Ray and Python versions and that "
+                "the head is healthy (`ray status` on it)",
+            )
+        ]
     context.cleanups.append(ray.shutdown)
     return [passed(NAME, f"joined {view.ray_address}: {describe_nodes()}")]

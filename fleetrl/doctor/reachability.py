@@ -44,8 +44,7 @@ def probe(host: str, port: int, timeout: float) -> Probe:
 
 def explain(error: OSError, timeout: float) -> str:
     if isinstance(error, socket.timeout):
-        return (f"no answer within {timeout:g} s (the host is down, or a firewall drops the "
-                f"packets)")
+        return f"no answer within {timeout:g} s (the host is down, or a firewall drops the packets)"
     if isinstance(error, socket.gaierror):
         return f"the name does not resolve ({error.strerror or error})"
     if isinstance(error, ConnectionRefusedError):
@@ -86,32 +85,43 @@ def check_reachability(context: Context) -> list[Check]:
     advertised = advertised_address(context).address if view.remote_peers else "127.0.0.1"
     own = probe_self(advertised, options.connect_timeout)
     if own.ok:
-        checks = [passed(name, f"{here} → itself at {own.target}: connected in "
-                               f"{own.seconds * 1000:.1f} ms")]
+        checks = [passed(name, f"{here} → itself at {own.target}: connected in {own.seconds * 1000:.1f} ms")]
     else:
-        checks = [failed(name, f"{here} → itself at {own.target}: {own.error}",
-                         f"check the firewall of {here} for {advertised} and that the address "
-                         f"belongs to this machine")]
+        checks = [
+            failed(
+                name,
+                f"{here} → itself at {own.target}: {own.error}",
+                f"check the firewall of {here} for {advertised} and that the address belongs to this machine",
+            )
+        ]
     peers = targets(context)
     for who, endpoint in peers:
         if endpoint.port is None:
-            checks.append(warned(name, f"{here} → {who} at {endpoint.host}: no port to try",
-                                 "write the address as host:port"))
+            checks.append(
+                warned(name, f"{here} → {who} at {endpoint.host}: no port to try", "write the address as host:port")
+            )
             continue
         result = probe(endpoint.host, endpoint.port, options.connect_timeout)
         if result.ok:
-            checks.append(passed(name, f"{here} → {who} at {result.target}: connected in "
-                                       f"{result.seconds * 1000:.1f} ms"))
+            checks.append(
+                passed(name, f"{here} → {who} at {result.target}: connected in {result.seconds * 1000:.1f} ms")
+            )
         else:
-            checks.append(failed(
-                name, f"{here} → {who} at {result.target}: unreachable, {result.error} "
-                      f"after {result.seconds:.2f} s",
-                f"make {result.target} reachable from {here}: is the process there running, "
-                f"is the address right, does a firewall or security group allow the port?"))
+            checks.append(
+                failed(
+                    name,
+                    f"{here} → {who} at {result.target}: unreachable, {result.error} after {result.seconds:.2f} s",
+                    f"make {result.target} reachable from {here}: is the process there running, "
+                    f"is the address right, does a firewall or security group allow the port?",
+                )
+            )
     if view.remote_peers and not peers:
-        checks.append(warned(
-            name, f"the cluster has {view.num_nodes} nodes but no peer address is known here "
-                  f"(no cluster.ray_address, no --peer), so only this node was tried",
-            "set cluster.ray_address to the Ray head's host:port, or pass --peer host:port for "
-            "each other node"))
+        checks.append(
+            warned(
+                name,
+                f"the cluster has {view.num_nodes} nodes but no peer address is known here "
+                f"(no cluster.ray_address, no --peer), so only this node was tried",
+                "set cluster.ray_address to the Ray head's host:port, or pass --peer host:port for each other node",
+            )
+        )
     return checks

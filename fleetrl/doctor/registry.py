@@ -7,8 +7,8 @@ reported as a FAIL (a doctor that crashes must not pass a run).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
 
 from fleetrl.doctor.context import Context
 from fleetrl.doctor.cuda import check_cuda
@@ -32,20 +32,18 @@ class CheckSpec:
 
 
 CHECKS: tuple[CheckSpec, ...] = (
-    CheckSpec("disk", check_disk, True,
-              "free space in the run directory and Ray's temp and spill directories"),
-    CheckSpec("network", check_network, True,
-              "the address this node advertises; GLOO/NCCL_SOCKET_IFNAME name real interfaces"),
+    CheckSpec("disk", check_disk, True, "free space in the run directory and Ray's temp and spill directories"),
+    CheckSpec(
+        "network", check_network, True, "the address this node advertises; GLOO/NCCL_SOCKET_IFNAME name real interfaces"
+    ),
     CheckSpec("cuda", check_cuda, True, "the GPUs visible here against the config's devices"),
-    CheckSpec("ray", check_ray, False,
-              "join cluster.ray_address, so that placement and mesh see every live node"),
-    CheckSpec("placement", check_placement, True,
-              "cluster.component_placement resolved and held against the live resources"),
+    CheckSpec("ray", check_ray, False, "join cluster.ray_address, so that placement and mesh see every live node"),
+    CheckSpec(
+        "placement", check_placement, True, "cluster.component_placement resolved and held against the live resources"
+    ),
     CheckSpec("env", check_env, True, "one simulator built, reset and stepped, under a timeout"),
-    CheckSpec("reachability", check_reachability, False,
-              "TCP connections from this node to itself and to every peer"),
-    CheckSpec("mesh", check_mesh, False,
-              "TCP between every pair of nodes of the live Ray cluster"),
+    CheckSpec("reachability", check_reachability, False, "TCP connections from this node to itself and to every peer"),
+    CheckSpec("mesh", check_mesh, False, "TCP between every pair of nodes of the live Ray cluster"),
     CheckSpec("gloo", check_gloo, False, "a Gloo rendezvous + all_reduce across spawned ranks"),
     CheckSpec("nccl", check_nccl, False, "the same over NCCL, where GPUs exist"),
 )
@@ -57,12 +55,12 @@ def selected(fast: bool, only: Iterable[str] | None = None) -> list[CheckSpec]:
     unknown = wanted - set(CHECK_NAMES)
     if unknown:
         raise ValueError(f"unknown check(s) {sorted(unknown)}; the checks are {list(CHECK_NAMES)}")
-    return [spec for spec in CHECKS
-            if (spec.name in wanted if wanted else (spec.fast or not fast))]
+    return [spec for spec in CHECKS if (spec.name in wanted if wanted else (spec.fast or not fast))]
 
 
-def run_checks(context: Context, fast: bool, only: Iterable[str] | None = None,
-               on_result: Callable[[Check], None] | None = None) -> list[Check]:
+def run_checks(
+    context: Context, fast: bool, only: Iterable[str] | None = None, on_result: Callable[[Check], None] | None = None
+) -> list[Check]:
     """Run the selected checks in order; `on_result` sees each result as soon as it exists."""
     results = []
     try:
@@ -71,10 +69,13 @@ def run_checks(context: Context, fast: bool, only: Iterable[str] | None = None,
             try:
                 checks = spec.run(context)
             except Exception as error:  # noqa: BLE001 — the crash itself is the finding
-                checks = [failed(spec.name, f"the {spec.name} check crashed: "
-                                            f"{type(error).__name__}: {error}",
-                                 "report this as a fleetrl doctor bug, with the config; run the "
-                                 "other checks with --only")]
+                checks = [
+                    failed(
+                        spec.name,
+                        f"the {spec.name} check crashed: {type(error).__name__}: {error}",
+                        "report this as a fleetrl doctor bug, with the config; run the other checks with --only",
+                    )
+                ]
             elapsed = time.monotonic() - start
             for check in checks:
                 if not check.seconds:

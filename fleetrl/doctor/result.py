@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     PASS = "pass"
     FAIL = "fail"  # the run would freeze or crash: `fleetrl train` refuses to start
     WARN = "warn"  # the run can start, but something is likely wrong or slow
@@ -26,8 +26,14 @@ class Check:
         return self.status is Status.FAIL
 
     def to_json(self) -> dict:
-        return {"name": self.name, "status": self.status.value, "ok": not self.failed,
-                "detail": self.detail, "remedy": self.remedy, "seconds": round(self.seconds, 3)}
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "ok": not self.failed,
+            "detail": self.detail,
+            "remedy": self.remedy,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 def passed(name: str, detail: str) -> Check:

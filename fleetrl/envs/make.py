@@ -7,8 +7,8 @@ That is what bootstrapping truncated episodes needs, and it wastes no step on re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -31,20 +31,29 @@ def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
         def make_custom() -> gym.Env:
             env = entry(**config.kwargs)
             if isinstance(env, gym.vector.VectorEnv) or not isinstance(env, gym.Env):
-                raise ConfigError("env.id", config.id,
-                                  "an entry point returning one gymnasium.Env (fleetrl vectorises it)")
+                raise ConfigError(
+                    "env.id", config.id, "an entry point returning one gymnasium.Env (fleetrl vectorises it)"
+                )
             if config.max_episode_steps is not None:
                 env = gym.wrappers.TimeLimit(env, config.max_episode_steps)
             return env
 
         return make_custom
     if config.id not in gym.envs.registry:
-        raise ConfigError("env.id", config.id, "a registered Gymnasium id or 'module:attr'",
-                          nearest(config.id, gym.envs.registry.keys()))
+        raise ConfigError(
+            "env.id",
+            config.id,
+            "a registered Gymnasium id or 'module:attr'",
+            nearest(config.id, gym.envs.registry.keys()),
+        )
     spec = gym.spec(config.id)
     if isinstance(spec.entry_point, str):
-        check_keyword_arguments("env.kwargs", gym.envs.registration.load_env_creator(spec.entry_point),
-                                config.kwargs, allowed=("render_mode",))
+        check_keyword_arguments(
+            "env.kwargs",
+            gym.envs.registration.load_env_creator(spec.entry_point),
+            config.kwargs,
+            allowed=("render_mode",),
+        )
     extra = {} if config.max_episode_steps is None else {"max_episode_steps": config.max_episode_steps}
     return lambda: gym.make(config.id, disable_env_checker=True, **extra, **config.kwargs)
 
@@ -60,11 +69,11 @@ class ActionChunk(gym.Wrapper):
         super().__init__(env)
         space = env.action_space
         if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
-            raise ConfigError("env.action_chunk", chunk, "1 unless the action space is a 1-D Box",
-                              f"the action space is {space}")
+            raise ConfigError(
+                "env.action_chunk", chunk, "1 unless the action space is a 1-D Box", f"the action space is {space}"
+            )
         self.chunk, self.dim = chunk, space.shape[0]
-        self.action_space = gym.spaces.Box(np.tile(space.low, chunk), np.tile(space.high, chunk),
-                                           dtype=space.dtype)
+        self.action_space = gym.spaces.Box(np.tile(space.low, chunk), np.tile(space.high, chunk), dtype=space.dtype)
 
     def step(self, action):
         total = 0.0

@@ -18,8 +18,9 @@ class RunningMeanStd:
         delta = batch_mean - self.mean
         total = self.count + batch_count
         self.mean = self.mean + delta * batch_count / total
-        self.var = (self.var * self.count + batch_var * batch_count
-                    + delta**2 * self.count * batch_count / total) / total
+        self.var = (
+            self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
+        ) / total
         self.count = total
 
     def state_dict(self) -> dict:

@@ -77,12 +77,20 @@ class ActionTokens(torch.nn.Module):
     def __init__(self, action_space: gym.Space, bins: int):
         super().__init__()
         if not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
-            raise ConfigError("model.action_bins", bins, "null unless the action space is a 1-D Box",
-                              f"the action space is {action_space}")
+            raise ConfigError(
+                "model.action_bins",
+                bins,
+                "null unless the action space is a 1-D Box",
+                f"the action space is {action_space}",
+            )
         low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (action_space.low, action_space.high))
         if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
-            raise ConfigError("model.action_bins", bins, "null for an action space with infinite bounds",
-                              f"tokens need finite bounds to discretise; the action space is {action_space}")
+            raise ConfigError(
+                "model.action_bins",
+                bins,
+                "null for an action space with infinite bounds",
+                f"tokens need finite bounds to discretise; the action space is {action_space}",
+            )
         self.bins, self.count = int(bins), int(low.numel())
         self.register_buffer("low", low, persistent=False)
         self.register_buffer("step", (high - low) / (bins - 1), persistent=False)
@@ -106,8 +114,9 @@ def categorical_kl(old_log_p: torch.Tensor, new_log_p: torch.Tensor) -> torch.Te
     return (old_log_p.exp() * (old_log_p - new_log_p)).sum(-1)
 
 
-def gaussian_kl(old_mean: torch.Tensor, old_log_std: torch.Tensor, new_mean: torch.Tensor,
-                new_log_std: torch.Tensor) -> torch.Tensor:
+def gaussian_kl(
+    old_mean: torch.Tensor, old_log_std: torch.Tensor, new_mean: torch.Tensor, new_log_std: torch.Tensor
+) -> torch.Tensor:
     """KL(old ‖ new) of diagonal Gaussians, summed over the action dimensions."""
     variance_ratio = torch.exp(2 * (old_log_std - new_log_std))
     mean_term = (old_mean - new_mean).pow(2) * torch.exp(-2 * new_log_std)

@@ -27,8 +27,14 @@ from torch import nn
 from fleetrl.config.schema import ModelConfig
 from fleetrl.entry_points import resolve_entry_point
 from fleetrl.errors import ConfigError
-from fleetrl.models.distributions import (ActionTokens, Categorical, DiagonalGaussian, categorical_kl,
-                                          gaussian_kl, num_action_params)
+from fleetrl.models.distributions import (
+    ActionTokens,
+    Categorical,
+    DiagonalGaussian,
+    categorical_kl,
+    gaussian_kl,
+    num_action_params,
+)
 from fleetrl.models.mlp import ActorCriticMLP
 
 
@@ -37,18 +43,30 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
     if config.action_bins is not None:
         params *= config.action_bins  # one logit per value of each action dimension
     if config.id == "mlp":
-        return ActorCriticMLP(observation_space, params, config.hidden_sizes, config.activation,
-                              config.shared_trunk, config.ortho_init, config.aux_value_head)
+        return ActorCriticMLP(
+            observation_space,
+            params,
+            config.hidden_sizes,
+            config.activation,
+            config.shared_trunk,
+            config.ortho_init,
+            config.aux_value_head,
+        )
     network = resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
     if config.aux_value_head and not callable(getattr(network, "forward_aux", None)):
-        raise ConfigError("model.aux_value_head", True, f"false, or a model.id ({config.id}) whose network "
-                          "defines forward_aux(obs) -> (action_params, value, aux_value)")
+        raise ConfigError(
+            "model.aux_value_head",
+            True,
+            f"false, or a model.id ({config.id}) whose network "
+            "defines forward_aux(obs) -> (action_params, value, aux_value)",
+        )
     return network
 
 
 class Policy(nn.Module):
-    def __init__(self, network: nn.Module, action_space: gym.Space, init_log_std: float = 0.0,
-                 action_bins: int | None = None):
+    def __init__(
+        self, network: nn.Module, action_space: gym.Space, init_log_std: float = 0.0, action_bins: int | None = None
+    ):
         super().__init__()
         self.network = network
         self.tokens = ActionTokens(action_space, action_bins) if action_bins is not None else None
@@ -59,9 +77,13 @@ class Policy(nn.Module):
         self.logprob_shape: tuple = (self.tokens.count,) if self.tokens is not None else ()
 
     @classmethod
-    def from_config(cls, config: ModelConfig, observation_space, action_space) -> "Policy":
-        return cls(build_network(config, observation_space, action_space), action_space,
-                   config.init_log_std, config.action_bins)
+    def from_config(cls, config: ModelConfig, observation_space, action_space) -> Policy:
+        return cls(
+            build_network(config, observation_space, action_space),
+            action_space,
+            config.init_log_std,
+            config.action_bins,
+        )
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor):
         """Loss path: (log-prob of `actions`, entropy, value), all (B,); for token policies the
@@ -69,11 +91,13 @@ class Policy(nn.Module):
         params, value = self.network(obs)
         if self.tokens is not None:
             log_p = self.tokens.log_probs(params)
-            return (Categorical.log_prob(log_p, self.tokens.encode(actions)), Categorical.entropy(log_p),
-                    value)
+            return (Categorical.log_prob(log_p, self.tokens.encode(actions)), Categorical.entropy(log_p), value)
         if self.continuous:
-            return (DiagonalGaussian.log_prob(params, self.log_std, actions),
-                    DiagonalGaussian.entropy(params, self.log_std), value)
+            return (
+                DiagonalGaussian.log_prob(params, self.log_std, actions),
+                DiagonalGaussian.entropy(params, self.log_std),
+                value,
+            )
         log_p = Categorical.normalize(params)
         return Categorical.log_prob(log_p, actions), Categorical.entropy(log_p), value
 

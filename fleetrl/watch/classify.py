@@ -22,18 +22,25 @@ def incident_from_error(error: BaseException, records: dict, actor_ranks: dict) 
     if isinstance(error, RayActorError):
         key = actor_ranks.get(getattr(error, "actor_id", None))
         who = describe(key) if key else "a worker"
-        return Incident("worker_died", f"{who} died (Ray lost its process): {str(error).splitlines()[0]}",
-                        now, key, str(error))
+        return Incident(
+            "worker_died", f"{who} died (Ray lost its process): {str(error).splitlines()[0]}", now, key, str(error)
+        )
     raised = worker_error(error)
     if raised is None:  # raised in the controller itself
-        return Incident("worker_exception", f"the controller raised {type(error).__name__}: {error}", now,
-                        None, "".join(traceback.format_exception(error)))
+        return Incident(
+            "worker_exception",
+            f"the controller raised {type(error).__name__}: {error}",
+            now,
+            None,
+            "".join(traceback.format_exception(error)),
+        )
     key = (raised.component, raised.rank)
     message = raised.message.strip().splitlines()[0] if raised.message.strip() else ""
     said = f"{describe(key)} raised {raised.error_type} in {raised.phase}: {message}"
     if raised.error_type == "JoinError":
-        return Incident("peer_unreachable", f"{describe(key)} could not reach its peers: {message}",
-                        now, key, raised.trace)
+        return Incident(
+            "peer_unreachable", f"{describe(key)} could not reach its peers: {message}", now, key, raised.trace
+        )
     if "No space left on device" in raised.message:
         return Incident("disk_full", said, now, key, raised.trace)
     return Incident("worker_exception", said, now, key, raised.trace)

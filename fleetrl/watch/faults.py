@@ -77,6 +77,6 @@ def inject_before(kind: str, where: str) -> None:
 
 def inject_extra_collective() -> None:
     """After the method: one all_reduce more than the other ranks make."""
-    from fleetrl.dist import reduce
+    from fleetrl.parallel import reduce
 
     reduce.all_reduce_sum(torch.zeros(7))

@@ -7,9 +7,9 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetrl.watch import recorder as flight_recorder
+from fleetrl.watch import flight_recorder
 from fleetrl.watch.faults import FaultPlan, inject_before, inject_extra_collective
-from fleetrl.watch.recorder import Recorder
+from fleetrl.watch.flight_recorder import Recorder
 from fleetrl.watch.stacks import register_stack_dump, stack_file
 from fleetrl.watch.store import connect_publisher
 
@@ -30,8 +30,7 @@ def start_watching(component: str, rank: int, node: int, spec: WatchSpec) -> Rec
     recorder = Recorder(component, rank, node)
     flight_recorder.install(recorder)
     register_stack_dump(stack_file(Path(spec.stack_dir), component, rank))
-    recorder.start_publishing(connect_publisher(spec.store_host, spec.store_port, component, rank),
-                              spec.interval_s)
+    recorder.start_publishing(connect_publisher(spec.store_host, spec.store_port, component, rank), spec.interval_s)
     return recorder
 
 
@@ -53,8 +52,9 @@ class CallRunner:
     in: `process` (e.g. 'fused' for a rank that hosts all three components), by default the
     component itself."""
 
-    def __init__(self, worker, component: str, rank: int, recorder: Recorder, faults: FaultPlan,
-                 process: str | None = None):
+    def __init__(
+        self, worker, component: str, rank: int, recorder: Recorder, faults: FaultPlan, process: str | None = None
+    ):
         self.worker, self.component, self.rank = worker, component, rank
         self.recorder, self.faults = recorder, faults
         self.process = process or component
@@ -69,8 +69,9 @@ class CallRunner:
         except (WorkerError, KeyboardInterrupt):
             raise
         except Exception as error:
-            raise WorkerError(self.process, self.rank, phase, type(error).__name__, str(error),
-                              traceback.format_exc()) from None
+            raise WorkerError(
+                self.process, self.rank, phase, type(error).__name__, str(error), traceback.format_exc()
+            ) from None
         finally:
             self.recorder.exit_phase(outer)
 

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from fleetrl.watch.report import build_report, write_report
+from fleetrl.watch.hang_report import build_hang_report, write_hang_report
 from fleetrl.watch.stacks import capture_stacks
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident
@@ -32,8 +32,9 @@ class IncidentStop(Exception):
         self.report = report
 
 
-def respond(incident: Incident, run_dir: Path, workers: list[dict], kill_remote=lambda: None,
-            exit_process: bool = False) -> None:
+def respond(
+    incident: Incident, run_dir: Path, workers: list[dict], kill_remote=lambda: None, exit_process: bool = False
+) -> None:
     """Write hang_report.{json,txt}, print the text, end every worker process tree; then raise
     IncidentStop, or with `exit_process` (the watchdog thread, whose main thread may be stuck
     for good) end this process with exit code 4. Only the first incident is reported: a second
@@ -42,10 +43,12 @@ def respond(incident: Incident, run_dir: Path, workers: list[dict], kill_remote=
         time.sleep(3600)
     report = {"cause": incident.cause, "summary": incident.summary}
     try:
-        stacks = capture_stacks([{**w, "pid": incident.records.get((w["component"], w["rank"]), {}).get("pid")}
-                                 for w in workers], Path(run_dir) / "stacks")
-        report = build_report(incident, workers, stacks, time.time())
-        text = write_report(run_dir, report)
+        stacks = capture_stacks(
+            [{**w, "pid": incident.records.get((w["component"], w["rank"]), {}).get("pid")} for w in workers],
+            Path(run_dir) / "stacks",
+        )
+        report = build_hang_report(incident, workers, stacks, time.time())
+        text = write_hang_report(run_dir, report)
         print(text, file=sys.stderr)
         log.error("%s: %s (report: %s)", incident.cause, report["summary"], Path(run_dir) / "hang_report.txt")
     finally:

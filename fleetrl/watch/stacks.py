@@ -64,8 +64,9 @@ def py_spy_dump(pid: int, timeout_s: float) -> str:
     if executable is None:
         return ""
     try:
-        result = subprocess.run([executable, "dump", "--native", "--pid", str(pid)], capture_output=True,
-                                text=True, timeout=timeout_s)
+        result = subprocess.run(
+            [executable, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout_s
+        )
     except subprocess.TimeoutExpired:
         return "(py-spy timed out)"
     return result.stdout.strip() if result.returncode == 0 else ""

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from torch.distributed import TCPStore
 
-from fleetrl.watch.recorder import heartbeat_key
+from fleetrl.watch.flight_recorder import heartbeat_key
 
 CONNECT_TIMEOUT = timedelta(seconds=10)
 
@@ -31,8 +31,9 @@ class HeartbeatStore:
         keys = [heartbeat_key(component, rank) for component, rank in workers]
         if keys and self.server.check(keys):
             return {worker: json.loads(payload) for worker, payload in zip(workers, self.server.multi_get(keys))}
-        return {worker: json.loads(self.server.get(key))
-                for worker, key in zip(workers, keys) if self.server.check([key])}
+        return {
+            worker: json.loads(self.server.get(key)) for worker, key in zip(workers, keys) if self.server.check([key])
+        }
 
     def publisher(self, component: str, rank: int):
         """A publish function for a recorder living in this (the controller's) process."""

@@ -22,11 +22,20 @@ from dataclasses import dataclass, field
 import psutil
 
 from fleetrl.config.schema import WatchdogConfig
-from fleetrl.watch.recorder import join_unless_current
+from fleetrl.watch.flight_recorder import join_unless_current
 
-CAUSES = ("worker_died", "worker_exception", "collective_mismatch", "rank_missing_from_collective",
-          "phase_timeout", "process_frozen", "peer_unreachable", "disk_full", "interrupted",
-          "startup_timeout")
+CAUSES = (
+    "worker_died",
+    "worker_exception",
+    "collective_mismatch",
+    "rank_missing_from_collective",
+    "phase_timeout",
+    "process_frozen",
+    "peer_unreachable",
+    "disk_full",
+    "interrupted",
+    "startup_timeout",
+)
 
 
 @dataclass
@@ -57,8 +66,7 @@ def where(record: dict, now: float) -> str:
 
 
 def collective_text(collective: dict) -> str:
-    return (f"{collective['op']} #{collective['seq']} ({collective['call_site']}, "
-            f"shapes {collective['shapes']})")
+    return f"{collective['op']} #{collective['seq']} ({collective['call_site']}, shapes {collective['shapes']})"
 
 
 class Watchdog(threading.Thread):
@@ -95,8 +103,13 @@ class Watchdog(threading.Thread):
         join_unless_current(self)
 
     def inspect(self, records: dict, now: float) -> Incident | None:
-        for check in (self.check_started, self.check_alive, self.check_beating, self.check_collectives,
-                      self.check_deadlines):
+        for check in (
+            self.check_started,
+            self.check_alive,
+            self.check_beating,
+            self.check_collectives,
+            self.check_deadlines,
+        ):
             incident = check(records, now)
             if incident is not None:
                 return incident
@@ -107,17 +120,25 @@ class Watchdog(threading.Thread):
             return None
         missing = [key for key in self.workers if key not in records]
         if missing:
-            return Incident("startup_timeout", f"{describe(missing[0])} never started: no heartbeat "
-                            f"{now - self.started:.0f} s after launch (watchdog.startup_allowance_s)",
-                            self.started, missing[0])
+            return Incident(
+                "startup_timeout",
+                f"{describe(missing[0])} never started: no heartbeat "
+                f"{now - self.started:.0f} s after launch (watchdog.startup_allowance_s)",
+                self.started,
+                missing[0],
+            )
         return None
 
     def check_alive(self, records: dict, now: float) -> Incident | None:
         for key, record in records.items():
             if record.get("host") == self.hostname and not psutil.pid_exists(record["pid"]):
-                return Incident("worker_died", f"{describe(key)} (pid {record['pid']}, node {record['node']}) "
-                                f"died: its process is gone; it was {where(record, record['time'])}",
-                                record["time"], key)
+                return Incident(
+                    "worker_died",
+                    f"{describe(key)} (pid {record['pid']}, node {record['node']}) "
+                    f"died: its process is gone; it was {where(record, record['time'])}",
+                    record["time"],
+                    key,
+                )
         return None
 
     def check_beating(self, records: dict, now: float) -> Incident | None:
@@ -126,9 +147,13 @@ class Watchdog(threading.Thread):
             if age <= self.config.heartbeat_timeout_s:
                 continue
             state = self.process_state(record)
-            return Incident("process_frozen", f"{describe(key)} (pid {record['pid']}) stopped publishing "
-                            f"heartbeats {age:.1f} s ago: {state}; last seen {where(record, record['time'])}",
-                            record["time"], key)
+            return Incident(
+                "process_frozen",
+                f"{describe(key)} (pid {record['pid']}) stopped publishing "
+                f"heartbeats {age:.1f} s ago: {state}; last seen {where(record, record['time'])}",
+                record["time"],
+                key,
+            )
         return None
 
     def process_state(self, record: dict) -> str:
@@ -143,8 +168,11 @@ class Watchdog(threading.Thread):
 
     def check_collectives(self, records: dict, now: float) -> Incident | None:
         actors = {key: r for key, r in records.items() if key[0] in PROCESS_GROUP_MEMBERS}
-        stalled = {key: r["collective"] for key, r in actors.items()
-                   if r.get("collective") and now - r["collective"]["started"] > self.config.collective_timeout_s}
+        stalled = {
+            key: r["collective"]
+            for key, r in actors.items()
+            if r.get("collective") and now - r["collective"]["started"] > self.config.collective_timeout_s
+        }
         if not stalled:
             return None
         (first_key, first), *_ = sorted(stalled.items())
@@ -160,17 +188,24 @@ class Watchdog(threading.Thread):
                         f"{describe(first_key)} waits in {collective_text(first)}, which no other rank "
                         f"will enter: {describe(key)} finished its call after collective #{last_seq}. "
                         f"{describe(first_key)} made more collectives (or optimisation steps) than the others",
-                        first["started"], first_key)
+                        first["started"],
+                        first_key,
+                    )
                 return Incident(
                     "rank_missing_from_collective",
                     f"{describe(key)} never entered {collective_text(first)}; it is {where(record, now)}; "
-                    f"{others} wait in #{first['seq']}", first["started"], key)
+                    f"{others} wait in #{first['seq']}",
+                    first["started"],
+                    key,
+                )
             if (theirs["seq"], theirs["op"], theirs["shapes"]) != (first["seq"], first["op"], first["shapes"]):
                 return Incident(
                     "collective_mismatch",
                     f"actor ranks disagree on the next collective: {describe(first_key)} is in "
                     f"{collective_text(first)}, {describe(key)} in {collective_text(theirs)}",
-                    max(first["started"], theirs["started"]), key if key != first_key else first_key)
+                    max(first["started"], theirs["started"]),
+                    key if key != first_key else first_key,
+                )
         return None
 
     def deadline(self, record: dict, phase: str) -> float:
@@ -191,6 +226,10 @@ class Watchdog(threading.Thread):
             if age > limit:
                 longest = record.get("phase_max_s", {}).get(phase)
                 before = f"longest before {longest:.3f} s" if longest else "never finished before"
-                return Incident("phase_timeout", f"{describe(key)} has been in {phase} for {age:.1f} s "
-                                f"(deadline {limit:.1f} s; {before})", record["phase_started"], key)
+                return Incident(
+                    "phase_timeout",
+                    f"{describe(key)} has been in {phase} for {age:.1f} s (deadline {limit:.1f} s; {before})",
+                    record["phase_started"],
+                    key,
+                )
         return None

@@ -24,11 +24,11 @@ from fleetrl.algos.gae import compute_gae, grpo_advantages
 from fleetrl.algos.ppo import PPOBatch, ppo_update, ppo_update_sharded
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_actor_layout, effective_minibatch_size
-from fleetrl.dist import process_group, reduce, state
-from fleetrl.dist.param_check import ReplicaDivergenceError, divergent_replicas
-from fleetrl.dist.sharding import EnvShard
-from fleetrl.dist.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
 from fleetrl.models.policy import Policy
+from fleetrl.parallel import process_group, reduce, state
+from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
+from fleetrl.parallel.sharding import EnvShard
+from fleetrl.parallel.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
 from fleetrl.trajectory import Trajectory
 
 log = logging.getLogger("fleetrl")
@@ -38,8 +38,13 @@ def build_optimizer(config: Config, policy: Policy) -> torch.optim.Optimizer:
     """Adam(W) with the fused kernel: one call for all parameters (2.5× faster than foreach on
     a 64×64 MLP here)."""
     optimizer_class = torch.optim.Adam if config.actor.optimizer == "adam" else torch.optim.AdamW
-    return optimizer_class(policy.parameters(), lr=config.algorithm.lr, eps=config.actor.adam_eps,
-                           weight_decay=config.actor.weight_decay, fused=True)
+    return optimizer_class(
+        policy.parameters(),
+        lr=config.algorithm.lr,
+        eps=config.actor.adam_eps,
+        weight_decay=config.actor.weight_decay,
+        fused=True,
+    )
 
 
 def actor_device(name: str) -> torch.device:
@@ -50,8 +55,9 @@ def actor_device(name: str) -> torch.device:
 
 
 class ActorWorker:
-    def __init__(self, config: Config, observation_space: gym.Space, action_space: gym.Space,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(
+        self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
+    ):
         if not 0 <= rank < world_size:
             raise ValueError(f"actor rank {rank} is outside the world size {world_size}")
         check_actor_layout(config, world_size)
@@ -70,8 +76,10 @@ class ActorWorker:
         if world_size == 1 and config.actor.micro_batch_size is not None:
             self.loss_path = local_loss_path(self.policy)
         if world_size == 1 and config.actor.strategy == "fsdp":
-            log.info("one actor rank: actor.strategy 'fsdp' and the actor.fsdp_* settings do not "
-                     "apply (no sharding, no mixed precision)")
+            log.info(
+                "one actor rank: actor.strategy 'fsdp' and the actor.fsdp_* settings do not "
+                "apply (no sharding, no mixed precision)"
+            )
         self.owns_process_group = False
 
     @property
@@ -88,14 +96,18 @@ class ActorWorker:
         if self.world_size == 1 or self.loss_path is not None:
             return  # nothing to join, or joined already
         self.owns_process_group = process_group.join_process_group(
-            self.rank, self.world_size, master_addr, master_port, self.config.actor.dist_timeout_s, self.device)
+            self.rank, self.world_size, master_addr, master_port, self.config.actor.dist_timeout_s, self.device
+        )
         # Same seed, same code: the weights should already agree. If they do not, the model's
         # initialisation draws from an unseeded source; say so, then use rank 0's everywhere.
         differing = reduce.replica_mismatches(self.policy)
         if differing and self.rank == 0:
-            log.warning("initial weights differ across the %d actor ranks in %s: the model's "
-                        "initialisation is not deterministic; every rank starts from rank 0's",
-                        self.world_size, differing)
+            log.warning(
+                "initial weights differ across the %d actor ranks in %s: the model's "
+                "initialisation is not deterministic; every rank starts from rank 0's",
+                self.world_size,
+                differing,
+            )
         reduce.broadcast_module_(self.policy)
         self.loss_path = self.wrap_loss_path()
         if self.sharded:  # fully_shard replaced the parameters: the optimizer must see the shards
@@ -128,23 +140,36 @@ class ActorWorker:
         if self.world_size > 1 and self.loss_path is None:
             raise RuntimeError("ActorWorker.train with several ranks needs init_distributed first")
         advantages, returns = self.advantages(trajectory)
-        batch = PPOBatch(trajectory.obs.flatten(0, 1), trajectory.actions.flatten(0, 1),
-                         trajectory.logprobs.flatten(0, 1), trajectory.values.flatten(),
-                         advantages.flatten(), returns.flatten()).to(self.device)
+        batch = PPOBatch(
+            trajectory.obs.flatten(0, 1),
+            trajectory.actions.flatten(0, 1),
+            trajectory.logprobs.flatten(0, 1),
+            trajectory.values.flatten(),
+            advantages.flatten(),
+            returns.flatten(),
+        ).to(self.device)
         lr, clip = self.schedule(progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         if self.loss_path is None:  # one rank, no accumulation: the plain update, no collective
-            metrics = ppo_update(self.policy, self.optimizer, batch, algo, clip, self.generator,
-                                 self.minibatch_size)
+            metrics = ppo_update(self.policy, self.optimizer, batch, algo, clip, self.generator, self.minibatch_size)
             variance_explained = explained_variance(trajectory.values.flatten(), returns.flatten())
         else:
             steps, envs = trajectory.rewards.shape
             shard = EnvShard(steps, envs * self.world_size, self.rank, self.world_size)
             self.check_shard(shard)
-            metrics = ppo_update_sharded(self.loss_path, self.optimizer, batch, algo, clip,
-                                         self.generator, shard, self.minibatch_size,
-                                         self.config.actor.micro_batch_size, self.all_reduce)
+            metrics = ppo_update_sharded(
+                self.loss_path,
+                self.optimizer,
+                batch,
+                algo,
+                clip,
+                self.generator,
+                shard,
+                self.minibatch_size,
+                self.config.actor.micro_batch_size,
+                self.all_reduce,
+            )
             variance_explained = self.global_explained_variance(batch.values, batch.returns)
         metrics.update(lr=lr, clip_coef=clip, explained_variance=variance_explained)
         return metrics
@@ -154,9 +179,15 @@ class ActorWorker:
         the advantages GAE's, or with `algorithm.adv_type: grpo` group-relative episode returns
         (`fleetrl.algos.gae.grpo_advantages`: groups lie within one rank's env columns)."""
         algo = self.config.algorithm
-        advantages, returns = compute_gae(trajectory.rewards, trajectory.values, trajectory.next_values,
-                                          trajectory.terminated, trajectory.dones,
-                                          algo.gamma, algo.gae_lambda)
+        advantages, returns = compute_gae(
+            trajectory.rewards,
+            trajectory.values,
+            trajectory.next_values,
+            trajectory.terminated,
+            trajectory.dones,
+            algo.gamma,
+            algo.gae_lambda,
+        )
         if algo.adv_type == "grpo":
             advantages = grpo_advantages(trajectory.rewards, trajectory.dones, algo.group_size)
         return advantages, returns
@@ -165,12 +196,12 @@ class ActorWorker:
         """A shard of another size than the config's would make this rank plan other minibatches
         than the others — a desync. Fail loudly instead."""
         config = self.config
-        if self.world_size > 1 and (shard.steps, shard.total_envs) != (config.algorithm.num_steps,
-                                                                       config.env.num_envs):
+        if self.world_size > 1 and (shard.steps, shard.total_envs) != (config.algorithm.num_steps, config.env.num_envs):
             raise ValueError(
                 f"actor rank {self.rank}: got a trajectory shard of {shard.steps} steps × "
                 f"{shard.envs_per_rank} envs, expected {config.algorithm.num_steps} × "
-                f"{config.env.num_envs // self.world_size} (env.num_envs / {self.world_size} ranks)")
+                f"{config.env.num_envs // self.world_size} (env.num_envs / {self.world_size} ranks)"
+            )
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum over actor ranks (identity with one). Moves to the backend's device and back."""
@@ -182,10 +213,17 @@ class ActorWorker:
     def global_explained_variance(self, predicted: torch.Tensor, target: torch.Tensor) -> float:
         """`explained_variance` over all ranks' samples: one all-reduce of five float64 sums."""
         target, error = target.double(), (target - predicted).double()
-        sums = self.all_reduce(torch.stack([torch.tensor(float(target.numel()), dtype=torch.float64,
-                                                         device=target.device),
-                                            target.sum(), target.pow(2).sum(), error.sum(),
-                                            error.pow(2).sum()]))
+        sums = self.all_reduce(
+            torch.stack(
+                [
+                    torch.tensor(float(target.numel()), dtype=torch.float64, device=target.device),
+                    target.sum(),
+                    target.pow(2).sum(),
+                    error.sum(),
+                    error.pow(2).sum(),
+                ]
+            )
+        )
         count, target_sum, target_squares, error_sum, error_squares = sums.tolist()
         target_var = target_squares - target_sum * target_sum / count
         error_var = error_squares - error_sum * error_sum / count

@@ -27,7 +27,7 @@ class StepResult:
     final_obs: np.ndarray  # (K, *obs_shape) their last observations, for the bootstrap value
 
     @classmethod
-    def initial(cls, obs: np.ndarray) -> "StepResult":
+    def initial(cls, obs: np.ndarray) -> StepResult:
         """The state after a reset, in the same shape as a step's outcome."""
         count = len(obs)
         no = np.zeros(count, bool)
@@ -39,15 +39,25 @@ class EnvWorker:
     (pipelining: while one stage steps, the policy infers the next). Normalisation statistics
     and episode bookkeeping are shared by the stages."""
 
-    def __init__(self, config: EnvConfig, gamma: float, seed: int, num_envs: int | None = None,
-                 training: bool = True, stages: int = 1, reset_group_size: int = 1):
+    def __init__(
+        self,
+        config: EnvConfig,
+        gamma: float,
+        seed: int,
+        num_envs: int | None = None,
+        training: bool = True,
+        stages: int = 1,
+        reset_group_size: int = 1,
+    ):
         count = config.num_envs if num_envs is None else num_envs
         if (count // stages) % reset_group_size:
             from fleetrl.errors import ConfigError
 
-            raise ConfigError("algorithm.group_size", reset_group_size,
-                              f"a divisor of the envs per env worker stage ({count // stages}): a GRPO "
-                              "group is reset together")
+            raise ConfigError(
+                "algorithm.group_size",
+                reset_group_size,
+                f"a divisor of the envs per env worker stage ({count // stages}): a GRPO group is reset together",
+            )
         self.reset_group_size = reset_group_size
         self.stages = [make_vector_env(config, count // stages) for _ in range(stages)]
         self.num_envs, self.stage_size = count, count // stages
@@ -56,8 +66,7 @@ class EnvWorker:
         self.action_space = self.stages[0].single_action_space
         obs_shape = self.observation_space.shape
         self.obs_norm = ObservationNormalizer(obs_shape, config.clip_obs) if config.normalize_obs else None
-        self.reward_norm = (RewardNormalizer(count, gamma, config.clip_reward)
-                            if config.normalize_reward else None)
+        self.reward_norm = RewardNormalizer(count, gamma, config.clip_reward) if config.normalize_reward else None
         self.episode_return = np.zeros(count, np.float64)
         self.episode_length = np.zeros(count, np.int64)
         self.finished_returns: list[float] = []
@@ -74,9 +83,14 @@ class EnvWorker:
         each group starts from one state."""
         base = self.seed + epoch * self.num_envs
         group = self.reset_group_size
-        obs = [vector.reset(seed=base + stage * self.stage_size if group == 1 else
-                            [base + (stage * self.stage_size + i) // group for i in range(self.stage_size)])[0]
-               for stage, vector in enumerate(self.stages)]
+        obs = [
+            vector.reset(
+                seed=base + stage * self.stage_size
+                if group == 1
+                else [base + (stage * self.stage_size + i) // group for i in range(self.stage_size)]
+            )[0]
+            for stage, vector in enumerate(self.stages)
+        ]
         self.episode_return[:] = 0
         self.episode_length[:] = 0
         return self._observe(np.concatenate(obs))
@@ -90,12 +104,21 @@ class EnvWorker:
         envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
         self._count(envs, reward, done)
         truncated_index = np.flatnonzero(truncated)
-        final_obs = (np.stack(info["final_obs"][truncated_index]) if len(truncated_index)
-                     else np.empty((0, *obs.shape[1:]), np.float32))
+        final_obs = (
+            np.stack(info["final_obs"][truncated_index])
+            if len(truncated_index)
+            else np.empty((0, *obs.shape[1:]), np.float32)
+        )
         if self.reward_norm is not None:
             reward = self.reward_norm(envs, reward, done, self.training)
-        return StepResult(self._observe(obs), reward.astype(np.float32), terminated, truncated,
-                          truncated_index, self._observe(final_obs, update=False))
+        return StepResult(
+            self._observe(obs),
+            reward.astype(np.float32),
+            terminated,
+            truncated,
+            truncated_index,
+            self._observe(final_obs, update=False),
+        )
 
     def _observe(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
         if self.obs_norm is None or len(obs) == 0:
@@ -120,8 +143,7 @@ class EnvWorker:
     def report(self) -> dict:
         """Counters and the episodes finished since the last report (drained)."""
         returns, lengths = self.drain_episodes()
-        return {"env_steps": self.env_steps, "episodes": self.episodes, "returns": returns,
-                "lengths": lengths}
+        return {"env_steps": self.env_steps, "episodes": self.episodes, "returns": returns, "lengths": lengths}
 
     def drain_episodes(self) -> tuple[list[float], list[int]]:
         """Returns and lengths (raw, unnormalised) of the episodes finished since the last call."""

@@ -6,7 +6,7 @@ stores this rank's observations and value targets, and — after every n_pi-th i
 decision taken from the iteration count alone and so the same on every rank — runs the
 auxiliary phase on the stored data before returning. Its metrics then carry `aux_*` keys.
 
-Several ranks: each phase has its own DDP wrapper (`fleetrl.dist.phases`), the policy phase's
+Several ranks: each phase has its own DDP wrapper (`fleetrl.parallel.phases`), the policy phase's
 ignoring the auxiliary head, which gets no gradient there; a parameter that neither phase
 reaches is named at construction. Both phases' gradients are all-reduced.
 
@@ -26,11 +26,11 @@ import torch
 from fleetrl.algos.ppg import aux_update, distribution_inputs, is_aux_iteration
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import aux_minibatch_size
-from fleetrl.dist.phases import ddp_phase_path, find_unused_paths, local_phase_path, unused_parameters
-from fleetrl.dist.sharding import EnvShard
 from fleetrl.errors import ConfigError
+from fleetrl.parallel.phases import ddp_phase_path, find_unused_paths, local_phase_path, unused_parameters
+from fleetrl.parallel.sharding import EnvShard
 from fleetrl.trajectory import Trajectory
-from fleetrl.watch import recorder as flight
+from fleetrl.watch import flight_recorder
 from fleetrl.workers.actor_worker import ActorWorker
 
 log = logging.getLogger("fleetrl")
@@ -42,12 +42,16 @@ class PPGActorWorker(ActorWorker):
     # find_unused_parameters=True for both — only for benchmarks/ppg_vs_ppo.py to compare with.
     ddp_wrapping = "per_phase"
 
-    def __init__(self, config: Config, observation_space: gym.Space, action_space: gym.Space,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(
+        self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
+    ):
         super().__init__(config, observation_space, action_space, rank, world_size)
         if not callable(getattr(self.policy.network, "forward_aux", None)):
-            raise ConfigError("model.aux_value_head", config.model.aux_value_head,
-                              "true, with a network that has forward_aux (the built-in mlp does)")
+            raise ConfigError(
+                "model.aux_value_head",
+                config.model.aux_value_head,
+                "true, with a network that has forward_aux (the built-in mlp does)",
+            )
         self.unused = self.probe_unused_parameters(observation_space)
         self.aux_minibatch_size = aux_minibatch_size(config)
         self.aux_path = local_phase_path(self.policy, "forward_aux", self.unused["aux"])
@@ -64,14 +68,17 @@ class PPGActorWorker(ActorWorker):
         reaches (DDP would wait for its gradient forever, or it would silently never train)."""
         obs = torch.zeros(2, *observation_space.shape, device=self.device)
         actions = self.policy.act(obs, deterministic=True)[0]  # no random draw
-        unused = {"policy": unused_parameters(self.policy, lambda p: p(obs, actions)),
-                  "aux": unused_parameters(self.policy, lambda p: p.forward_aux(obs))}
+        unused = {
+            "policy": unused_parameters(self.policy, lambda p: p(obs, actions)),
+            "aux": unused_parameters(self.policy, lambda p: p.forward_aux(obs)),
+        }
         never = [name for name in unused["policy"] if name in unused["aux"]]
         if never:
             raise RuntimeError(
                 f"PPG: the trainable parameter(s) {never} get a gradient in neither the policy phase "
                 "(Policy.forward) nor the auxiliary phase (Policy.forward_aux): DDP would wait for it. "
-                "Use it in one of them, or freeze it (requires_grad=False)")
+                "Use it in one of them, or freeze it (requires_grad=False)"
+            )
         return unused
 
     def wrap_loss_path(self):
@@ -99,7 +106,7 @@ class PPGActorWorker(ActorWorker):
         self.policy_iterations += 1
         metrics["ppg_policy_iterations"] = self.policy_iterations
         if is_aux_iteration(self.policy_iterations, self.config.algorithm.n_pi):
-            recorder = flight.current()
+            recorder = flight_recorder.current()
             if recorder is None:
                 metrics.update(self.auxiliary_phase())
             else:  # its own phase for the watchdog: far longer than a policy phase
@@ -116,9 +123,19 @@ class PPGActorWorker(ActorWorker):
         shard = EnvShard(steps, envs * self.world_size, self.rank, self.world_size)
         obs, returns = obs.flatten(0, 1), returns.flatten()
         old = distribution_inputs(self.policy, obs)
-        metrics = aux_update(self.aux_path, self.optimizer, obs, returns, old, self.config.algorithm,
-                             self.generator, shard, self.aux_minibatch_size,
-                             self.config.actor.micro_batch_size, self.all_reduce)
+        metrics = aux_update(
+            self.aux_path,
+            self.optimizer,
+            obs,
+            returns,
+            old,
+            self.config.algorithm,
+            self.generator,
+            shard,
+            self.aux_minibatch_size,
+            self.config.actor.micro_batch_size,
+            self.all_reduce,
+        )
         self.stored_obs, self.stored_returns = [], []
         self.aux_phases += 1
         metrics.update(aux_phases=self.aux_phases, aux_s=time.perf_counter() - started)
@@ -131,21 +148,21 @@ class PPGActorWorker(ActorWorker):
         zero-padded copies: exact). A collective with several ranks."""
         if self.world_size == 1:
             return local
-        full = torch.zeros(local.shape[0], local.shape[1] * self.world_size, *local.shape[2:],
-                           dtype=local.dtype)
+        full = torch.zeros(local.shape[0], local.shape[1] * self.world_size, *local.shape[2:], dtype=local.dtype)
         per_rank = local.shape[1]
-        full[:, self.rank * per_rank:(self.rank + 1) * per_rank] = local
+        full[:, self.rank * per_rank : (self.rank + 1) * per_rank] = local
         return self.all_reduce(full)
 
     def state_dict(self) -> dict:
         saved = super().state_dict()
         stored = None
         if self.stored_obs:  # the same count on every rank: all gather, or none
-            stored = {"obs": self.gather_columns(torch.cat(self.stored_obs)),
-                      "returns": self.gather_columns(torch.cat(self.stored_returns)),
-                      "iterations": len(self.stored_obs)}
-        saved["ppg"] = {"policy_iterations": self.policy_iterations, "aux_phases": self.aux_phases,
-                        "stored": stored}
+            stored = {
+                "obs": self.gather_columns(torch.cat(self.stored_obs)),
+                "returns": self.gather_columns(torch.cat(self.stored_returns)),
+                "iterations": len(self.stored_obs),
+            }
+        saved["ppg"] = {"policy_iterations": self.policy_iterations, "aux_phases": self.aux_phases, "stored": stored}
         return saved
 
     def load_state_dict(self, saved: dict) -> None:
@@ -159,9 +176,12 @@ class PPGActorWorker(ActorWorker):
             return
         obs, returns, count = stored["obs"], stored["returns"], stored["iterations"]
         if returns.shape[1] != self.config.env.num_envs:
-            log.warning("the checkpoint's PPG phase data has %d env columns, this run %d: the "
-                        "auxiliary phase restarts with the next iteration's data", returns.shape[1],
-                        self.config.env.num_envs)
+            log.warning(
+                "the checkpoint's PPG phase data has %d env columns, this run %d: the "
+                "auxiliary phase restarts with the next iteration's data",
+                returns.shape[1],
+                self.config.env.num_envs,
+            )
             self.policy_iterations -= self.policy_iterations % self.config.algorithm.n_pi
             return
         per_rank = returns.shape[1] // self.world_size

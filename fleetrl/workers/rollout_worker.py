@@ -71,16 +71,22 @@ class RolloutWorker:
             warnings.simplefilter("ignore", UserWarning)
             return torch.from_numpy(obs).to(self.device)
 
-    def configure_lanes(self, lane_sizes: list[int], steps: int, observation_space: gym.Space,
-                        action_space: gym.Space) -> None:
+    def configure_lanes(
+        self, lane_sizes: list[int], steps: int, observation_space: gym.Space, action_space: gym.Space
+    ) -> None:
         continuous = isinstance(action_space, gym.spaces.Box)
         self.lanes = [
-            TrajectoryBuffer(steps, size, observation_space.shape,
-                             action_space.shape if continuous else (),
-                             np.float32 if continuous else np.int64,
-                             getattr(self.policy, "logprob_shape", ()),  # per token for token policies
-                             record_next_obs=self.record_next_obs)
-            for size in lane_sizes]
+            TrajectoryBuffer(
+                steps,
+                size,
+                observation_space.shape,
+                action_space.shape if continuous else (),
+                np.float32 if continuous else np.int64,
+                getattr(self.policy, "logprob_shape", ()),  # per token for token policies
+                record_next_obs=self.record_next_obs,
+            )
+            for size in lane_sizes
+        ]
         self.finished = [None] * len(lane_sizes)
 
     def act(self, lane: int, t: int, step: StepResult) -> np.ndarray | None:

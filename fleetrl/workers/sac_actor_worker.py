@@ -45,12 +45,19 @@ import numpy as np
 import torch
 
 from fleetrl.algos.replay import ReplayBuffer
-from fleetrl.algos.sac import (EntropyCoefficient, SACBatch, SACLearner, SACWeights,
-                               SquashedGaussianActor, TwinQ, matmul_dtype)
+from fleetrl.algos.sac import (
+    EntropyCoefficient,
+    SACBatch,
+    SACLearner,
+    SACWeights,
+    SquashedGaussianActor,
+    TwinQ,
+    matmul_dtype,
+)
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_actor_layout, check_spaces, effective_minibatch_size
-from fleetrl.dist import process_group, reduce, state
-from fleetrl.dist.param_check import ReplicaDivergenceError, divergent_replicas
+from fleetrl.parallel import process_group, reduce, state
+from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_worker import actor_device
 
@@ -64,8 +71,9 @@ def rank_seed(seed: int, rank: int) -> int:
 
 
 class SACActorWorker:
-    def __init__(self, config: Config, observation_space: gym.Space, action_space: gym.Space,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(
+        self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
+    ):
         if not 0 <= rank < world_size:
             raise ValueError(f"actor rank {rank} is outside the world size {world_size}")
         check_actor_layout(config, world_size)
@@ -77,16 +85,21 @@ class SACActorWorker:
         obs_dim, action_dim = int(np.prod(observation_space.shape)), int(action_space.shape[0])
         self.action_dim = action_dim
         dtype = matmul_dtype(config)
-        self.policy = SquashedGaussianActor(obs_dim, action_dim, model.hidden_sizes, model.activation,
-                                            action_space.low, action_space.high, dtype).to(self.device)
+        self.policy = SquashedGaussianActor(
+            obs_dim, action_dim, model.hidden_sizes, model.activation, action_space.low, action_space.high, dtype
+        ).to(self.device)
         self.critic = TwinQ(obs_dim, action_dim, model.hidden_sizes, model.activation, dtype).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.entropy = EntropyCoefficient(algo.alpha, algo.autotune).to(self.device)
         self.learner = SACLearner(config, self.policy, self.critic, self.critic_target, self.entropy)
         self.generator = torch.Generator().manual_seed(rank_seed(config.runner.seed, rank))
         self.sample_size = effective_minibatch_size(config) // world_size
-        self.replay = ReplayBuffer(algo.buffer_size // config.env.num_envs, config.env.num_envs // world_size,
-                                   observation_space.shape, action_space.shape)
+        self.replay = ReplayBuffer(
+            algo.buffer_size // config.env.num_envs,
+            config.env.num_envs // world_size,
+            observation_space.shape,
+            action_space.shape,
+        )
         self.env_steps = 0  # global (all ranks' env columns), as the trajectories arrived
         self.update_debt = 0.0  # gradient steps owed, the fraction update_to_data left over
         self.policy.random_actions = self.env_steps < algo.learning_starts
@@ -102,23 +115,30 @@ class SACActorWorker:
             return
         from torch.nn.parallel import DistributedDataParallel
 
-        from fleetrl.dist.wrap import recorded_allreduce_hook
+        from fleetrl.parallel.wrap import recorded_allreduce_hook
 
         self.owns_process_group = process_group.join_process_group(
-            self.rank, self.world_size, master_addr, master_port, self.config.actor.dist_timeout_s, self.device)
+            self.rank, self.world_size, master_addr, master_port, self.config.actor.dist_timeout_s, self.device
+        )
         if self.config.actor.strategy != "ddp":
-            log.info("sac trains its replicas with DDP; actor.strategy %r does not apply",
-                     self.config.actor.strategy)
+            log.info("sac trains its replicas with DDP; actor.strategy %r does not apply", self.config.actor.strategy)
         for name, module in self.replicated_modules().items():
             differing = reduce.replica_mismatches(module)
             if differing and self.rank == 0:
-                log.warning("initial %s weights differ across the %d actor ranks in %s: every rank "
-                            "starts from rank 0's", name, self.world_size, differing)
+                log.warning(
+                    "initial %s weights differ across the %d actor ranks in %s: every rank starts from rank 0's",
+                    name,
+                    self.world_size,
+                    differing,
+                )
             reduce.broadcast_module_(module)
 
         def make_ddp(module):
-            ddp = DistributedDataParallel(module, device_ids=[self.device.index] if self.device.type == "cuda"
-                                          else None, forward_sync_buffers=False)
+            ddp = DistributedDataParallel(
+                module,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                forward_sync_buffers=False,
+            )
             ddp.register_comm_hook(None, recorded_allreduce_hook)
             return ddp
 
@@ -147,13 +167,21 @@ class SACActorWorker:
         steps, envs = trajectory.rewards.shape
         expected = (algo.num_steps, self.config.env.num_envs // self.world_size)
         if (steps, envs) != expected:  # another shape would make this rank owe other step counts
-            raise ValueError(f"actor rank {self.rank}: got a trajectory shard of {steps} steps × {envs} "
-                             f"envs, expected {expected[0]} × {expected[1]}")
+            raise ValueError(
+                f"actor rank {self.rank}: got a trajectory shard of {steps} steps × {envs} "
+                f"envs, expected {expected[0]} × {expected[1]}"
+            )
         if trajectory.next_obs is None:
             raise ValueError("SAC needs trajectories with next_obs (a rollout worker with record_next_obs)")
         truncated = trajectory.dones & ~trajectory.terminated
-        self.replay.add(trajectory.obs, trajectory.actions, trajectory.rewards, trajectory.terminated,
-                        truncated, trajectory.next_obs)
+        self.replay.add(
+            trajectory.obs,
+            trajectory.actions,
+            trajectory.rewards,
+            trajectory.terminated,
+            truncated,
+            trajectory.next_obs,
+        )
         new_steps = steps * envs * self.world_size
         self.env_steps += new_steps
         gradient_steps = 0
@@ -175,41 +203,54 @@ class SACActorWorker:
             chunk = min(count - done, SAMPLE_CHUNK)
             index = torch.randint(0, len(self.replay), (chunk, self.sample_size), generator=self.generator)
             noise = torch.randn((chunk, 2, self.sample_size, self.action_dim), generator=self.generator)
-            obs, actions, rewards, not_terminated, next_obs = (
-                t.to(device) for t in self.replay.gather(index))
+            obs, actions, rewards, not_terminated, next_obs = (t.to(device) for t in self.replay.gather(index))
             discount = (algo.gamma * not_terminated).to(device)
             noise = noise.to(device)
             for k in range(chunk):
                 learner.update(SACBatch(obs[k], actions[k], rewards[k], discount[k], next_obs[k], noise[k]))
             done += chunk
         alpha = float(self.entropy.log_alpha.detach().exp())
-        metrics = {"grad_steps": count, "alpha": alpha, "replay_size": len(self.replay) * self.world_size,
-                   "random_actions": bool(self.policy.random_actions),
-                   "lr": learner.policy_optimizer.param_groups[0]["lr"], "q_loss": None, "q_mean": None,
-                   "actor_loss": None, "alpha_loss": None, "entropy": None}
+        metrics = {
+            "grad_steps": count,
+            "alpha": alpha,
+            "replay_size": len(self.replay) * self.world_size,
+            "random_actions": bool(self.policy.random_actions),
+            "lr": learner.policy_optimizer.param_groups[0]["lr"],
+            "q_loss": None,
+            "q_mean": None,
+            "actor_loss": None,
+            "alpha_loss": None,
+            "entropy": None,
+        }
         if count == 0:  # the same on every rank: no collective either
             return metrics
         q_loss, q_mean, actor_loss, alpha_loss, entropy = self.all_reduce_mean(learner.mean_stats()).tolist()
         metrics.update(q_loss=q_loss, q_mean=q_mean)
         if learner.policy_stats:
-            metrics.update(actor_loss=actor_loss, entropy=entropy,
-                           alpha_loss=alpha_loss if algo.autotune else None)
+            metrics.update(actor_loss=actor_loss, entropy=entropy, alpha_loss=alpha_loss if algo.autotune else None)
         return metrics
 
     # ------------------------------------------------------------------------------- replicas
 
     def replicated_modules(self) -> dict:
         """Everything that must be identical on all ranks — the target critics included."""
-        return {"actor": self.policy, "critic": self.critic, "critic_target": self.critic_target,
-                "entropy": self.entropy}
+        return {
+            "actor": self.policy,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+            "entropy": self.entropy,
+        }
 
     def check_replicas(self) -> list[str]:
         """Names of tensors that differ from rank 0's ('<module>.<name>'); empty when all agree.
         Collective with several ranks."""
         if self.world_size == 1:
             return []
-        return [f"{key}.{name}" for key, module in self.replicated_modules().items()
-                for name in reduce.replica_mismatches(module)]
+        return [
+            f"{key}.{name}"
+            for key, module in self.replicated_modules().items()
+            for name in reduce.replica_mismatches(module)
+        ]
 
     def replica_divergence(self) -> dict[str, list[int]]:
         if self.world_size == 1:
@@ -242,15 +283,21 @@ class SACActorWorker:
         else:
             import torch.distributed as dist
 
-            from fleetrl.watch import recorder
+            from fleetrl.watch import flight_recorder
 
             shards = [None] * self.world_size if self.rank == 0 else None
-            with recorder.collective("gather_object (replay shards)", torch.zeros(0)):
+            with flight_recorder.collective("gather_object (replay shards)", torch.zeros(0)):
                 dist.gather_object(shard, shards, dst=0)
-        saved = {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
-                 "critic_target": self.critic_target.state_dict(), "entropy": self.entropy.state_dict(),
-                 **self.learner.state_dict(),
-                 "env_steps": self.env_steps, "update_debt": self.update_debt, "shards": shards}
+        saved = {
+            "policy": self.policy.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "entropy": self.entropy.state_dict(),
+            **self.learner.state_dict(),
+            "env_steps": self.env_steps,
+            "update_debt": self.update_debt,
+            "shards": shards,
+        }
         return state.to_cpu(saved) if self.device.type != "cpu" else saved
 
     def load_state_dict(self, saved: dict) -> None:
@@ -272,8 +319,15 @@ class SACActorWorker:
                 self.replay.load_state_dict(shard["replay"])
                 return
         elif self.rank == 0:
-            log.warning("the checkpoint was written by %d actor rank(s), this run has %d: the replay "
-                        "shards and sampling generators are not restored", len(shards), self.world_size)
+            log.warning(
+                "the checkpoint was written by %d actor rank(s), this run has %d: the replay "
+                "shards and sampling generators are not restored",
+                len(shards),
+                self.world_size,
+            )
         if self.rank == 0:
-            log.info("resuming with an empty replay buffer: training waits until it holds "
-                     "algorithm.learning_starts=%d transitions", self.config.algorithm.learning_starts)
+            log.info(
+                "resuming with an empty replay buffer: training waits until it holds "
+                "algorithm.learning_starts=%d transitions",
+                self.config.algorithm.learning_starts,
+            )

@@ -34,9 +34,15 @@ class SACRolloutWorker(RolloutWorker):
     def from_config(cls, config: Config, observation_space: gym.Space, action_space: gym.Space):
         """A rollout worker in its own process, with its own copy of the actor."""
         model = config.model
-        actor = SquashedGaussianActor(int(np.prod(observation_space.shape)), int(action_space.shape[0]),
-                                      model.hidden_sizes, model.activation, action_space.low,
-                                      action_space.high, matmul_dtype(config)).requires_grad_(False)
+        actor = SquashedGaussianActor(
+            int(np.prod(observation_space.shape)),
+            int(action_space.shape[0]),
+            model.hidden_sizes,
+            model.activation,
+            action_space.low,
+            action_space.high,
+            matmul_dtype(config),
+        ).requires_grad_(False)
         actor.random_actions = config.algorithm.learning_starts > 0
         generator = torch.Generator().manual_seed(rollout_seed(config.runner.seed, process_rollout_rank()))
         return cls(actor, generator)
@@ -53,8 +59,9 @@ class SACRolloutWorker(RolloutWorker):
         zeros = torch.zeros(len(obs))
         return actions, zeros, zeros
 
-    def configure_lanes(self, lane_sizes: list[int], steps: int, observation_space: gym.Space,
-                        action_space: gym.Space) -> None:
+    def configure_lanes(
+        self, lane_sizes: list[int], steps: int, observation_space: gym.Space, action_space: gym.Space
+    ) -> None:
         super().configure_lanes(lane_sizes, steps, observation_space, action_space)
         self.zeros = {size: np.zeros(size, np.float32) for size in lane_sizes}
 
@@ -63,7 +70,7 @@ class SACRolloutWorker(RolloutWorker):
         buffer = self.lanes[lane]
         zeros = self.zeros[len(step.obs)]
         if t > 0:
-            buffer.record_outcome(t - 1, step, zeros[:len(step.truncated_index)])
+            buffer.record_outcome(t - 1, step, zeros[: len(step.truncated_index)])
         if t == buffer.steps:
             self.finished[lane] = buffer.finish(zeros)
             return None

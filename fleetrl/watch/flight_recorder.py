@@ -18,7 +18,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 HEARTBEAT_PREFIX = "fleetrl/heartbeat/"
 
@@ -29,8 +29,13 @@ def heartbeat_key(component: str, rank: int) -> str:
 
 class Recorder:
     def __init__(self, component: str, rank: int, node: int):
-        self.identity = {"component": component, "rank": rank, "node": node, "pid": os.getpid(),
-                         "host": socket.gethostname()}
+        self.identity = {
+            "component": component,
+            "rank": rank,
+            "node": node,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        }
         self.phase: str | None = None
         self.phase_started: float | None = None
         self.phase_counts: dict[str, int] = {}
@@ -67,9 +72,13 @@ class Recorder:
     def in_collective(self, op: str, tensors, group: str = "actor"):
         self.collective_seq += 1
         self.collective = {
-            "seq": self.collective_seq, "op": op, "group": group,
-            "shapes": [list(t.shape) for t in tensors], "dtypes": [str(t.dtype) for t in tensors],
-            "call_site": call_site(), "started": time.time(),
+            "seq": self.collective_seq,
+            "op": op,
+            "group": group,
+            "shapes": [list(t.shape) for t in tensors],
+            "dtypes": [str(t.dtype) for t in tensors],
+            "call_site": call_site(),
+            "started": time.time(),
         }
         try:
             yield
@@ -78,14 +87,19 @@ class Recorder:
 
     def record(self) -> dict:
         return {
-            **self.identity, "time": time.time(), "phase": self.phase, "phase_started": self.phase_started,
-            "phase_counts": dict(self.phase_counts), "phase_max_s": dict(self.phase_max_s),
+            **self.identity,
+            "time": time.time(),
+            "phase": self.phase,
+            "phase_started": self.phase_started,
+            "phase_counts": dict(self.phase_counts),
+            "phase_max_s": dict(self.phase_max_s),
             "collective": self.collective,
             "last_collective": self.last_collective,
         }
 
     def start_publishing(self, publish: Callable[[str], None], interval_s: float) -> None:
         """Publish `record()` as JSON every `interval_s` from a daemon thread."""
+
         def beat():
             while not self.stopped.wait(interval_s):
                 with contextlib.suppress(Exception):  # a lost beat is reported as staleness
@@ -107,11 +121,11 @@ def join_unless_current(thread: threading.Thread | None, timeout_s: float = 5.0)
         thread.join(timeout_s)
 
 
-PLUMBING = ("/fleetrl/watch/", "/fleetrl/dist/", "/torch/", contextlib.__file__)
+PLUMBING = ("/fleetrl/watch/", "/fleetrl/parallel/", "/torch/", contextlib.__file__)
 
 
 def call_site() -> str:
-    """The innermost frame outside fleetrl's dist/watch plumbing, torch and contextlib, as
+    """The innermost frame outside fleetrl's parallel/watch plumbing, torch and contextlib, as
     file:line (func). Walks the frames themselves: `traceback.extract_stack` reads source lines
     and cost ~19 us here, on the path of every DDP gradient bucket."""
     frame = sys._getframe(1)

@@ -28,8 +28,9 @@ import contextlib
 import os
 import socket
 import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Callable, ContextManager
 
 import torch
 import torch.distributed as dist
@@ -37,7 +38,7 @@ from torch import nn
 
 from fleetrl.config.schema import ActorConfig
 from fleetrl.errors import ConfigError
-from fleetrl.watch.recorder import current as current_recorder
+from fleetrl.watch import flight_recorder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -47,8 +48,10 @@ class LossPath:
     module: nn.Module  # call this for the loss: DDP(policy), the sharded policy, or the policy
     policy: nn.Module  # the Policy itself (sharded in place under FSDP)
     strategy: str  # local | ddp | fsdp
-    no_sync: Callable[[], ContextManager]  # gradient sync off inside (accumulation micro-batches)
-    ignored: frozenset = frozenset()  # Policy parameter names this path leaves out on purpose (PPG's aux head in the policy phase)
+    no_sync: Callable[[], AbstractContextManager]  # gradient sync off inside (accumulation micro-batches)
+    ignored: frozenset = (
+        frozenset()
+    )  # Policy parameter names this path leaves out on purpose (PPG's aux head in the policy phase)
 
     def parameters(self) -> list[nn.Parameter]:
         return [p for p in self.policy.parameters() if p.requires_grad]
@@ -99,8 +102,9 @@ def wrap_policy(policy: nn.Module, config: ActorConfig, device: torch.device) ->
     if config.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        ddp = DistributedDataParallel(policy, device_ids=[device.index] if device.type == "cuda" else None,
-                                      forward_sync_buffers=False)
+        ddp = DistributedDataParallel(
+            policy, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
+        )
         ddp.register_comm_hook(None, recorded_allreduce_hook)
         return LossPath(ddp, policy, "ddp", ddp.no_sync)
     if config.strategy == "fsdp":
@@ -114,7 +118,7 @@ def recorded_allreduce_hook(state, bucket):  # no annotations: DDP compares them
     bucket shows as 'all_reduce #n (grads)' with its size rather than an anonymous wait."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    recorder = current_recorder()
+    recorder = flight_recorder.current()
     if recorder is None:
         return allreduce_hook(state, bucket)
     with recorder.in_collective(f"all_reduce (ddp grad bucket {bucket.index()})", [bucket.buffer()]):
@@ -160,15 +164,20 @@ def hybrid_shard_size(config: ActorConfig) -> int:
         keys: list = [None] * world
         dist.all_gather_object(keys, node_key())
         size = keys.count(keys[0])
-        blocks = [keys[i:i + size] for i in range(0, world, size)]
-        if world % size or any(len(set(block)) != 1 for block in blocks) or \
-                len({block[0] for block in blocks}) != len(blocks):
-            raise ConfigError("actor.fsdp_hybrid_shard_size", None,
-                              "an explicit shard group size: the actor ranks are not spread as equal, "
-                              f"consecutive blocks per node (rank → node: {keys})")
+        blocks = [keys[i : i + size] for i in range(0, world, size)]
+        if (
+            world % size
+            or any(len(set(block)) != 1 for block in blocks)
+            or len({block[0] for block in blocks}) != len(blocks)
+        ):
+            raise ConfigError(
+                "actor.fsdp_hybrid_shard_size",
+                None,
+                "an explicit shard group size: the actor ranks are not spread as equal, "
+                f"consecutive blocks per node (rank → node: {keys})",
+            )
     if size < 1 or world % size:
-        raise ConfigError("actor.fsdp_hybrid_shard_size", size,
-                          f"a divisor of the actor world size {world}")
+        raise ConfigError("actor.fsdp_hybrid_shard_size", size, f"a divisor of the actor world size {world}")
     return size
 
 
@@ -193,11 +202,16 @@ def shard_with_fsdp2(policy: nn.Module, config: ActorConfig, device: torch.devic
 
     param_dtype = DTYPES[config.fsdp_param_dtype] if config.fsdp_param_dtype else None
     reduce_dtype = DTYPES[config.fsdp_reduce_dtype] if config.fsdp_reduce_dtype else None
-    mixed = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
-                                 output_dtype=torch.float32 if param_dtype else None)
+    mixed = MixedPrecisionPolicy(
+        param_dtype=param_dtype, reduce_dtype=reduce_dtype, output_dtype=torch.float32 if param_dtype else None
+    )
     offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if config.fsdp_cpu_offload else OffloadPolicy()
-    options = {"mesh": device_mesh(config, device), "mp_policy": mixed, "offload_policy": offload,
-               "reshard_after_forward": config.fsdp_sharding_strategy != "shard_grad_op"}
+    options = {
+        "mesh": device_mesh(config, device),
+        "mp_policy": mixed,
+        "offload_policy": offload,
+        "reshard_after_forward": config.fsdp_sharding_strategy != "shard_grad_op",
+    }
     for unit in fsdp_units(policy):
         fully_shard(unit, **options)
     fully_shard(policy, **options)

@@ -50,8 +50,9 @@ class EnvShard:
         return owner, step * self.envs_per_rank + (env - owner * self.envs_per_rank)
 
 
-def plan_epoch(order: torch.Tensor | None, minibatch_size: int, shard: EnvShard,
-               micro_batch_size: int | None) -> list[list[torch.Tensor]]:
+def plan_epoch(
+    order: torch.Tensor | None, minibatch_size: int, shard: EnvShard, micro_batch_size: int | None
+) -> list[list[torch.Tensor]]:
     """For each minibatch of the epoch, this rank's local sample indices split into micro-batches.
 
     `order` is the epoch's permutation of the global indices (None: the natural order). Every
@@ -72,5 +73,5 @@ def plan_epoch(order: torch.Tensor | None, minibatch_size: int, shard: EnvShard,
             continue
         most = int(torch.bincount(owners, minlength=shard.world_size).max())
         count = max(1, -(-most // micro_batch_size))
-        plan.append([mine[i * micro_batch_size:(i + 1) * micro_batch_size] for i in range(count)])
+        plan.append([mine[i * micro_batch_size : (i + 1) * micro_batch_size] for i in range(count)])
     return plan

@@ -82,22 +82,27 @@ def optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, sharded
     if not full:
         return {}
     ids = {name: index for index, name in enumerate(_parameter_names(module, optimizer))}
-    return {"state": {ids[name]: value for name, value in full["state"].items()},
-            "param_groups": [{**group, "params": [ids[name] for name in group["params"]]}
-                             for group in full["param_groups"]]}
+    return {
+        "state": {ids[name]: value for name, value in full["state"].items()},
+        "param_groups": [
+            {**group, "params": [ids[name] for name in group["params"]]} for group in full["param_groups"]
+        ],
+    }
 
 
-def load_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, state: dict,
-                         sharded: bool) -> None:
+def load_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, state: dict, sharded: bool) -> None:
     if not sharded:
         optimizer.load_state_dict(state)
         return
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
     names = _parameter_names(module, optimizer)
-    by_name = {"state": {names[index]: value for index, value in state["state"].items()},
-               "param_groups": [{**group, "params": [names[index] for index in group["params"]]}
-                                for group in state["param_groups"]]}
+    by_name = {
+        "state": {names[index]: value for index, value in state["state"].items()},
+        "param_groups": [
+            {**group, "params": [names[index] for index in group["params"]]} for group in state["param_groups"]
+        ],
+    }
     set_optimizer_state_dict(module, optimizer, by_name, options=_options())
     for group, saved in zip(optimizer.param_groups, state["param_groups"]):
         # the loader turns tuples (Adam's betas) into lists; keep the saved types

@@ -23,13 +23,13 @@ being a function of the iteration count alone. Both phases' gradients are all-re
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from fleetrl.dist import wrap
-from fleetrl.dist.wrap import LossPath
+from fleetrl.parallel import wrap
+from fleetrl.parallel.wrap import LossPath
 
 
 class PhaseView(nn.Module):
@@ -88,8 +88,9 @@ def ddp_phase_path(policy: nn.Module, method: str, ignored, device: torch.device
     # DistributedDataParallel._set_params_and_buffers_to_ignore_for_model, without that helper's
     # marking of the parameters themselves, which would follow them into the other wrapper).
     view._ddp_params_and_buffers_to_ignore = [f"policy.{name}" for name in ignored]
-    ddp = DistributedDataParallel(view, device_ids=[device.index] if device.type == "cuda" else None,
-                                  forward_sync_buffers=False)
+    ddp = DistributedDataParallel(
+        view, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
+    )
     hook = getattr(wrap, "recorded_allreduce_hook", None)  # the flight recorder's bucket marks
     if hook is not None:
         ddp.register_comm_hook(None, hook)
@@ -101,9 +102,12 @@ def find_unused_paths(policy: nn.Module, methods: dict[str, str], device: torch.
     `find_unused_parameters=True`. Only for measuring what the per-phase wrapping saves."""
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(PhasedPolicy(policy, methods),
-                                  device_ids=[device.index] if device.type == "cuda" else None,
-                                  forward_sync_buffers=False, find_unused_parameters=True)
+    ddp = DistributedDataParallel(
+        PhasedPolicy(policy, methods),
+        device_ids=[device.index] if device.type == "cuda" else None,
+        forward_sync_buffers=False,
+        find_unused_parameters=True,
+    )
     hook = getattr(wrap, "recorded_allreduce_hook", None)
     if hook is not None:
         ddp.register_comm_hook(None, hook)

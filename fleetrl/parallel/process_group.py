@@ -48,8 +48,9 @@ def loopback_interface() -> str | None:
     return None
 
 
-def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int,
-                       timeout_s: float, device: torch.device | str = "cpu") -> str:
+def init_process_group(
+    rank: int, world_size: int, master_addr: str, master_port: int, timeout_s: float, device: torch.device | str = "cpu"
+) -> str:
     """Join the default process group; returns the backend. All `world_size` ranks must call
     this with the same address, port and timeout; rank 0 hosts the rendezvous at
     `master_addr:master_port`, so that address must be rank 0's node.
@@ -72,19 +73,33 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     if backend == "nccl":
         torch.cuda.set_device(device)
         kwargs["device_id"] = device  # eager NCCL init: a bad device fails here, not mid-training
-    log.debug("rank %d/%d joining %s process group at %s:%s (timeout %.0f s)", rank, world_size,
-              backend, master_addr, master_port, timeout_s)
+    log.debug(
+        "rank %d/%d joining %s process group at %s:%s (timeout %.0f s)",
+        rank,
+        world_size,
+        backend,
+        master_addr,
+        master_port,
+        timeout_s,
+    )
     url = rendezvous_url(master_addr, master_port)
     started = time.monotonic()
     try:
-        dist.init_process_group(backend, init_method=url, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+        dist.init_process_group(
+            backend,
+            init_method=url,
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            **kwargs,
+        )
     except Exception as error:
         raise JoinError(
             f"actor rank {rank} of {world_size} could not join the {backend} process group at {url} "
             f"within {time.monotonic() - started:.1f} s (timeout {timeout_s:g} s, "
             f"actor.dist_timeout_s): {str(error).rstrip('.')}. Did every rank start, and can each reach "
-            f"{master_addr}:{master_port} (rank 0's node)?") from error
+            f"{master_addr}:{master_port} (rank 0's node)?"
+        ) from error
     return backend
 
 
@@ -92,15 +107,18 @@ class JoinError(RuntimeError):
     """A rank could not join the process group in time (a peer missing or unreachable)."""
 
 
-def join_process_group(rank: int, world_size: int, master_addr: str, master_port: int,
-                       timeout_s: float, device: torch.device) -> bool:
+def join_process_group(
+    rank: int, world_size: int, master_addr: str, master_port: int, timeout_s: float, device: torch.device
+) -> bool:
     """Join the actor's process group as `rank` of `world_size`, or, where this process is in one
     already (a test driving several workers), check that it is the same rank of the same size.
     True if this call created the group (its caller destroys it)."""
     if dist.is_initialized():
         if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
-            raise RuntimeError(f"this process is rank {dist.get_rank()} of {dist.get_world_size()}, "
-                               f"not actor rank {rank} of {world_size}")
+            raise RuntimeError(
+                f"this process is rank {dist.get_rank()} of {dist.get_world_size()}, "
+                f"not actor rank {rank} of {world_size}"
+            )
         return False
     init_process_group(rank, world_size, master_addr, master_port, timeout_s, device)
     return True

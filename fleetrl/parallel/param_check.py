@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fleetrl.dist import reduce
-from fleetrl.watch import recorder as flight
+from fleetrl.parallel import reduce
+from fleetrl.watch import flight_recorder
 
 
 class ReplicaDivergenceError(RuntimeError):
@@ -25,21 +25,27 @@ class ReplicaDivergenceError(RuntimeError):
 
     def __init__(self, differing: dict[str, list[int]], world_size: int):
         self.differing = differing
-        shown = [f"{name} (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
-                 for name, ranks in list(differing.items())[:20]]
+        shown = [
+            f"{name} (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+            for name, ranks in list(differing.items())[:20]
+        ]
         more = f" and {len(differing) - 20} more" if len(differing) > 20 else ""
         super().__init__(
             f"the {world_size} actor ranks no longer hold identical weights: {len(differing)} tensor(s) "
             f"differ, named with the rank(s) holding the odd value (against the majority; with two ranks, "
             f"against rank 0) — {'; '.join(shown)}{more}. A replica diverged (a rank skipped or repeated "
             "an update, drew rank-local random numbers, or wrote a parameter outside the loss path); the "
-            "run stops here, and the checkpoints already written are kept")
+            "run stops here, and the checkpoints already written are kept"
+        )
 
 
 def named_tensors(modules: dict[str, nn.Module]) -> list[tuple[str, torch.Tensor]]:
     """Every parameter and buffer of `modules`, named '<module key>.<name>'."""
-    return [(f"{key}.{name}", tensor) for key, module in modules.items()
-            for name, tensor in [*module.named_parameters(), *module.named_buffers()]]
+    return [
+        (f"{key}.{name}", tensor)
+        for key, module in modules.items()
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]
+    ]
 
 
 def odd_ranks(column: list[int]) -> list[int]:
@@ -58,12 +64,16 @@ def divergent_replicas(modules: dict[str, nn.Module]) -> dict[str, list[int]]:
         return {}
     named = named_tensors(modules)
     device = reduce.comm_device()
-    local = (torch.stack([reduce.fingerprint(t.to(device)) for _, t in named]) if named
-             else torch.zeros(0, dtype=torch.int64, device=device))
+    local = (
+        torch.stack([reduce.fingerprint(t.to(device)) for _, t in named])
+        if named
+        else torch.zeros(0, dtype=torch.int64, device=device)
+    )
     gathered = [torch.empty_like(local) for _ in range(reduce.world_size())]
-    with flight.collective("all_gather (parameter fingerprints)", local):
+    with flight_recorder.collective("all_gather (parameter fingerprints)", local):
         dist.all_gather(gathered, local)
     table = torch.stack(gathered).cpu()  # (ranks, tensors)
     differs = (table != table[0]).any(dim=0).tolist()
-    return {name: odd_ranks(table[:, index].tolist())
-            for index, ((name, _), bad) in enumerate(zip(named, differs)) if bad}
+    return {
+        name: odd_ranks(table[:, index].tolist()) for index, ((name, _), bad) in enumerate(zip(named, differs)) if bad
+    }

@@ -25,33 +25,50 @@ def innermost_frame(stack: str) -> str | None:
     return f"{Path(match.group(1)).name}:{match.group(2)} ({match.group(3)})" if match else None
 
 
-def build_report(incident: Incident, workers: list[dict], stacks: dict, now: float) -> dict:
+def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now: float) -> dict:
     entries = []
     for worker in workers:
         key = (worker["component"], worker["rank"])
         record = incident.records.get(key, {})
-        entries.append({
-            "component": worker["component"], "rank": worker["rank"], "node": worker.get("node"),
-            "pid": record.get("pid"), "phase": record.get("phase"),
-            "phase_age_s": now - record["phase_started"] if record.get("phase_started") else None,
-            "collective": record.get("collective"), "last_collective": record.get("last_collective"),
-            "heartbeat_age_s": now - record["time"] if record.get("time") else None,
-            "stack": stacks.get(key, "(not captured)"),
-            "culprit": key == incident.culprit,
-        })
+        entries.append(
+            {
+                "component": worker["component"],
+                "rank": worker["rank"],
+                "node": worker.get("node"),
+                "pid": record.get("pid"),
+                "phase": record.get("phase"),
+                "phase_age_s": now - record["phase_started"] if record.get("phase_started") else None,
+                "collective": record.get("collective"),
+                "last_collective": record.get("last_collective"),
+                "heartbeat_age_s": now - record["time"] if record.get("time") else None,
+                "stack": stacks.get(key, "(not captured)"),
+                "culprit": key == incident.culprit,
+            }
+        )
     summary = incident.summary
     if incident.culprit is not None and incident.cause in STALLS:
         frame = innermost_frame(stacks.get(incident.culprit, ""))
         summary += f"; its main thread is at {frame}" if frame else ""
-    return {"cause": incident.cause, "summary": summary, "culprit": list(incident.culprit or []),
-            "incident_started": incident.started, "reported_at": now,
-            "detected_after_s": now - incident.started, "detail": incident.detail, "workers": entries,
-            "timeline": [{"time": t, "phases": phases} for t, phases in incident.timeline]}
+    return {
+        "cause": incident.cause,
+        "summary": summary,
+        "culprit": list(incident.culprit or []),
+        "incident_started": incident.started,
+        "reported_at": now,
+        "detected_after_s": now - incident.started,
+        "detail": incident.detail,
+        "workers": entries,
+        "timeline": [{"time": t, "phases": phases} for t, phases in incident.timeline],
+    }
 
 
 def render_text(report: dict) -> str:
-    lines = [f"fleetrl stopped: {report['cause']}", report["summary"],
-             f"(detected {report['detected_after_s']:.1f} s after it began)", ""]
+    lines = [
+        f"fleetrl stopped: {report['cause']}",
+        report["summary"],
+        f"(detected {report['detected_after_s']:.1f} s after it began)",
+        "",
+    ]
     if report["detail"]:
         lines += [report["detail"].rstrip(), ""]
     lines.append("workers:")
@@ -61,17 +78,19 @@ def render_text(report: dict) -> str:
         state = where(record, time.time()) if worker["phase"] else "idle between calls"
         collective = worker["collective"] or worker["last_collective"]
         in_or_last = "in" if worker["collective"] else "last"
-        lines.append(f"  {'>' if worker['culprit'] else ' '} {describe(key):<14} node {worker['node']} "
-                     f"pid {worker['pid']}: {state}"
-                     + (f"; {in_or_last} {collective_text(collective)}" if collective else "")
-                     + (f"; heartbeat {worker['heartbeat_age_s']:.1f} s ago" if worker["heartbeat_age_s"] is not None else ""))
+        lines.append(
+            f"  {'>' if worker['culprit'] else ' '} {describe(key):<14} node {worker['node']} "
+            f"pid {worker['pid']}: {state}"
+            + (f"; {in_or_last} {collective_text(collective)}" if collective else "")
+            + (f"; heartbeat {worker['heartbeat_age_s']:.1f} s ago" if worker["heartbeat_age_s"] is not None else "")
+        )
     lines.append("")
     for worker in report["workers"]:
         lines += [f"--- stack of {describe((worker['component'], worker['rank']))} ---", worker["stack"].rstrip(), ""]
     return "\n".join(lines)
 
 
-def write_report(run_dir: Path, report: dict) -> str:
+def write_hang_report(run_dir: Path, report: dict) -> str:
     text = render_text(report)
     (Path(run_dir) / REPORT_JSON).write_text(json.dumps(report, indent=2, default=str))
     (Path(run_dir) / REPORT_TEXT).write_text(text)

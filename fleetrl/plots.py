@@ -7,10 +7,10 @@ from pathlib import Path
 
 from fleetrl.errors import UserError
 from fleetrl.metrics_log import METRICS_FILE, read_metrics
-from fleetrl.watch.report import REPORT_JSON
+from fleetrl.watch.hang_report import REPORT_JSON
 
 
-def write_report(run_dir: Path) -> list[Path]:
+def write_plots(run_dir: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,8 +24,10 @@ def write_report(run_dir: Path) -> list[Path]:
     paths = [run_dir / "learning_curve.png", run_dir / "time_per_phase.png"]
 
     figure, axis = plt.subplots(figsize=(7, 4))
-    for key, label in (("episode_return_last100", "mean of last 100 episodes"),
-                       ("episode_return_mean", "episodes of the iteration")):
+    for key, label in (
+        ("episode_return_last100", "mean of last 100 episodes"),
+        ("episode_return_mean", "episodes of the iteration"),
+    ):
         points = [(s, r[key]) for s, r in zip(steps, records) if r.get(key) is not None]
         if points:
             axis.plot(*zip(*points), label=label)
@@ -69,8 +71,12 @@ def draw_incident_timeline(run_dir: Path, plt) -> Path:
     axis.axvline(report["incident_started"] - end, color="red", linestyle="--", label="incident began")
     for phase, colour in colours.items():
         axis.plot([], [], color=colour, linewidth=8, label=phase)
-    axis.set(yticks=range(len(workers)), yticklabels=workers, xlabel="seconds before the report",
-             title=f"{report['cause']}: phases before the incident")
+    axis.set(
+        yticks=range(len(workers)),
+        yticklabels=workers,
+        xlabel="seconds before the report",
+        title=f"{report['cause']}: phases before the incident",
+    )
     axis.legend(loc="upper left", fontsize="small", ncol=3)
     figure.tight_layout()
     path = run_dir / "incident_timeline.png"

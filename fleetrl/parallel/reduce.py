@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fleetrl.watch import recorder
+from fleetrl.watch import flight_recorder
 
 
 def world_size() -> int:
@@ -28,7 +28,7 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     """Sum over ranks, in place; returns the tensor. The result is bitwise the same on every
     rank (the reduced buffer is shared), so decisions taken from it agree everywhere."""
     if world_size() > 1:
-        with recorder.collective("all_reduce", tensor):
+        with flight_recorder.collective("all_reduce", tensor):
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
 
@@ -39,7 +39,7 @@ def broadcast_module_(module: nn.Module, src: int = 0) -> None:
         return
     with torch.no_grad():
         for tensor in [*module.parameters(), *module.buffers()]:
-            with recorder.collective("broadcast", tensor.data):
+            with flight_recorder.collective("broadcast", tensor.data):
                 dist.broadcast(tensor.data, src)
 
 
@@ -62,10 +62,13 @@ def replica_mismatches(module: nn.Module) -> list[str]:
         return []
     named = [*module.named_parameters(), *module.named_buffers()]
     device = comm_device()
-    local = torch.stack([fingerprint(t.to(device)) for _, t in named]) if named else \
-        torch.zeros(0, dtype=torch.int64, device=device)
+    local = (
+        torch.stack([fingerprint(t.to(device)) for _, t in named])
+        if named
+        else torch.zeros(0, dtype=torch.int64, device=device)
+    )
     gathered = [torch.empty_like(local) for _ in range(world_size())]
-    with recorder.collective("all_gather (parameter fingerprints)", local):
+    with flight_recorder.collective("all_gather (parameter fingerprints)", local):
         dist.all_gather(gathered, local)
     table = torch.stack(gathered)  # (ranks, tensors)
     differs = (table != table[0]).any(dim=0).tolist()
