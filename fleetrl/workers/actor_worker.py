@@ -30,6 +30,7 @@ from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_repli
 from fleetrl.parallel.sharding import EnvShard
 from fleetrl.parallel.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
 from fleetrl.trajectory import Trajectory
+from fleetrl.workers.actor_base import ActorBase
 
 log = logging.getLogger("fleetrl")
 
@@ -54,7 +55,7 @@ def actor_device(name: str) -> torch.device:
     return device
 
 
-class ActorWorker:
+class ActorWorker(ActorBase):
     def __init__(
         self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
     ):

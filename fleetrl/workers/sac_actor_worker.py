@@ -59,6 +59,7 @@ from fleetrl.config.validate import check_actor_layout, check_spaces, effective_
 from fleetrl.parallel import process_group, reduce, state
 from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
 from fleetrl.trajectory import Trajectory
+from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.actor_worker import actor_device
 
 log = logging.getLogger("fleetrl")
@@ -70,7 +71,7 @@ def rank_seed(seed: int, rank: int) -> int:
     return seed * 1_000_003 + 7919 * (rank + 1)
 
 
-class SACActorWorker:
+class SACActorWorker(ActorBase):
     def __init__(
         self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
     ):
