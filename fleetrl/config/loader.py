@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from fleetrl.config.constraints import Range
 from fleetrl.config.schema import SECTION_TYPES, Config
 from fleetrl.config.validate import validate
 from fleetrl.errors import ConfigError, UserError, nearest
@@ -78,7 +79,7 @@ def build_config(raw: dict) -> Config:
 
 
 def build_section(prefix: str, section_type: type, values: dict) -> Any:
-    hints = typing.get_type_hints(section_type)
+    hints = typing.get_type_hints(section_type, include_extras=True)
     names = [f.name for f in dataclasses.fields(section_type)]
     kwargs = {}
     for key, value in values.items():
@@ -90,14 +91,28 @@ def build_section(prefix: str, section_type: type, values: dict) -> Any:
 
 
 def coerce(key: str, value: Any, hint: Any) -> Any:
-    """Check `value` against the annotation; ints are accepted where floats are expected."""
+    """Check `value` against the annotation — its type (ints are accepted where floats are
+    expected), `Literal` choices, list element types, and the `Range`s of `Annotated` — and
+    return it converted."""
     origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        base, *extras = typing.get_args(hint)
+        value = coerce(key, value, base)
+        for extra in extras:
+            if isinstance(extra, Range) and value is not None and not extra.admits(value):
+                raise ConfigError(key, value, f"{'an integer' if base is int else 'a number'} {extra.describe()}")
+        return value
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
         if value is None and type(None) in options:
             return None
         (inner,) = [option for option in options if option is not type(None)]
         return coerce(key, value, inner)
+    if origin is typing.Literal:
+        choices = typing.get_args(hint)
+        if value not in choices or isinstance(value, bool) != any(isinstance(c, bool) for c in choices):
+            raise ConfigError(key, value, f"one of {list(choices)}", nearest(str(value), map(str, choices)))
+        return value
     expected = origin or hint
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -108,6 +123,9 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
             pass
     if expected is int and isinstance(value, bool) or not isinstance(value, expected):
         raise ConfigError(key, value, f"a value of type {getattr(expected, '__name__', expected)}")
+    if expected is list and typing.get_args(hint):
+        (element,) = typing.get_args(hint)
+        return [coerce(f"{key}[{index}]", item, element) for index, item in enumerate(value)]
     return value
 
 

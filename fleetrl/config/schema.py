@@ -1,22 +1,25 @@
 """The typed config: one dataclass per YAML section, with the defaults a user gets.
 
-Field comments are the reference documentation for each key; `fleetrl train --help-config`
-prints them. Cross-field rules (divisibility, ranges) live in `validate.py`.
+Field comments are the reference documentation for each key. A key's type, choices (`Literal`) and
+range (`Annotated[..., Range]`, `constraints.py`) stand on the field and are checked by the loader;
+rules that relate several keys live in `validate.py`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from fleetrl.config.constraints import AtLeastOne, Positive
 
 
 @dataclass
 class EnvConfig:
     id: str = "CartPole-v1"  # Gymnasium id, or 'module:attr' returning a gymnasium.Env
     kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make / the entry point
-    num_envs: int = 8  # simulators per env worker
+    num_envs: Annotated[int, Positive] = 8  # simulators in total, split over the env workers
     max_episode_steps: int | None = None  # truncate episodes here (None: the env's own limit)
-    vectorization: str = "sync"  # sync (one process) | async (one subprocess per env)
+    vectorization: Literal["sync", "async"] = "sync"  # sync (one process) | async (one subprocess per env)
     normalize_obs: bool = False  # running mean/std of observations, checkpointed
     normalize_reward: bool = False  # scale rewards by the std of the discounted return
     clip_obs: float = 10.0  # clip normalised observations to [-clip_obs, clip_obs]
@@ -124,7 +127,9 @@ class ActorConfig:
 @dataclass
 class RolloutConfig:
     device: str = "cpu"
-    pipeline_stage_num: int = 1  # env stages per env worker: env steps stage i while rollout infers i+1
+    pipeline_stage_num: Annotated[int, AtLeastOne] = (
+        1  # env stages per env worker: env steps stage i while rollout infers i+1
+    )
 
 
 @dataclass

@@ -10,7 +10,6 @@ from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 
 CHOICES = {
-    "env.vectorization": ("sync", "async"),
     "algorithm.name": ALGORITHMS,
     "model.activation": ("tanh", "relu", "elu", "gelu"),
     "actor.optimizer": ("adam", "adamw"),
@@ -20,7 +19,6 @@ CHOICES = {
     "algorithm.entropy_type": ("action_level", "token_level"),
 }
 POSITIVE = (
-    "env.num_envs",
     "algorithm.num_steps",
     "algorithm.lr",
     "algorithm.update_epochs",
@@ -168,7 +166,6 @@ def check_actor_layout(config: Config, actor_world_size: int) -> None:
         raise ConfigError("cluster.component_placement.actor", world, "at least one actor rank")
     if config.env.num_envs % world:
         raise ConfigError(
-            "env.num_envs",
             config.env.num_envs,
             f"a multiple of the actor world size {world} (trajectories are split by env)",
         )
