@@ -39,10 +39,6 @@ class EnvShard:
     def global_size(self) -> int:
         return self.steps * self.total_envs
 
-    @property
-    def local_size(self) -> int:
-        return self.steps * self.envs_per_rank
-
     def locate(self, global_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(owning rank, index in the owner's step-major flattened shard) of global indices."""
         step, env = global_index // self.total_envs, global_index % self.total_envs
