@@ -25,7 +25,7 @@ from fleetrl.algos.registry import algorithm_workers
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.parallel import process_group
-from fleetrl.parallel.process_group import free_port
+from fleetrl.parallel.net import free_port
 from fleetrl.trajectory import Trajectory
 from tests.dist_support import BASE, synthetic_spaces, synthetic_trajectory
 

@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 from fleetrl.config.loader import load_config
 from fleetrl.config.validate import check_actor_layout
 from fleetrl.errors import ConfigError
-from fleetrl.parallel.process_group import free_port
+from fleetrl.parallel.net import free_port
 from tests import dist_support
 from tests.dist_support import PROGRESS, RESUME, train_reference
 

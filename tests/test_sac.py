@@ -28,7 +28,7 @@ from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig
 from fleetrl.config.validate import check_spaces
 from fleetrl.errors import ConfigError
-from fleetrl.parallel.process_group import free_port
+from fleetrl.parallel.net import free_port
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 from fleetrl.workers.sac_actor_worker import SACActorWorker

@@ -8,7 +8,6 @@ nodes the other node dials its own loopback and "Gloo connectFullMesh failed" af
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import threading
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import psutil
 
 from fleetrl.doctor.context import Context
 from fleetrl.doctor.result import Check, failed, passed, skipped, warned
+from fleetrl.parallel.net import free_port, is_loopback
 
 
 @dataclass(frozen=True)
@@ -28,13 +28,6 @@ class Interface:
     @property
     def loopback(self) -> bool:
         return bool(self.addresses) and all(is_loopback(a) for a in self.addresses)
-
-
-def is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address.split("%")[0]).is_loopback
-    except ValueError:
-        return address in ("localhost",)
 
 
 def interfaces() -> dict[str, Interface]:
@@ -74,13 +67,12 @@ def resolve_hostname(timeout: float) -> tuple[str, list[str], str]:
 
 
 def bindable(address: str) -> bool:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    """Whether `address` is one of this machine's (a port can be bound on it)."""
     try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((address, 0))
-        return True
+        free_port(address)
     except OSError:
         return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 minibatches, collectives on the training path and full (gathered) state dicts.
 
 One idea per module:
+  net            addresses and ports: is_loopback, loopback_interface, free_port (torch-free)
   process_group  join/leave the actor ranks' group (Gloo on CPU, NCCL on GPU), explicit timeout
   reduce         the collectives training needs: sums, rank 0's weights, replica checks
   sharding       which local samples make up each global minibatch on this rank

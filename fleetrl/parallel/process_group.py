@@ -9,14 +9,14 @@ after `timeout_s` seconds with an error instead.
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import logging
 import os
-import socket
 import time
 
 import torch
 import torch.distributed as dist
+
+from fleetrl.parallel.net import is_loopback, loopback_interface
 
 log = logging.getLogger("fleetrl")
 
@@ -29,23 +29,6 @@ def backend_for(device: torch.device) -> str:
 def rendezvous_url(master_addr: str, master_port: int) -> str:
     host = f"[{master_addr}]" if ":" in master_addr else master_addr  # IPv6 literal
     return f"tcp://{host}:{int(master_port)}"
-
-
-def is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return address == "localhost"
-
-
-def loopback_interface() -> str | None:
-    """The name of the interface holding 127.0.0.1 ('lo' on Linux, 'lo0' on macOS)."""
-    import psutil
-
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address.startswith("127.") for a in addresses):
-            return name
-    return None
 
 
 def init_process_group(
@@ -127,10 +110,3 @@ def join_process_group(
 def destroy_process_group() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def free_port(address: str = "127.0.0.1") -> int:
-    """A TCP port free on `address` right now (for a rendezvous hosted on this machine)."""
-    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
-        probe.bind((address, 0))
-        return probe.getsockname()[1]
