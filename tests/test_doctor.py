@@ -347,11 +347,27 @@ class TestGlooHandshake:
             result = run_handshake(2, store_port=port, timeout=8)  # start-up under load included
             elapsed = time.monotonic() - start
         assert not result.ok and elapsed < 10
-        assert f"ranks 0, 1 still connecting to the rendezvous store at 127.0.0.1:{port}" in result.detail, (
-            result.detail
-        )
+        # the phase is what fleetrl.parallel.process_group's join says it waits for
+        joining = f"ranks 0, 1 still joining the gloo process group at tcp://127.0.0.1:{port} (the rendezvous,"
+        assert joining in result.detail, result.detail
         assert "(killed)" in result.detail
         assert all(outcome.timed_out for outcome in result.outcomes)
+        assert not own_children()
+
+    def test_ranks_join_through_the_trainers_process_group_code(self):
+        """A Gloo interface that does not exist fails every rank inside
+        process_group.init_process_group at once: its JoinError, naming the doctor's timeout."""
+        start = time.monotonic()
+        result = run_handshake(2, timeout=10, env={"GLOO_SOCKET_IFNAME": "nosuch0"})
+        assert not result.ok and time.monotonic() - start < 10
+        assert not any(outcome.timed_out for outcome in result.outcomes)
+        for rank in (0, 1):
+            assert (
+                f"rank {rank} failed while joining the gloo process group at tcp://127.0.0.1:" in result.detail
+                and f"JoinError: actor rank {rank} of 2 could not join the gloo process group" in result.detail
+            ), result.detail
+        assert "0.7 x the doctor's --handshake-timeout" in result.detail
+        assert "Unable to find address for: nosuch0" in result.detail
         assert not own_children()
 
 

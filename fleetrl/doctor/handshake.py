@@ -1,15 +1,17 @@
-"""A short-timeout collective handshake: spawn the ranks, rendezvous, one all_reduce, report time.
+"""A short-timeout collective handshake: spawn the ranks, join the process group, one all_reduce.
 
-The seed's run waited silently until "Gloo connectFullMesh failed". Here the same steps (TCPStore
-rendezvous, init_process_group, all_reduce) run in throwaway processes under a deadline of seconds;
-a rank that is still waiting at the deadline is killed and its last phase is reported.
+The seed's run waited silently until "Gloo connectFullMesh failed". Here each rank joins through
+the trainer's own `fleetrl.parallel.process_group.init_process_group` (same backend choice, same
+loopback interface pinning, same tcp:// rendezvous with rank 0 hosting it, same timeout handling
+and JoinError), in throwaway processes under a deadline of seconds: what passes here is the code
+the actor ranks run. A rank that is still waiting at the deadline is killed and its last phase —
+what the join said it was waiting for — is reported.
 
 Run as a module, this file is one rank (see processes.py for the protocol).
 """
 
 from __future__ import annotations
 
-import datetime
 import time
 from dataclasses import dataclass, field, replace
 
@@ -17,8 +19,10 @@ from fleetrl.doctor.context import Context
 from fleetrl.doctor.processes import Outcome, read_payload, report_phase, report_result, run_probes
 from fleetrl.doctor.reachability import probe
 from fleetrl.doctor.result import Check, failed, passed, skipped
+from fleetrl.parallel.net import free_port
 
 MODULE = "fleetrl.doctor.handshake"
+AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"  # torch: every rank joins a store hosted elsewhere
 
 
 @dataclass
@@ -41,53 +45,43 @@ def run_handshake(
     timeout: float = 15.0,
     env: dict[str, str] | None = None,
 ) -> Handshake:
-    """Spawn `world_size` ranks that rendezvous at store_host:store_port and all_reduce once.
+    """Spawn `world_size` ranks that join a process group at store_host through the trainer's own
+    `process_group.init_process_group` and all_reduce once.
 
-    With `store_port` None this process hosts the store (as the controller does); otherwise the
-    ranks join a store hosted elsewhere, which must answer within `timeout` seconds.
+    With `store_port` None, rank 0 hosts the rendezvous on a free port of `store_host`, as actor
+    rank 0 does in a run. Otherwise a store is already hosted there (by a torchelastic agent, or a
+    test) and every rank joins it as a client; it must answer within `timeout` seconds.
     """
     start = time.monotonic()
-    store = None
+    env = dict(env or {})
     if store_port is None:
-        from torch.distributed import TCPStore
-
-        store = TCPStore(
-            store_host,
-            0,
-            world_size,
-            is_master=True,
-            wait_for_workers=False,
-            timeout=datetime.timedelta(seconds=timeout),
-        )
-        store_port = store.port
+        store_port = free_port(store_host)
+    else:
+        reached = probe(store_host, store_port, min(timeout, 2.0))  # refused: fail now, not after retries
+        if not reached.ok:
+            return Handshake(
+                backend,
+                world_size,
+                f"{store_host}:{store_port}",
+                False,
+                time.monotonic() - start,
+                f"the rendezvous store {store_host}:{store_port} is unreachable: {reached.error}",
+            )
+        env[AGENT_STORE] = "True"  # torch's tcp:// rendezvous: every rank a client of that store
     address = f"{store_host}:{store_port}"
-    try:
-        if store is None:  # a refused store fails now, not after the store client's retries
-            reached = probe(store_host, store_port, min(timeout, 2.0))
-            if not reached.ok:
-                return Handshake(
-                    backend,
-                    world_size,
-                    address,
-                    False,
-                    time.monotonic() - start,
-                    f"the rendezvous store {address} is unreachable: {reached.error}",
-                )
-        rank_timeout = max(1.0, 0.7 * timeout)  # ranks give up on their own before the deadline
-        payloads = [
-            {
-                "rank": rank,
-                "world_size": world_size,
-                "host": store_host,
-                "port": store_port,
-                "backend": backend,
-                "timeout": rank_timeout,
-            }
-            for rank in range(world_size)
-        ]
-        outcomes = run_probes(MODULE, payloads, deadline_s=timeout, env=env)
-    finally:
-        del store
+    rank_timeout = max(1.0, 0.7 * timeout)  # ranks give up on their own before the deadline
+    payloads = [
+        {
+            "rank": rank,
+            "world_size": world_size,
+            "host": store_host,
+            "port": store_port,
+            "backend": backend,
+            "timeout": rank_timeout,
+        }
+        for rank in range(world_size)
+    ]
+    outcomes = run_probes(MODULE, payloads, deadline_s=timeout, env=env)
     seconds = time.monotonic() - start
     results = [outcome.result or {} for outcome in outcomes]
     if all(result.get("ok") for result in results):
@@ -180,9 +174,10 @@ def handshake_check(context: Context, backend: str, world_size: int, note: str) 
         else failed(
             name,
             f"{backend}: {result.detail} [{note}]",
-            f"look at the phase that stalled: a rendezvous store that does not answer means a wrong "
-            f"or blocked address/port; a stall in init_process_group means the ranks cannot connect "
-            f"to each other — set GLOO_SOCKET_IFNAME{'/NCCL_SOCKET_IFNAME' if backend == 'nccl' else ''}"
+            f"look at the error or the phase that stalled: a rendezvous (store) that does not answer "
+            f"means a wrong or blocked address/port; a failure or stall connecting to the other ranks "
+            f"(Gloo connectFullMesh, an interface not found) means the ranks cannot connect to each "
+            f"other — set GLOO_SOCKET_IFNAME{'/NCCL_SOCKET_IFNAME' if backend == 'nccl' else ''}"
             f" to the interface between the nodes and open the ports between them",
         )
     )
@@ -209,22 +204,25 @@ def check_nccl(context: Context) -> list[Check]:
 def main() -> int:
     payload = read_payload()
     rank, world_size, backend = payload["rank"], payload["world_size"], payload["backend"]
-    timeout = datetime.timedelta(seconds=payload["timeout"])
     try:
         report_phase("importing torch")
         import torch
         import torch.distributed as dist
 
-        device = torch.device("cpu")
-        if backend == "nccl":
-            device = torch.device("cuda", rank % torch.cuda.device_count())
-            torch.cuda.set_device(device)
-        address = f"{payload['host']}:{payload['port']}"
-        report_phase(f"connecting to the rendezvous store at {address}")
+        from fleetrl.parallel import process_group
+
+        device = torch.device("cuda", rank % torch.cuda.device_count()) if backend == "nccl" else torch.device("cpu")
         start = time.monotonic()
-        store = dist.TCPStore(payload["host"], payload["port"], world_size, is_master=False, timeout=timeout)
-        report_phase(f"in init_process_group({backend}), connecting to the other {world_size - 1} rank(s)")
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+        process_group.init_process_group(
+            rank,
+            world_size,
+            payload["host"],
+            payload["port"],
+            payload["timeout"],
+            device,
+            timeout_key="0.7 x the doctor's --handshake-timeout",
+            narrate=report_phase,
+        )
         init_s = time.monotonic() - start
         report_phase("in all_reduce")
         start = time.monotonic()
@@ -237,7 +235,7 @@ def main() -> int:
         if not torch.all(tensor == expected):
             raise RuntimeError(f"all_reduce gave {tensor[0].item()}, expected {expected}")
         report_phase("in destroy_process_group")
-        dist.destroy_process_group()
+        process_group.destroy_process_group()
     except Exception as error:  # reported to the doctor, which names the rank and the phase
         first_line = (str(error).strip().splitlines() or [""])[0]
         report_result({"ok": False, "rank": rank, "error": f"{type(error).__name__}: {first_line}"})

@@ -12,6 +12,7 @@ import datetime
 import logging
 import os
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -32,13 +33,26 @@ def rendezvous_url(master_addr: str, master_port: int) -> str:
 
 
 def init_process_group(
-    rank: int, world_size: int, master_addr: str, master_port: int, timeout_s: float, device: torch.device | str = "cpu"
+    rank: int,
+    world_size: int,
+    master_addr: str,
+    master_port: int,
+    timeout_s: float,
+    device: torch.device | str = "cpu",
+    *,
+    timeout_key: str = "actor.dist_timeout_s",
+    narrate: Callable[[str], None] | None = None,
 ) -> str:
     """Join the default process group; returns the backend. All `world_size` ranks must call
     this with the same address, port and timeout; rank 0 hosts the rendezvous at
-    `master_addr:master_port`, so that address must be rank 0's node.
+    `master_addr:master_port`, so that address must be rank 0's node (unless the environment
+    has TORCHELASTIC_USE_AGENT_STORE=True: then a store hosted elsewhere is joined by every rank,
+    as torch's tcp:// rendezvous does for torchelastic's agent).
 
-    Raises (never hangs longer than `timeout_s`) when a rank does not arrive in time.
+    Raises JoinError (never hangs longer than `timeout_s`) when a rank does not arrive in time;
+    its message names `timeout_key`, the setting that bounds the wait. `narrate`, when given,
+    is told (as the debug log is) what the join waits for before it starts waiting, so a caller killed
+    mid-join (the doctor's handshake rank) can say where it stalled.
     """
     if not timeout_s or timeout_s <= 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
@@ -56,16 +70,14 @@ def init_process_group(
     if backend == "nccl":
         torch.cuda.set_device(device)
         kwargs["device_id"] = device  # eager NCCL init: a bad device fails here, not mid-training
-    log.debug(
-        "rank %d/%d joining %s process group at %s:%s (timeout %.0f s)",
-        rank,
-        world_size,
-        backend,
-        master_addr,
-        master_port,
-        timeout_s,
-    )
     url = rendezvous_url(master_addr, master_port)
+    step = (
+        f"joining the {backend} process group at {url} (the rendezvous, then connections to the "
+        f"other {world_size - 1} rank(s); timeout {timeout_s:g} s)"
+    )
+    log.debug("rank %d of %d %s", rank, world_size, step)
+    if narrate is not None:
+        narrate(step)
     started = time.monotonic()
     try:
         dist.init_process_group(
@@ -80,7 +92,7 @@ def init_process_group(
         raise JoinError(
             f"actor rank {rank} of {world_size} could not join the {backend} process group at {url} "
             f"within {time.monotonic() - started:.1f} s (timeout {timeout_s:g} s, "
-            f"actor.dist_timeout_s): {str(error).rstrip('.')}. Did every rank start, and can each reach "
+            f"{timeout_key}): {str(error).rstrip('.')}. Did every rank start, and can each reach "
             f"{master_addr}:{master_port} (rank 0's node)?"
         ) from error
     return backend
