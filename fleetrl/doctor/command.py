@@ -51,42 +51,21 @@ def add_doctor_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         metavar="HOST:PORT",
         help="another endpoint that must be reachable from here (repeatable)",
     )
-    parser.add_argument(
-        "--max-used-percent",
-        type=float,
-        default=defaults.max_used_percent,
-        help="fail a directory whose filesystem is this full (default %(default)g)",
+    seconds_and_thresholds = (
+        ("--max-used-percent", defaults.max_used_percent, "fail a directory whose filesystem is this full"),
+        ("--min-free-gib", defaults.min_free_bytes / GIB, "fail a directory with less free space, in GiB"),
+        ("--connect-timeout", defaults.connect_timeout, "seconds per TCP connect"),
+        ("--handshake-timeout", defaults.handshake_timeout, "seconds for the Gloo/NCCL handshake, start-up included"),
+        ("--env-timeout", defaults.env_timeout, "seconds to build, reset and step the env"),
     )
-    parser.add_argument(
-        "--min-free-gib",
-        type=float,
-        default=defaults.min_free_bytes / GIB,
-        help="fail a directory with less free space (default %(default)g GiB)",
-    )
-    parser.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=defaults.connect_timeout,
-        help="seconds per TCP connect (default %(default)g)",
-    )
-    parser.add_argument(
-        "--handshake-timeout",
-        type=float,
-        default=defaults.handshake_timeout,
-        help="seconds for the Gloo/NCCL handshake, start-up included (default %(default)g)",
-    )
+    for flag, default, text in seconds_and_thresholds:
+        parser.add_argument(flag, type=float, default=default, help=f"{text} (default %(default)g)")
     parser.add_argument(
         "--handshake-processes",
         type=int,
         default=None,
         metavar="N",
         help="ranks to spawn for the handshake (default: the actor's ranks on this node, at least 2)",
-    )
-    parser.add_argument(
-        "--env-timeout",
-        type=float,
-        default=defaults.env_timeout,
-        help="seconds to build, reset and step the env (default %(default)g)",
     )
     return parser
 
