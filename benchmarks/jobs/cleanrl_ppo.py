@@ -33,6 +33,7 @@ warnings.filterwarnings("ignore")  # gym 0.23 / distutils deprecation noise on P
 import gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from episode_returns import summarize_returns  # noqa: E402 - a module beside this script
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402,F401  (pre-import: start-up)
 
 
@@ -56,15 +57,7 @@ def evaluate(script_globals: dict, episodes: int, seed: int) -> dict:
                 total += float(reward)
             returns.append(total)
     env.close()
-    return {
-        "mean": float(np.mean(returns)),
-        "std": float(np.std(returns)),
-        "episodes": len(returns),
-        "min": float(np.min(returns)),
-        "max": float(np.max(returns)),
-        "eval_s": time.perf_counter() - started,
-        "deterministic": True,
-    }
+    return summarize_returns(returns, started)
 
 
 def main() -> None:

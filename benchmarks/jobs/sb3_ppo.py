@@ -13,16 +13,14 @@ eval is timed on its own.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 T_IMPORT0 = time.time()
 
 import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from sb3_stop_at_target import learn_until_target, versions  # noqa: E402 - a module beside this script
+from episode_returns import summarize_returns  # noqa: E402 - a module beside this script
+from sb3_stop_at_target import job_parser, run_to_target  # noqa: E402 - a module beside this script
 from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
@@ -52,26 +50,13 @@ def evaluate(model: PPO, episodes: int, seed: int) -> dict:
             total = 0.0
             obs, _ = env.reset()
     env.close()
-    return {
-        "mean": float(np.mean(returns)),
-        "std": float(np.std(returns)),
-        "episodes": len(returns),
-        "min": float(np.min(returns)),
-        "max": float(np.max(returns)),
-        "eval_s": time.perf_counter() - started,
-        "deterministic": True,
-    }
+    return summarize_returns(returns, started)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--total-timesteps", type=int, default=100_000)
-    parser.add_argument("--target", type=float, default=475.0)
+    parser = job_parser(total_timesteps=100_000, target=475.0)
     parser.add_argument("--eval-episodes", type=int, default=100)
     parser.add_argument("--eval-seed", type=int, default=10_000)
-    parser.add_argument("--spawn-time", type=float, default=None)
-    parser.add_argument("--out", required=True)
     args = parser.parse_args()
     spawn = args.spawn_time if args.spawn_time is not None else T_IMPORT0
 
@@ -89,35 +74,17 @@ def main() -> None:
     env = make_vec_env("CartPole-v1", n_envs=8, seed=args.seed)
     model = PPO("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **hyper)
 
-    startup_s = time.time() - spawn
-    callback, train_total_s = learn_until_target(model, args.target, args.total_timesteps)
-
-    result = {
-        "library": "sb3",
-        "seed": args.seed,
-        "versions": versions(),
-        "torch_threads": torch.get_num_threads(),
-        "hyperparameters": {
+    result = run_to_target(model, args, spawn)
+    result.update(
+        hyperparameters={
             **{k: v for k, v in hyper.items() if not callable(v)},
             "learning_rate": "lin_1e-3",
             "clip_range": "lin_0.2",
             "n_envs": 8,
             "total_timesteps": args.total_timesteps,
         },
-        "startup_s": startup_s,
-        "target_return": args.target,
-        "target_reached": callback.reached_step is not None,
-        "steps_to_target": callback.reached_step,
-        "train_s_to_target": callback.reached_s,
-        "last100_at_target": callback.reached_mean,
-        "train_s_total": train_total_s,
-        "global_step": int(model.num_timesteps),
-        "episodes": callback.episodes,
-        "last100_final": float(np.mean(callback.returns)) if callback.returns else None,
-        "sb3_n_updates": int(
-            model._n_updates
-        ),  # += n_epochs per train(); = grad steps when batch_size = n_steps*n_envs
-    }
+        sb3_n_updates=int(model._n_updates),  # += n_epochs per train(); = grad steps when batch_size = n_steps*n_envs
+    )
     result["eval"] = evaluate(model, args.eval_episodes, args.eval_seed)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)

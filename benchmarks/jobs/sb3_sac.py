@@ -12,27 +12,20 @@ start -> the env step at which the target was reached (wall and this process's C
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 T_IMPORT0 = time.time()
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from sb3_stop_at_target import learn_until_target, versions  # noqa: E402 - a module beside this script
+from sb3_stop_at_target import job_parser, run_to_target  # noqa: E402 - a module beside this script
 from stable_baselines3 import SAC  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--total-timesteps", type=int, default=60_000)
-    parser.add_argument("--target", type=float, default=-200.0)
+    parser = job_parser(total_timesteps=60_000, target=-200.0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
-    parser.add_argument("--spawn-time", type=float, default=None)
-    parser.add_argument("--out", required=True)
     args = parser.parse_args()
     spawn = args.spawn_time if args.spawn_time is not None else T_IMPORT0
     if args.threads:
@@ -42,15 +35,9 @@ def main() -> None:
     env = make_vec_env("Pendulum-v1", n_envs=1, seed=args.seed)
     model = SAC("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **hyper)
 
-    startup_s = time.time() - spawn
-    callback, train_total_s = learn_until_target(model, args.target, args.total_timesteps)
-
-    result = {
-        "library": "sb3",
-        "seed": args.seed,
-        "versions": versions(),
-        "torch_threads": torch.get_num_threads(),
-        "hyperparameters": {
+    result = run_to_target(model, args, spawn)
+    result.update(
+        hyperparameters={
             **hyper,
             "batch_size": model.batch_size,
             "buffer_size": model.buffer_size,
@@ -64,19 +51,8 @@ def main() -> None:
             "net_arch": "256x256 relu",
             "total_timesteps": args.total_timesteps,
         },
-        "startup_s": startup_s,
-        "target_return": args.target,
-        "target_reached": callback.reached_step is not None,
-        "steps_to_target": callback.reached_step,
-        "train_s_to_target": callback.reached_s,
-        "train_cpu_s_to_target": callback.reached_cpu_s,
-        "last100_at_target": callback.reached_mean,
-        "train_s_total": train_total_s,
-        "global_step": int(model.num_timesteps),
-        "episodes": callback.episodes,
-        "grad_steps": int(model._n_updates),
-        "last100_final": float(np.mean(callback.returns)) if callback.returns else None,
-    }
+        grad_steps=int(model._n_updates),
+    )
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
 

@@ -1,8 +1,9 @@
 """What both SB3 jobs share (imported from beside them, inside benchmarks/.venvs/sb3): training
-until a target return, and the versions they report."""
+until a target return, their common arguments, and the record they write."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections import deque
 
@@ -54,6 +55,48 @@ def learn_until_target(model, target: float, total_timesteps: int) -> tuple[Stop
     callback = StopAtTarget(target, time.perf_counter(), time.process_time())
     model.learn(total_timesteps=total_timesteps, callback=callback)
     return callback, time.perf_counter() - callback.t_train0
+
+
+def job_parser(total_timesteps: int, target: float) -> argparse.ArgumentParser:
+    """The arguments every SB3 job takes (--spawn-time: the harness's time.time() at spawn)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--total-timesteps", type=int, default=total_timesteps)
+    parser.add_argument("--target", type=float, default=target)
+    parser.add_argument("--spawn-time", type=float, default=None)
+    parser.add_argument("--out", required=True)
+    return parser
+
+
+def run_to_target(model, args: argparse.Namespace, spawn: float) -> dict:
+    """Learn until the target (see learn_until_target); the job's record: who, the versions,
+    start-up (spawn → learn()) and the outcome."""
+    startup_s = time.time() - spawn
+    callback, train_total_s = learn_until_target(model, args.target, args.total_timesteps)
+    return {
+        "library": "sb3",
+        "seed": args.seed,
+        "versions": versions(),
+        "torch_threads": torch.get_num_threads(),
+        "startup_s": startup_s,
+        **outcome(callback, model, train_total_s),
+    }
+
+
+def outcome(callback: StopAtTarget, model, train_total_s: float) -> dict:
+    """The fields every SB3 job reports about its run to the target."""
+    return {
+        "target_return": callback.target,
+        "target_reached": callback.reached_step is not None,
+        "steps_to_target": callback.reached_step,
+        "train_s_to_target": callback.reached_s,
+        "train_cpu_s_to_target": callback.reached_cpu_s,
+        "last100_at_target": callback.reached_mean,
+        "train_s_total": train_total_s,
+        "global_step": int(model.num_timesteps),
+        "episodes": callback.episodes,
+        "last100_final": float(np.mean(callback.returns)) if callback.returns else None,
+    }
 
 
 def versions() -> dict:
