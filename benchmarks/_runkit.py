@@ -1,7 +1,7 @@
-"""Shared plumbing for the systems benchmarks (scaling_halfcheetah, backend_overheads, pipelining,
-detection_latency, watchdog_overhead): run `fleetrl train` as a subprocess, read its run
-directory, measure the CPU that *other* processes used meanwhile, describe the machine, and check
-that no Ray daemon of ours is left behind.
+"""Shared plumbing for every benchmark script: run `fleetrl train` as a subprocess, read its run
+directory, measure the CPU that *other* processes used meanwhile (and wait for a quiet machine),
+find the comparison libraries' venvs and their versions, describe the machine, format result
+cells, and check that no Ray daemon of ours is left behind.
 
 Not part of fleetrl; nothing here changes how fleetrl runs.
 """
@@ -9,8 +9,10 @@ Not part of fleetrl; nothing here changes how fleetrl runs.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -23,6 +25,7 @@ import psutil
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
+VENVS = BENCH / ".venvs"  # the comparison libraries' venvs (setup_venvs.sh)
 FLEETRL = [sys.executable, "-m", "fleetrl"]
 RAY_DAEMONS = ("raylet", "gcs_server")
 
@@ -32,9 +35,25 @@ def log(message: str) -> None:
 
 
 def results_dir(name: str) -> Path:
+    """A new benchmarks/results/<name>-<time>/ folder, announced on the log."""
     path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     path.mkdir(parents=True, exist_ok=True)
+    log(f"results in {path}")
     return path
+
+
+def venv_python(name: str) -> Path:
+    """The Python of benchmarks/.venvs/<name> (made by setup_venvs.sh)."""
+    return VENVS / name / "bin" / "python"
+
+
+def fleetrl_executable(override: str | None = None) -> str:
+    """The `fleetrl` console script: `override` if given, else the one beside this Python, else
+    the repository's .venv's."""
+    if override:
+        return override
+    candidate = Path(sys.executable).parent / "fleetrl"
+    return str(candidate if candidate.exists() else ROOT / ".venv" / "bin" / "fleetrl")
 
 
 def subprocess_env() -> dict:
@@ -47,33 +66,63 @@ def subprocess_env() -> dict:
 # ---------------------------------------------------------------- other load on the machine
 
 
-def busy_seconds() -> float:
-    """CPU-seconds the whole machine spent busy since boot (/proc/stat, all cores)."""
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, of which steal) CPU-seconds of the whole machine since boot (/proc/stat, all cores).
+    Steal counts as busy: time the hypervisor gave another guest slows a job as much as a local
+    process does."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / tick, steal / tick
 
 
-def own_cpu_seconds() -> float:
-    """CPU-seconds of this process plus its waited-for descendants."""
+def own_cpu_seconds() -> tuple[float, float]:
+    """(this process, its waited-for descendants) CPU-seconds."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
 
 
 class ForeignLoad:
-    """Average number of cores busy with processes that are not ours, over a `with` block.
-    (Ray daemons that outlive the waited-for child are counted as foreign: an overestimate.)"""
+    """Over a `with` block: `cores`, the average number of cores busy with processes that are not
+    this one or its waited-for children (steal included); `steal_cores`; `own_cores`;
+    `children_cpu_s`; `wall_s`. (Ray daemons that outlive the waited-for child are counted as
+    foreign: an overestimate.)"""
 
     def __enter__(self):
-        self.t0, self.busy0, self.own0 = time.monotonic(), busy_seconds(), own_cpu_seconds()
+        self.t0, (self.busy0, self.steal0), (self.me0, self.kids0) = (
+            time.monotonic(),
+            machine_cpu_seconds(),
+            own_cpu_seconds(),
+        )
         return self
 
     def __exit__(self, *exc):
-        elapsed = max(time.monotonic() - self.t0, 1e-9)
-        foreign = (busy_seconds() - self.busy0) - (own_cpu_seconds() - self.own0)
-        self.cores = max(0.0, foreign / elapsed)
-        self.own_cores = (own_cpu_seconds() - self.own0) / elapsed
+        self.wall_s = max(time.monotonic() - self.t0, 1e-9)
+        (busy, steal), (me, kids) = machine_cpu_seconds(), own_cpu_seconds()
+        self.children_cpu_s = kids - self.kids0
+        own = me - self.me0 + self.children_cpu_s
+        self.cores = max(0.0, (busy - self.busy0 - own) / self.wall_s)
+        self.own_cores = own / self.wall_s
+        self.steal_cores = (steal - self.steal0) / self.wall_s
         return False
+
+    def record(self) -> dict:
+        return {"foreign_cores": self.cores, "steal_cores": self.steal_cores, "wall_s": self.wall_s}
+
+
+def wait_for_quiet(threshold: float, max_wait: float) -> dict:
+    """Wait (at most `max_wait` s) until other processes use < `threshold` cores over two
+    consecutive 0.5 s windows: the comparisons time 1-2-thread jobs that slow down several-fold
+    under contention."""
+    started, quiet, busiest = time.monotonic(), 0, 0.0
+    while time.monotonic() - started < max_wait:
+        with ForeignLoad() as load:
+            time.sleep(0.5)
+        busiest = max(busiest, load.cores)
+        quiet = quiet + 1 if load.cores < threshold else 0
+        if quiet >= 2:
+            return {"waited_s": time.monotonic() - started, "quiet": True}
+    return {"waited_s": time.monotonic() - started, "quiet": False, "busiest_cores": busiest}
 
 
 # ---------------------------------------------------------------- fleetrl runs
@@ -129,14 +178,7 @@ def run_fleetrl(
     ended = time.time()
     runs = sorted(p for p in parent.iterdir() if p.is_dir())
     run_dir = runs[-1] if runs else None
-    metrics, summary, report = [], None, None
-    if run_dir is not None:
-        if (run_dir / "metrics.jsonl").is_file():
-            metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
-        if (run_dir / "summary.json").is_file():
-            summary = json.loads((run_dir / "summary.json").read_text())
-        if (run_dir / "hang_report.json").is_file():
-            report = json.loads((run_dir / "hang_report.json").read_text())
+    metrics, summary, report = read_run(run_dir) if run_dir is not None else ([], None, None)
     (parent / "stderr.txt").write_text(result.stderr)
     time.sleep(0.5)
     # Ray names its session directory session_<date>_<time>_<micro>_<pid of the starting driver>:
@@ -157,6 +199,41 @@ def run_fleetrl(
         "stderr_tail": result.stderr[-2000:],
         "leftover_ray_pids": leftovers,
     }
+
+
+def read_run(run_dir: Path) -> tuple[list[dict], dict | None, dict | None]:
+    """A run directory's (metrics.jsonl records, summary.json, hang_report.json); what is missing
+    is empty or None."""
+    metrics_path, summary_path, report_path = (
+        run_dir / n for n in ("metrics.jsonl", "summary.json", "hang_report.json")
+    )
+    metrics = (
+        [json.loads(line) for line in metrics_path.read_text().splitlines() if line] if metrics_path.is_file() else []
+    )
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    report = json.loads(report_path.read_text()) if report_path.is_file() else None
+    return metrics, summary, report
+
+
+TRAIN_LOG_LINE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO (run directory|it (\d+) \|)")
+
+
+def train_log_times(train_log: Path) -> tuple[float | None, dict[int, float]]:
+    """(epoch time of train.log's first 'run directory' line, i.e. the start of training, or None;
+    {iteration: epoch time of its 'it N |' line}), to the millisecond."""
+    start, lines = None, {}
+    if not train_log.exists():
+        return start, lines
+    for line in train_log.read_text().splitlines():
+        match = TRAIN_LOG_LINE.match(line)
+        if not match:
+            continue
+        stamp = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")) + int(match.group(2)) / 1e3
+        if match.group(4) is None:
+            start = start or stamp
+        else:
+            lines[int(match.group(4))] = stamp
+    return start, lines
 
 
 def steady(metrics: list[dict], warmup: int) -> dict:
@@ -191,7 +268,76 @@ def spread(values) -> str:
     return f"{min(values):.3g}–{max(values):.3g}"
 
 
+def med(values: list) -> float | None:
+    """The median of the values that are not None (None if there are none)."""
+    clean = [v for v in values if v is not None]
+    return statistics.median(clean) if clean else None
+
+
+def fmt(value, digits: int = 1, thousands: bool = False) -> str:
+    """A result cell: n/a for None, 'not reached' for infinity."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, float) and math.isinf(value):
+        return "not reached"
+    return f"{value:,.0f}" if thousands else f"{value:.{digits}f}"
+
+
+def cell(values: list, digits: int = 1, thousands: bool = False) -> str:
+    """'median (min–max)' of the values that are not None."""
+    clean = [v for v in values if v is not None]
+    if not clean:
+        return "n/a"
+    text = fmt(statistics.median(clean), digits, thousands)
+    if len(clean) > 1:
+        text += f" ({fmt(min(clean), digits, thousands)}–{fmt(max(clean), digits, thousands)})"
+    return text
+
+
+def ratio(a, b) -> str:
+    if a is None or b is None or math.isinf(a) or math.isinf(b) or b == 0:
+        return "n/a"
+    return f"{a / b:.2f}"
+
+
 # ---------------------------------------------------------------- description
+
+
+VERSION_PROBES = {  # what each venv reports about itself, as one JSON line
+    "fleetrl": "import torch, gymnasium, numpy; from importlib.metadata import version; "
+    "print(json.dumps({'torch': torch.__version__, 'gymnasium': gymnasium.__version__, "
+    "'numpy': numpy.__version__, 'fleetrl': version('fleetrl')}))",
+    "sb3": "import torch, gymnasium, numpy, stable_baselines3; print(json.dumps({'torch': "
+    "torch.__version__, 'gymnasium': gymnasium.__version__, 'numpy': numpy.__version__, "
+    "'stable_baselines3': stable_baselines3.__version__}))",
+    "cleanrl": "import warnings; warnings.filterwarnings('ignore'); import torch, gym, numpy; "
+    "from importlib.metadata import version; print(json.dumps({'torch': torch.__version__, "
+    "'gym': gym.__version__, 'numpy': numpy.__version__, 'cleanrl': version('cleanrl')}))",
+}
+
+
+def venv_versions(pythons: dict[str, tuple[str | Path, str]]) -> dict:
+    """{key: (python, probe name in VERSION_PROBES)} → {key: that Python's versions, or why not}."""
+    found = {}
+    for key, (python, probe) in pythons.items():
+        try:
+            code = "import json; " + VERSION_PROBES[probe]
+            done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+            found[key] = json.loads(done.stdout.strip().splitlines()[-1])
+        except Exception as error:  # noqa: BLE001 - recorded, not fatal
+            found[key] = f"unavailable: {error!r}"
+    return found
+
+
+def cpu_model() -> str:
+    return next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
 
 
 def machine() -> dict:
@@ -203,14 +349,7 @@ def machine() -> dict:
         "torch": torch.__version__,
         "torch_default_threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
-        "cpu_model": next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            platform.processor(),
-        ),
+        "cpu_model": cpu_model(),
         "kernel": platform.release(),
         "loadavg": os.getloadavg(),
     }

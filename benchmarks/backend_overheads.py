@@ -58,7 +58,6 @@ def main() -> None:
     args = parser.parse_args()
     info = kit.machine()
     out = kit.results_dir("backend_overheads")
-    kit.log(f"results in {out}")
     overrides = {name: [*COMMON, f"runner.total_env_steps={args.steps}", *extra] for name, extra in VARIANTS.items()}
     threads = {name: kit.placement_threads(CONFIG, o) for name, o in overrides.items()}
     runs = kit.run_interleaved(CONFIG, overrides, args.reps, out, args.warmup)

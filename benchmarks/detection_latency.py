@@ -178,7 +178,6 @@ def main() -> None:
     args = parser.parse_args()
     info = kit.machine()
     out = kit.results_dir("detection_latency")
-    kit.log(f"results in {out}")
     plain: list[dict] = []
     background = threading.Thread(target=plain_all, args=(args.cap, plain), daemon=True)
     background.start()

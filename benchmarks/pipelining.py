@@ -118,7 +118,6 @@ def main() -> None:
     args = parser.parse_args()
     info = kit.machine()
     out = kit.results_dir("pipelining")
-    kit.log(f"results in {out}")
     steps = args.iterations * NUM_ENVS * NUM_STEPS
     shared = common(args.hidden)
     overrides = {name: [*shared, f"runner.total_env_steps={steps}", *extra] for name, extra in VARIANTS.items()}

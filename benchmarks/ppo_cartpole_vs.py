@@ -40,9 +40,10 @@ from collections import deque
 from functools import partial
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-VENVS = BENCH / ".venvs"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _runkit as kit  # noqa: E402
+from _runkit import BENCH, ROOT, cell, fmt, log, med, ratio  # noqa: E402
+
 RLZOO_CONFIG = BENCH / "configs" / "ppo_cartpole_rlzoo.yaml"
 SHIPPED_CONFIG = ROOT / "configs" / "ppo_cartpole.yaml"
 POLL_S = 0.005  # how often fleetrl's metrics.jsonl is polled for the crossing line
@@ -88,68 +89,6 @@ LIBS = ("fleetrl", "sb3", "cleanrl")
 LIB_NAMES = {"fleetrl": "fleetrl", "sb3": "SB3", "cleanrl": "CleanRL"}
 
 
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# ------------------------------------------------------------- other load on the machine
-# The benchmark shares a 2-core machine; anything else running (tests, other trainings) skews
-# wall-clock numbers badly (2-thread torch jobs slow down several-fold under contention). So each
-# timed job waits for a quiet machine, measures the CPU time used by *other* processes while it
-# ran ("foreign" CPU, in cores), and is re-run when that was above --max-foreign.
-
-
-def cpu_ticks() -> tuple[float, float]:
-    """(busy seconds, steal seconds) of the whole machine since boot, from /proc/stat."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    tick = os.sysconf("SC_CLK_TCK")
-    return (user + nice + system + irq + softirq + steal) / tick, steal / tick
-
-
-def own_cpu() -> float:
-    import resource
-
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total
-
-
-class ForeignLoad:
-    """CPU used by processes other than this one and its (waited-for) children, in cores."""
-
-    def __enter__(self):
-        self.t0, (self.busy0, self.steal0), self.own0 = time.time(), cpu_ticks(), own_cpu()
-        return self
-
-    def __exit__(self, *exc):
-        wall = max(time.time() - self.t0, 1e-6)
-        busy, steal = cpu_ticks()
-        foreign = (busy - self.busy0) - (own_cpu() - self.own0)
-        self.result = {
-            "foreign_cores": max(foreign, 0.0) / wall,
-            "steal_cores": (steal - self.steal0) / wall,
-            "wall_s": wall,
-        }
-        return False
-
-
-def wait_for_quiet(threshold: float, max_wait: float) -> dict:
-    """Wait until other processes use < threshold cores over two consecutive 0.5 s windows."""
-    started, quiet = time.time(), 0
-    busiest = 0.0
-    while time.time() - started < max_wait:
-        with ForeignLoad() as load:
-            time.sleep(0.5)
-        busiest = max(busiest, load.result["foreign_cores"])
-        quiet = quiet + 1 if load.result["foreign_cores"] < threshold else 0
-        if quiet >= 2:
-            return {"waited_s": time.time() - started, "quiet": True}
-    return {"waited_s": time.time() - started, "quiet": False, "busiest_cores": busiest}
-
-
 def parse_seeds(text: str) -> list[int]:
     if "," in text or "-" in text.strip("-"):
         seeds: list[int] = []
@@ -167,10 +106,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def fleetrl_bin(args) -> str:
-    if args.fleetrl:
-        return args.fleetrl
-    candidate = Path(sys.executable).parent / "fleetrl"
-    return str(candidate if candidate.exists() else ROOT / ".venv" / "bin" / "fleetrl")
+    return kit.fleetrl_executable(args.fleetrl)
 
 
 def read_yaml(path: Path) -> dict:
@@ -230,16 +166,21 @@ def run_fleetrl(args, comparison: str, config: Path, seed: int, workdir: Path) -
                 ):
                     cross = (len(records) - 1, now)
 
-        deadline = spawn + args.job_timeout
-        while True:
-            exited = proc.poll() is not None
-            now = time.time()
+        def follow(now: float) -> None:
+            """Read the new metrics lines, once the run's metrics.jsonl exists."""
+            nonlocal run_dir, handle
             if handle is None:
                 found = find_metrics()
                 if found:
                     run_dir, handle = found.parent, open(found)
             if handle is not None:
                 drain(now)
+
+        deadline = spawn + args.job_timeout
+        while True:
+            exited = proc.poll() is not None
+            now = time.time()
+            follow(now)
             if exited:
                 break
             if now > deadline:
@@ -248,12 +189,8 @@ def run_fleetrl(args, comparison: str, config: Path, seed: int, workdir: Path) -
                 break
             time.sleep(POLL_S)
         exit_time = time.time()
-        if handle is None:
-            found = find_metrics()
-            if found:
-                run_dir, handle = found.parent, open(found)
+        follow(exit_time)
         if handle is not None:
-            drain(exit_time)
             handle.close()
     result = {
         "library": "fleetrl",
@@ -271,8 +208,8 @@ def run_fleetrl(args, comparison: str, config: Path, seed: int, workdir: Path) -
         result["error"] = f"fleetrl train exited {proc.returncode}; see {log_path}"
         log(result["error"])
         return result
-    summary = json.loads((run_dir / "summary.json").read_text())
-    train_start = train_log_start(run_dir)
+    _, summary, _ = kit.read_run(run_dir)
+    train_start, _ = kit.train_log_times(run_dir / "train.log")
     resolved = read_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
     threads = (resolved.get("runner") or {}).get("torch_threads")
     result.update(
@@ -348,23 +285,11 @@ def run_fleetrl(args, comparison: str, config: Path, seed: int, workdir: Path) -
     return result
 
 
-def train_log_start(run_dir: Path) -> float | None:
-    """Epoch time of train.log's 'run directory' line (Trainer.train() start), or None."""
-    path = run_dir / "train.log"
-    if not path.exists():
-        return None
-    for line in path.read_text().splitlines():
-        match = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO run directory", line)
-        if match:
-            return time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")) + int(match.group(2)) / 1e3
-    return None
-
-
 # ------------------------------------------------------------------------------------------ SB3
 
 
 def run_sb3(args, comparison: str, seed: int, workdir: Path) -> dict:
-    python = VENVS / "sb3" / "bin" / "python"
+    python = kit.venv_python("sb3")
     out_dir = workdir / "sb3"
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / f"{comparison}-s{seed}.json"
@@ -418,7 +343,7 @@ def run_sb3(args, comparison: str, seed: int, workdir: Path) -> dict:
 
 
 def run_cleanrl(args, comparison: str, seed: int, ppo_args: list[str], workdir: Path) -> dict:
-    python = VENVS / "cleanrl" / "bin" / "python"
+    python = kit.venv_python("cleanrl")
     cwd = workdir / "cleanrl" / f"{comparison}-s{seed}"  # its runs/ (tensorboard) folder goes here
     cwd.mkdir(parents=True, exist_ok=True)
     eval_out = cwd / "eval.json"
@@ -567,48 +492,10 @@ def fleetrl_throughput(jobs: list[dict], first_steps: int = 20_000) -> dict | No
 # ----------------------------------------------------------------------------------------- table
 
 
-def med(values: list) -> float | None:
-    clean = [v for v in values if v is not None]
-    return statistics.median(clean) if clean else None
-
-
 def steps_or_inf(job: dict, key: str) -> float | None:
     if "error" in job and job.get(key) is None:
         return None
     return job[key] if job.get("target_reached") and job.get(key) is not None else math.inf
-
-
-def fmt(value, digits: int = 1, thousands: bool = False) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float) and math.isinf(value):
-        return "not reached"
-    if thousands:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}f}"
-
-
-def cell(values: list, digits: int = 1, thousands: bool = False) -> str:
-    clean = [v for v in values if v is not None]
-    if not clean:
-        return "n/a"
-    middle = statistics.median(clean)
-    text = fmt(middle, digits, thousands)
-    if len(clean) > 1:
-        text += f" ({fmt(min(clean), digits, thousands)}–{fmt(max(clean), digits, thousands)})"
-    return text
-
-
-def ratio(a, b) -> str:
-    if (
-        a is None
-        or b is None
-        or (isinstance(a, float) and math.isinf(a))
-        or (isinstance(b, float) and math.isinf(b))
-        or b == 0
-    ):
-        return "n/a"
-    return f"{a / b:.2f}"
 
 
 def eval_mean(job: dict):
@@ -703,34 +590,8 @@ def throughput_table(fleet: dict | None, bare: dict[str, dict]) -> list[str]:
 
 
 def versions() -> dict:
-    found = {"python": platform.python_version()}
-    probes = {
-        "main": (
-            sys.executable,
-            "import torch, gymnasium, numpy; from importlib.metadata import version; "
-            "print(json.dumps({'torch': torch.__version__, 'gymnasium': gymnasium.__version__, "
-            "'numpy': numpy.__version__, 'fleetrl': version('fleetrl')}))",
-        ),
-        "sb3": (
-            str(VENVS / "sb3" / "bin" / "python"),
-            "import torch, gymnasium, numpy, stable_baselines3; print(json.dumps({'torch': "
-            "torch.__version__, 'gymnasium': gymnasium.__version__, 'numpy': numpy.__version__, "
-            "'stable_baselines3': stable_baselines3.__version__}))",
-        ),
-        "cleanrl": (
-            str(VENVS / "cleanrl" / "bin" / "python"),
-            "import warnings; warnings.filterwarnings('ignore'); import torch, gym, numpy; "
-            "from importlib.metadata import version; print(json.dumps({'torch': torch.__version__, "
-            "'gym': gym.__version__, 'numpy': numpy.__version__, 'cleanrl': version('cleanrl')}))",
-        ),
-    }
-    for key, (python, code) in probes.items():
-        try:
-            done = subprocess.run([python, "-c", "import json; " + code], capture_output=True, text=True, timeout=120)
-            found[key] = json.loads(done.stdout.strip().splitlines()[-1])
-        except Exception as error:  # noqa: BLE001
-            found[key] = f"unavailable: {error!r}"
-    return found
+    pythons = {"main": (sys.executable, "fleetrl")} | {lib: (kit.venv_python(lib), lib) for lib in ("sb3", "cleanrl")}
+    return {"python": platform.python_version(), **kit.venv_versions(pythons)}
 
 
 def source_digest() -> dict:
@@ -753,10 +614,7 @@ def machine() -> dict:
     try:
         mem = Path("/proc/meminfo").read_text().split("\n")[0].split()[1]
         info["mem_gib"] = round(int(mem) / 2**20, 1)
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
+        info["cpu"] = kit.cpu_model()
     except OSError:
         pass
     return info
@@ -899,8 +757,8 @@ def main() -> None:
     for lib in libs:
         if lib not in LIBS:
             parser.error(f"unknown library {lib!r}")
-        if lib in ("sb3", "cleanrl") and not (VENVS / lib / "bin" / "python").exists():
-            parser.error(f"{VENVS / lib} missing: run bash benchmarks/setup_venvs.sh first")
+        if lib in ("sb3", "cleanrl") and not kit.venv_python(lib).exists():
+            parser.error(f"{kit.VENVS / lib} missing: run bash benchmarks/setup_venvs.sh first")
     if "fleetrl" in libs and not Path(fleetrl_bin(args)).exists():
         parser.error(f"fleetrl executable not found: {fleetrl_bin(args)}")
 
@@ -965,20 +823,20 @@ def main() -> None:
         attempt (or `previous`, an earlier run's result) with the least other load."""
         attempts = [previous] if previous is not None and "error" not in previous else []
         for attempt in range(args.retries + 1):
-            quiet = wait_for_quiet(args.max_foreign, args.quiet_wait)
+            quiet = kit.wait_for_quiet(args.max_foreign, args.quiet_wait)
             if not quiet["quiet"]:
                 log(
                     f"  machine not quiet after {quiet['waited_s']:.0f} s "
                     f"(other load up to {quiet['busiest_cores']:.2f} cores); running anyway"
                 )
-            with ForeignLoad() as load:
+            with kit.ForeignLoad() as load:
                 result = work()
-            result["load"] = {**load.result, "pre_wait": quiet, "attempt": attempt + 1}
+            result["load"] = {**load.record(), "pre_wait": quiet, "attempt": attempt + 1}
             attempts.append(result)
-            if load.result["foreign_cores"] <= args.max_foreign and "error" not in result:
+            if load.cores <= args.max_foreign and "error" not in result:
                 break
             log(
-                f"  {label}: other processes used {load.result['foreign_cores']:.2f} cores meanwhile"
+                f"  {label}: other processes used {load.cores:.2f} cores meanwhile"
                 + (
                     "; re-running"
                     if attempt < args.retries and not out_of_time()

@@ -32,87 +32,27 @@ import json
 import math
 import os
 import platform
-import re
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _runkit as kit  # noqa: E402
+from _runkit import BENCH, ROOT, cell, fmt, log, med, ratio  # noqa: E402
+
 CONFIG = ROOT / "configs" / "sac_pendulum.yaml"
-SB3_PYTHON = BENCH / ".venvs" / "sb3" / "bin" / "python"
+SB3_PYTHON = kit.venv_python("sb3")
 VARIANTS = {"fleetrl": [], "fleetrl_bf16": ["algorithm.matmul_dtype=bfloat16"]}
 NAMES = {"fleetrl": "fleetrl (float32)", "fleetrl_bf16": "fleetrl (bf16 matmuls)", "sb3": "SB3"}
 
 
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# ----------------------------------------------------------------- the machine's other load
-
-
-def cpu_ticks() -> float:
-    """Busy seconds of the whole machine since boot (/proc/stat)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-class Measured:
-    """Wall seconds, CPU seconds of the (waited-for) child job, and the cores other processes
-    used meanwhile."""
-
-    def __enter__(self):
-        self.t0, self.busy0, self.cpu0 = time.time(), cpu_ticks(), children_cpu()
-        return self
-
-    def __exit__(self, *exc):
-        wall = max(time.time() - self.t0, 1e-6)
-        job_cpu = children_cpu() - self.cpu0
-        foreign = max(0.0, cpu_ticks() - self.busy0 - job_cpu)
-        self.result = {"job_wall_s": wall, "job_cpu_s": job_cpu, "foreign_cores": foreign / wall}
-        return False
-
-
-def wait_for_quiet(threshold: float, max_wait: float) -> dict:
-    """Wait (at most max_wait s) until other processes use < threshold cores for 1 s."""
-    started, quiet = time.time(), 0
-    while time.time() - started < max_wait:
-        busy0, t0 = cpu_ticks(), time.time()
-        time.sleep(0.5)
-        quiet = quiet + 1 if (cpu_ticks() - busy0) / (time.time() - t0) < threshold else 0
-        if quiet >= 2:
-            return {"waited_s": time.time() - started, "quiet": True}
-    return {"waited_s": time.time() - started, "quiet": False}
+def measured(load: kit.ForeignLoad) -> dict:
+    """Wall seconds, CPU seconds of the (waited-for) child job, and the cores others used."""
+    return {"job_wall_s": load.wall_s, "job_cpu_s": load.children_cpu_s, "foreign_cores": load.cores}
 
 
 # -------------------------------------------------------------------------------- fleetrl
-
-
-def log_times(train_log: Path) -> tuple[float | None, dict[int, float]]:
-    """(epoch time of the 'run directory' line = start of training, {iteration: time of its line})."""
-    start, lines = None, {}
-    pattern = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO (run directory|it (\d+) \|)")
-    for line in train_log.read_text().splitlines():
-        match = pattern.match(line)
-        if not match:
-            continue
-        stamp = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")) + int(match.group(2)) / 1e3
-        if match.group(4) is None:
-            start = start or stamp
-        else:
-            lines[int(match.group(4))] = stamp
-    return start, lines
 
 
 def run_fleetrl(args, variant: str, seed: int, workdir: Path) -> dict:
@@ -120,7 +60,7 @@ def run_fleetrl(args, variant: str, seed: int, workdir: Path) -> dict:
     parent.mkdir(parents=True, exist_ok=True)
     name = f"s{seed}"
     cmd = [
-        str(ROOT / ".venv" / "bin" / "fleetrl"),
+        kit.fleetrl_executable(),
         "train",
         str(CONFIG),
         *VARIANTS[variant],
@@ -134,7 +74,7 @@ def run_fleetrl(args, variant: str, seed: int, workdir: Path) -> dict:
         "--skip-doctor",
     ]
     log_path = parent / f"{name}.log"
-    with open(log_path, "w") as out, Measured() as measured:
+    with open(log_path, "w") as out, kit.ForeignLoad() as load:
         spawn = time.time()
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, timeout=args.job_timeout)
     result = {
@@ -143,7 +83,7 @@ def run_fleetrl(args, variant: str, seed: int, workdir: Path) -> dict:
         "command": cmd,
         "returncode": proc.returncode,
         "log": str(log_path),
-        **measured.result,
+        **measured(load),
         "torch_threads": args.threads,
     }
     runs = sorted(parent.glob(f"{name}-*/summary.json"))
@@ -152,9 +92,8 @@ def run_fleetrl(args, variant: str, seed: int, workdir: Path) -> dict:
         log(result["error"])
         return result
     run_dir = runs[-1].parent
-    summary = json.loads((run_dir / "summary.json").read_text())
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
-    start, stamps = log_times(run_dir / "train.log")
+    records, summary, _ = kit.read_run(run_dir)
+    start, stamps = kit.train_log_times(run_dir / "train.log")
     crossing = next(
         (
             r
@@ -210,7 +149,7 @@ def run_sb3(args, seed: int, workdir: Path) -> dict:
         "--out",
         str(out),
     ]
-    with open(log_path, "w") as logf, Measured() as measured:
+    with open(log_path, "w") as logf, kit.ForeignLoad() as load:
         spawn = time.time()
         proc = subprocess.run(
             [*cmd, "--spawn-time", f"{spawn:.6f}"], stdout=logf, stderr=subprocess.STDOUT, timeout=args.job_timeout
@@ -221,7 +160,7 @@ def run_sb3(args, seed: int, workdir: Path) -> dict:
         "command": cmd,
         "returncode": proc.returncode,
         "log": str(log_path),
-        **measured.result,
+        **measured(load),
     }
     if proc.returncode != 0 or not out.exists():
         result["error"] = f"sb3 job exited {proc.returncode}; see {log_path}"
@@ -240,35 +179,6 @@ def value(job: dict, key: str):
     if job.get("error"):
         return None
     return job.get(key) if job.get("target_reached") else math.inf
-
-
-def med(values: list):
-    clean = [v for v in values if v is not None]
-    return statistics.median(clean) if clean else None
-
-
-def fmt(x, digits: int = 1, thousands: bool = False) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, float) and math.isinf(x):
-        return "not reached"
-    return f"{x:,.0f}" if thousands else f"{x:.{digits}f}"
-
-
-def cell(values: list, digits: int = 1, thousands: bool = False) -> str:
-    clean = [v for v in values if v is not None]
-    if not clean:
-        return "n/a"
-    text = fmt(statistics.median(clean), digits, thousands)
-    if len(clean) > 1:
-        text += f" ({fmt(min(clean), digits, thousands)}–{fmt(max(clean), digits, thousands)})"
-    return text
-
-
-def ratio(a, b) -> str:
-    if a is None or b is None or math.isinf(a) or math.isinf(b) or b == 0:
-        return "n/a"
-    return f"{a / b:.2f}"
 
 
 def table(jobs: dict[str, list[dict]], target: float) -> list[str]:
@@ -305,32 +215,15 @@ def table(jobs: dict[str, list[dict]], target: float) -> list[str]:
 
 
 def versions() -> dict:
-    found = {"python": platform.python_version(), "machine": platform.platform(), "cpus": os.cpu_count()}
-    probes = {
-        "fleetrl_venv": (
-            str(ROOT / ".venv" / "bin" / "python"),
-            "import torch, gymnasium, numpy; from importlib.metadata import version; "
-            "print(json.dumps({'torch': torch.__version__, 'gymnasium': gymnasium.__version__, "
-            "'numpy': numpy.__version__, 'fleetrl': version('fleetrl')}))",
+    return {
+        "python": platform.python_version(),
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        **kit.venv_versions(
+            {"fleetrl_venv": (ROOT / ".venv" / "bin" / "python", "fleetrl"), "sb3_venv": (SB3_PYTHON, "sb3")}
         ),
-        "sb3_venv": (
-            str(SB3_PYTHON),
-            "import torch, gymnasium, numpy, stable_baselines3; print(json.dumps("
-            "{'torch': torch.__version__, 'gymnasium': gymnasium.__version__, 'numpy': numpy.__version__, "
-            "'stable_baselines3': stable_baselines3.__version__}))",
-        ),
+        "cpu": kit.cpu_model(),
     }
-    for key, (python, code) in probes.items():
-        try:
-            done = subprocess.run([python, "-c", "import json; " + code], capture_output=True, text=True, timeout=120)
-            found[key] = json.loads(done.stdout.strip().splitlines()[-1])
-        except Exception as error:  # noqa: BLE001
-            found[key] = f"unavailable: {error!r}"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            found["cpu"] = line.split(":", 1)[1].strip()
-            break
-    return found
 
 
 def main() -> None:
@@ -354,7 +247,7 @@ def main() -> None:
         sys.exit("no SB3 venv: run `bash benchmarks/setup_venvs.sh sb3` first")
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    workdir = args.resume or BENCH / "results" / f"sac_pendulum_vs-{stamp}"
+    workdir = args.resume or kit.RESULTS / f"sac_pendulum_vs-{stamp}"
     workdir.mkdir(parents=True, exist_ok=args.resume is not None)
     libs = [v for v in VARIANTS if not (args.no_bf16 and v == "fleetrl_bf16")] + ["sb3"]
     jobs: dict[str, list[dict]] = {lib: [] for lib in libs}
@@ -366,7 +259,7 @@ def main() -> None:
                 jobs[lib].append(json.loads(done.read_text()))
                 log(f"seed {seed}: {lib} kept from {done}")
                 continue
-            waited = wait_for_quiet(args.quiet_threshold, args.max_wait)
+            waited = kit.wait_for_quiet(args.quiet_threshold, args.max_wait)
             log(f"seed {seed}: {lib} (waited {waited['waited_s']:.0f} s for a quiet machine: {waited['quiet']})")
             job = run_sb3(args, seed, workdir) if lib == "sb3" else run_fleetrl(args, lib, seed, workdir)
             job["waited_for_quiet"] = waited
@@ -391,7 +284,7 @@ def main() -> None:
         "jobs": jobs,
         "table": lines,
     }
-    (BENCH / "results" / f"sac_pendulum_vs-{stamp}.json").write_text(json.dumps(result, indent=2, default=str))
+    (kit.RESULTS / f"sac_pendulum_vs-{stamp}.json").write_text(json.dumps(result, indent=2, default=str))
     print("\n".join(lines))
 
 

@@ -132,7 +132,6 @@ def main() -> None:
     out = kit.results_dir("scaling_halfcheetah")
     overrides = {name: [*COMMON, f"runner.total_env_steps={args.steps}", *extra] for name, extra in VARIANTS.items()}
     threads = {name: kit.placement_threads(CONFIG, o) for name, o in overrides.items()}
-    kit.log(f"results in {out}")
     floats = model_floats()
     gloo = [gloo_allreduce(floats)]
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}

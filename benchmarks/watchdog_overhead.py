@@ -125,7 +125,6 @@ def main() -> None:
     args = parser.parse_args()
     info = kit.machine()
     out = kit.results_dir("watchdog_overhead")
-    kit.log(f"results in {out}")
     overrides = variants(args.inline_steps, args.ray_steps)
     threads = {name: kit.placement_threads(CONFIG, o) for name, o in overrides.items()}
     inline = {name: o for name, o in overrides.items() if name.startswith("inline")}
