@@ -3,7 +3,9 @@
 `cluster.component_placement` puts components on ranges of global device ranks. Device ranks count
 across nodes: node 0 holds 0..k-1, node 1 the next k, and so on; on a machine without GPUs a device
 is a CPU slot. Overlapping ranges make components collocated (they share devices), disjoint ranges
-make them disaggregated.
+make them disaggregated. A component the mapping does not name keeps its default
+(`DEFAULT_PLACEMENT`; an unnamed rollout follows the actor, `default_rollout`), so one component
+overridden on the command line is a complete placement.
 
 Resolving is pure (no I/O, no Ray, no torch) so the whole layout is checked, and can be printed by
 `fleetrl train --dry-run`, before any process starts.
