@@ -209,6 +209,8 @@ CROSS_FIELD = {
         [*TWO_ACTORS, "debug.fault={kind: kill, component: actor, rank: 2}"],
     ),
     "fault component misspelt": ("debug.fault.component", ["debug.fault={kind: kill, component: actr}"]),
+    "fault component not a name": ("debug.fault.component", ["debug.fault={kind: kill, component: [actor]}"]),
+    "fault kind not a name": ("debug.fault.kind", ["debug.fault={kind: {a: 1}, component: actor}"]),
     "fault component of the fused process": ("debug.fault.component", ["debug.fault={kind: kill, component: fused}"]),
     "fault key misspelt": ("debug.fault.cal", ["debug.fault={kind: kill, component: actor, cal: 3}"]),
     "fault without a kind": ("debug.fault.kind", ["debug.fault={component: env}"]),

@@ -56,7 +56,7 @@ def check_fault(fault: dict, algorithm: str) -> None:
     kind, component = fault["kind"], fault["component"]
     if kind not in KINDS:
         raise ConfigError("debug.fault.kind", kind, f"one of {list(KINDS)}", nearest(str(kind), KINDS))
-    if component not in DEFAULT_METHOD:
+    if component not in tuple(DEFAULT_METHOD):  # (a tuple: an unhashable value is just not in it)
         raise ConfigError(
             "debug.fault.component",
             component,
@@ -79,7 +79,7 @@ def check_fault(fault: dict, algorithm: str) -> None:
         raise ConfigError(
             "debug.fault.method",
             method,
-            f"a method the controller calls on the {component} worker, one of {methods}",
+            f"a method of the {component} worker, one of {methods}",
             nearest(str(method), methods),
         )
 
