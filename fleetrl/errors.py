@@ -19,7 +19,7 @@ class ConfigError(UserError):
     """A config value that cannot be used. Names the dotted key, the value and what is valid."""
 
     def __init__(self, key: str, value: Any, valid: str, hint: str = ""):
-        self.key, self.value, self.valid = key, value, valid
+        self.key, self.value, self.valid, self.hint = key, value, valid, hint
         message = f"config error at '{key}': got {value!r}; expected {valid}"
         if hint:
             message += f". {hint}"

@@ -68,7 +68,7 @@ MORE_BAD_INPUTS = {
         ["env.id", "tests.envs:CountingEnvv", "did you mean 'CountingEnv'"],
     ),
     "override without '='": ("algorithm.lr", ["algorithm.lr", "section.key=value"]),
-    "zero hidden size": ("model.hidden_sizes=[32,0]", ["model.hidden_sizes", "[32, 0]", "positive"]),
+    "zero hidden size": ("model.hidden_sizes=[32,0]", ["model.hidden_sizes[1]", "got 0", "positive"]),
     "string for a list": ("model.hidden_sizes=64", ["model.hidden_sizes", "64", "list"]),
     "section that is not a mapping": ("runner=3", ["runner", "3", "mapping"]),
     "zero max_episode_steps": ("env.max_episode_steps=0", ["env.max_episode_steps", "0"]),

@@ -108,9 +108,38 @@ def test_single_device_as_int_and_as_text():
 
 
 def test_missing_rollout_is_collocated_with_the_actor():
-    placement = resolve({"actor": "0-3", "env": "8-9"})
+    placement = resolve({"actor": "0-3", "env": "8-11"})
     assert [a.device for a in placement.ranks("rollout")] == [0, 1, 2, 3]
     assert placement.collocated("actor", "rollout")
+
+
+@pytest.mark.parametrize(
+    "actor, env, rollout_devices",
+    [
+        ("0-3", "8-9", [0, 1]),  # 2 env ranks: 2 rollout ranks, one for each
+        ("0-1", 0, [0]),  # one env rank: one rollout rank
+        ("0-3", {"devices": "8-10", "processes_per_device": 2}, [0, 1, 2]),  # 6 env ranks: 3 divides them
+        ("0-7", "8-11", [0, 1, 2, 3]),  # the seed report's layout, which names these explicitly
+    ],
+)
+def test_missing_rollout_takes_as_many_actor_devices_as_divide_the_env_ranks(actor, env, rollout_devices):
+    placement = resolve({"actor": actor, "env": env})
+    assert [a.device for a in placement.ranks("rollout")] == rollout_devices
+    assert placement.world_size("env") % placement.world_size("rollout") == 0
+
+
+@pytest.mark.parametrize(
+    "partial, expected",
+    [
+        ({"actor": "0-1"}, {"actor": [0, 1], "rollout": [0], "env": [0]}),
+        ({"env": "2-3"}, {"actor": [0], "rollout": [0], "env": [2, 3]}),
+        ({"rollout": 1}, {"actor": [0], "rollout": [1], "env": [0]}),
+        ({}, {"actor": [0], "rollout": [0], "env": [0]}),
+    ],
+)
+def test_components_not_named_keep_their_defaults(partial, expected):
+    placement = resolve(partial)
+    assert {c: [a.device for a in placement.ranks(c)] for c in expected} == expected
 
 
 def test_processes_per_device_numbers_ranks_by_device_then_process():
@@ -262,15 +291,6 @@ def test_unknown_component_suggests_the_nearest():
         component_placement={"actor": 0, "rollot": 0, "env": 1},
     )
     assert "['actor', 'rollout', 'env']" in str(error)
-
-
-@pytest.mark.parametrize("missing", ["actor", "env"])
-def test_required_component_missing(missing):
-    layout = {"actor": "0-3", "env": "4-7"}
-    del layout[missing]
-    config_error(
-        f"cluster.component_placement.{missing}", "None", num_nodes=1, devices_per_node=8, component_placement=layout
-    )
 
 
 def test_placement_that_is_not_a_mapping():

@@ -3,7 +3,9 @@
 `cluster.component_placement` puts components on ranges of global device ranks. Device ranks count
 across nodes: node 0 holds 0..k-1, node 1 the next k, and so on; on a machine without GPUs a device
 is a CPU slot. Overlapping ranges make components collocated (they share devices), disjoint ranges
-make them disaggregated.
+make them disaggregated. A component the mapping does not name keeps its default
+(`DEFAULT_PLACEMENT`; an unnamed rollout follows the actor, `default_rollout`), so one component
+overridden on the command line is a complete placement.
 
 Resolving is pure (no I/O, no Ray, no torch) so the whole layout is checked, and can be printed by
 `fleetrl train --dry-run`, before any process starts.
@@ -21,7 +23,7 @@ from fleetrl.errors import ConfigError, nearest
 
 PLACEMENT_KEY = "cluster.component_placement"
 COMPONENTS = ("actor", "rollout", "env")
-REQUIRED_COMPONENTS = ("actor", "env")
+DEFAULT_PLACEMENT = {"actor": 0, "env": 0}  # and rollout: see default_rollout
 SPEC_FIELDS = ("devices", "processes_per_device")
 RANGE_EXAMPLES = "a device range such as 5, '0-7', '0-3,8-11' or 'all'"
 RANGE_PART = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -88,7 +90,8 @@ def resolve_placement(
 ) -> Placement:
     """Check `cluster.component_placement` against the cluster and assign every rank a device.
 
-    A missing `rollout` is collocated with the actor (same devices, one process each).
+    A component the mapping does not name keeps its default: actor and env on device 0
+    (`DEFAULT_PLACEMENT`), rollout as `default_rollout` says.
     `cpu_count_per_node` is split evenly among all processes on a node; None (unknown) gives each
     process one thread, so that resolving stays pure instead of reading this machine's CPU count.
     """
@@ -153,21 +156,19 @@ def component_layout(component_placement: Mapping, shape: tuple[int, int]) -> di
                 f"a component, one of {list(COMPONENTS)}",
                 hint=nearest(str(name), COMPONENTS),
             )
-    for name in REQUIRED_COMPONENTS:
-        if name not in component_placement:
-            raise ConfigError(
-                f"{PLACEMENT_KEY}.{name}",
-                None,
-                RANGE_EXAMPLES,
-                hint=f"{' and '.join(REQUIRED_COMPONENTS)} must be placed",
-            )
-    layout = {
-        name: parse_spec(f"{PLACEMENT_KEY}.{name}", component_placement[name], shape)
-        for name in COMPONENTS
-        if name in component_placement
-    }
-    layout.setdefault("rollout", (layout["actor"][0], 1))
+    given = {**DEFAULT_PLACEMENT, **component_placement}
+    layout = {name: parse_spec(f"{PLACEMENT_KEY}.{name}", given[name], shape) for name in COMPONENTS if name in given}
+    layout.setdefault("rollout", default_rollout(layout["actor"][0], layout["env"]))
     return {name: layout[name] for name in COMPONENTS}
+
+
+def default_rollout(actor_devices: list[int], env: tuple[list[int], int]) -> tuple[list[int], int]:
+    """Rollout unplaced: collocated with the actor (its weights are a local copy away), one process
+    on each of the actor's first k devices, k the largest divisor of the env ranks (each rollout
+    rank serves an equal share of them) that is at most the actor's device count."""
+    env_ranks = len(env[0]) * env[1]
+    count = max(k for k in range(1, len(actor_devices) + 1) if env_ranks % k == 0)
+    return actor_devices[:count], 1
 
 
 def parse_spec(key: str, spec: Any, shape: tuple[int, int]) -> tuple[list[int], int]:

@@ -19,7 +19,7 @@ from fleetrl.cluster.groups import InlineGroup
 from fleetrl.cluster.placement import Assignment, Placement, check_divisible, resolve_placement
 from fleetrl.collect import Collector, plan_lanes
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_actor_layout, check_spaces
+from fleetrl.config.validate import check_actor_layout, check_fault_placement, check_spaces
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.watch import flight_recorder
 from fleetrl.watch.classify import incident_from_error
@@ -51,16 +51,13 @@ class Layout:
 
 def resolve_layout(config: Config) -> Layout:
     cluster = config.cluster
-    if cluster.simulate_nodes > 1 and cluster.simulate_nodes != cluster.num_nodes:
-        raise ConfigError(
-            "cluster.simulate_nodes", cluster.simulate_nodes, f"0, or equal to cluster.num_nodes ({cluster.num_nodes})"
-        )
     devices = cluster.devices_per_node or detect_devices_per_node()
     placement = resolve_placement(
         cluster.num_nodes, devices, cluster.component_placement, cpu_count_per_node=os.cpu_count()
     )
     check_data_layout(config, placement)
     check_actor_layout(config, placement.world_size("actor"))
+    check_fault_placement(config, placement)
     single = cluster.num_nodes == 1 and all(placement.world_size(c) == 1 for c in ("actor", "rollout", "env"))
     backend = cluster.backend
     if backend == "auto":

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from fleetrl.config.constraints import Range
+from fleetrl.config.constraints import Check, Note, Range
 from fleetrl.config.schema import SECTION_TYPES, Config
 from fleetrl.config.validate import validate
 from fleetrl.errors import ConfigError, UserError, nearest
@@ -92,22 +92,35 @@ def build_section(prefix: str, section_type: type, values: dict) -> Any:
 
 def coerce(key: str, value: Any, hint: Any) -> Any:
     """Check `value` against the annotation — its type (ints are accepted where floats are
-    expected), `Literal` choices, list element types, and the `Range`s of `Annotated` — and
-    return it converted."""
+    expected), `Literal` choices, list element types, and the `Range`s and `Check`s of
+    `Annotated` (constraints.py) — and return it converted."""
     origin = typing.get_origin(hint)
     if origin is typing.Annotated:
         base, *extras = typing.get_args(hint)
-        value = coerce(key, value, base)
+        note = " ".join(extra.text for extra in extras if isinstance(extra, Note))
+        try:
+            value = coerce(key, value, base)
+        except ConfigError as error:
+            if not note:
+                raise
+            raise ConfigError(error.key, error.value, error.valid, note) from None
         for extra in extras:
-            if isinstance(extra, Range) and value is not None and not extra.admits(value):
-                raise ConfigError(key, value, f"{'an integer' if base is int else 'a number'} {extra.describe()}")
+            if isinstance(extra, Range) and not extra.admits(value):
+                raise ConfigError(key, value, extra.expected("integer" if base is int else "number"), note)
+            if isinstance(extra, Check) and not extra.test(value):
+                raise ConfigError(key, value, extra.expected, note)
         return value
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
         if value is None and type(None) in options:
             return None
         (inner,) = [option for option in options if option is not type(None)]
-        return coerce(key, value, inner)
+        try:
+            return coerce(key, value, inner)
+        except ConfigError as error:
+            if error.key != key or type(None) not in options:
+                raise
+            raise ConfigError(key, error.value, f"{error.valid}, or null", error.hint) from None
     if origin is typing.Literal:
         choices = typing.get_args(hint)
         if value not in choices or isinstance(value, bool) != any(isinstance(c, bool) for c in choices):

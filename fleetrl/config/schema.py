@@ -10,21 +10,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from fleetrl.config.constraints import AtLeastOne, Positive
+from fleetrl.cluster.placement import DEFAULT_PLACEMENT
+from fleetrl.config.constraints import (
+    AtLeastOne,
+    Finite,
+    IPAddress,
+    NonEmpty,
+    NonNegative,
+    Note,
+    Positive,
+    PositiveOrInf,
+    Range,
+    TorchDevice,
+)
+
+FLOAT16 = Note("float16 is not offered: it needs loss scaling, which fleetrl does not do; bfloat16 does not")
 
 
 @dataclass
 class EnvConfig:
-    id: str = "CartPole-v1"  # Gymnasium id, or 'module:attr' returning a gymnasium.Env
-    kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make / the entry point
+    id: str = (
+        "CartPole-v1"  # Gymnasium id, or 'module:attr' returning a gymnasium.Env (resolved before anything starts)
+    )
+    kwargs: dict = field(
+        default_factory=dict
+    )  # passed to gymnasium.make / the entry point (checked against its signature)
     num_envs: Annotated[int, Positive] = 8  # simulators in total, split over the env workers
-    max_episode_steps: int | None = None  # truncate episodes here (None: the env's own limit)
+    max_episode_steps: Annotated[int, Positive] | None = None  # truncate episodes here (None: the env's own limit)
     vectorization: Literal["sync", "async"] = "sync"  # sync (one process) | async (one subprocess per env)
     normalize_obs: bool = False  # running mean/std of observations, checkpointed
     normalize_reward: bool = False  # scale rewards by the std of the discounted return
-    clip_obs: float = 10.0  # clip normalised observations to [-clip_obs, clip_obs]
-    clip_reward: float = 10.0  # clip normalised rewards likewise
-    action_chunk: int = 1  # Box actions: each policy step emits this many consecutive actions, executed in order until the episode ends (README: 'Token-level policies')
+    clip_obs: Annotated[float, PositiveOrInf] = 10.0  # clip normalised observations to [-clip_obs, clip_obs]
+    clip_reward: Annotated[float, PositiveOrInf] = 10.0  # clip normalised rewards likewise
+    action_chunk: Annotated[int, AtLeastOne] = (
+        1  # Box actions: each policy step emits this many consecutive actions, executed in order until the episode ends (README: 'Token-level policies')
+    )
 
 
 @dataclass
@@ -82,104 +102,134 @@ class AlgorithmConfig:
 @dataclass
 class ModelConfig:
     id: str = "mlp"  # 'mlp', or 'module:attr' building an nn.Module (README: 'Your own network')
-    kwargs: dict = field(default_factory=dict)  # passed to a custom model's constructor
-    hidden_sizes: list = field(default_factory=lambda: [64, 64])
-    activation: str = "tanh"  # tanh | relu | elu | gelu
+    kwargs: dict = field(
+        default_factory=dict
+    )  # passed to a custom model's constructor ({} with 'mlp', which reads the keys below)
+    hidden_sizes: Annotated[list[Annotated[int, Positive]], NonEmpty] = field(default_factory=lambda: [64, 64])
+    activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
     shared_trunk: bool = False  # one trunk for policy and value, or one each
-    init_log_std: float = 0.0  # initial log std of the Gaussian policy (Box actions)
+    init_log_std: Annotated[float, Finite] = 0.0  # initial log std of the Gaussian policy (Box actions)
     ortho_init: bool = True
     aux_value_head: bool = (
         False  # an auxiliary value head on the policy trunk (PPG); computed only in PPG's auxiliary phase
     )
-    action_bins: int | None = (
+    action_bins: Annotated[int, Range(2)] | None = (
         None  # Box actions as tokens: each dimension (of each chunked action) discretised into this many evenly spaced values, one categorical each (None: Gaussian)
     )
 
 
 @dataclass
 class ActorConfig:
-    optimizer: str = "adam"  # adam | adamw
-    adam_eps: float = 1e-5
-    weight_decay: float = 0.0
-    device: str = "cpu"
-    strategy: str = "ddp"  # ddp | fsdp (FSDP2): how several actor ranks share the model; ignored with one rank
-    dist_timeout_s: float = (
+    optimizer: Literal["adam", "adamw"] = "adam"
+    adam_eps: Annotated[float, Positive] = 1e-5
+    weight_decay: Annotated[float, NonNegative] = 0.0
+    device: Annotated[str, TorchDevice] = "cpu"
+    strategy: Literal["ddp", "fsdp"] = "ddp"  # how several actor ranks share the model; ignored with one rank
+    dist_timeout_s: Annotated[float, Positive] = (
         60.0  # the actor ranks' rendezvous and every collective fail after this long (never torch's 30 min)
     )
-    global_batch_size: int | None = (
+    global_batch_size: Annotated[int, Positive] | None = (
         None  # samples per optimizer step summed over all actor ranks (None: algorithm.minibatch_size; set, it replaces it)
     )
-    micro_batch_size: int | None = (
+    micro_batch_size: Annotated[int, Positive] | None = (
         None  # samples per forward/backward on one rank; gradients accumulate over a minibatch's micro-batches (None: no accumulation)
     )
     gradient_checkpointing: bool = (
         False  # recompute the network's activations in backward: less memory, one more forward
     )
-    fsdp_sharding_strategy: str = "full_shard"  # full_shard | shard_grad_op | no_shard | hybrid_shard (strategy: fsdp)
-    fsdp_hybrid_shard_size: int | None = None  # hybrid_shard: ranks per shard group (None: the actor ranks of one node)
-    fsdp_param_dtype: str | None = (
-        None  # float32 | bfloat16: compute dtype of forward and backward (None: the parameters' own)
+    # The fsdp_* keys keep their defaults unless strategy is fsdp.
+    fsdp_sharding_strategy: Literal["full_shard", "shard_grad_op", "no_shard", "hybrid_shard"] = "full_shard"
+    fsdp_hybrid_shard_size: Annotated[int, Positive] | None = (
+        None  # hybrid_shard: ranks per shard group (None: the actor ranks of one node)
     )
-    fsdp_reduce_dtype: str | None = None  # float32 | bfloat16: dtype of the gradient reduction (None: fsdp_param_dtype)
+    fsdp_param_dtype: Annotated[Literal["float32", "bfloat16"] | None, FLOAT16] = (
+        None  # compute dtype of forward and backward (None: the parameters' own)
+    )
+    fsdp_reduce_dtype: Annotated[Literal["float32", "bfloat16"] | None, FLOAT16] = (
+        None  # dtype of the gradient reduction (None: fsdp_param_dtype)
+    )
     fsdp_cpu_offload: bool = False  # keep sharded parameters, gradients and optimizer state in CPU memory
 
 
 @dataclass
 class RolloutConfig:
-    device: str = "cpu"
+    device: Annotated[str, TorchDevice] = "cpu"
     pipeline_stage_num: Annotated[int, AtLeastOne] = (
-        1  # env stages per env worker: env steps stage i while rollout infers i+1
+        1  # env stages per env worker: env steps stage i while rollout infers i+1; divides the envs per env worker
     )
 
 
 @dataclass
 class ClusterConfig:
-    backend: str = "auto"  # auto (inline when every component has one rank on one node) | inline | ray
-    num_nodes: int = 1
-    devices_per_node: int | None = None  # GPUs per node, or CPU slots without GPUs (None: detect)
-    component_placement: dict = field(default_factory=lambda: {"actor": 0, "env": 0})
-    simulate_nodes: int = 0  # >1: rehearse num_nodes on this machine as a local multi-raylet Ray cluster
+    backend: Literal["auto", "inline", "ray"] = (
+        "auto"  # auto: inline when every component has one rank on one node, else ray
+    )
+    num_nodes: Annotated[int, AtLeastOne] = 1
+    devices_per_node: Annotated[int, AtLeastOne] | None = (
+        None  # GPUs per node, or CPU slots without GPUs (None: detect)
+    )
+    # {component: device range} for actor, rollout, env (README: 'Placement'). A component it does
+    # not name keeps its default: actor and env device 0; rollout on the actor's devices, one rank
+    # each, as many as divide the env ranks. So `component_placement.actor=0-1` alone is complete.
+    component_placement: dict = field(default_factory=lambda: dict(DEFAULT_PLACEMENT))
+    simulate_nodes: Annotated[int, NonNegative] = (
+        0  # >1: rehearse num_nodes (equal to it) on this machine as a local multi-raylet Ray cluster
+    )
     ray_address: str | None = None  # an existing Ray cluster (as after `ray start`); None: start one
-    node_ip: str = "127.0.0.1"  # the address a locally started Ray advertises
-    env_vars: dict = field(default_factory=dict)  # set in every worker; {node index: {...}} per node
+    node_ip: Annotated[str, IPAddress] = "127.0.0.1"  # the address a locally started Ray advertises
+    env_vars: dict = field(
+        default_factory=dict
+    )  # set in every worker: {NAME: value}, and {node index: {NAME: value}} per node
     fuse_collocated: bool = False  # ray: run rank r of env, rollout and actor in one process when they share a device (one call per rank per iteration, no weight sync; README: 'Fused ranks')
 
 
 @dataclass
 class RunnerConfig:
-    total_env_steps: int = 100_000
-    seed: int = 1
+    total_env_steps: Annotated[int, Positive] = 100_000
+    seed: Annotated[int, NonNegative] = 1
     run_dir: str = "runs"  # parent folder of run directories
     name: str | None = None  # run name (default: env id); the folder is <name>-<time>
-    checkpoint_interval: int = 50  # iterations between checkpoints (and one at the end)
-    keep_checkpoints: int = 3  # how many of the newest checkpoints to keep
-    log_interval: int = 1  # iterations between console lines
-    resume: str | None = None  # a run directory to continue
-    torch_threads: int = 1  # intra-op threads of this process (0: torch's default)
-    target_return: float | None = None  # stop once the last-100-episode mean reaches this
+    checkpoint_interval: Annotated[int, AtLeastOne] = 50  # iterations between checkpoints (and one at the end)
+    keep_checkpoints: Annotated[int, AtLeastOne] = 3  # how many of the newest checkpoints to keep
+    log_interval: Annotated[int, AtLeastOne] = 1  # iterations between console lines
+    resume: str | None = None  # a run directory to continue (it must hold a complete checkpoint)
+    torch_threads: Annotated[int, NonNegative] = 1  # intra-op threads of this process (0: torch's default)
+    target_return: Annotated[float, Finite] | None = None  # stop once the last-100-episode mean reaches this
     tensorboard: bool = True
-    weight_sync_interval: int = 1  # iterations between actor → rollout weight syncs (separate processes)
-    param_check_interval: int = 10  # iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a divergence stops the run (0: never)
+    weight_sync_interval: Annotated[int, AtLeastOne] = (
+        1  # iterations between actor → rollout weight syncs (separate processes)
+    )
+    param_check_interval: Annotated[int, NonNegative] = (
+        10  # iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a divergence stops the run (0: never)
+    )
     checkpoint_replay_buffer: bool = False  # sac: checkpoints also hold every actor rank's replay buffer shard (bigger files; a resume trains on the same data instead of refilling)
 
 
 @dataclass
 class WatchdogConfig:
+    # All in seconds but deadline_factor; validate.py relates them (interval < timeout, min <= max).
     enabled: bool = True
-    heartbeat_interval_s: float = 0.5  # how often each worker publishes its record
-    heartbeat_timeout_s: float = 5.0  # no beat for this long: the process is frozen (or gone)
-    startup_allowance_s: float = 300.0  # deadline of a phase never seen finishing (slow simulator start-up)
-    deadline_factor: float = 10.0  # a phase may take this many times its longest observed duration
-    min_deadline_s: float = 5.0  # ... but never less than this
-    max_deadline_s: float = 1800.0  # ... nor more than this
-    collective_timeout_s: float = 5.0  # ranks waiting in a collective another rank never entered
-    poll_interval_s: float = 0.25
+    heartbeat_interval_s: Annotated[float, Positive] = 0.5  # how often each worker publishes its record
+    heartbeat_timeout_s: Annotated[float, Positive] = (
+        5.0  # no beat for this long: the process is frozen (or gone); > heartbeat_interval_s
+    )
+    startup_allowance_s: Annotated[float, Positive] = (
+        300.0  # deadline of a phase never seen finishing (slow simulator start-up)
+    )
+    deadline_factor: Annotated[float, AtLeastOne] = (
+        10.0  # a phase may take this many times its longest observed duration
+    )
+    min_deadline_s: Annotated[float, Positive] = 5.0  # ... but never less than this
+    max_deadline_s: Annotated[float, Positive] = 1800.0  # ... nor more than this (>= min_deadline_s)
+    collective_timeout_s: Annotated[float, Positive] = 5.0  # ranks waiting in a collective another rank never entered
+    poll_interval_s: Annotated[float, Positive] = 0.25  # how often the watchdog reads the heartbeats
 
 
 @dataclass
 class DebugConfig:
-    # Fault injection for rehearsing failures (README: 'Freeze-proofing'). Keys: kind (kill |
-    # stop | exception | gil_hang | extra_collective | extra_step), component, rank, iteration.
+    # Fault injection for rehearsing failures (README: 'Freeze-proofing'): {kind, component, rank,
+    # method, call}, e.g. {kind: kill, component: actor, rank: 1, call: 3} (watch/faults.py lists
+    # the kinds and defaults; validate.py checks it, and the rank against the placement).
     fault: dict = field(default_factory=dict)
 
 

@@ -1,4 +1,10 @@
-"""Cross-field rules of the config, checked before anything starts."""
+"""Cross-field rules of the config, checked before anything starts.
+
+A key's own type, choices and range are declared on its field (`schema.py`, `constraints.py`) and
+checked by the loader; what is here relates keys to each other (or, once the placement is
+resolved, to it: `check_actor_layout`, `check_fault_placement`). `debug.fault`'s own keys are
+checked by `watch/faults.check_fault`, next to the kinds it implements.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,13 @@ from pathlib import Path
 
 from fleetrl.algos.registry import ALGORITHMS
 from fleetrl.checkpoint import list_checkpoints
+from fleetrl.cluster.placement import PLACEMENT_KEY, Placement
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
+from fleetrl.watch.faults import check_fault
 
 CHOICES = {
     "algorithm.name": ALGORITHMS,
-    "model.activation": ("tanh", "relu", "elu", "gelu"),
-    "actor.optimizer": ("adam", "adamw"),
-    "cluster.backend": ("auto", "inline", "ray"),
     "algorithm.adv_type": ("gae", "grpo"),
     "algorithm.logprob_type": ("action_level", "token_level"),
     "algorithm.entropy_type": ("action_level", "token_level"),
@@ -23,21 +28,13 @@ POSITIVE = (
     "algorithm.lr",
     "algorithm.update_epochs",
     "algorithm.minibatch_size",
-    "runner.total_env_steps",
-    "runner.checkpoint_interval",
-    "runner.keep_checkpoints",
-    "runner.log_interval",
-    "actor.adam_eps",
 )
 NON_NEGATIVE = (
     "algorithm.clip_coef",
     "algorithm.vf_coef",
     "algorithm.ent_coef",
     "algorithm.max_grad_norm",
-    "runner.torch_threads",
-    "actor.weight_decay",
     "algorithm.beta_clone",
-    "runner.param_check_interval",
 )
 UNIT_INTERVAL = ("algorithm.gamma", "algorithm.gae_lambda")
 
@@ -75,13 +72,72 @@ def validate(config: Config) -> None:
     resume = config.runner.resume
     if resume is not None and not list_checkpoints(Path(resume)):
         raise ConfigError("runner.resume", resume, "a run directory that holds a complete checkpoint")
-    max_steps = config.env.max_episode_steps
-    if max_steps is not None and max_steps <= 0:
-        raise ConfigError("env.max_episode_steps", max_steps, "a positive integer or null")
-    if not config.model.hidden_sizes or not all(
-        isinstance(size, int) and size > 0 for size in config.model.hidden_sizes
-    ):
-        raise ConfigError("model.hidden_sizes", config.model.hidden_sizes, "a non-empty list of positive integers")
+    if config.model.id == "mlp" and config.model.kwargs:
+        raise ConfigError(
+            "model.kwargs",
+            config.model.kwargs,
+            "{} with model.id 'mlp'",
+            "the built-in MLP reads model.hidden_sizes, activation, shared_trunk, ortho_init; kwargs go to a custom model",
+        )
+    validate_cluster(config)
+    validate_watchdog(config)
+    check_fault(config.debug.fault, config.algorithm.name)
+
+
+def validate_cluster(config: Config) -> None:
+    cluster = config.cluster
+    if cluster.simulate_nodes > 1 and cluster.simulate_nodes != cluster.num_nodes:
+        raise ConfigError(
+            "cluster.simulate_nodes", cluster.simulate_nodes, f"0, or equal to cluster.num_nodes ({cluster.num_nodes})"
+        )
+    if cluster.simulate_nodes > 1 and cluster.ray_address is not None:
+        raise ConfigError(
+            "cluster.simulate_nodes",
+            cluster.simulate_nodes,
+            f"0 with cluster.ray_address set ({cluster.ray_address!r}): either join a cluster or simulate one",
+        )
+    for name, value in cluster.env_vars.items():
+        node = isinstance(name, int) and not isinstance(name, bool) or isinstance(name, str) and name.isdigit()
+        entries = value.items() if node and isinstance(value, dict) else [(name, value)]
+        for key, item in entries:
+            where = f"cluster.env_vars.{name}" + (f".{key}" if node else "")
+            if not isinstance(key, str) or not isinstance(item, (str, int, float, bool)):
+                raise ConfigError(
+                    where, item, "a variable name with a string or number value, or a node index with a mapping of them"
+                )
+
+
+def validate_watchdog(config: Config) -> None:
+    """The relations between the watchdog's keys (each key's own range is on its field)."""
+    watchdog = config.watchdog
+    if watchdog.heartbeat_interval_s >= watchdog.heartbeat_timeout_s:
+        raise ConfigError(
+            "watchdog.heartbeat_interval_s",
+            watchdog.heartbeat_interval_s,
+            f"less than watchdog.heartbeat_timeout_s ({watchdog.heartbeat_timeout_s:g})",
+            "a worker that beats less often than the timeout would be declared frozen while it is fine",
+        )
+    if watchdog.min_deadline_s > watchdog.max_deadline_s:
+        raise ConfigError(
+            "watchdog.min_deadline_s",
+            watchdog.min_deadline_s,
+            f"at most watchdog.max_deadline_s ({watchdog.max_deadline_s:g})",
+        )
+
+
+def check_fault_placement(config: Config, placement: Placement) -> None:
+    """`debug.fault.rank` against the placement: a rank beyond its component's world size would
+    never fire. The runtime calls this once placement is resolved."""
+    fault = config.debug.fault
+    if fault:
+        world = placement.world_size(fault["component"])
+        if fault.get("rank", 0) >= world:
+            raise ConfigError(
+                "debug.fault.rank",
+                fault["rank"],
+                f"a rank of {fault['component']} below its world size {world}",
+                f"{PLACEMENT_KEY}.{fault['component']} places {world} rank(s)",
+            )
 
 
 FSDP_ONLY = (
@@ -91,7 +147,6 @@ FSDP_ONLY = (
     "fsdp_reduce_dtype",
     "fsdp_cpu_offload",
 )
-FSDP_DTYPES = ("float32", "bfloat16")
 
 
 def minibatch_key(config: Config) -> str:
@@ -109,16 +164,6 @@ def validate_actor(config: Config) -> None:
     """The actor's distributed-training keys, as far as they can be checked without knowing the
     actor world size (`check_actor_layout` does the rest once placement is resolved)."""
     actor = config.actor
-    if actor.strategy not in ("ddp", "fsdp"):
-        raise ConfigError("actor.strategy", actor.strategy, "one of ['ddp', 'fsdp']")
-    if not 0 < actor.dist_timeout_s < float("inf"):
-        raise ConfigError(
-            "actor.dist_timeout_s", actor.dist_timeout_s, "a finite number of seconds > 0 (there is no 'wait forever')"
-        )
-    for key in ("global_batch_size", "micro_batch_size", "fsdp_hybrid_shard_size"):
-        value = getattr(actor, key)
-        if value is not None and value <= 0:
-            raise ConfigError(f"actor.{key}", value, "a positive integer or null")
     minibatch = effective_minibatch_size(config)
     if actor.micro_batch_size is not None and minibatch % actor.micro_batch_size:
         raise ConfigError(
@@ -126,18 +171,6 @@ def validate_actor(config: Config) -> None:
             actor.micro_batch_size,
             f"a divisor of the minibatch {minibatch_key(config)} = {minibatch}",
         )
-    strategies = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard")
-    if actor.fsdp_sharding_strategy not in strategies:
-        raise ConfigError("actor.fsdp_sharding_strategy", actor.fsdp_sharding_strategy, f"one of {list(strategies)}")
-    for key in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
-        value = getattr(actor, key)
-        if value is not None and value not in FSDP_DTYPES:
-            hint = (
-                "float16 needs loss scaling, which fleetrl does not do; bfloat16 does not"
-                if value in ("float16", "half", "fp16")
-                else ""
-            )
-            raise ConfigError(f"actor.{key}", value, f"null or one of {list(FSDP_DTYPES)}", hint)
     if actor.fsdp_hybrid_shard_size is not None and actor.fsdp_sharding_strategy != "hybrid_shard":
         raise ConfigError(
             "actor.fsdp_hybrid_shard_size",
@@ -166,6 +199,7 @@ def check_actor_layout(config: Config, actor_world_size: int) -> None:
         raise ConfigError("cluster.component_placement.actor", world, "at least one actor rank")
     if config.env.num_envs % world:
         raise ConfigError(
+            "env.num_envs",
             config.env.num_envs,
             f"a multiple of the actor world size {world} (trajectories are split by env)",
         )
@@ -276,13 +310,15 @@ def check_grpo_ppg_layout(config: Config, world: int) -> None:
 
 
 def check_entry_points(config: Config) -> None:
-    """Resolve `env.id` and a custom `model.id` now, so a typo fails before anything starts."""
-    from fleetrl.entry_points import resolve_entry_point
+    """Resolve `env.id` and a custom `model.id` now, and check the kwargs each is given against its
+    signature, so a typo fails before anything starts."""
+    from fleetrl.entry_points import check_keyword_arguments, resolve_entry_point
     from fleetrl.envs.make import env_factory
 
     env_factory(config.env)
     if config.model.id != "mlp":
-        resolve_entry_point("model.id", config.model.id)
+        network = resolve_entry_point("model.id", config.model.id)
+        check_keyword_arguments("model.kwargs", network, config.model.kwargs)
 
 
 def validate_sac(config: Config) -> None:

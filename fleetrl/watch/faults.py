@@ -3,7 +3,8 @@
     debug:
       fault: {kind: kill, component: actor, rank: 1, method: train, call: 3}
 
-fires on the 3rd call of `train` on actor rank 1. Kinds:
+fires on the 3rd call of `train` on actor rank 1 (`method` defaults to the component's main
+method, `rank` to 0, `call` to 1; `check_fault` rejects anything that could never fire). Kinds:
   kill              SIGKILL the worker process
   stop              SIGSTOP it (frozen, not dead)
   exception         raise an error inside the worker
@@ -21,26 +22,76 @@ import time
 
 import torch
 
-from fleetrl.errors import ConfigError
+from fleetrl.errors import ConfigError, nearest
 
 KINDS = ("kill", "stop", "exception", "hang", "gil_hang", "extra_collective", "extra_step")
-DEFAULT_METHOD = {"env": "step", "rollout": "act", "actor": "train"}
+ACTOR_ONLY = ("extra_collective", "extra_step")
+DEFAULT_METHOD = {"env": "step", "rollout": "act", "actor": "train"}  # the component's main method
+FAULT_KEYS = ("kind", "component", "rank", "method", "call")  # rank defaults to 0, call to 1
 
 
 class InjectedFault(RuntimeError):
     """The error raised by `kind: exception`."""
 
 
-def check_fault(fault: dict) -> None:
+def check_fault(fault: dict, algorithm: str) -> None:
+    """`debug.fault` before anything starts: a misspelt key, kind, component or method would
+    otherwise never fire, silently. Its rank is checked against the placement later
+    (`validate.check_fault_placement`)."""
     if not fault:
         return
-    unknown = set(fault) - {"kind", "component", "rank", "method", "call"}
-    if unknown:
-        raise ConfigError(f"debug.fault.{sorted(unknown)[0]}", fault, "keys kind, component, rank, method, call")
-    if fault.get("kind") not in KINDS:
-        raise ConfigError("debug.fault.kind", fault.get("kind"), f"one of {list(KINDS)}")
-    if fault.get("component") not in DEFAULT_METHOD:
-        raise ConfigError("debug.fault.component", fault.get("component"), f"one of {list(DEFAULT_METHOD)}")
+    for key in fault:
+        if key not in FAULT_KEYS:
+            raise ConfigError(
+                f"debug.fault.{key}", fault[key], f"one of the keys {list(FAULT_KEYS)}", nearest(str(key), FAULT_KEYS)
+            )
+    for key in ("kind", "component"):
+        if key not in fault:
+            raise ConfigError(
+                f"debug.fault.{key}",
+                None,
+                f"one of {list(KINDS if key == 'kind' else DEFAULT_METHOD)}",
+                "kind and component are required",
+            )
+    kind, component = fault["kind"], fault["component"]
+    if kind not in KINDS:
+        raise ConfigError("debug.fault.kind", kind, f"one of {list(KINDS)}", nearest(str(kind), KINDS))
+    if component not in tuple(DEFAULT_METHOD):  # (a tuple: an unhashable value is just not in it)
+        raise ConfigError(
+            "debug.fault.component",
+            component,
+            f"one of {list(DEFAULT_METHOD)}",
+            nearest(str(component), DEFAULT_METHOD),
+        )
+    if kind in ACTOR_ONLY and component != "actor":
+        raise ConfigError(
+            "debug.fault.component",
+            component,
+            f"'actor' with kind {kind!r} (a collective or an optimisation step only an actor rank makes)",
+        )
+    for key, low in (("rank", 0), ("call", 1)):
+        value = fault.get(key, low)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"debug.fault.{key}", value, f"an integer >= {low}")
+    method = fault.get("method", DEFAULT_METHOD[component])
+    methods = worker_methods(component, algorithm)
+    if method not in methods:
+        raise ConfigError(
+            "debug.fault.method",
+            method,
+            f"a method of the {component} worker, one of {methods}",
+            nearest(str(method), methods),
+        )
+
+
+def worker_methods(component: str, algorithm: str) -> list[str]:
+    """The public methods of the component's worker class for this algorithm."""
+    from fleetrl.algos.registry import algorithm_workers
+    from fleetrl.workers.env_worker import EnvWorker
+
+    workers = algorithm_workers(algorithm)
+    worker = {"env": EnvWorker, "rollout": workers.rollout, "actor": workers.actor}[component]
+    return sorted(name for name in dir(worker) if not name.startswith("_") and callable(getattr(worker, name)))
 
 
 class FaultPlan:
