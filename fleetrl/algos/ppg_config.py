@@ -9,7 +9,7 @@ from typing import Annotated
 from fleetrl.algos.ppo_config import PPOConfig, check_ppo_layout, validate_ppo
 from fleetrl.config.constraints import AtLeastOne, NonNegative, Positive
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import effective_minibatch_size, minibatch_key
+from fleetrl.config.validate import check_split_over_ranks, effective_minibatch_size, minibatch_key
 from fleetrl.errors import ConfigError
 
 
@@ -65,13 +65,6 @@ def validate_ppg(config: Config) -> None:
 def check_ppg_layout(config: Config, world: int) -> None:
     """PPO's, and the auxiliary minibatch split over the ranks."""
     check_ppo_layout(config, world)
-    aux = aux_minibatch_size(config)
-    if aux % world:
-        raise ConfigError("algorithm.aux_minibatch_size", aux, f"a multiple of the actor world size {world}")
-    micro = config.actor.micro_batch_size
-    if micro is not None and (aux // world) % micro:
-        raise ConfigError(
-            "actor.micro_batch_size",
-            micro,
-            f"a divisor of the per-rank auxiliary minibatch {aux} / {world} = {aux // world}",
-        )
+    check_split_over_ranks(
+        config, "algorithm.aux_minibatch_size", aux_minibatch_size(config), world, "auxiliary minibatch"
+    )

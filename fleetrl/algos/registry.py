@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fleetrl.errors import ConfigError, nearest
@@ -52,13 +52,13 @@ class AlgorithmSpec:
     config: type[AlgorithmConfig]  # the `algorithm` section's dataclass (a subclass of AlgorithmConfig)
     actor: type  # an `ActorBase` subclass
     rollout: type  # a `RolloutWorker` (sub)class
+    console_metrics: tuple[ConsoleMetric, ...] = ()  # shown after the return on the console line
     # Cross-field rules that need only the config (run by `config.validate.validate`).
     validate: Callable[[Config], None] = no_rule
     # Rules that need the actor world size (run by `config.validate.check_actor_layout`).
     check_layout: Callable[[Config, int], None] = no_rule
     # Rules that need the env's spaces (`config.validate.check_spaces`, before any actor is built).
     check_spaces: Callable[[Config, Any, Any], None] = no_rule
-    console_metrics: tuple[ConsoleMetric, ...] = field(default_factory=tuple)  # after the return on the console line
 
 
 REGISTRY: dict[str, AlgorithmSpec] = {}

@@ -148,16 +148,7 @@ def check_actor_layout(config: Config, actor_world_size: int) -> None:
             config.env.num_envs,
             f"a multiple of the actor world size {world} (trajectories are split by env)",
         )
-    key, minibatch = minibatch_key(config), effective_minibatch_size(config)
-    if minibatch % world:
-        raise ConfigError(key, minibatch, f"a multiple of the actor world size {world}")
-    micro = config.actor.micro_batch_size
-    if micro is not None and (minibatch // world) % micro:
-        raise ConfigError(
-            "actor.micro_batch_size",
-            micro,
-            f"a divisor of the per-rank minibatch {key} / actor ranks = {minibatch} / {world} = {minibatch // world}",
-        )
+    check_split_over_ranks(config, minibatch_key(config), effective_minibatch_size(config), world)
     hybrid = config.actor.fsdp_hybrid_shard_size
     if world > 1 and config.actor.strategy == "fsdp" and hybrid is not None and world % hybrid:
         raise ConfigError("actor.fsdp_hybrid_shard_size", hybrid, f"a divisor of the actor world size {world}")
@@ -171,6 +162,20 @@ def validate_tokens(config: Config) -> None:
     bins = config.model.action_bins
     if bins is not None and bins < 2:
         raise ConfigError("model.action_bins", bins, "null (Gaussian) or an integer >= 2")
+
+
+def check_split_over_ranks(config: Config, key: str, minibatch: int, world: int, what: str = "minibatch") -> None:
+    """A minibatch of `minibatch` samples (set by `key`) spread over `world` ranks: W must divide
+    it, and a micro-batch each rank's share."""
+    if minibatch % world:
+        raise ConfigError(key, minibatch, f"a multiple of the actor world size {world}")
+    micro = config.actor.micro_batch_size
+    if micro is not None and (minibatch // world) % micro:
+        raise ConfigError(
+            "actor.micro_batch_size",
+            micro,
+            f"a divisor of the per-rank {what} {key} / actor ranks = {minibatch} / {world} = {minibatch // world}",
+        )
 
 
 def check_entry_points(config: Config) -> None:

@@ -194,9 +194,7 @@ class ActorWorker(ActorBase):
         self.generator.set_state(saved["generator"])
 
 
-PPO_CONSOLE = (ConsoleMetric("approx_kl", "kl", ".4f"), ConsoleMetric("clip_fraction", "clip", ".3f"))
-
-register_algorithm(
+PPO = register_algorithm(
     AlgorithmSpec(
         name="ppo",
         config=PPOConfig,
@@ -204,6 +202,6 @@ register_algorithm(
         rollout=RolloutWorker,
         validate=validate_ppo,
         check_layout=check_ppo_layout,
-        console_metrics=PPO_CONSOLE,
+        console_metrics=(ConsoleMetric("approx_kl", "kl", ".4f"), ConsoleMetric("clip_fraction", "clip", ".3f")),
     )
 )

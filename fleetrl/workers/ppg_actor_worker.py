@@ -21,21 +21,21 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 import gymnasium as gym
 import torch
 
 from fleetrl.algos.ppg import aux_update, distribution_inputs, is_aux_iteration
 from fleetrl.algos.ppg_config import PPGConfig, aux_minibatch_size, check_ppg_layout, validate_ppg
-from fleetrl.algos.registry import AlgorithmSpec, register_algorithm
+from fleetrl.algos.registry import register_algorithm
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.phases import ddp_phase_path, local_phase_path, unused_parameters
 from fleetrl.parallel.sharding import EnvShard, Minibatches
 from fleetrl.trajectory import Trajectory
 from fleetrl.watch import flight_recorder
-from fleetrl.workers.actor_worker import PPO_CONSOLE, ActorWorker
-from fleetrl.workers.rollout_worker import RolloutWorker
+from fleetrl.workers.actor_worker import PPO, ActorWorker
 
 log = logging.getLogger("fleetrl")
 
@@ -175,14 +175,9 @@ class PPGActorWorker(ActorWorker):
         self.stored_returns = list(returns[:, columns].clone().chunk(count))
 
 
+# PPO's spec with its own section, actor and rules (the rollout worker and console are PPO's)
 register_algorithm(
-    AlgorithmSpec(
-        name="ppg",
-        config=PPGConfig,
-        actor=PPGActorWorker,
-        rollout=RolloutWorker,
-        validate=validate_ppg,
-        check_layout=check_ppg_layout,
-        console_metrics=PPO_CONSOLE,
+    replace(
+        PPO, name="ppg", config=PPGConfig, actor=PPGActorWorker, validate=validate_ppg, check_layout=check_ppg_layout
     )
 )

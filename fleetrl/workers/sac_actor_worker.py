@@ -250,14 +250,9 @@ class SACActorWorker(ActorBase):
             )
 
 
+SAC_CONSOLE = (ConsoleMetric("q_loss", "q loss", ".3f"), ConsoleMetric("alpha", "alpha", ".3f"))
 register_algorithm(
     AlgorithmSpec(
-        name="sac",
-        config=SACConfig,
-        actor=SACActorWorker,
-        rollout=SACRolloutWorker,
-        validate=validate_sac,
-        check_spaces=check_sac_spaces,
-        console_metrics=(ConsoleMetric("q_loss", "q loss", ".3f"), ConsoleMetric("alpha", "alpha", ".3f")),
+        "sac", SACConfig, SACActorWorker, SACRolloutWorker, SAC_CONSOLE, validate_sac, check_spaces=check_sac_spaces
     )
 )
