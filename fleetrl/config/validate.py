@@ -145,6 +145,7 @@ def check_actor_layout(config: Config, actor_world_size: int) -> None:
         raise ConfigError("cluster.component_placement.actor", world, "at least one actor rank")
     if config.env.num_envs % world:
         raise ConfigError(
+            "env.num_envs",
             config.env.num_envs,
             f"a multiple of the actor world size {world} (trajectories are split by env)",
         )
