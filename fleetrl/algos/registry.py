@@ -14,6 +14,7 @@ config code may use it without an import cycle (config → registry, workers →
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,10 +68,8 @@ REGISTRY: dict[str, AlgorithmSpec] = {}
 def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
     """Make `spec` available as `algorithm.name: <spec.name>`. Registering a name again replaces
     its spec (a module re-imported, a test's algorithm redefined)."""
-    from fleetrl.config.schema import AlgorithmConfig
-
-    if not (isinstance(spec.config, type) and issubclass(spec.config, AlgorithmConfig)):
-        raise TypeError(f"algorithm {spec.name!r}: its config must be a subclass of AlgorithmConfig")
+    if not (isinstance(spec.config, type) and dataclasses.is_dataclass(spec.config)):
+        raise TypeError(f"algorithm {spec.name!r}: its config must be a dataclass (a subclass of AlgorithmConfig)")
     REGISTRY[spec.name] = spec
     return spec
 
