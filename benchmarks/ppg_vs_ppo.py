@@ -92,6 +92,43 @@ def train_once(algo: str, seed: int, target: float, workdir: Path) -> dict:
 # ------------------------------------------------------------- (B) auxiliary-phase cost
 
 
+def find_unused_worker() -> type:
+    """`PPGActorWorker` with ONE DDP wrapper for both phases and find_unused_parameters=True: what
+    fleetrl's one wrapper per phase (`fleetrl.parallel.phases`) is measured against."""
+    from torch import nn
+
+    from fleetrl.parallel.wrap import LossPath, ddp
+    from fleetrl.workers.ppg_actor_worker import PPGActorWorker
+
+    methods = {"policy": "forward", "aux": "forward_aux"}
+
+    class PhasedPolicy(nn.Module):
+        """Both phases in one module, `forward(*args, phase=...)`: what a single wrapper needs."""
+
+        def __init__(self, policy: nn.Module):
+            super().__init__()
+            self.policy = policy
+
+        def forward(self, *args, phase: str):
+            return getattr(self.policy, methods[phase])(*args)
+
+    class FindUnusedWorker(PPGActorWorker):
+        def wrap_loss_path(self) -> LossPath:
+            wrapped = ddp(PhasedPolicy(self.policy), self.device, find_unused_parameters=True)
+            # no gradient check: DDP itself accounts for whatever a phase leaves unused
+            everything = frozenset(name for name, _ in self.policy.named_parameters())
+
+            def path(phase: str) -> LossPath:
+                return LossPath(
+                    lambda *args: wrapped(*args, phase=phase), self.policy, "ddp", wrapped.no_sync, everything
+                )
+
+            self.aux_path = path("aux")
+            return path("policy")
+
+    return FindUnusedWorker
+
+
 def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, phases: int, out_dir: str) -> None:
     import gymnasium as gym
     import numpy as np
@@ -112,7 +149,7 @@ def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, pha
     spaces = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
     process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=120)
     try:
-        worker_class = type("Worker", (PPGActorWorker,), {"ddp_wrapping": wrapping})
+        worker_class = find_unused_worker() if wrapping == "find_unused" else PPGActorWorker
         worker = worker_class(config, *spaces, rank, world)
         worker.init_distributed("127.0.0.1", 0)
         torch.manual_seed(0)
@@ -157,7 +194,7 @@ def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, pha
 def measure_wrapping(wrapping: str, hidden: list, phases: int) -> dict:
     import torch.multiprocessing as mp
 
-    from fleetrl.parallel.process_group import free_port
+    from fleetrl.parallel.net import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         wait_for_quiet(0.5, 5)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fleetrl.algos.registry import algorithm_workers
+from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import load_latest
 from fleetrl.config.loader import load_config
 from fleetrl.errors import UserError
@@ -44,9 +44,7 @@ def evaluate(
     env = EnvWorker(env_config, config.algorithm.gamma, seed, num_envs=num_envs, training=False)
     env.load_state_dict(state["env"][0])  # env rank 0's normaliser statistics
     # the algorithm's own rollout worker plays: it knows its policy and how to load it
-    rollout = algorithm_workers(config.algorithm.name).rollout.from_config(
-        config, env.observation_space, env.action_space
-    )
+    rollout = algorithm_spec(config.algorithm.name).rollout.from_config(config, env.observation_space, env.action_space)
     rollout.load_weights(state["actor"]["policy"])
     try:
         returns = play(env, rollout, episodes, deterministic, video_dir)

@@ -4,30 +4,43 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from fleetrl.algos.registry import ConsoleMetric
 
 log = logging.getLogger("fleetrl")
 file_only_log = logging.getLogger("fleetrl.iterations")  # see run_dir.setup_logging
 
 
-def summary_line(record: dict) -> str:
+def summary_line(record: dict, metrics: Sequence[ConsoleMetric] = ()) -> str:
+    """The iteration's line: progress, speed, the recent return, then the algorithm's own
+    `metrics` (its spec's `console_metrics`), each while the record has a value for it."""
     ret = record.get("episode_return_last100")
     ret_text = "n/a" if ret is None else f"{ret:.1f}"
     line = (
         f"it {record['iteration']} | steps {record['global_step']:,} | "
         f"{record['steps_per_s']:,.0f} steps/s | return(100) {ret_text}"
     )
-    if "approx_kl" in record:  # PPO family
-        line += f" | kl {record['approx_kl']:.4f} | clip {record['clip_fraction']:.3f}"
-    if record.get("q_loss") is not None:  # SAC
-        line += f" | q loss {record['q_loss']:.3f} | alpha {record['alpha']:.3f}"
+    for metric in metrics:
+        value = record.get(metric.key)
+        if value is not None:
+            line += f" | {metric.label} {value:{metric.format}}"
     return line
 
 
 class ConsoleProgress:
-    def __init__(self, total_steps: int, start_step: int, log_interval: int, live: bool | None = None):
+    def __init__(
+        self,
+        total_steps: int,
+        start_step: int,
+        log_interval: int,
+        live: bool | None = None,
+        metrics: Sequence[ConsoleMetric] = (),
+    ):
         self.log_interval = log_interval
+        self.metrics = metrics
         self.live = sys.stderr.isatty() if live is None else live
         self.bar = None
         if self.live:
@@ -44,7 +57,7 @@ class ConsoleProgress:
             self.bar.start()
 
     def update(self, record: dict) -> None:
-        line = summary_line(record)
+        line = summary_line(record, self.metrics)
         if self.bar is not None:
             self.bar.update(self.task, completed=record["global_step"], description=line)
             file_only_log.info(line)

@@ -16,6 +16,7 @@ import numpy as np
 import psutil
 import torch
 
+from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import load_latest, save_checkpoint
 from fleetrl.cluster.runtime import Layout, Runtime, resolve_layout
 from fleetrl.collect import collect_then_train
@@ -79,7 +80,13 @@ class Trainer:
         )
         install_stop_handlers()
         metrics_log = MetricsLog(self.run_dir, config.runner.tensorboard)
-        progress = ConsoleProgress(total, self.global_step, config.runner.log_interval, self.live_progress)
+        progress = ConsoleProgress(
+            total,
+            self.global_step,
+            config.runner.log_interval,
+            self.live_progress,
+            algorithm_spec(config.algorithm.name).console_metrics,
+        )
         self.collector.start(self.iteration)
         try:
             while self.global_step < total and not self.stop_for_target():
@@ -110,7 +117,7 @@ class Trainer:
         steps_before = self.global_step
         self.sync_weights()
         synced = time.perf_counter()
-        if self.config.algorithm.adv_type == "grpo":  # each iteration's episodes start from group-seeded resets
+        if self.config.algorithm.resets_envs_each_iteration:  # e.g. GRPO: group-seeded resets
             self.collector.start(self.iteration)
         # The schedule position is taken before this iteration's steps, so the last iteration
         # still learns (lr > 0) rather than running with an annealed-to-zero rate.

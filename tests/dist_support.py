@@ -161,7 +161,7 @@ def train_rank(name: str, rank: int, world: int) -> dict:
         "metrics": metrics,
         "state": worker.state_dict(),
         "weights": worker.policy_weights(),
-        "replicas": worker.check_replicas(),
+        "replicas": worker.replica_divergence(),
         "local": {k: v.detach().clone() for k, v in worker.policy.state_dict().items()}
         if worker.loss_path.strategy == "ddp"
         else None,

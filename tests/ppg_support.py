@@ -21,7 +21,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from fleetrl.algos.registry import algorithm_workers
+from fleetrl.algos.registry import algorithm_spec
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.parallel import process_group
@@ -96,7 +96,7 @@ def make_trajectory(config: Config, name: str, iteration: int) -> Trajectory:
 
 def build_worker(name: str, rank: int = 0, world: int = 1, extra: list[str] = ()):
     config = config_for(name, extra)
-    return config, algorithm_workers(config.algorithm.name).actor(config, *spaces(name), rank, world)
+    return config, algorithm_spec(config.algorithm.name).actor(config, *spaces(name), rank, world)
 
 
 def train_reference(name: str, iterations: int | None = None) -> dict:

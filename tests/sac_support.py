@@ -162,7 +162,7 @@ def train_rank(name: str, rank: int, world: int) -> dict:
         worker.learner.update(rank_part(batch, rank, world))
     result = {
         "state": full_state(worker),
-        "replicas_after_updates": worker.check_replicas(),
+        "replicas_after_updates": worker.replica_divergence(),
         "ddp_wrapped": type(worker.learner.critic_path).__name__,
         "ddp_buffers": ddp_buffers,
     }
@@ -171,7 +171,7 @@ def train_rank(name: str, rank: int, world: int) -> dict:
     worker.verify_replicas()  # raises if any tensor (targets included) differs
     result.update(
         metrics=metrics,
-        replicas_after_train=worker.check_replicas(),
+        replicas_after_train=worker.replica_divergence(),
         replay_size=len(worker.replay),
         checkpoint=worker.state_dict(),
     )

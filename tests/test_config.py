@@ -72,6 +72,11 @@ MORE_BAD_INPUTS = {
     "string for a list": ("model.hidden_sizes=64", ["model.hidden_sizes", "64", "list"]),
     "section that is not a mapping": ("runner=3", ["runner", "3", "mapping"]),
     "zero max_episode_steps": ("env.max_episode_steps=0", ["env.max_episode_steps", "0"]),
+    # each algorithm's section holds its own keys; another algorithm's key is named as such
+    "ppg key with ppo": ("algorithm.n_pi=4", ["algorithm.n_pi", "'n_pi' is a key of ppg, not of ppo"]),
+    "sac key with ppo": ("algorithm.tau=0.1", ["algorithm.tau", "'tau' is a key of sac, not of ppo"]),
+    "unknown algorithm": ("algorithm.name=ppgg", ["algorithm.name", "ppgg", "'ppo'", "did you mean 'ppg'"]),
+    "bad choice of an algorithm key": ("algorithm.adv_type=gpro", ["algorithm.adv_type", "gpro", "grpo"]),
 }
 
 

@@ -20,6 +20,7 @@ import typing
 
 import pytest
 
+from fleetrl.algos.registry import algorithm_names, algorithm_spec
 from fleetrl.cli import main
 from fleetrl.config.constraints import Check, Range
 from fleetrl.config.loader import coerce
@@ -47,16 +48,16 @@ ANY_VALUE = {
 }
 
 
-# Issue 9: the algorithm keys get their ranges and choices on their per-algorithm sections
-# (another branch). Until then they are checked in validate.py and only their types here.
-# Delete this set when those sections are walked; a key in it that has a bad value fails.
 def hints(section_type: type) -> dict:
     return typing.get_type_hints(section_type, include_extras=True)
 
 
-ALGORITHM_KEYS_NOT_YET_ANNOTATED = {
-    f"algorithm.{name}" for name, hint in hints(SECTION_TYPES["algorithm"]).items() if hint is not bool
-}
+def sections() -> list[tuple[str, type, list[str]]]:
+    """(prefix, section dataclass, overrides that select it): every section of the schema, and the
+    `algorithm` section once per registered algorithm (each has its own dataclass)."""
+    found = [(prefix, section_type, []) for prefix, section_type in SECTION_TYPES.items() if prefix != "algorithm"]
+    found += [("algorithm", algorithm_spec(name).config, [f"algorithm.name={name}"]) for name in algorithm_names()]
+    return found
 
 
 def strip(hint):
@@ -92,20 +93,20 @@ def bad_values(hint) -> list:
     return []
 
 
-def walk_section(prefix: str, section_type: type) -> list[tuple[str, object]]:
-    """(dotted key, bad value) for every field of a section dataclass."""
+def walk_section(prefix: str, section_type: type, selected_by: list[str]) -> list[tuple[str, object, list[str]]]:
+    """(dotted key, bad value, overrides selecting the section) for every field of a section dataclass."""
     cases = []
     for name, hint in hints(section_type).items():
         key = f"{prefix}.{name}"
         values = [wrong_type(hint), *bad_values(hint)]
         if key in SEMANTIC_BAD:
             values.append(SEMANTIC_BAD[key][0])
-        cases += [(key, value) for value in values]
+        cases += [(key, value, selected_by) for value in values]
     return cases
 
 
 def all_keys() -> list[tuple[str, object]]:
-    return [(f"{prefix}.{name}", hint) for prefix, t in SECTION_TYPES.items() for name, hint in hints(t).items()]
+    return [(f"{prefix}.{name}", hint) for prefix, t, _ in sections() for name, hint in hints(t).items()]
 
 
 def yaml_text(value) -> str:
@@ -115,7 +116,9 @@ def yaml_text(value) -> str:
     return json.dumps(value)
 
 
-CASES = [case for prefix, section_type in SECTION_TYPES.items() for case in walk_section(prefix, section_type)]
+CASES = [
+    case for prefix, section_type, selected_by in sections() for case in walk_section(prefix, section_type, selected_by)
+]
 
 
 def dry_run(capsys, *overrides: str) -> tuple[int, str, str]:
@@ -132,9 +135,11 @@ def assert_rejected(capsys, key: str, *overrides: str) -> str:
     return err
 
 
-@pytest.mark.parametrize("key, value", CASES, ids=[f"{k}={yaml_text(v)}" for k, v in CASES])
-def test_every_key_rejects_a_bad_value(capsys, key, value):
-    err = assert_rejected(capsys, key, f"{key}={yaml_text(value)}")
+@pytest.mark.parametrize(
+    "key, value, selected_by", CASES, ids=[" ".join([*s, f"{k}={yaml_text(v)}"]) for k, v, s in CASES]
+)
+def test_every_key_rejects_a_bad_value(capsys, key, value, selected_by):
+    err = assert_rejected(capsys, key, *selected_by, f"{key}={yaml_text(value)}")
     assert "got " in err and "expected " in err
 
 
@@ -144,14 +149,10 @@ def test_every_key_has_a_bad_value():
     missing = [
         key
         for key, hint in all_keys()
-        if not bad_values(hint)
-        and hint is not bool
-        and key not in SEMANTIC_BAD
-        and key not in ANY_VALUE
-        and key not in ALGORITHM_KEYS_NOT_YET_ANNOTATED
+        if not bad_values(hint) and hint is not bool and key not in SEMANTIC_BAD and key not in ANY_VALUE
     ]
     assert not missing, f"keys without a bad value (annotate them, or list them with the reason): {missing}"
-    named = {*SEMANTIC_BAD, *ANY_VALUE, *ALGORITHM_KEYS_NOT_YET_ANNOTATED}
+    named = {*SEMANTIC_BAD, *ANY_VALUE}
     stale = [key for key, hint in all_keys() if key in named and (bad_values(hint) or hint is bool)]
     stale += [key for key in named if key not in dict(all_keys())]
     assert not stale, f"named above but annotated (or gone): {stale}"
@@ -159,7 +160,7 @@ def test_every_key_has_a_bad_value():
 
 def test_defaults_satisfy_their_own_annotations():
     """The loader trusts defaults; here they are held to the same rules as a user's value."""
-    for prefix, section_type in SECTION_TYPES.items():
+    for prefix, section_type, _ in sections():
         defaults = section_type()
         for name, hint in hints(section_type).items():
             value = getattr(defaults, name)

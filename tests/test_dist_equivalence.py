@@ -108,7 +108,7 @@ def check_scenario(runs: list[dict], reference: dict, name: str, atol: float) ->
         assert result["metrics"] == ranks[0]["metrics"], f"rank {rank} reports other metrics"
         for actual, expected in zip(result["metrics"], expected_metrics, strict=True):
             assert_close_metrics(actual, expected, rtol=1e-4 if atol <= EXACT else 0.05)
-        assert result["replicas"] == []
+        assert result["replicas"] == {}
     # identical initialisation: what every rank holds after init_distributed is the reference's
     assert max_difference(ranks[0]["initial"], reference["initial"]) == 0
     assert_close_state(ranks[0]["state"], reference["state"], atol)

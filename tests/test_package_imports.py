@@ -13,8 +13,6 @@ import ast
 from collections import deque
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import REPO
 
 
@@ -183,11 +181,6 @@ def test_type_checking_imports_and_outside_modules_make_no_edge(tmp_path):
 # ---- fleetrl ------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known cycle fleetrl.algos.registry → fleetrl.workers.*actor_worker → fleetrl.config.validate → "
-    "fleetrl.algos.registry (issue 9, removed on H1's branch): drop this marker once that merges",
-)
 def test_fleetrl_has_no_import_cycle():
     found = cycles(import_graph(REPO / "fleetrl"))
     assert not found, f"import cycles in fleetrl:\n{describe(found)}"

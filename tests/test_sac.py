@@ -20,14 +20,16 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
+from fleetrl.algos.optim import FusedAdamStep
 from fleetrl.algos.replay import ReplayBuffer
-from fleetrl.algos.sac import FusedAdamStep, SquashedGaussianActor, polyak_
+from fleetrl.algos.sac import polyak_
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.collect import Collector
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig
 from fleetrl.config.validate import check_spaces
 from fleetrl.errors import ConfigError
+from fleetrl.models.sac_networks import SquashedGaussianActor
 from fleetrl.parallel.net import free_port
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
@@ -362,7 +364,7 @@ def test_two_ddp_ranks_update_exactly_as_one_process_on_the_same_data(ddp_runs, 
     # actor, critics, targets, alpha and both Adam states: the single-process result
     assert max_difference(rank0["state"], reference) <= 1e-5
     # and the replicas are bitwise equal, targets included (fingerprints of the exact bits)
-    assert rank0["replicas_after_updates"] == [] and rank1["replicas_after_updates"] == []
+    assert rank0["replicas_after_updates"] == {} and rank1["replicas_after_updates"] == {}
     assert max_difference(rank0["state"], rank1["state"]) == 0
 
 
@@ -370,7 +372,7 @@ def test_two_ddp_ranks_update_exactly_as_one_process_on_the_same_data(ddp_runs, 
 def test_two_ddp_ranks_train_from_their_own_replay_shards_in_lock_step(ddp_runs, name):
     rank0, rank1 = ddp_runs[0][name], ddp_runs[1][name]
     assert rank0["metrics"] == rank1["metrics"]  # reduced over ranks: identical
-    assert rank0["replicas_after_train"] == [] == rank1["replicas_after_train"]
+    assert rank0["replicas_after_train"] == {} == rank1["replicas_after_train"]
     steps = sac_support.STEPS * sac_support.ENVS
     utd = sac_support.config_for(name).algorithm.update_to_data
     assert [m["grad_steps"] for m in rank0["metrics"]] == [int(steps * utd)] * 3

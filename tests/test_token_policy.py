@@ -119,7 +119,7 @@ def test_token_level_loss_is_the_per_token_ppo_loss():
             "algorithm.ent_coef=0.0",
         ],
     ).algorithm
-    _, parts, log_ratio = ppo_loss(policy, batch, config, 0.2)
+    _, parts, log_ratio = ppo_loss(policy, batch, batch.advantages, config, 0.2)
     assert log_ratio.shape == (8, 3)
     ratio = log_ratio.exp()
     expected = torch.max(-batch.advantages[:, None] * ratio, -batch.advantages[:, None] * ratio.clamp(0.8, 1.2)).mean()

@@ -20,13 +20,13 @@ and empty micro-batches where a rank holds fewer members, so every rank joins ev
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 
 import torch
 
-from fleetrl.algos.ppo import check_every_parameter_has_a_gradient
-from fleetrl.config.schema import AlgorithmConfig
-from fleetrl.parallel.sharding import EnvShard, plan_epoch
+from fleetrl.algos.ppg_config import PPGConfig
+from fleetrl.algos.ppo import minibatch_step
+from fleetrl.parallel.sharding import Minibatches
+from fleetrl.parallel.wrap import LossPath
 
 
 def is_aux_iteration(policy_iterations: int, n_pi: int) -> bool:
@@ -42,16 +42,13 @@ def distribution_inputs(policy, obs: torch.Tensor, chunk: int = 4096) -> torch.T
 
 
 def aux_update(
-    loss_path,
+    loss_path: LossPath,
     optimizer: torch.optim.Optimizer,
     obs: torch.Tensor,
     returns: torch.Tensor,
     old: torch.Tensor,
-    config: AlgorithmConfig,
-    generator: torch.Generator,
-    shard: EnvShard,
-    minibatch_size: int,
-    micro_batch_size: int | None,
+    config: PPGConfig,
+    minibatches: Minibatches,
     all_reduce: Callable[[torch.Tensor], torch.Tensor],
 ) -> dict:
     """The auxiliary phase on this rank's stored data: `obs`, `returns` and `old` (π_old's
@@ -59,29 +56,25 @@ def aux_update(
     a LossPath whose module is the policy's `forward_aux` (DDP-wrapped with several ranks).
     Returns global metrics, identical on every rank."""
     policy = loss_path.policy
-    scale = shard.world_size / minibatch_size
+    scale = minibatches.shard.world_size / minibatches.size
     device = obs.device
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # Σ aux-head loss, KL, value loss
     grad_steps = 0
+
+    def micro_loss(index: torch.Tensor) -> torch.Tensor:
+        index = index.to(device)
+        inputs, values, aux_values = loss_path.module(obs[index])
+        target = returns[index]
+        aux_sum = 0.5 * (aux_values - target).pow(2).sum()
+        kl_sum = policy.kl(old[index], inputs).sum()
+        value_sum = 0.5 * (values - target).pow(2).sum()
+        totals.add_(torch.stack([aux_sum.detach(), kl_sum.detach(), value_sum.detach()]).double())
+        return (aux_sum + config.beta_clone * kl_sum + value_sum) * scale
+
     for _ in range(config.aux_epochs):
-        order = torch.randperm(shard.global_size, generator=generator) if shard.global_size > minibatch_size else None
-        for micro_batches in plan_epoch(order, minibatch_size, shard, micro_batch_size):
-            optimizer.zero_grad(set_to_none=True)
-            for j, index in enumerate(micro_batches):
-                with nullcontext() if j == len(micro_batches) - 1 else loss_path.no_sync():
-                    index = index.to(device)
-                    inputs, values, aux_values = loss_path.module(obs[index])
-                    target = returns[index]
-                    aux_sum = 0.5 * (aux_values - target).pow(2).sum()
-                    kl_sum = policy.kl(old[index], inputs).sum()
-                    value_sum = 0.5 * (values - target).pow(2).sum()
-                    ((aux_sum + config.beta_clone * kl_sum + value_sum) * scale).backward()
-                totals += torch.stack([aux_sum.detach(), kl_sum.detach(), value_sum.detach()]).double()
-            if grad_steps == 0:
-                check_every_parameter_has_a_gradient(policy, loss_path.ignored, "PPG auxiliary")
-            if config.max_grad_norm > 0:
-                loss_path.clip_grad_norm_(config.max_grad_norm)
-            optimizer.step()
+        for micro_batches in minibatches.epoch():
+            check = "PPG auxiliary" if grad_steps == 0 else None
+            minibatch_step(loss_path, optimizer, micro_batches, micro_loss, config.max_grad_norm, check)
             grad_steps += 1
-    head, kl, value = (all_reduce(totals) / (grad_steps * minibatch_size)).tolist()
+    head, kl, value = (all_reduce(totals) / (grad_steps * minibatches.size)).tolist()
     return {"aux_head_loss": head, "aux_kl": kl, "aux_value_loss": value, "aux_grad_steps": grad_steps}

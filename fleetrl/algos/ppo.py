@@ -1,11 +1,23 @@
 """PPO's clipped actor-critic update over minibatches × epochs (Schulman et al. 2017).
 
-Two drivers share the same objective:
-- `ppo_update`: one process, no gradient accumulation — the fast path, no collective anywhere;
-- `ppo_update_sharded`: this rank's env columns of a trajectory spread over W actor ranks, and/or
-  gradient accumulation over micro-batches. It trains on exactly the minibatches `ppo_update`
-  would draw from the whole trajectory (see `fleetrl.parallel.sharding`) and its result equals it up
-  to float reordering.
+One loss (`ppo_loss`) and one driver (`ppo_update`) for every layout: one process, or this rank's
+env columns of a trajectory spread over W actor ranks, with or without gradient accumulation over
+micro-batches. Every rank trains on exactly the minibatches one process would draw from the whole
+trajectory (`fleetrl.parallel.sharding`), so the result equals the single process's up to float
+reordering. What differs is only how a minibatch's losses are reduced:
+
+- whole (one rank, no accumulation: `Minibatches.whole`): the minibatch is one piece on this
+  rank; its losses are means and its advantages are normalised with its own mean and std — no
+  collective anywhere;
+- pieces (several ranks and/or micro-batches): each piece's loss is its *sum* × W / M (M: the
+  global minibatch size). DDP and FSDP average gradients over the W ranks, so the optimizer sees
+  Σ over the minibatch / M — the single-process mean — however the members are split; advantages
+  are normalised with the global minibatch's mean and std (one all-reduce per epoch); every rank
+  runs the same number of micro-batches (empty ones where it holds fewer members), gradient sync
+  off for all but the last, so every rank joins every reduction.
+
+The target-KL decision uses the epoch's KL summed over ranks, the same value on every rank; the
+returned metrics are global (reduced over ranks), identical on every rank.
 """
 
 from __future__ import annotations
@@ -13,12 +25,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
 
-from fleetrl.config.schema import AlgorithmConfig
-from fleetrl.parallel.sharding import EnvShard, plan_epoch
+from fleetrl.algos.ppo_config import PPOConfig
+from fleetrl.parallel.sharding import Minibatches
+from fleetrl.parallel.wrap import LossPath
 
 
 @dataclass
@@ -62,9 +76,7 @@ def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_co
     return torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef))
 
 
-def aggregate_tokens(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, entropy: torch.Tensor, config: AlgorithmConfig
-):
+def aggregate_tokens(logprobs: torch.Tensor, old_logprobs: torch.Tensor, entropy: torch.Tensor, config: PPOConfig):
     """A token policy's per-token (B, K) log-probs and entropies → what the loss uses.
 
     logprob_type action_level: log π(a|s) = Σ_k log π(token_k|s), one ratio per sample (B,);
@@ -96,7 +108,7 @@ def per_sample(value: torch.Tensor) -> torch.Tensor:
     return value.mean(-1) if value.dim() > 1 else value
 
 
-def value_error(values: torch.Tensor, batch: PPOBatch, config: AlgorithmConfig, clip_coef: float) -> torch.Tensor:
+def value_error(values: torch.Tensor, batch: PPOBatch, config: PPOConfig, clip_coef: float) -> torch.Tensor:
     """Per-sample squared value error, clipped around the old values with `clip_vloss`."""
     error = (values - batch.returns).pow(2)
     if config.clip_vloss:
@@ -105,80 +117,42 @@ def value_error(values: torch.Tensor, batch: PPOBatch, config: AlgorithmConfig, 
     return error
 
 
-def ppo_loss(policy: nn.Module, batch: PPOBatch, config: AlgorithmConfig, clip_coef: float):
-    """(scalar loss, detached [policy loss, value loss, entropy], detached log-ratio).
+def ppo_loss(
+    module: nn.Module,
+    batch: PPOBatch,
+    advantages: torch.Tensor,
+    config: PPOConfig,
+    clip_coef: float,
+    reduce: Callable[[torch.Tensor], torch.Tensor] = torch.mean,
+):
+    """(scalar loss, detached [policy loss, value loss, entropy], detached log-ratio) of `batch`
+    with these (normalised) `advantages`; `reduce` (mean or sum) makes the per-sample terms scalars.
 
     Nothing here calls `.item()`: the statistics stay tensors, so a minibatch never waits.
     """
-    logprobs, entropy, values = policy(batch.obs, batch.actions)
+    logprobs, entropy, values = module(batch.obs, batch.actions)
     logprobs, old_logprobs, entropy = aggregate_tokens(logprobs, batch.logprobs, entropy, config)
     log_ratio = logprobs - old_logprobs
-    advantages = batch.advantages
-    if config.norm_adv and len(advantages) > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    policy_loss = policy_objective(log_ratio, advantages, clip_coef).mean()
-    value_loss = 0.5 * value_error(values, batch, config, clip_coef).mean()
-    entropy_mean = entropy.mean()
+    policy_loss = reduce(policy_objective(log_ratio, advantages, clip_coef))
+    value_loss = 0.5 * reduce(value_error(values, batch, config, clip_coef))
+    entropy = reduce(entropy)
     loss = policy_loss + config.vf_coef * value_loss
     if config.ent_coef:
-        loss = loss - config.ent_coef * entropy_mean
-    parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy_mean.detach()])
+        loss = loss - config.ent_coef * entropy
+    parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach()])
     return loss, parts, log_ratio.detach()
 
 
-def kl_and_clip_fraction(log_ratio: torch.Tensor, clip_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Approximate KL(old‖new) by the k3 estimator (unbiased, always ≥ 0) and the clipped share
-    (per token, averaged, for token_level log-ratios)."""
+def kl_and_clipped(log_ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
+    """[Σ approximate KL(old‖new), Σ clipped] over the samples, float64: the k3 estimator
+    (unbiased, always ≥ 0) and the clipped share, per token averaged for token-level ratios."""
     ratio = log_ratio.exp()
-    return ((ratio - 1) - log_ratio).mean(), ((ratio - 1).abs() > clip_coef).float().mean()
-
-
-def ppo_update(
-    policy: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batch: PPOBatch,
-    config: AlgorithmConfig,
-    clip_coef: float,
-    generator: torch.Generator,
-    minibatch_size: int | None = None,
-) -> dict:
-    """Run the epochs; returns mean losses, KL, clip fraction, grad steps and the epochs done.
-
-    KL and clip fraction are computed once per epoch over all its minibatches, not per minibatch.
-    `minibatch_size` defaults to `config.minibatch_size` (`actor.global_batch_size` overrides it).
-    """
-    params = [p for p in policy.parameters() if p.requires_grad]
-    size, minibatch = len(batch), minibatch_size or config.minibatch_size
-    totals = torch.zeros(3)
-    grad_steps, epochs_done = 0, 0
-    for _ in range(config.update_epochs):
-        order = torch.randperm(size, generator=generator) if size > minibatch else None
-        log_ratios = []
-        for start in range(0, size, minibatch):
-            part = batch if order is None else batch[order[start : start + minibatch]]
-            loss, parts, log_ratio = ppo_loss(policy, part, config, clip_coef)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(params, config.max_grad_norm, foreach=True)
-            optimizer.step()
-            totals += parts
-            log_ratios.append(log_ratio)
-            grad_steps += 1
-        epochs_done += 1
-        approx_kl, clip_fraction = kl_and_clip_fraction(torch.cat(log_ratios), clip_coef)
-        if config.target_kl is not None and approx_kl.item() > config.target_kl:
-            break
-    policy_loss, value_loss, entropy = (totals / grad_steps).tolist()
-    return {
-        "policy_loss": policy_loss,
-        "value_loss": value_loss,
-        "entropy": entropy,
-        "approx_kl": approx_kl.item(),
-        "clip_fraction": clip_fraction.item(),
-        "grad_steps": grad_steps,
-        "epochs": epochs_done,
-    }
+    return torch.stack(
+        [
+            per_sample((ratio - 1) - log_ratio).sum().double(),
+            per_sample(((ratio - 1).abs() > clip_coef).float()).sum().double(),
+        ]
+    )
 
 
 def minibatch_advantage_stats(
@@ -218,81 +192,70 @@ def check_every_parameter_has_a_gradient(policy: nn.Module, ignored=frozenset(),
         )
 
 
-def ppo_update_sharded(
-    loss_path,
+def minibatch_step(
+    loss_path: LossPath,
+    optimizer: torch.optim.Optimizer,
+    micro_batches: list[torch.Tensor],
+    micro_loss: Callable[[torch.Tensor], torch.Tensor],
+    max_grad_norm: float,
+    check: str | None = None,
+) -> None:
+    """One optimizer step on a minibatch: `micro_loss(index)` backpropagated for each of its
+    micro-batches (gradient sync off for all but the last), the global gradient norm clipped.
+    `check`: the loss's name, to check once that every parameter got a gradient (several pieces)."""
+    optimizer.zero_grad(set_to_none=True)
+    for j, index in enumerate(micro_batches):
+        with nullcontext() if j == len(micro_batches) - 1 else loss_path.no_sync():
+            micro_loss(index).backward()
+    if check is not None:
+        check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored, check)
+    if max_grad_norm > 0:
+        loss_path.clip_grad_norm_(max_grad_norm)
+    optimizer.step()
+
+
+def ppo_update(
+    loss_path: LossPath,
     optimizer: torch.optim.Optimizer,
     batch: PPOBatch,
-    config: AlgorithmConfig,
+    config: PPOConfig,
     clip_coef: float,
-    generator: torch.Generator,
-    shard: EnvShard,
-    minibatch_size: int,
-    micro_batch_size: int | None,
+    minibatches: Minibatches,
     all_reduce: Callable[[torch.Tensor], torch.Tensor],
 ) -> dict:
-    """`ppo_update` for one rank of `shard.world_size`, holding `batch` = its env columns
-    (flattened step-major), optionally accumulating gradients over micro-batches.
-
-    `loss_path` is a `fleetrl.parallel.wrap.LossPath`; `all_reduce` sums a tensor over ranks.
-    What makes it equal to `ppo_update` on the whole batch:
-    - the same minibatches (one global permutation per epoch; `fleetrl.parallel.sharding`);
-    - each micro-batch's loss is its *sum* over samples × W / M (M: global minibatch size): DDP
-      and FSDP average gradients over the W ranks, so the optimizer sees Σ over the minibatch / M
-      — the single-process mean — however the members are split;
-    - advantages are normalised with the global minibatch's mean and std;
-    - the target-KL decision uses the all-reduced KL of the epoch, the same value on every rank;
-    - every rank runs the same number of micro-batches (empty ones where it holds fewer members),
-      with gradient sync off for all but the last, so every rank joins every reduction.
-    Returned metrics are global (reduced over ranks), identical on every rank.
-    """
-    size = shard.global_size
-    minibatch = minibatch_size
-    scale = shard.world_size / minibatch
+    """Run the epochs on this rank's `batch` (its env columns, flattened step-major); returns the
+    mean losses, KL, clip fraction, grad steps and the epochs done, global over ranks.
+    `all_reduce` sums a tensor over ranks (identity with one)."""
+    whole, size, minibatch = minibatches.whole, minibatches.shard.global_size, minibatches.size
+    scale = minibatches.shard.world_size / minibatch
     device = batch.obs.device
     normalise = config.norm_adv and minibatch > 1
+    reduce = torch.mean if whole else torch.sum
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # Σ policy loss, value loss, entropy
     epoch_stats = torch.zeros(2, dtype=torch.float64, device=device)  # Σ k3 KL, clipped count
     grad_steps, epochs_done, reduced_kl = 0, 0, None
-    for _ in range(config.update_epochs):
-        order = torch.randperm(size, generator=generator) if size > minibatch else None
-        plan = plan_epoch(order, minibatch, shard, micro_batch_size)
+    means = stds = None  # whole: each minibatch's own; pieces: the global minibatches', per epoch
+
+    def micro_loss(index: torch.Tensor, k: int) -> torch.Tensor:
+        part = batch[index.to(device)]
+        advantages = part.advantages
         if normalise:
+            mean, std = (advantages.mean(), advantages.std()) if whole else (means[k], stds[k])
+            advantages = (advantages - mean) / (std + 1e-8)
+        loss, parts, log_ratio = ppo_loss(loss_path.module, part, advantages, config, clip_coef, reduce)
+        totals.add_(parts * len(part) if whole else parts)
+        epoch_stats.add_(kl_and_clipped(log_ratio, clip_coef))
+        return loss if whole else loss * scale
+
+    for _ in range(config.update_epochs):
+        plan = minibatches.epoch()
+        if normalise and not whole:
             means, stds = minibatch_advantage_stats(batch.advantages, plan, minibatch, all_reduce)
         epoch_stats = torch.zeros(2, dtype=torch.float64, device=device)
         reduced_kl = None
         for k, micro_batches in enumerate(plan):
-            optimizer.zero_grad(set_to_none=True)
-            for j, index in enumerate(micro_batches):
-                last = j == len(micro_batches) - 1
-                with nullcontext() if last else loss_path.no_sync():
-                    part = batch[index.to(device)]
-                    advantages = part.advantages
-                    if normalise:
-                        advantages = (advantages - means[k]) / (stds[k] + 1e-8)
-                    logprobs, entropy, values = loss_path.module(part.obs, part.actions)
-                    logprobs, old_logprobs, entropy = aggregate_tokens(logprobs, part.logprobs, entropy, config)
-                    log_ratio = logprobs - old_logprobs
-                    policy_sum = policy_objective(log_ratio, advantages, clip_coef).sum()
-                    value_sum = 0.5 * value_error(values, part, config, clip_coef).sum()
-                    entropy_sum = entropy.sum()
-                    loss = policy_sum + config.vf_coef * value_sum
-                    if config.ent_coef:
-                        loss = loss - config.ent_coef * entropy_sum
-                    (loss * scale).backward()
-                totals += torch.stack([policy_sum.detach(), value_sum.detach(), entropy_sum.detach()])
-                log_ratio = log_ratio.detach()
-                ratio = log_ratio.exp()
-                epoch_stats += torch.stack(
-                    [
-                        per_sample((ratio - 1) - log_ratio).sum().double(),
-                        per_sample(((ratio - 1).abs() > clip_coef).float()).sum().double(),
-                    ]
-                )
-            if grad_steps == 0:
-                check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored)
-            if config.max_grad_norm > 0:
-                loss_path.clip_grad_norm_(config.max_grad_norm)
-            optimizer.step()
+            check = "PPO" if grad_steps == 0 and not whole else None
+            minibatch_step(loss_path, optimizer, micro_batches, partial(micro_loss, k=k), config.max_grad_norm, check)
             grad_steps += 1
         epochs_done += 1
         if config.target_kl is not None:

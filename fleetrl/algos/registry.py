@@ -1,43 +1,97 @@
-"""`algorithm.name` → the worker classes that implement it.
+"""`algorithm.name` → the algorithm's registered spec: its config section, workers, rules, console.
 
-An algorithm supplies an actor worker class (constructed as `Actor(config, observation_space,
-action_space, rank, world_size)`, with `train(trajectory_shard, progress) -> metrics`,
-`policy_weights()`, `state_dict()`, `load_state_dict()`, `init_distributed(addr, port)` and a
-`policy` attribute) and a rollout worker class (`Rollout(policy)` sharing the actor's policy in one
-process, `Rollout.from_config(config, observation_space, action_space)` in its own). The
-controller loop, placement and backends are the same for all of them.
+An algorithm plugs in by calling `register_algorithm(AlgorithmSpec(...))` from its own module;
+nothing else in the package names it. The controller loop, placement and backends are the same
+for every algorithm: they build `spec.actor(config, observation_space, action_space, rank,
+world_size)` (an `ActorBase`) and `spec.rollout(actor.policy)` in one process or
+`spec.rollout.from_config(config, observation_space, action_space)` in its own, and the loader
+builds the `algorithm` section as `spec.config`.
+
+The built-in algorithms register from their actor modules, which this module imports by name, on
+first use (`BUILTIN_MODULES`): the registry imports nothing of the package at import time, so the
+config code may use it without an import cycle (config → registry, workers → config).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from fleetrl.errors import ConfigError
+from fleetrl.errors import ConfigError, nearest
+
+if TYPE_CHECKING:
+    from fleetrl.config.schema import AlgorithmConfig, Config
+
+DEFAULT_ALGORITHM = "ppo"
+BUILTIN_MODULES = {
+    "ppo": "fleetrl.workers.actor_worker",
+    "ppg": "fleetrl.workers.ppg_actor_worker",
+    "sac": "fleetrl.workers.sac_actor_worker",
+}
+
+
+def no_rule(*_args: Any) -> None:
+    """A hook with nothing to check."""
 
 
 @dataclass(frozen=True)
-class AlgorithmWorkers:
-    actor: type
-    rollout: type
+class ConsoleMetric:
+    """One metric of the console line: `<label> <value:format>`, left out while the record has
+    no value for it (e.g. SAC's losses before learning starts)."""
+
+    key: str
+    label: str
+    format: str = ".3f"
 
 
-def algorithm_workers(name: str) -> AlgorithmWorkers:
-    if name == "ppo":
-        from fleetrl.workers.actor_worker import ActorWorker
-        from fleetrl.workers.rollout_worker import RolloutWorker
-
-        return AlgorithmWorkers(ActorWorker, RolloutWorker)
-    if name == "ppg":
-        from fleetrl.workers.ppg_actor_worker import PPGActorWorker
-        from fleetrl.workers.rollout_worker import RolloutWorker
-
-        return AlgorithmWorkers(PPGActorWorker, RolloutWorker)
-    if name == "sac":
-        from fleetrl.workers.sac_actor_worker import SACActorWorker
-        from fleetrl.workers.sac_rollout_worker import SACRolloutWorker
-
-        return AlgorithmWorkers(SACActorWorker, SACRolloutWorker)
-    raise ConfigError("algorithm.name", name, f"one of {list(ALGORITHMS)}")
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    config: type[AlgorithmConfig]  # the `algorithm` section's dataclass (a subclass of AlgorithmConfig)
+    actor: type  # an `ActorBase` subclass
+    rollout: type  # a `RolloutWorker` (sub)class
+    console_metrics: tuple[ConsoleMetric, ...] = ()  # shown after the return on the console line
+    # Cross-field rules that need only the config (run by `config.validate.validate`).
+    validate: Callable[[Config], None] = no_rule
+    # Rules that need the actor world size (run by `config.validate.check_actor_layout`).
+    check_layout: Callable[[Config, int], None] = no_rule
+    # Rules that need the env's spaces (`config.validate.check_spaces`, before any actor is built).
+    check_spaces: Callable[[Config, Any, Any], None] = no_rule
 
 
-ALGORITHMS = ("ppo", "ppg", "sac")
+REGISTRY: dict[str, AlgorithmSpec] = {}
+
+
+def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Make `spec` available as `algorithm.name: <spec.name>`. Registering a name again replaces
+    its spec (a module re-imported, a test's algorithm redefined)."""
+    if not (isinstance(spec.config, type) and dataclasses.is_dataclass(spec.config)):
+        raise TypeError(f"algorithm {spec.name!r}: its config must be a dataclass (a subclass of AlgorithmConfig)")
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def load_builtins() -> None:
+    for module in BUILTIN_MODULES.values():
+        importlib.import_module(module)
+
+
+def algorithm_names() -> list[str]:
+    """Every registered algorithm's name, the built-ins first."""
+    load_builtins()
+    return [*BUILTIN_MODULES, *(name for name in REGISTRY if name not in BUILTIN_MODULES)]
+
+
+def algorithm_spec(name: str) -> AlgorithmSpec:
+    """The spec registered as `name`; a `ConfigError` at 'algorithm.name' naming the registered
+    algorithms for any other."""
+    if isinstance(name, str):
+        if name not in REGISTRY and name in BUILTIN_MODULES:
+            importlib.import_module(BUILTIN_MODULES[name])
+        if name in REGISTRY:
+            return REGISTRY[name]
+    names = algorithm_names()
+    raise ConfigError("algorithm.name", name, f"one of {names}", nearest(str(name), names))

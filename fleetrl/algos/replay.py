@@ -141,10 +141,6 @@ class ReplayBuffer:
 
     # ----------------------------------------------------------------------------------- sampling
 
-    def sample_index(self, count: int, generator: torch.Generator) -> torch.Tensor:
-        """`count` transition rows drawn uniformly with replacement."""
-        return torch.randint(0, len(self), (count,), generator=generator)
-
     def gather(self, index: torch.Tensor):
         """(obs, actions, rewards, not_terminated, next_obs) of the transitions at `index` (any
         shape): plain tensors, copies."""

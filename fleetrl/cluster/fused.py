@@ -22,7 +22,7 @@ from functools import partial
 
 import torch
 
-from fleetrl.algos.registry import algorithm_workers
+from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.groups import InlineGroup, RayGroup
 from fleetrl.cluster.placement import Assignment, Placement
 from fleetrl.collect import Collector, collect_then_train
@@ -110,7 +110,7 @@ class FusedRank:
         return self.runners[component](method, *args)
 
     def build_learner(self, observation_space, action_space) -> None:
-        workers = algorithm_workers(self.config.algorithm.name)
+        workers = algorithm_spec(self.config.algorithm.name)
         actor = workers.actor(self.config, observation_space, action_space, self.rank, self.world_size)
         if self.world_size > 1:  # the actor drew identical weights from the run's seed; actions need distinct noise
             torch.manual_seed(rollout_seed(self.config.runner.seed, self.rank))

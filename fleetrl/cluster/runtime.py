@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetrl.algos.registry import algorithm_workers
+from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.fused import ComponentView, FusedCollector, FusedRank, check_fusable, fused_assignments
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.cluster.placement import Assignment, Placement, check_divisible, resolve_placement
@@ -209,7 +209,7 @@ class Runtime:
             per_rank,
             True,
             config.rollout.pipeline_stage_num,
-            config.algorithm.group_size if config.algorithm.adv_type == "grpo" else 1,
+            config.algorithm.reset_group_size,
         )
 
     def lane_sizes(self) -> list[list[int]]:
@@ -265,7 +265,7 @@ class Runtime:
         except ConfigError:
             env.close()
             raise
-        workers = algorithm_workers(config.algorithm.name)
+        workers = algorithm_spec(config.algorithm.name)
         actor = workers.actor(config, env.observation_space, env.action_space)
         self.env, self.actor = group("env", env), group("actor", actor)
         self.rollout = group("rollout", workers.rollout(actor.policy))
@@ -302,7 +302,7 @@ class Runtime:
         """One Ray actor per rank of each component; returns the groups to watch."""
         config, placement = self.config, self.layout.placement
         world = placement.world_size("actor")
-        workers = algorithm_workers(config.algorithm.name)
+        workers = algorithm_spec(config.algorithm.name)
         self.env = self.ray.create_group(placement.ranks("env"), EnvWorker, self.env_worker_args, spec)
         check_spaces(config, *self.spaces())  # e.g. sac on discrete actions: a config error, nothing else started
         self.actor = self.ray.create_group(

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from fleetrl.algos.registry import DEFAULT_ALGORITHM, algorithm_names, algorithm_spec
 from fleetrl.config.constraints import Check, Note, Range
 from fleetrl.config.schema import SECTION_TYPES, Config
 from fleetrl.config.validate import validate
@@ -74,6 +75,8 @@ def build_config(raw: dict) -> Config:
         values = raw.get(name) or {}
         if not isinstance(values, dict):
             raise ConfigError(name, values, "a mapping of keys")
+        if name == "algorithm":  # the section of the algorithm it names
+            section_type = algorithm_spec(values.get("name", DEFAULT_ALGORITHM)).config
         sections[name] = build_section(name, section_type, values)
     return Config(**sections)
 
@@ -85,9 +88,22 @@ def build_section(prefix: str, section_type: type, values: dict) -> Any:
     for key, value in values.items():
         dotted = f"{prefix}.{key}"
         if key not in hints:
-            raise ConfigError(dotted, value, f"one of {names}", nearest(key, names))
+            raise ConfigError(dotted, value, f"one of {names}", unknown_key_hint(prefix, key, names, values))
         kwargs[key] = coerce(dotted, value, hints[key])
     return section_type(**kwargs)
+
+
+def unknown_key_hint(prefix: str, key: str, names: list[str], values: dict) -> str:
+    """'did you mean …'; for an `algorithm` key that other registered algorithms have, which."""
+    if prefix == "algorithm":
+        owners = [
+            name
+            for name in algorithm_names()
+            if key in {f.name for f in dataclasses.fields(algorithm_spec(name).config)}
+        ]
+        if owners:
+            return f"{key!r} is a key of {' and '.join(owners)}, not of {values.get('name', DEFAULT_ALGORITHM)}"
+    return nearest(key, names)
 
 
 def coerce(key: str, value: Any, hint: Any) -> Any:

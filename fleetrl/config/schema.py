@@ -22,6 +22,7 @@ from fleetrl.config.constraints import (
     PositiveOrInf,
     Range,
     TorchDevice,
+    UnitInterval,
 )
 
 FLOAT16 = Note("float16 is not offered: it needs loss scaling, which fleetrl does not do; bfloat16 does not")
@@ -49,54 +50,36 @@ class EnvConfig:
 
 @dataclass
 class AlgorithmConfig:
-    name: str = "ppo"  # ppo | ppg | sac
-    num_steps: int = 128  # steps per env per iteration (rollout length)
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    lr: float = 3e-4
+    """The keys every algorithm reads. Each algorithm's section is a subclass holding its own keys
+    too (`PPOConfig` in algos/ppo_config.py, `PPGConfig`, `SACConfig`), chosen by `name` through
+    the registry (`fleetrl.algos.registry`); the loader builds that subclass."""
+
+    name: str = "ppo"  # a registered algorithm: ppo | ppg | sac (and any a plugin registers)
+    num_steps: Annotated[int, Positive] = 128  # steps per env per iteration (rollout length)
+    gamma: Annotated[float, UnitInterval] = 0.99  # discount factor
+    lr: Annotated[float, Positive] = 3e-4  # learning rate
     anneal_lr: bool = True  # linear decay of lr to 0 over runner.total_env_steps
-    update_epochs: int = 4
-    minibatch_size: int = 256  # samples per optimizer step, over all actor ranks; must divide num_steps * env.num_envs
-    clip_coef: float = 0.2
-    anneal_clip: bool = False  # linear decay of clip_coef to 0, as RL-Zoo's lin_0.2
-    clip_vloss: bool = False  # clip the value update around the old values (clip_coef)
-    vf_coef: float = 0.5
-    ent_coef: float = 0.0
-    max_grad_norm: float = 0.5
-    norm_adv: bool = True  # normalise advantages per minibatch
-    target_kl: float | None = None  # stop the epoch loop when the approx. KL exceeds this
-    adv_type: str = "gae"  # gae | grpo: (return - group mean) / group std over episodes that started from one state (README: 'GRPO')
-    group_size: int = (
-        8  # grpo: envs i..i+g-1 (consecutive, g = group_size) are reset with one seed each iteration and form a group
+    minibatch_size: Annotated[int, Positive] = (
+        256  # samples per optimizer step, over all actor ranks (on-policy: must divide num_steps * env.num_envs)
     )
-    logprob_type: str = "action_level"  # action_level | token_level (needs model.action_bins): one PPO ratio per action from the summed token log-probs, or one clipped ratio per token, averaged
-    entropy_type: str = "action_level"  # action_level | token_level (needs model.action_bins): entropy bonus of the whole action (sum over tokens) or the mean per-token entropy
-    # PPG (algorithm.name: ppg, Cobbe et al. 2020); needs model.aux_value_head: true
-    n_pi: int = 32  # ppg: policy-phase iterations per auxiliary phase
-    aux_epochs: int = 6  # ppg: epochs over the phase's stored data in the auxiliary phase
-    aux_minibatch_size: int | None = (
-        None  # ppg: samples per auxiliary optimizer step over all actor ranks (None: the policy phase's minibatch)
-    )
-    beta_clone: float = 1.0  # ppg: weight of the behavioural-cloning KL(pi_old || pi) in the auxiliary loss
-    # SAC (algorithm.name: sac, Haarnoja et al. 2018): off-policy, Box actions. It also reads num_steps
-    # (env steps per env per iteration), gamma, minibatch_size (the sample of every gradient step, over
-    # all actor ranks), lr (default of q_lr / policy_lr), anneal_lr and max_grad_norm (0: no clipping).
-    buffer_size: int = 1_000_000  # sac: replay capacity in transitions over all actor ranks; each env keeps its newest buffer_size // env.num_envs
-    learning_starts: int = 100  # sac: the first this many global env steps take uniform random actions, and training waits until the replay holds this many
-    update_to_data: float = 1.0  # sac: gradient steps per new env step, global: an iteration runs update_to_data * num_steps * env.num_envs of them (fractions carry over), all ranks together
-    tau: float = 0.005  # sac: Polyak factor of the target critics, target += tau * (critic - target)
-    q_lr: float | None = (
-        None  # sac: learning rate of the twin critics and of the entropy coefficient (None: algorithm.lr)
-    )
-    policy_lr: float | None = None  # sac: learning rate of the actor (None: algorithm.lr)
-    alpha: float = 1.0  # sac: entropy coefficient: its initial value with autotune, else fixed
-    autotune: bool = True  # sac: tune alpha so that the policy's entropy tracks target_entropy
-    target_entropy: float | None = None  # sac: autotune's target entropy (None: minus the action dimension)
-    policy_frequency: int = 1  # sac: one actor (and alpha) update every this many critic updates
-    target_network_frequency: int = 1  # sac: one Polyak update of the target critics every this many critic updates
-    matmul_dtype: str | None = (
-        None  # sac: bfloat16 runs the hidden-to-hidden layers' matmuls (forward and backward) in bfloat16, ~4x faster on CPUs with AVX512-BF16/AMX; weights, Adam, losses and the input/output layers stay float32 (None: float32 throughout)
-    )
+    max_grad_norm: Annotated[float, NonNegative] = 0.5  # clip the global gradient norm to this (0: no clipping)
+
+    @property
+    def resets_envs_each_iteration(self) -> bool:
+        """Whether every iteration's episodes start from fresh, group-seeded resets (GRPO)."""
+        return False
+
+    @property
+    def reset_group_size(self) -> int:
+        """Consecutive envs reset with one seed (a group); 1: every env its own seed."""
+        return 1
+
+
+def default_algorithm() -> AlgorithmConfig:
+    """The default algorithm's section, with its defaults."""
+    from fleetrl.algos.registry import DEFAULT_ALGORITHM, algorithm_spec
+
+    return algorithm_spec(DEFAULT_ALGORITHM).config()
 
 
 @dataclass
@@ -236,7 +219,7 @@ class DebugConfig:
 @dataclass
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    algorithm: AlgorithmConfig = field(default_factory=default_algorithm)
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -4,39 +4,22 @@ A key's own type, choices and range are declared on its field (`schema.py`, `con
 checked by the loader; what is here relates keys to each other (or, once the placement is
 resolved, to it: `check_actor_layout`, `check_fault_placement`). `debug.fault`'s own keys are
 checked by `watch/faults.check_fault`, next to the kinds it implements.
+
+The rules on an algorithm's own keys live with the algorithm and run through its registered spec
+(`fleetrl.algos.registry`): `validate` runs `spec.validate`, `check_actor_layout` runs
+`spec.check_layout`, `check_spaces` runs `spec.check_spaces`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fleetrl.algos.registry import ALGORITHMS
+from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import list_checkpoints
 from fleetrl.cluster.placement import PLACEMENT_KEY, Placement
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 from fleetrl.watch.faults import check_fault
-
-CHOICES = {
-    "algorithm.name": ALGORITHMS,
-    "algorithm.adv_type": ("gae", "grpo"),
-    "algorithm.logprob_type": ("action_level", "token_level"),
-    "algorithm.entropy_type": ("action_level", "token_level"),
-}
-POSITIVE = (
-    "algorithm.num_steps",
-    "algorithm.lr",
-    "algorithm.update_epochs",
-    "algorithm.minibatch_size",
-)
-NON_NEGATIVE = (
-    "algorithm.clip_coef",
-    "algorithm.vf_coef",
-    "algorithm.ent_coef",
-    "algorithm.max_grad_norm",
-    "algorithm.beta_clone",
-)
-UNIT_INTERVAL = ("algorithm.gamma", "algorithm.gae_lambda")
 
 
 def get(config: Config, dotted: str):
@@ -45,30 +28,8 @@ def get(config: Config, dotted: str):
 
 
 def validate(config: Config) -> None:
-    for key, choices in CHOICES.items():
-        if get(config, key) not in choices:
-            raise ConfigError(key, get(config, key), f"one of {list(choices)}")
-    for key in POSITIVE:
-        if get(config, key) <= 0:
-            raise ConfigError(key, get(config, key), "a number > 0")
-    for key in NON_NEGATIVE:
-        if get(config, key) < 0:
-            raise ConfigError(key, get(config, key), "a number >= 0")
-    for key in UNIT_INTERVAL:
-        if not 0 <= get(config, key) <= 1:
-            raise ConfigError(key, get(config, key), "a number in [0, 1]")
     validate_actor(config)
-    validate_tokens_grpo_ppg(config)
-    validate_sac(config)
-    # (SAC draws its minibatches from the replay buffer: any size)
-    if config.algorithm.name != "sac" and config.batch_size % effective_minibatch_size(config):
-        key = minibatch_key(config)
-        raise ConfigError(
-            key,
-            get(config, key),
-            f"a divisor of the batch algorithm.num_steps * env.num_envs = "
-            f"{config.algorithm.num_steps} * {config.env.num_envs} = {config.batch_size}",
-        )
+    algorithm_spec(config.algorithm.name).validate(config)
     resume = config.runner.resume
     if resume is not None and not list_checkpoints(Path(resume)):
         raise ConfigError("runner.resume", resume, "a run directory that holds a complete checkpoint")
@@ -203,7 +164,16 @@ def check_actor_layout(config: Config, actor_world_size: int) -> None:
             config.env.num_envs,
             f"a multiple of the actor world size {world} (trajectories are split by env)",
         )
-    key, minibatch = minibatch_key(config), effective_minibatch_size(config)
+    check_split_over_ranks(config, minibatch_key(config), effective_minibatch_size(config), world)
+    hybrid = config.actor.fsdp_hybrid_shard_size
+    if world > 1 and config.actor.strategy == "fsdp" and hybrid is not None and world % hybrid:
+        raise ConfigError("actor.fsdp_hybrid_shard_size", hybrid, f"a divisor of the actor world size {world}")
+    algorithm_spec(config.algorithm.name).check_layout(config, world)
+
+
+def check_split_over_ranks(config: Config, key: str, minibatch: int, world: int, what: str = "minibatch") -> None:
+    """A minibatch of `minibatch` samples (set by `key`) spread over `world` ranks: W must divide
+    it, and a micro-batch each rank's share."""
     if minibatch % world:
         raise ConfigError(key, minibatch, f"a multiple of the actor world size {world}")
     micro = config.actor.micro_batch_size
@@ -211,102 +181,8 @@ def check_actor_layout(config: Config, actor_world_size: int) -> None:
         raise ConfigError(
             "actor.micro_batch_size",
             micro,
-            f"a divisor of the per-rank minibatch {key} / actor ranks = {minibatch} / {world} = {minibatch // world}",
+            f"a divisor of the per-rank {what} {key} / actor ranks = {minibatch} / {world} = {minibatch // world}",
         )
-    hybrid = config.actor.fsdp_hybrid_shard_size
-    if world > 1 and config.actor.strategy == "fsdp" and hybrid is not None and world % hybrid:
-        raise ConfigError("actor.fsdp_hybrid_shard_size", hybrid, f"a divisor of the actor world size {world}")
-    check_grpo_ppg_layout(config, world)
-
-
-def aux_minibatch_size(config: Config) -> int:
-    """PPG: samples per auxiliary-phase optimizer step, over all actor ranks."""
-    return config.algorithm.aux_minibatch_size or effective_minibatch_size(config)
-
-
-def validate_tokens_grpo_ppg(config: Config) -> None:
-    """Token-level action policies, GRPO advantages, PPG and action chunks."""
-    algo, model = config.algorithm, config.model
-    for key in ("algorithm.n_pi", "algorithm.aux_epochs", "env.action_chunk"):
-        if get(config, key) < 1:
-            raise ConfigError(key, get(config, key), "an integer >= 1")
-    if model.action_bins is not None and model.action_bins < 2:
-        raise ConfigError("model.action_bins", model.action_bins, "null (Gaussian) or an integer >= 2")
-    for key in ("algorithm.logprob_type", "algorithm.entropy_type"):
-        if get(config, key) == "token_level" and model.action_bins is None:
-            raise ConfigError(
-                key,
-                "token_level",
-                "'action_level' unless model.action_bins is set",
-                "token_level needs a policy that emits tokens (model.action_bins)",
-            )
-    if algo.adv_type == "grpo":
-        if algo.group_size < 2:
-            raise ConfigError("algorithm.group_size", algo.group_size, "an integer >= 2 with adv_type grpo")
-        if config.env.num_envs % algo.group_size:
-            raise ConfigError(
-                "algorithm.group_size",
-                algo.group_size,
-                f"a divisor of env.num_envs ({config.env.num_envs}): groups are consecutive envs",
-            )
-        if algo.norm_adv:
-            raise ConfigError(
-                "algorithm.norm_adv",
-                True,
-                "false with algorithm.adv_type grpo",
-                "group-relative advantages are normalised within each group already, and "
-                "steps outside complete episodes must keep advantage 0",
-            )
-    if algo.name == "ppg":
-        if not model.aux_value_head:
-            raise ConfigError(
-                "model.aux_value_head",
-                False,
-                "true with algorithm.name ppg",
-                "PPG distils the value into an auxiliary head of the policy network",
-            )
-        if config.actor.strategy != "ddp":
-            raise ConfigError(
-                "actor.strategy",
-                config.actor.strategy,
-                "'ddp' with algorithm.name ppg",
-                "PPG's two phases are wrapped per phase with DDP; FSDP is not supported",
-            )
-        aux = aux_minibatch_size(config)
-        stored = algo.n_pi * config.batch_size
-        key = "algorithm.aux_minibatch_size" if algo.aux_minibatch_size is not None else minibatch_key(config)
-        if aux <= 0 or stored % aux:
-            raise ConfigError(
-                key,
-                aux,
-                f"a positive divisor of the auxiliary phase's data algorithm.n_pi * num_steps * num_envs = {stored}",
-            )
-        micro = config.actor.micro_batch_size
-        if micro is not None and aux % micro:
-            raise ConfigError("actor.micro_batch_size", micro, f"a divisor of the auxiliary minibatch {aux}")
-
-
-def check_grpo_ppg_layout(config: Config, world: int) -> None:
-    """GRPO groups never span actor ranks; PPG's auxiliary minibatch splits over them."""
-    algo = config.algorithm
-    if algo.adv_type == "grpo" and (config.env.num_envs // world) % algo.group_size:
-        raise ConfigError(
-            "algorithm.group_size",
-            algo.group_size,
-            f"a divisor of the envs per actor rank env.num_envs / {world} = "
-            f"{config.env.num_envs // world} (a group must not span actor ranks)",
-        )
-    if algo.name == "ppg":
-        aux = aux_minibatch_size(config)
-        if aux % world:
-            raise ConfigError("algorithm.aux_minibatch_size", aux, f"a multiple of the actor world size {world}")
-        micro = config.actor.micro_batch_size
-        if micro is not None and (aux // world) % micro:
-            raise ConfigError(
-                "actor.micro_batch_size",
-                micro,
-                f"a divisor of the per-rank auxiliary minibatch {aux} / {world} = {aux // world}",
-            )
 
 
 def check_entry_points(config: Config) -> None:
@@ -321,90 +197,7 @@ def check_entry_points(config: Config) -> None:
         check_keyword_arguments("model.kwargs", network, config.model.kwargs)
 
 
-def validate_sac(config: Config) -> None:
-    """SAC's keys, and what SAC does not combine with (algorithm.name: sac only)."""
-    algo, env, _model, _actor = config.algorithm, config.env, config.model, config.actor
-    if algo.matmul_dtype not in (None, "float32", "bfloat16"):
-        raise ConfigError("algorithm.matmul_dtype", algo.matmul_dtype, "null, 'float32' or 'bfloat16'")
-    if algo.name != "sac":
-        if algo.matmul_dtype is not None:
-            raise ConfigError(
-                "algorithm.matmul_dtype",
-                algo.matmul_dtype,
-                f"null unless algorithm.name is 'sac' (it is {algo.name!r})",
-            )
-        return
-    per_env = algo.buffer_size // env.num_envs
-    if per_env <= algo.num_steps:
-        raise ConfigError(
-            "algorithm.buffer_size",
-            algo.buffer_size,
-            f"more than algorithm.num_steps * env.num_envs = {algo.num_steps * env.num_envs} "
-            "(each env keeps buffer_size // env.num_envs transitions, more than one iteration's)",
-        )
-    if algo.learning_starts < 0:
-        raise ConfigError("algorithm.learning_starts", algo.learning_starts, "an integer >= 0")
-    if not 0 < algo.update_to_data < float("inf"):
-        raise ConfigError("algorithm.update_to_data", algo.update_to_data, "a finite number > 0")
-    if not 0 <= algo.tau <= 1:
-        raise ConfigError("algorithm.tau", algo.tau, "a number in [0, 1]")
-    if not algo.alpha > 0:
-        raise ConfigError("algorithm.alpha", algo.alpha, "a number > 0 (the initial or fixed entropy coefficient)")
-    for key in ("q_lr", "policy_lr"):
-        value = getattr(algo, key)
-        if value is not None and not value > 0:
-            raise ConfigError(f"algorithm.{key}", value, "a number > 0, or null (algorithm.lr)")
-    for key in ("policy_frequency", "target_network_frequency"):
-        if getattr(algo, key) < 1:
-            raise ConfigError(f"algorithm.{key}", getattr(algo, key), "an integer >= 1")
-    unsupported = {  # key: (value SAC needs, why)
-        "model.id": (
-            "mlp",
-            "sac builds its own actor and twin-critic MLPs from model.hidden_sizes and model.activation",
-        ),
-        "model.action_bins": (None, "sac's actor is a squashed Gaussian"),
-        "env.action_chunk": (1, "sac's replay stores one action per env step"),
-        "env.normalize_obs": (
-            False,
-            "the replay buffer would keep observations normalised with statistics that later change",
-        ),
-        "env.normalize_reward": (False, "the replay buffer would keep rewards scaled by statistics that later change"),
-        "algorithm.adv_type": ("gae", "advantages are an on-policy notion; sac learns critics"),
-        "actor.strategy": ("ddp", "sac's replicas train with DDP"),
-        "actor.micro_batch_size": (None, "sac does not accumulate gradients"),
-        "actor.gradient_checkpointing": (False, "sac does not recompute activations"),
-    }
-    for key, (needed, why) in unsupported.items():
-        if get(config, key) != needed:
-            raise ConfigError(key, get(config, key), f"{needed!r} with algorithm.name 'sac'", why)
-
-
 def check_spaces(config: Config, observation_space, action_space) -> None:
-    """The rules that need the env's spaces; the runtime calls this as soon as they are known,
-    before any actor is built. SAC: a flat Box observation and a 1-D Box action with finite
-    bounds (its tanh-squashed actions are mapped onto them)."""
-    import gymnasium as gym
-    import numpy as np
-
-    if config.algorithm.name != "sac":
-        return
-    box = isinstance(action_space, gym.spaces.Box)
-    if not (
-        box
-        and len(action_space.shape) == 1
-        and np.all(np.isfinite(action_space.low))
-        and np.all(np.isfinite(action_space.high))
-    ):
-        raise ConfigError(
-            "algorithm.name",
-            "sac",
-            f"an algorithm for env.id {config.env.id!r}, whose action space is {action_space}",
-            "sac needs continuous actions: a 1-D Box with finite bounds (use ppo for discrete actions)",
-        )
-    if not isinstance(observation_space, gym.spaces.Box):
-        raise ConfigError(
-            "algorithm.name",
-            "sac",
-            f"an algorithm for env.id {config.env.id!r}, whose observation space is {observation_space}",
-            "sac's MLPs need a Box observation space",
-        )
+    """The rules that need the env's spaces (the algorithm's: e.g. SAC's continuous actions); the
+    runtime calls this as soon as they are known, before any actor is built."""
+    algorithm_spec(config.algorithm.name).check_spaces(config, observation_space, action_space)

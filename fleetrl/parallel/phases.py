@@ -18,6 +18,7 @@ Two DDP wrappers over shared parameters are safe as long as each backward follow
 exactly one of them (DDP arms its gradient hooks in its own forward; the other wrapper's hooks
 stay idle) and every rank calls them in the same order — which the phase schedule guarantees,
 being a function of the iteration count alone. Both phases' gradients are all-reduced.
+(`benchmarks/ppg_vs_ppo.py` measures what this saves against `find_unused_parameters=True`.)
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fleetrl.parallel import wrap
-from fleetrl.parallel.wrap import LossPath
+from fleetrl.parallel.wrap import LossPath, ddp
 
 
 class PhaseView(nn.Module):
@@ -42,18 +42,6 @@ class PhaseView(nn.Module):
 
     def forward(self, *args):
         return getattr(self.policy, self.method)(*args)
-
-
-class PhasedPolicy(nn.Module):
-    """One module for both phases, `forward(*args, phase=...)`: what a single DDP wrapper with
-    `find_unused_parameters=True` needs (kept for the benchmark that compares the two)."""
-
-    def __init__(self, policy: nn.Module, methods: dict[str, str]):
-        super().__init__()
-        self.policy, self.methods = policy, methods
-
-    def forward(self, *args, phase: str):
-        return getattr(self.policy, self.methods[phase])(*args)
 
 
 def unused_parameters(policy: nn.Module, outputs: Callable[[nn.Module], tuple]) -> list[str]:
@@ -81,40 +69,10 @@ def local_phase_path(policy: nn.Module, method: str, ignored) -> LossPath:
 def ddp_phase_path(policy: nn.Module, method: str, ignored, device: torch.device) -> LossPath:
     """DDP around `PhaseView(policy, method)`, ignoring the parameters named in `ignored` (which
     this phase never reaches): only the phase's own parameters are reduced, and none is waited for."""
-    from torch.nn.parallel import DistributedDataParallel
-
     view = PhaseView(policy, method)
     # DDP reads this list from the module it wraps (the documented effect of
     # DistributedDataParallel._set_params_and_buffers_to_ignore_for_model, without that helper's
     # marking of the parameters themselves, which would follow them into the other wrapper).
     view._ddp_params_and_buffers_to_ignore = [f"policy.{name}" for name in ignored]
-    ddp = DistributedDataParallel(
-        view, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
-    )
-    hook = getattr(wrap, "recorded_allreduce_hook", None)  # the flight recorder's bucket marks
-    if hook is not None:
-        ddp.register_comm_hook(None, hook)
-    return LossPath(ddp, policy, "ddp", ddp.no_sync, frozenset(ignored))
-
-
-def find_unused_paths(policy: nn.Module, methods: dict[str, str], device: torch.device) -> dict[str, LossPath]:
-    """The alternative to `ddp_phase_path`: ONE DDP wrapper for all phases with
-    `find_unused_parameters=True`. Only for measuring what the per-phase wrapping saves."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    ddp = DistributedDataParallel(
-        PhasedPolicy(policy, methods),
-        device_ids=[device.index] if device.type == "cuda" else None,
-        forward_sync_buffers=False,
-        find_unused_parameters=True,
-    )
-    hook = getattr(wrap, "recorded_allreduce_hook", None)
-    if hook is not None:
-        ddp.register_comm_hook(None, hook)
-
-    def caller(phase: str):
-        return lambda *args: ddp(*args, phase=phase)
-
-    # no gradient check needed: DDP itself accounts for whatever a phase leaves unused
-    everything = frozenset(name for name, _ in policy.named_parameters())
-    return {phase: LossPath(caller(phase), policy, "ddp", ddp.no_sync, everything) for phase in methods}
+    wrapped = ddp(view, device)
+    return LossPath(wrapped, policy, "ddp", wrapped.no_sync, frozenset(ignored))

@@ -52,24 +52,3 @@ def fingerprint(tensor: torch.Tensor) -> torch.Tensor:
     bits = flat.view(int_type).long()
     weights = torch.arange(1, bits.numel() + 1, dtype=torch.int64, device=bits.device) * 2654435761 + 1
     return (bits * weights).sum()
-
-
-def replica_mismatches(module: nn.Module) -> list[str]:
-    """Names of the parameters and buffers whose values differ from rank 0's (empty when all
-    replicas agree). Every rank must call it; every rank gets the same answer. Meant for
-    replicated (DDP) modules: FSDP shards differ by design."""
-    if world_size() == 1:
-        return []
-    named = [*module.named_parameters(), *module.named_buffers()]
-    device = comm_device()
-    local = (
-        torch.stack([fingerprint(t.to(device)) for _, t in named])
-        if named
-        else torch.zeros(0, dtype=torch.int64, device=device)
-    )
-    gathered = [torch.empty_like(local) for _ in range(world_size())]
-    with flight_recorder.collective("all_gather (parameter fingerprints)", local):
-        dist.all_gather(gathered, local)
-    table = torch.stack(gathered)  # (ranks, tensors)
-    differs = (table != table[0]).any(dim=0).tolist()
-    return [name for (name, _), bad in zip(named, differs) if bad]

@@ -71,3 +71,25 @@ def plan_epoch(
         count = max(1, -(-most // micro_batch_size))
         plan.append([mine[i * micro_batch_size : (i + 1) * micro_batch_size] for i in range(count)])
     return plan
+
+
+@dataclass
+class Minibatches:
+    """One update phase's minibatches on this rank: every epoch, the global permutation drawn
+    from `generator` (identically seeded, so the same on every rank; none when one minibatch
+    holds everything) planned by `plan_epoch`."""
+
+    shard: EnvShard
+    size: int  # samples per minibatch, over all ranks
+    micro_batch_size: int | None
+    generator: torch.Generator
+
+    @property
+    def whole(self) -> bool:
+        """Every minibatch lies on this rank, in one piece: one rank, no accumulation."""
+        return self.shard.world_size == 1 and self.micro_batch_size is None
+
+    def epoch(self) -> list[list[torch.Tensor]]:
+        total = self.shard.global_size
+        order = torch.randperm(total, generator=self.generator) if total > self.size else None
+        return plan_epoch(order, self.size, self.shard, self.micro_batch_size)

@@ -12,6 +12,8 @@ rank returns its own, identical, copy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -22,29 +24,28 @@ def _options(**kwargs):
     return StateDictOptions(full_state_dict=True, **kwargs)
 
 
+def map_tensors(value, function: Callable[[torch.Tensor], torch.Tensor]):
+    """`value` with `function` applied to every tensor in its nested dicts/lists/tuples."""
+    if isinstance(value, torch.Tensor):
+        return function(value)
+    if isinstance(value, dict):
+        return {k: map_tensors(v, function) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(map_tensors(v, function) for v in value)
+    return value
+
+
 def _copy(value):
     """A deep copy of the tensors in nested dicts/lists: a gathered "full" tensor can be the
     live shard itself (a mesh dimension of size 1 needs no gathering), which training would then
     change under the caller's feet."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_copy(v) for v in value)
-    return value
+    return map_tensors(value, lambda tensor: tensor.detach().clone())
 
 
 def to_cpu(value):
     """`value` with every tensor in its nested dicts/lists moved to the CPU (a copy if it was
     elsewhere, the same tensor if it was there)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: to_cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(to_cpu(v) for v in value)
-    return value
+    return map_tensors(value, lambda tensor: tensor.detach().cpu())
 
 
 def model_state(module: nn.Module, sharded: bool) -> dict:

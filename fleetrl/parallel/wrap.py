@@ -100,17 +100,26 @@ def wrap_policy(policy: nn.Module, config: ActorConfig, device: torch.device) ->
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return local_loss_path(policy)
     if config.strategy == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
-        ddp = DistributedDataParallel(
-            policy, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
-        )
-        ddp.register_comm_hook(None, recorded_allreduce_hook)
-        return LossPath(ddp, policy, "ddp", ddp.no_sync)
+        wrapped = ddp(policy, device)
+        return LossPath(wrapped, policy, "ddp", wrapped.no_sync)
     if config.strategy == "fsdp":
         shard_with_fsdp2(policy, config, device)
         return LossPath(policy, policy, "fsdp", lambda: fsdp_no_sync(policy))
     raise ConfigError("actor.strategy", config.strategy, "one of ['ddp', 'fsdp']")
+
+
+def ddp(module: nn.Module, device: torch.device, **options) -> nn.Module:
+    """`DistributedDataParallel(module)` as every fleetrl loss path is wrapped: on `device`'s GPU
+    (if any), buffers never re-broadcast in forward (non-parameter state is never a
+    DDP-synchronised buffer), gradient buckets entered into the flight recorder. `options` go to
+    DDP (e.g. `find_unused_parameters`). Collective: every rank wraps the same module together."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    wrapped = DistributedDataParallel(
+        module, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False, **options
+    )
+    wrapped.register_comm_hook(None, recorded_allreduce_hook)
+    return wrapped
 
 
 def recorded_allreduce_hook(state, bucket):  # no annotations: DDP compares them to the real types

@@ -1,22 +1,44 @@
-"""What every algorithm's actor worker is to the controller: the methods it calls on the actor group.
+"""What every algorithm's actor worker is to the controller, and what every actor has.
 
-The controller (runner, runtime, fused ranks) names these methods through this class
+The controller (runner, runtime, fused ranks) names the interface's methods through this class
 (`actor.call_all(ActorBase.verify_replicas)`), never by string, so a reader and an IDE follow a
 call to its definition, and an algorithm's actor is checked against this interface when its
-group is built. Shared behaviour of all actors lives here too, once.
+group is built.
+
+What every actor has lives here, once: the rank and world checks, the layout and space rules of
+its algorithm (`config.validate`), the device, identical initial weights (seeded from
+`runner.seed`), joining and leaving the actor ranks' process group, starting every rank from rank
+0's replicated modules, the sum over ranks, and the replica checks (one fingerprint all-gather
+over `replicated_modules`). An algorithm supplies its modules, how it wraps them for several
+ranks (`wrap_for_ranks`), `train` and its checkpoint state.
 
 Collective methods with several ranks — every rank must call them, in the same order:
-`init_distributed`, `train`, `verify_replicas`, and for sharded actors `policy_weights`,
-`state_dict`, `load_state_dict`.
+`init_distributed`, `train`, `replica_divergence`, `verify_replicas`, and for sharded actors
+`policy_weights`, `state_dict`, `load_state_dict`.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 
+import gymnasium as gym
 import torch
 
+from fleetrl.config.schema import Config
+from fleetrl.config.validate import check_actor_layout, check_spaces
+from fleetrl.parallel import process_group, reduce
+from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
 from fleetrl.trajectory import Trajectory
+
+log = logging.getLogger("fleetrl")
+
+
+def actor_device(name: str) -> torch.device:
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 class ActorBase(ABC):
@@ -24,18 +46,114 @@ class ActorBase(ABC):
     `Actor(config, observation_space, action_space, rank, world_size)`."""
 
     policy: torch.nn.Module  # what a rollout worker in the same process acts with
+    config: Config
+    rank: int
+    world_size: int
+    device: torch.device
+    distributed: bool  # joined the group and wrapped (several ranks)
+    owns_process_group: bool  # this worker created the group, and destroys it in `close`
+
+    def __init__(
+        self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
+    ):
+        """Checks the rank and the algorithm's layout and space rules, picks the device and seeds
+        torch from `runner.seed`, so the modules a subclass builds next are identical on every
+        rank wherever it is built."""
+        if not 0 <= rank < world_size:
+            raise ValueError(f"actor rank {rank} is outside the world size {world_size}")
+        check_actor_layout(config, world_size)
+        check_spaces(config, observation_space, action_space)
+        self.config, self.rank, self.world_size = config, rank, world_size
+        self.device = actor_device(config.actor.device)
+        self.distributed = False
+        self.owns_process_group = False
+        torch.manual_seed(config.runner.seed)  # identical initial weights wherever it is built
+
+    # ---------------------------------------------------------------------------- distribution
+
+    def init_distributed(self, master_addr: str, master_port: int) -> None:
+        """Join the actor ranks' process group (rendezvous on rank 0's node at
+        master_addr:master_port, every wait bounded by `actor.dist_timeout_s`), make every
+        replicated module rank 0's, and wrap the loss paths (`wrap_for_ranks`). Call on all ranks
+        together, right after construction. With one rank it does nothing. A process that is
+        already in a group of this world size (e.g. a test driving several workers) reuses it."""
+        if self.world_size == 1 or self.distributed:
+            return
+        self.owns_process_group = process_group.join_process_group(
+            self.rank, self.world_size, master_addr, master_port, self.config.actor.dist_timeout_s, self.device
+        )
+        # Same seed, same code: the weights should already agree. If they do not, the model's
+        # initialisation draws from an unseeded source; say so, then use rank 0's everywhere.
+        differing = divergent_replicas(self.replicated_modules())
+        if differing and self.rank == 0:
+            log.warning(
+                "initial weights differ across the %d actor ranks in %s: the model's initialisation "
+                "is not deterministic; every rank starts from rank 0's",
+                self.world_size,
+                sorted(differing),
+            )
+        for module in self.replicated_modules().values():
+            reduce.broadcast_module_(module)
+        self.wrap_for_ranks()
+        self.distributed = True
 
     @abstractmethod
-    def init_distributed(self, master_addr: str, master_port: int) -> None:
-        """Join the actor ranks' process group (all ranks together, right after construction)."""
+    def wrap_for_ranks(self) -> None:
+        """Wrap the loss paths for several ranks (DDP, FSDP), once the group is joined and the
+        replicas agree."""
+
+    def require_distributed(self) -> None:
+        """Training with several ranks before `init_distributed` would desynchronise them."""
+        if self.world_size > 1 and not self.distributed:
+            raise RuntimeError(f"{type(self).__name__}.train with several ranks needs init_distributed first")
+
+    def close(self) -> None:
+        """Leave the process group if this worker created it."""
+        if self.owns_process_group:
+            process_group.destroy_process_group()
+            self.owns_process_group = False
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum over actor ranks (identity with one). Moves to the backend's device and back."""
+        if self.world_size == 1:
+            return tensor
+        device = reduce.comm_device()
+        return reduce.all_reduce_sum(tensor.to(device)).to(tensor.device)
+
+    # ------------------------------------------------------------------------------- replicas
+
+    @abstractmethod
+    def replicated_modules(self) -> dict[str, torch.nn.Module]:
+        """Every module whose parameters and buffers must be identical on all ranks, by name
+        (target networks included)."""
+
+    @property
+    def sharded(self) -> bool:
+        """Parameters are shards (FSDP): they differ across ranks by design, and state getters
+        and setters are collective."""
+        return False
+
+    def replica_divergence(self) -> dict[str, list[int]]:
+        """{'<module>.<tensor>': odd ranks} for every parameter or buffer of `replicated_modules`
+        whose value is not the same on all ranks; {} when they agree, with one rank, and when
+        sharded. Collective otherwise: one all-gather of a fingerprint (64-bit hash of the exact
+        bits) per tensor."""
+        if self.world_size == 1 or self.sharded:
+            return {}
+        return divergent_replicas(self.replicated_modules())
+
+    def verify_replicas(self) -> None:
+        """Raise `ReplicaDivergenceError` (naming the tensors and ranks) when the ranks'
+        replicated tensors differ. Every rank gets the same answer, so all ranks raise together."""
+        differing = self.replica_divergence()
+        if differing:
+            raise ReplicaDivergenceError(differing, self.world_size)
+
+    # ------------------------------------------------------------------- training and state
 
     @abstractmethod
     def train(self, trajectory: Trajectory, progress: float) -> dict:
         """Train on this rank's shard of one iteration's trajectory; metrics reduced over ranks."""
-
-    @abstractmethod
-    def verify_replicas(self) -> None:
-        """Raise `ReplicaDivergenceError` when the ranks' replicated tensors differ."""
 
     @abstractmethod
     def policy_weights(self):
@@ -48,7 +166,3 @@ class ActorBase(ABC):
     @abstractmethod
     def load_state_dict(self, saved: dict) -> None:
         """Load a state written by `state_dict` (any strategy and rank count)."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Leave the process group if this worker created it."""

@@ -1,16 +1,17 @@
-"""The actor component: the trainable policy and its optimizer; advantages and PPO updates.
+"""PPO's actor component: the trainable policy and its optimizer; advantages and PPO updates.
 
 One `ActorWorker` per actor rank. With one rank it trains alone: no process group, no wrapping,
 no collective. With W ranks the runtime builds W workers (rank 0..W-1), then calls
 `init_distributed(master_addr, master_port)` on all of them together; each then trains on its
 shard of every trajectory (env columns, `Trajectory.shard`) and together they compute exactly the
-single-process update (`fleetrl.algos.ppo.ppo_update_sharded`).
+single-process update (`fleetrl.algos.ppo.ppo_update`).
 
 Collective methods — every rank must call them, in the same order, or the others wait (until
-`actor.dist_timeout_s`, then fail): `init_distributed`, `train`, `check_replicas`,
-`replica_divergence`, `verify_replicas`, and with
-`actor.strategy: fsdp` also `state_dict`, `load_state_dict` and `policy_weights`, which gather
-or scatter the shards (rank 0 receives the full state, other ranks an empty dict).
+`actor.dist_timeout_s`, then fail): those of `ActorBase`, and with `actor.strategy: fsdp` also
+`state_dict`, `load_state_dict` and `policy_weights`, which gather or scatter the shards (rank 0
+receives the full state, other ranks an empty dict).
+
+This module registers the `ppo` algorithm.
 """
 
 from __future__ import annotations
@@ -21,109 +22,63 @@ import gymnasium as gym
 import torch
 
 from fleetrl.algos.gae import compute_gae, grpo_advantages
-from fleetrl.algos.ppo import PPOBatch, ppo_update, ppo_update_sharded
+from fleetrl.algos.optim import build_optimizer
+from fleetrl.algos.ppo import PPOBatch, ppo_update
+from fleetrl.algos.ppo_config import PPOConfig, check_ppo_layout, validate_ppo
+from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_actor_layout, effective_minibatch_size
+from fleetrl.config.validate import effective_minibatch_size
 from fleetrl.models.policy import Policy
-from fleetrl.parallel import process_group, reduce, state
-from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
-from fleetrl.parallel.sharding import EnvShard
+from fleetrl.parallel import state
+from fleetrl.parallel.sharding import EnvShard, Minibatches
 from fleetrl.parallel.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase
+from fleetrl.workers.rollout_worker import RolloutWorker
 
 log = logging.getLogger("fleetrl")
 
 
-def build_optimizer(config: Config, policy: Policy) -> torch.optim.Optimizer:
-    """Adam(W) with the fused kernel: one call for all parameters (2.5× faster than foreach on
-    a 64×64 MLP here)."""
-    optimizer_class = torch.optim.Adam if config.actor.optimizer == "adam" else torch.optim.AdamW
-    return optimizer_class(
-        policy.parameters(),
-        lr=config.algorithm.lr,
-        eps=config.actor.adam_eps,
-        weight_decay=config.actor.weight_decay,
-        fused=True,
-    )
-
-
-def actor_device(name: str) -> torch.device:
-    device = torch.device(name)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
+def policy_optimizer(config: Config, policy: torch.nn.Module) -> torch.optim.Optimizer:
+    return build_optimizer(config.actor, [{"params": list(policy.parameters()), "lr": config.algorithm.lr}])
 
 
 class ActorWorker(ActorBase):
     def __init__(
         self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
     ):
-        if not 0 <= rank < world_size:
-            raise ValueError(f"actor rank {rank} is outside the world size {world_size}")
-        check_actor_layout(config, world_size)
-        self.config, self.rank, self.world_size = config, rank, world_size
-        self.device = actor_device(config.actor.device)
-        torch.manual_seed(config.runner.seed)  # identical initial weights wherever it is built
+        super().__init__(config, observation_space, action_space, rank, world_size)
         self.policy = Policy.from_config(config.model, observation_space, action_space).to(self.device)
         if config.actor.gradient_checkpointing:
             enable_gradient_checkpointing(self.policy.network)
-        self.optimizer = build_optimizer(config, self.policy)
+        self.optimizer = policy_optimizer(config, self.policy)
         self.generator = torch.Generator().manual_seed(config.runner.seed)
         self.minibatch_size = effective_minibatch_size(config)
-        # None: the plain single-process update. Several ranks get theirs in init_distributed;
-        # one rank that accumulates gradients uses the sharded update on an unwrapped policy.
-        self.loss_path: LossPath | None = None
-        if world_size == 1 and config.actor.micro_batch_size is not None:
-            self.loss_path = local_loss_path(self.policy)
+        # One rank: the policy itself. Several ranks get theirs (DDP or FSDP) in init_distributed.
+        self.loss_path: LossPath = local_loss_path(self.policy)
         if world_size == 1 and config.actor.strategy == "fsdp":
             log.info(
                 "one actor rank: actor.strategy 'fsdp' and the actor.fsdp_* settings do not "
                 "apply (no sharding, no mixed precision)"
             )
-        self.owns_process_group = False
 
     @property
     def sharded(self) -> bool:
         """Parameters and optimizer state are FSDP shards (state getters/setters are collective)."""
-        return self.loss_path is not None and self.loss_path.strategy == "fsdp"
+        return self.loss_path.strategy == "fsdp"
 
-    def init_distributed(self, master_addr: str, master_port: int) -> None:
-        """Join the actor ranks' process group (rendezvous on rank 0's node at
-        master_addr:master_port, every wait bounded by `actor.dist_timeout_s`), make the initial
-        weights rank 0's, and wrap the loss path (DDP or FSDP2). Call on all ranks together,
-        right after construction. With one rank it does nothing. A process that is already in a
-        group of this world size (e.g. a test driving several workers) reuses it."""
-        if self.world_size == 1 or self.loss_path is not None:
-            return  # nothing to join, or joined already
-        self.owns_process_group = process_group.join_process_group(
-            self.rank, self.world_size, master_addr, master_port, self.config.actor.dist_timeout_s, self.device
-        )
-        # Same seed, same code: the weights should already agree. If they do not, the model's
-        # initialisation draws from an unseeded source; say so, then use rank 0's everywhere.
-        differing = reduce.replica_mismatches(self.policy)
-        if differing and self.rank == 0:
-            log.warning(
-                "initial weights differ across the %d actor ranks in %s: the model's "
-                "initialisation is not deterministic; every rank starts from rank 0's",
-                self.world_size,
-                differing,
-            )
-        reduce.broadcast_module_(self.policy)
+    def replicated_modules(self) -> dict:
+        return {"policy": self.policy}
+
+    def wrap_for_ranks(self) -> None:
         self.loss_path = self.wrap_loss_path()
         if self.sharded:  # fully_shard replaced the parameters: the optimizer must see the shards
-            self.optimizer = build_optimizer(self.config, self.policy)
+            self.optimizer = policy_optimizer(self.config, self.policy)
 
     def wrap_loss_path(self) -> LossPath:
         """The loss path of several ranks (DDP or FSDP2 around the policy); algorithms whose
         phases use different parameters wrap each phase their own way (PPG)."""
         return wrap_policy(self.policy, self.config.actor, self.device)
-
-    def close(self) -> None:
-        """Leave the process group if this worker created it."""
-        if self.owns_process_group:
-            process_group.destroy_process_group()
-            self.owns_process_group = False
 
     def schedule(self, progress: float) -> tuple[float, float]:
         """(lr, clip_coef) at `progress` = global env steps / total env steps."""
@@ -137,9 +92,7 @@ class ActorWorker(ActorBase):
         """Train on `trajectory` — this rank's shard (its env columns) when there are several
         ranks — and return metrics reduced over all ranks: identical on every rank. A
         collective with several ranks: all train together, with the same `progress`."""
-        algo = self.config.algorithm
-        if self.world_size > 1 and self.loss_path is None:
-            raise RuntimeError("ActorWorker.train with several ranks needs init_distributed first")
+        self.require_distributed()
         advantages, returns = self.advantages(trajectory)
         batch = PPOBatch(
             trajectory.obs.flatten(0, 1),
@@ -152,27 +105,13 @@ class ActorWorker(ActorBase):
         lr, clip = self.schedule(progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        if self.loss_path is None:  # one rank, no accumulation: the plain update, no collective
-            metrics = ppo_update(self.policy, self.optimizer, batch, algo, clip, self.generator, self.minibatch_size)
-            variance_explained = explained_variance(trajectory.values.flatten(), returns.flatten())
-        else:
-            steps, envs = trajectory.rewards.shape
-            shard = EnvShard(steps, envs * self.world_size, self.rank, self.world_size)
-            self.check_shard(shard)
-            metrics = ppo_update_sharded(
-                self.loss_path,
-                self.optimizer,
-                batch,
-                algo,
-                clip,
-                self.generator,
-                shard,
-                self.minibatch_size,
-                self.config.actor.micro_batch_size,
-                self.all_reduce,
-            )
-            variance_explained = self.global_explained_variance(batch.values, batch.returns)
-        metrics.update(lr=lr, clip_coef=clip, explained_variance=variance_explained)
+        minibatches = Minibatches(
+            self.shard(trajectory), self.minibatch_size, self.config.actor.micro_batch_size, self.generator
+        )
+        metrics = ppo_update(
+            self.loss_path, self.optimizer, batch, self.config.algorithm, clip, minibatches, self.all_reduce
+        )
+        metrics.update(lr=lr, clip_coef=clip, explained_variance=self.explained_variance(batch.values, batch.returns))
         return metrics
 
     def advantages(self, trajectory: Trajectory) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,26 +132,24 @@ class ActorWorker(ActorBase):
             advantages = grpo_advantages(trajectory.rewards, trajectory.dones, algo.group_size)
         return advantages, returns
 
-    def check_shard(self, shard: EnvShard) -> None:
-        """A shard of another size than the config's would make this rank plan other minibatches
-        than the others — a desync. Fail loudly instead."""
+    def shard(self, trajectory: Trajectory) -> EnvShard:
+        """Where this rank's part of `trajectory` lies in the whole. A shard of another size than
+        the config's would make this rank plan other minibatches than the others — a desync:
+        fail loudly instead."""
         config = self.config
+        steps, envs = trajectory.rewards.shape
+        shard = EnvShard(steps, envs * self.world_size, self.rank, self.world_size)
         if self.world_size > 1 and (shard.steps, shard.total_envs) != (config.algorithm.num_steps, config.env.num_envs):
             raise ValueError(
                 f"actor rank {self.rank}: got a trajectory shard of {shard.steps} steps × "
                 f"{shard.envs_per_rank} envs, expected {config.algorithm.num_steps} × "
                 f"{config.env.num_envs // self.world_size} (env.num_envs / {self.world_size} ranks)"
             )
+        return shard
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum over actor ranks (identity with one). Moves to the backend's device and back."""
-        if self.world_size == 1:
-            return tensor
-        device = reduce.comm_device()
-        return reduce.all_reduce_sum(tensor.to(device)).to(tensor.device)
-
-    def global_explained_variance(self, predicted: torch.Tensor, target: torch.Tensor) -> float:
-        """`explained_variance` over all ranks' samples: one all-reduce of five float64 sums."""
+    def explained_variance(self, predicted: torch.Tensor, target: torch.Tensor) -> float:
+        """1 - Var[target - predicted] / Var[target] over all ranks' samples (1: a perfect value
+        function, ≤ 0 useless): one all-reduce of five float64 sums."""
         target, error = target.double(), (target - predicted).double()
         sums = self.all_reduce(
             torch.stack(
@@ -229,34 +166,6 @@ class ActorWorker(ActorBase):
         target_var = target_squares - target_sum * target_sum / count
         error_var = error_squares - error_sum * error_sum / count
         return float("nan") if target_var <= 0 else 1 - error_var / target_var
-
-    def check_replicas(self) -> list[str]:
-        """Names of parameters that differ from rank 0's (DDP replicas should never drift); empty
-        when all agree, and under FSDP (shards differ by design). Collective with DDP."""
-        if self.world_size == 1 or self.sharded:
-            return []
-        return reduce.replica_mismatches(self.policy)
-
-    def replicated_modules(self) -> dict:
-        """Every module whose parameters and buffers must be identical on all ranks, by name.
-        Algorithms with more (target networks, critics) add theirs."""
-        return {"policy": self.policy}
-
-    def replica_divergence(self) -> dict[str, list[int]]:
-        """{'<module>.<tensor>': odd ranks} for every parameter or buffer of `replicated_modules`
-        whose value is not the same on all ranks; {} when they agree, with one rank, and under
-        FSDP (shards differ by design). Collective with DDP: one all-gather of a fingerprint
-        (64-bit hash of the exact bits) per tensor."""
-        if self.world_size == 1 or self.sharded:
-            return {}
-        return divergent_replicas(self.replicated_modules())
-
-    def verify_replicas(self) -> None:
-        """`replica_divergence`, raising `ReplicaDivergenceError` (naming the tensors and ranks)
-        when it finds any. Every rank gets the same answer, so all ranks raise together."""
-        differing = self.replica_divergence()
-        if differing:
-            raise ReplicaDivergenceError(differing, self.world_size)
 
     def policy_weights(self) -> dict:
         """A full CPU copy of the plain Policy's state_dict: what rollout workers load. Without
@@ -285,7 +194,14 @@ class ActorWorker(ActorBase):
         self.generator.set_state(saved["generator"])
 
 
-def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
-    """1 - Var[target - predicted] / Var[target]: 1 is a perfect value function, ≤ 0 useless."""
-    variance = target.var()
-    return float("nan") if variance == 0 else float(1 - (target - predicted).var() / variance)
+PPO = register_algorithm(
+    AlgorithmSpec(
+        name="ppo",
+        config=PPOConfig,
+        actor=ActorWorker,
+        rollout=RolloutWorker,
+        validate=validate_ppo,
+        check_layout=check_ppo_layout,
+        console_metrics=(ConsoleMetric("approx_kl", "kl", ".4f"), ConsoleMetric("clip_fraction", "clip", ".3f")),
+    )
+)

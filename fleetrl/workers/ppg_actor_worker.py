@@ -13,35 +13,34 @@ reaches is named at construction. Both phases' gradients are all-reduced.
 Checkpoints hold the stored data of the phase in progress (gathered from all ranks into the
 single-process layout, so `state_dict` is a collective with several ranks) and the iteration
 count; a resume with another `env.num_envs` restarts the phase instead.
+
+This module registers the `ppg` algorithm.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 import gymnasium as gym
 import torch
 
 from fleetrl.algos.ppg import aux_update, distribution_inputs, is_aux_iteration
+from fleetrl.algos.ppg_config import PPGConfig, aux_minibatch_size, check_ppg_layout, validate_ppg
+from fleetrl.algos.registry import register_algorithm
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import aux_minibatch_size
 from fleetrl.errors import ConfigError
-from fleetrl.parallel.phases import ddp_phase_path, find_unused_paths, local_phase_path, unused_parameters
-from fleetrl.parallel.sharding import EnvShard
+from fleetrl.parallel.phases import ddp_phase_path, local_phase_path, unused_parameters
+from fleetrl.parallel.sharding import EnvShard, Minibatches
 from fleetrl.trajectory import Trajectory
 from fleetrl.watch import flight_recorder
-from fleetrl.workers.actor_worker import ActorWorker
+from fleetrl.workers.actor_worker import PPO, ActorWorker
 
 log = logging.getLogger("fleetrl")
-PHASE_METHODS = {"policy": "forward", "aux": "forward_aux"}
 
 
 class PPGActorWorker(ActorWorker):
-    # "per_phase": one DDP wrapper per phase (the default). "find_unused": one wrapper with
-    # find_unused_parameters=True for both — only for benchmarks/ppg_vs_ppo.py to compare with.
-    ddp_wrapping = "per_phase"
-
     def __init__(
         self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
     ):
@@ -55,8 +54,7 @@ class PPGActorWorker(ActorWorker):
         self.unused = self.probe_unused_parameters(observation_space)
         self.aux_minibatch_size = aux_minibatch_size(config)
         self.aux_path = local_phase_path(self.policy, "forward_aux", self.unused["aux"])
-        if self.loss_path is not None and self.loss_path.strategy == "local":  # accumulation, one rank
-            self.loss_path = local_phase_path(self.policy, "forward", self.unused["policy"])
+        self.loss_path = local_phase_path(self.policy, "forward", self.unused["policy"])
         self.stored_obs: list[torch.Tensor] = []  # per policy iteration: (T, local envs, *obs)
         self.stored_returns: list[torch.Tensor] = []  # (T, local envs)
         self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -84,10 +82,6 @@ class PPGActorWorker(ActorWorker):
     def wrap_loss_path(self):
         """Several ranks: the policy phase's loss path (the base class's `loss_path`); the
         auxiliary phase's goes to `aux_path`."""
-        if self.ddp_wrapping == "find_unused":
-            paths = find_unused_paths(self.policy, PHASE_METHODS, self.device)
-            self.aux_path = paths["aux"]
-            return paths["policy"]
         self.aux_path = ddp_phase_path(self.policy, "forward_aux", self.unused["aux"], self.device)
         return ddp_phase_path(self.policy, "forward", self.unused["policy"], self.device)
 
@@ -123,18 +117,9 @@ class PPGActorWorker(ActorWorker):
         shard = EnvShard(steps, envs * self.world_size, self.rank, self.world_size)
         obs, returns = obs.flatten(0, 1), returns.flatten()
         old = distribution_inputs(self.policy, obs)
+        minibatches = Minibatches(shard, self.aux_minibatch_size, self.config.actor.micro_batch_size, self.generator)
         metrics = aux_update(
-            self.aux_path,
-            self.optimizer,
-            obs,
-            returns,
-            old,
-            self.config.algorithm,
-            self.generator,
-            shard,
-            self.aux_minibatch_size,
-            self.config.actor.micro_batch_size,
-            self.all_reduce,
+            self.aux_path, self.optimizer, obs, returns, old, self.config.algorithm, minibatches, self.all_reduce
         )
         self.stored_obs, self.stored_returns = [], []
         self.aux_phases += 1
@@ -188,3 +173,11 @@ class PPGActorWorker(ActorWorker):
         columns = slice(self.rank * per_rank, (self.rank + 1) * per_rank)
         self.stored_obs = list(obs[:, columns].clone().chunk(count))
         self.stored_returns = list(returns[:, columns].clone().chunk(count))
+
+
+# PPO's spec with its own section, actor and rules (the rollout worker and console are PPO's)
+register_algorithm(
+    replace(
+        PPO, name="ppg", config=PPGConfig, actor=PPGActorWorker, validate=validate_ppg, check_layout=check_ppg_layout
+    )
+)

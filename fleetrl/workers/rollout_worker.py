@@ -19,13 +19,14 @@ import torch
 
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
+from fleetrl.parallel.seeds import ROLLOUT_NOISE, rank_seed
 from fleetrl.trajectory import Trajectory, TrajectoryBuffer
 from fleetrl.workers.env_worker import StepResult
 
 
 def rollout_seed(seed: int, rank: int) -> int:
     """The action-noise seed of rollout rank `rank`: distinct per rank, and following runner.seed."""
-    return seed * 1_000_003 + 104_729 * (rank + 1)
+    return rank_seed(seed, rank, ROLLOUT_NOISE)
 
 
 def process_rollout_rank() -> int:

@@ -1,7 +1,6 @@
 """The SAC actor component: replay buffer shard, actor, twin critics, targets, temperature.
 
-One `SACActorWorker` per actor rank, with the interface of `ActorWorker` (see
-`fleetrl.algos.registry`). An iteration (`train`):
+One `SACActorWorker` per actor rank (an `ActorBase`). An iteration (`train`):
 
 1. the rank adds its shard of the trajectory (its env columns: T steps × N/W envs) to its own
    replay buffer shard (`fleetrl.algos.replay`, plain state — never a module buffer);
@@ -30,9 +29,10 @@ modules need, and the actor loss evaluates the critics outside their wrapper, wi
 weights, so the critic reducer never waits for gradients that do not come. The target critics
 are not wrapped: they are updated in place from the (identical) critics.
 
-Collective methods with several ranks (every rank calls them, in the same order):
-`init_distributed`, `train`, `check_replicas`, `replica_divergence`, `verify_replicas`,
-`state_dict` (gathers every rank's generator and replay shard onto rank 0).
+Collective methods with several ranks (every rank calls them, in the same order): those of
+`ActorBase`, and `state_dict` (gathers every rank's generator and replay shard onto rank 0).
+
+This module registers the `sac` algorithm.
 """
 
 from __future__ import annotations
@@ -41,59 +41,39 @@ import copy
 import logging
 
 import gymnasium as gym
-import numpy as np
 import torch
 
+from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
 from fleetrl.algos.replay import ReplayBuffer
-from fleetrl.algos.sac import (
-    EntropyCoefficient,
-    SACBatch,
-    SACLearner,
-    SACWeights,
-    SquashedGaussianActor,
-    TwinQ,
-    matmul_dtype,
-)
+from fleetrl.algos.sac import SACBatch, SACLearner, SACWeights
+from fleetrl.algos.sac_config import SACConfig, check_sac_spaces, validate_sac
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_actor_layout, check_spaces, effective_minibatch_size
-from fleetrl.parallel import process_group, reduce, state
-from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
+from fleetrl.config.validate import effective_minibatch_size
+from fleetrl.models.sac_networks import EntropyCoefficient, build_sac_actor, build_twin_q
+from fleetrl.parallel import state
+from fleetrl.parallel.seeds import ACTOR_SAMPLING, rank_seed
+from fleetrl.parallel.wrap import ddp
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase
-from fleetrl.workers.actor_worker import actor_device
+from fleetrl.workers.sac_rollout_worker import SACRolloutWorker
 
 log = logging.getLogger("fleetrl")
 SAMPLE_CHUNK = 32  # gradient steps whose samples are gathered at once
-
-
-def rank_seed(seed: int, rank: int) -> int:
-    """The sampling generator's seed of actor rank `rank`: distinct per rank."""
-    return seed * 1_000_003 + 7919 * (rank + 1)
 
 
 class SACActorWorker(ActorBase):
     def __init__(
         self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
     ):
-        if not 0 <= rank < world_size:
-            raise ValueError(f"actor rank {rank} is outside the world size {world_size}")
-        check_actor_layout(config, world_size)
-        check_spaces(config, observation_space, action_space)
-        self.config, self.rank, self.world_size = config, rank, world_size
-        algo, model = config.algorithm, config.model
-        self.device = actor_device(config.actor.device)
-        torch.manual_seed(config.runner.seed)  # identical initial weights wherever it is built
-        obs_dim, action_dim = int(np.prod(observation_space.shape)), int(action_space.shape[0])
-        self.action_dim = action_dim
-        dtype = matmul_dtype(config)
-        self.policy = SquashedGaussianActor(
-            obs_dim, action_dim, model.hidden_sizes, model.activation, action_space.low, action_space.high, dtype
-        ).to(self.device)
-        self.critic = TwinQ(obs_dim, action_dim, model.hidden_sizes, model.activation, dtype).to(self.device)
+        super().__init__(config, observation_space, action_space, rank, world_size)
+        algo = config.algorithm
+        self.action_dim = int(action_space.shape[0])
+        self.policy = build_sac_actor(config, observation_space, action_space).to(self.device)
+        self.critic = build_twin_q(config, observation_space, action_space).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.entropy = EntropyCoefficient(algo.alpha, algo.autotune).to(self.device)
         self.learner = SACLearner(config, self.policy, self.critic, self.critic_target, self.entropy)
-        self.generator = torch.Generator().manual_seed(rank_seed(config.runner.seed, rank))
+        self.generator = torch.Generator().manual_seed(rank_seed(config.runner.seed, rank, ACTOR_SAMPLING))
         self.sample_size = effective_minibatch_size(config) // world_size
         self.replay = ReplayBuffer(
             algo.buffer_size // config.env.num_envs,
@@ -104,58 +84,14 @@ class SACActorWorker(ActorBase):
         self.env_steps = 0  # global (all ranks' env columns), as the trajectories arrived
         self.update_debt = 0.0  # gradient steps owed, the fraction update_to_data left over
         self.policy.random_actions = self.env_steps < algo.learning_starts
-        self.distributed = False
-        self.owns_process_group = False
 
     # ---------------------------------------------------------------------------- distribution
 
-    def init_distributed(self, master_addr: str, master_port: int) -> None:
-        """Join the actor ranks' group, make every module rank 0's and wrap the two loss paths
-        in DDP. All ranks together, right after construction; nothing with one rank."""
-        if self.world_size == 1 or self.distributed:
-            return
-        from torch.nn.parallel import DistributedDataParallel
-
-        from fleetrl.parallel.wrap import recorded_allreduce_hook
-
-        self.owns_process_group = process_group.join_process_group(
-            self.rank, self.world_size, master_addr, master_port, self.config.actor.dist_timeout_s, self.device
-        )
+    def wrap_for_ranks(self) -> None:
+        """The two loss paths in DDP (critics; actor + log α)."""
         if self.config.actor.strategy != "ddp":
             log.info("sac trains its replicas with DDP; actor.strategy %r does not apply", self.config.actor.strategy)
-        for name, module in self.replicated_modules().items():
-            differing = reduce.replica_mismatches(module)
-            if differing and self.rank == 0:
-                log.warning(
-                    "initial %s weights differ across the %d actor ranks in %s: every rank starts from rank 0's",
-                    name,
-                    self.world_size,
-                    differing,
-                )
-            reduce.broadcast_module_(module)
-
-        def make_ddp(module):
-            ddp = DistributedDataParallel(
-                module,
-                device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                forward_sync_buffers=False,
-            )
-            ddp.register_comm_hook(None, recorded_allreduce_hook)
-            return ddp
-
-        self.learner.wrap(make_ddp)
-        self.distributed = True
-
-    def close(self) -> None:
-        if self.owns_process_group:
-            process_group.destroy_process_group()
-            self.owns_process_group = False
-
-    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.world_size == 1:
-            return tensor
-        device = reduce.comm_device()
-        return (reduce.all_reduce_sum(tensor.to(device)) / self.world_size).to(tensor.device)
+        self.learner.wrap(lambda module: ddp(module, self.device))
 
     # -------------------------------------------------------------------------------- training
 
@@ -163,8 +99,7 @@ class SACActorWorker(ActorBase):
         """Store this rank's shard of the iteration, then run the gradient steps it is owed; the
         metrics are averaged over ranks (identical on every rank). Collective with several ranks."""
         algo = self.config.algorithm
-        if self.world_size > 1 and not self.distributed:
-            raise RuntimeError("SACActorWorker.train with several ranks needs init_distributed first")
+        self.require_distributed()
         steps, envs = trajectory.rewards.shape
         expected = (algo.num_steps, self.config.env.num_envs // self.world_size)
         if (steps, envs) != expected:  # another shape would make this rank owe other step counts
@@ -225,7 +160,9 @@ class SACActorWorker(ActorBase):
         }
         if count == 0:  # the same on every rank: no collective either
             return metrics
-        q_loss, q_mean, actor_loss, alpha_loss, entropy = self.all_reduce_mean(learner.mean_stats()).tolist()
+        q_loss, q_mean, actor_loss, alpha_loss, entropy = (
+            self.all_reduce(learner.mean_stats()) / self.world_size
+        ).tolist()
         metrics.update(q_loss=q_loss, q_mean=q_mean)
         if learner.policy_stats:
             metrics.update(actor_loss=actor_loss, entropy=entropy, alpha_loss=alpha_loss if algo.autotune else None)
@@ -241,27 +178,6 @@ class SACActorWorker(ActorBase):
             "critic_target": self.critic_target,
             "entropy": self.entropy,
         }
-
-    def check_replicas(self) -> list[str]:
-        """Names of tensors that differ from rank 0's ('<module>.<name>'); empty when all agree.
-        Collective with several ranks."""
-        if self.world_size == 1:
-            return []
-        return [
-            f"{key}.{name}"
-            for key, module in self.replicated_modules().items()
-            for name in reduce.replica_mismatches(module)
-        ]
-
-    def replica_divergence(self) -> dict[str, list[int]]:
-        if self.world_size == 1:
-            return {}
-        return divergent_replicas(self.replicated_modules())
-
-    def verify_replicas(self) -> None:
-        differing = self.replica_divergence()
-        if differing:
-            raise ReplicaDivergenceError(differing, self.world_size)
 
     # ---------------------------------------------------------------------------------- state
 
@@ -332,3 +248,11 @@ class SACActorWorker(ActorBase):
                 "algorithm.learning_starts=%d transitions",
                 self.config.algorithm.learning_starts,
             )
+
+
+SAC_CONSOLE = (ConsoleMetric("q_loss", "q loss", ".3f"), ConsoleMetric("alpha", "alpha", ".3f"))
+register_algorithm(
+    AlgorithmSpec(
+        "sac", SACConfig, SACActorWorker, SACRolloutWorker, SAC_CONSOLE, validate_sac, check_spaces=check_sac_spaces
+    )
+)

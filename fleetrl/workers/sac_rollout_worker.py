@@ -17,8 +17,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fleetrl.algos.sac import SACWeights, SquashedGaussianActor, matmul_dtype
+from fleetrl.algos.sac import SACWeights
 from fleetrl.config.schema import Config
+from fleetrl.models.sac_networks import SquashedGaussianActor, build_sac_actor
 from fleetrl.workers.env_worker import StepResult
 from fleetrl.workers.rollout_worker import RolloutWorker, process_rollout_rank, rollout_seed
 
@@ -33,16 +34,7 @@ class SACRolloutWorker(RolloutWorker):
     @classmethod
     def from_config(cls, config: Config, observation_space: gym.Space, action_space: gym.Space):
         """A rollout worker in its own process, with its own copy of the actor."""
-        model = config.model
-        actor = SquashedGaussianActor(
-            int(np.prod(observation_space.shape)),
-            int(action_space.shape[0]),
-            model.hidden_sizes,
-            model.activation,
-            action_space.low,
-            action_space.high,
-            matmul_dtype(config),
-        ).requires_grad_(False)
+        actor = build_sac_actor(config, observation_space, action_space).requires_grad_(False)
         actor.random_actions = config.algorithm.learning_starts > 0
         generator = torch.Generator().manual_seed(rollout_seed(config.runner.seed, process_rollout_rank()))
         return cls(actor, generator)
