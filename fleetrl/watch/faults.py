@@ -86,11 +86,11 @@ def check_fault(fault: dict, algorithm: str) -> None:
 
 def worker_methods(component: str, algorithm: str) -> list[str]:
     """The public methods of the component's worker class for this algorithm."""
-    from fleetrl.algos.registry import algorithm_workers
+    from fleetrl.algos.registry import algorithm_spec
     from fleetrl.workers.env_worker import EnvWorker
 
-    workers = algorithm_workers(algorithm)
-    worker = {"env": EnvWorker, "rollout": workers.rollout, "actor": workers.actor}[component]
+    spec = algorithm_spec(algorithm)
+    worker = {"env": EnvWorker, "rollout": spec.rollout, "actor": spec.actor}[component]
     return sorted(name for name in dir(worker) if not name.startswith("_") and callable(getattr(worker, name)))
 
 
