@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 
 from fleetrl.metrics_log import read_metrics
-from tests.conftest import FLEETRL, REPO, subprocess_env
+from tests.support import FLEETRL, REPO, subprocess_env
 
 TWO_ACTOR_RANKS = [
     "runner.tensorboard=false",

@@ -22,7 +22,7 @@ from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.metrics_log import read_metrics
 from fleetrl.runner import Trainer
-from tests.conftest import FLEETRL, REPO, is_interpreter_helper, subprocess_env
+from tests.support import FLEETRL, REPO, is_interpreter_helper, subprocess_env
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 

@@ -13,7 +13,7 @@ from fleetrl.cli import main
 from fleetrl.config.loader import load_config, save_config
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError, UserError
-from tests.conftest import FLEETRL, REPO, subprocess_env
+from tests.support import FLEETRL, REPO, subprocess_env
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 QUICK = ["runner.total_env_steps=512", "runner.tensorboard=false", "runner.checkpoint_interval=1000"]

@@ -26,7 +26,7 @@ from fleetrl.cli import main
 from fleetrl.config.constraints import Check, Range
 from fleetrl.config.loader import coerce
 from fleetrl.config.schema import SECTION_TYPES
-from tests.conftest import FLEETRL, REPO, subprocess_env
+from tests.support import FLEETRL, REPO, subprocess_env
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 

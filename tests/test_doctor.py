@@ -37,7 +37,7 @@ from fleetrl.doctor.context import Context
 from fleetrl.doctor.disk import check_directory
 from fleetrl.doctor.handshake import run_handshake
 from fleetrl.doctor.interfaces import interfaces
-from tests.conftest import own_children
+from tests.support import own_children
 
 MIB = 1024**2
 
@@ -603,7 +603,7 @@ def test_importing_the_doctor_is_cheap():
 
 @pytest.mark.skipif(not cli_has_doctor(), reason="`fleetrl doctor` is not wired into cli.py yet")
 def test_fleetrl_doctor_exit_codes(tmp_path):
-    from tests.conftest import FLEETRL, REPO, subprocess_env
+    from tests.support import FLEETRL, REPO, subprocess_env
 
     def doctor_command(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(

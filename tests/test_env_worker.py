@@ -14,8 +14,8 @@ from fleetrl.config.schema import EnvConfig, ModelConfig
 from fleetrl.models.policy import Policy
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
-from tests.conftest import is_interpreter_helper
 from tests.envs import obs
+from tests.support import is_interpreter_helper
 
 ENTRY = "tests.envs:CountingEnv"
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fleetrl.checkpoint import load_latest
-from tests.conftest import FLEETRL, REPO, subprocess_env
+from tests.support import FLEETRL, REPO, subprocess_env
 from tests.test_ray_backend import no_ray_left_behind  # noqa: F401  (autouse fixture)
 
 SMALL = [

@@ -13,7 +13,7 @@ import ast
 from collections import deque
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support import REPO
 
 
 def module_name(path: Path, root: Path) -> str:

@@ -8,7 +8,7 @@ import subprocess
 import psutil
 import pytest
 
-from tests.conftest import FLEETRL, REPO, subprocess_env
+from tests.support import FLEETRL, REPO, subprocess_env
 
 RAY_PROCESS_MARKERS = ("raylet", "gcs_server", "ray::", "default_worker.py", "dashboard")
 

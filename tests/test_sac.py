@@ -36,7 +36,7 @@ from fleetrl.workers.rollout_worker import RolloutWorker
 from fleetrl.workers.sac_actor_worker import SACActorWorker
 from fleetrl.workers.sac_rollout_worker import SACRolloutWorker
 from tests import sac_support
-from tests.conftest import FLEETRL, REPO, subprocess_env
+from tests.support import FLEETRL, REPO, subprocess_env
 
 # ------------------------------------------------------------------------------ replay buffer
 

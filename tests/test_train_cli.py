@@ -20,7 +20,7 @@ from fleetrl.models.policy import Policy
 from fleetrl.runner import Trainer
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
-from tests.conftest import FLEETRL, REPO, subprocess_env
+from tests.support import FLEETRL, REPO, subprocess_env
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
