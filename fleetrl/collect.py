@@ -5,6 +5,9 @@ the controller queues `rollout.act(lane, t, step)` then `env.step(actions, stage
 passing futures rather than waiting for results; each worker runs its calls in order as inputs
 arrive, so while an env worker steps stage i, its rollout worker is already inferring stage i+1.
 On the inline backend the same calls simply run one after another.
+
+`CollectThenTrain` is one iteration — collect, then train the actor group on it — wherever the
+collecting process is: the controller (inline and Ray backends) or a fused rank's own process.
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ class CollectThenTrain:
     own process collected (a fused rank)."""
 
     def __init__(self, collector: Collector, actor: WorkerGroup):
-        self.collector, self.actor = collector, actor
+        self.collector: Collector = collector
+        self.actor: WorkerGroup = actor
 
     def start(self, epoch: int) -> None:
         self.collector.start(epoch)

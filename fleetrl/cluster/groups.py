@@ -120,7 +120,8 @@ class RayGroup(WorkerGroup):
         return RayGroup(self.assignments, self.handles, worker_class, self.interrupt, f"{component}.")
 
     def call(self, rank: int, method: Method, *args):
-        return self.handles[rank].call.remote(self.wire_names.get(method) or self.wire_name(method), *args)
+        name = self.wire_names.get(method) or self.wire_name(method)
+        return self.handles[rank].call.remote(name, *args)
 
     def get(self, futures, slice_s: float = 0.2):
         import ray
