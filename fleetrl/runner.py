@@ -17,7 +17,7 @@ import psutil
 import torch
 
 from fleetrl.checkpoint import load_latest, save_checkpoint
-from fleetrl.cluster.backend import start_backend
+from fleetrl.cluster.backend import Backend, start_backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.layout import Layout, resolve_layout
 from fleetrl.config.schema import Config
@@ -55,7 +55,7 @@ class Trainer:
         self.recent_lengths: deque[int] = deque(maxlen=100)
         self.target_reached_at: tuple[int, float] | None = None
         self.live_progress = live_progress
-        self.backend = start_backend(config, self.layout, self.run_dir)
+        self.backend: Backend = start_backend(config, self.layout, self.run_dir)
         try:
             if saved is not None:
                 self.load_state(saved)

@@ -93,7 +93,7 @@ class WatchSession:
 
     def on_watchdog_incident(self, incident: Incident) -> NoReturn:
         """In the watchdog's thread: the main thread may be stuck for good, so end the process."""
-        self.interrupt.set()
+        self.interrupt.set()  # waits in the main thread give up (cluster/groups.py RayGroup.get)
         kill_remote = self.remote.kill_remote_workers if self.remote else lambda: None
         self.responder.respond(incident, self.workers, kill_remote, exit_process=True)
 
