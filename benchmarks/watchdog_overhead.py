@@ -3,8 +3,8 @@
 rollout 0-1, env 0-1), variants rotating order each repetition; throughput (env steps / training
 seconds after --warmup iterations) and the on/off ratio.
 
-`watchdog.enabled=false` only skips the controller's watchdog thread (fleetrl/cluster/runtime.py,
-`Runtime.start_watchdog`): every worker still runs each call as a recorded phase
+`watchdog.enabled=false` only skips the controller's watchdog thread (fleetrl/watch/session.py,
+`WatchSession.start`): every worker still runs each call as a recorded phase
 (fleetrl/watch/host.py `CallRunner`), still marks every collective (DDP gradient buckets included,
 with a call-site stack walk), and still publishes a heartbeat every 0.5 s. So the run-level
 comparison measures the watchdog thread alone; the rest is measured with micro-benchmarks in this

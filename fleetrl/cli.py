@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_train(args) -> int:
-    from fleetrl.cluster.runtime import resolve_layout, worker_processes
+    from fleetrl.cluster.layout import dry_run_text, resolve_layout
     from fleetrl.config.loader import load_config
     from fleetrl.config.validate import check_entry_points
 
@@ -62,17 +62,7 @@ def command_train(args) -> int:
     check_entry_points(config)
     layout = resolve_layout(config)
     if args.dry_run:
-        fused = " (fused: rank r of env, rollout and actor in one process)" if layout.fused else ""
-        print(f"backend: {layout.backend}{fused}")
-        print(layout.placement.table())
-        if layout.fused:
-            print(
-                "processes: "
-                + ", ".join(
-                    f"fused rank {a.rank} on node {a.node} device {a.local_device} (torch threads: {a.cpu_threads})"
-                    for a in worker_processes(layout)
-                )
-            )
+        print(dry_run_text(layout))
         return 0
     if not args.skip_doctor and (code := preflight(config)):
         return code

@@ -1,6 +1,6 @@
 """The controller loop: sync weights → collect → train → log → checkpoint, until the env-step
-budget is spent. The same loop drives every backend; see cluster/runtime.py for where the
-components run.
+budget is spent. The same loop drives every backend (cluster/backend.py: where the components run);
+every call to a worker names the worker class's own method (`ActorBase.state_dict`).
 """
 
 from __future__ import annotations
@@ -18,16 +18,20 @@ import torch
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import load_latest, save_checkpoint
-from fleetrl.cluster.runtime import Layout, Runtime, resolve_layout
-from fleetrl.collect import collect_then_train
+from fleetrl.cluster.backend import Backend
+from fleetrl.cluster.groups import NotAWorkerMethod
+from fleetrl.cluster.layout import Layout, resolve_layout
+from fleetrl.cluster.start import start_backend
 from fleetrl.config.schema import Config
 from fleetrl.errors import UserError
 from fleetrl.metrics_log import MetricsLog
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import create_run_dir, setup_logging, write_config
-from fleetrl.trajectory import Trajectory
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.signals import install_stop_handlers
+from fleetrl.workers.actor_base import ActorBase
+from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.rollout_worker import RolloutWorker
 
 log = logging.getLogger("fleetrl")
 SUMMARY_FILE = "summary.json"
@@ -37,7 +41,7 @@ class Trainer:
     def __init__(self, config: Config, live_progress: bool | None = None, layout: Layout | None = None):
         self.config = config
         runner = config.runner
-        layout = layout or resolve_layout(config)
+        self.layout: Layout = layout or resolve_layout(config)
         self.run_dir = Path(runner.resume) if runner.resume else create_run_dir(config)
         write_config(config, self.run_dir)
         setup_logging(self.run_dir)
@@ -53,9 +57,8 @@ class Trainer:
         self.recent_lengths: deque[int] = deque(maxlen=100)
         self.target_reached_at: tuple[int, float] | None = None
         self.live_progress = live_progress
-        self.runtime = Runtime(config, layout, self.run_dir)
+        self.backend: Backend = start_backend(config, self.layout, self.run_dir)
         try:
-            self.collector = self.runtime.collector()
             if saved is not None:
                 self.load_state(saved)
                 log.info("resumed %s at iteration %d, %d env steps", self.run_dir, self.iteration, self.global_step)
@@ -63,7 +66,7 @@ class Trainer:
                 random.seed(runner.seed)
                 np.random.seed(runner.seed)
         except BaseException:
-            self.runtime.shutdown()
+            self.backend.shutdown()
             raise
 
     def train(self) -> dict:
@@ -76,7 +79,7 @@ class Trainer:
             config.env.id,
             config.env.num_envs,
             config.batch_size,
-            self.runtime.layout.backend,
+            self.layout.runs_on,
         )
         install_stop_handlers()
         metrics_log = MetricsLog(self.run_dir, config.runner.tensorboard)
@@ -87,7 +90,7 @@ class Trainer:
             self.live_progress,
             algorithm_spec(config.algorithm.name).console_metrics,
         )
-        self.collector.start(self.iteration)
+        self.backend.collector.start(self.iteration)
         try:
             while self.global_step < total and not self.stop_for_target():
                 record = self.run_iteration()
@@ -100,16 +103,16 @@ class Trainer:
             log.warning("interrupted at iteration %d: saving a checkpoint", self.iteration)
             self.checkpoint()
             raise
-        except (UserError, IncidentStop):
+        except (UserError, IncidentStop, NotAWorkerMethod):
             raise
         except Exception as error:  # a worker failed: report, tear down, raise IncidentStop
             progress.close()
-            self.runtime.fail(error)
+            self.backend.fail(error)
         finally:  # on any other error the last periodic checkpoint stays the newest
             progress.close()
             metrics_log.close()
             summary = self.write_summary(startup_s)
-            self.runtime.shutdown()
+            self.backend.shutdown()
         return summary
 
     def run_iteration(self) -> dict:
@@ -118,16 +121,16 @@ class Trainer:
         self.sync_weights()
         synced = time.perf_counter()
         if self.config.algorithm.resets_envs_each_iteration:  # e.g. GRPO: group-seeded resets
-            self.collector.start(self.iteration)
+            self.backend.collector.start(self.iteration)
         # The schedule position is taken before this iteration's steps, so the last iteration
         # still learns (lr > 0) rather than running with an annealed-to-zero rate.
-        metrics, collect_s = self.collect_and_train(steps_before / self.config.runner.total_env_steps)
+        metrics, collect_s = self.backend.collector.collect_and_train(steps_before / self.config.runner.total_env_steps)
         updated = time.perf_counter()
         self.iteration += 1
         self.train_s += updated - started
         interval = self.config.runner.param_check_interval
         if interval and self.iteration % interval == 0:  # raises ReplicaDivergenceError naming tensors and ranks
-            self.runtime.actor.get(self.runtime.actor.call_all("verify_replicas"))
+            self.backend.actor.get(self.backend.actor.call_all(ActorBase.verify_replicas))
         returns, lengths = self.gather_env_reports()
         record = {
             "iteration": self.iteration,
@@ -151,28 +154,16 @@ class Trainer:
         """Actor rank 0's weights → every rollout worker, unless they share the policy object.
         Every actor rank is asked (FSDP gathers shards collectively); the rollout workers receive
         rank 0's copy by reference, and run the load before their next `act` (call order)."""
-        runtime = self.runtime
-        if runtime.shares_process or self.iteration % self.config.runner.weight_sync_interval:
+        backend = self.backend
+        if backend.shares_policy or self.iteration % self.config.runner.weight_sync_interval:
             return
-        weights = runtime.actor.call_all("policy_weights")[0]
-        runtime.rollout.call_all("load_weights", weights)
-
-    def collect_and_train(self, progress: float) -> tuple[dict, float]:
-        """One iteration's data and update; returns the metrics and the seconds spent collecting."""
-        if self.runtime.fused is not None:  # each rank collects and trains in its own process
-            return self.collector.collect_and_train(progress)
-        return collect_then_train(self.collector, self.train_actor, progress)
-
-    def train_actor(self, trajectory: Trajectory, progress: float) -> dict:
-        actor = self.runtime.actor
-        world = actor.world_size
-        futures = [actor.call(rank, "train", trajectory.shard(rank, world), progress) for rank in range(world)]
-        return actor.get(futures)[0]  # metrics are reduced across ranks: identical on each
+        weights = backend.actor.call_all(ActorBase.policy_weights)[0]
+        backend.rollout.call_all(RolloutWorker.load_weights, weights)
 
     def gather_env_reports(self) -> tuple[list[float], list[int]]:
         """Sum the counters of all env workers (global steps and episodes); merge episodes."""
-        env = self.runtime.env
-        reports = env.get(env.call_all("report"))
+        env = self.backend.env
+        reports = env.get(env.call_all(EnvWorker.report))
         self.env_counters = [{"env_steps": r["env_steps"], "episodes": r["episodes"]} for r in reports]
         self.global_step = sum(r["env_steps"] for r in reports)
         self.episodes = sum(r["episodes"] for r in reports)
@@ -208,13 +199,13 @@ class Trainer:
         save_checkpoint(self.run_dir, self.iteration, self.state_dict(), self.config.runner.keep_checkpoints)
 
     def state_dict(self) -> dict:
-        runtime = self.runtime
+        actor = self.backend.actor
         return {
             "iteration": self.iteration,
             "train_s": self.train_s,
             "global_step": self.global_step,
             "episodes": self.episodes,
-            "actor": runtime.actor.get(runtime.actor.call_all("state_dict"))[0],
+            "actor": actor.get(actor.call_all(ActorBase.state_dict))[0],
             "env": self.env_states(),
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
@@ -224,26 +215,27 @@ class Trainer:
     def env_states(self) -> list[dict]:
         """One state per env rank, with the counters of the last finished iteration: steps of an
         iteration cut short (Ctrl-C) were never trained on and must not count."""
-        states = self.runtime.env.get(self.runtime.env.call_all("state_dict"))
+        env = self.backend.env
+        states = env.get(env.call_all(EnvWorker.state_dict))
         if self.env_counters:
             states = [{**state, **counters} for state, counters in zip(states, self.env_counters)]
         return states
 
     def load_state(self, state: dict) -> None:
-        runtime = self.runtime
+        actor, env = self.backend.actor, self.backend.env
         self.iteration, self.train_s = state["iteration"], state["train_s"]
         self.global_step, self.episodes = state["global_step"], state["episodes"]
-        runtime.actor.get(runtime.actor.call_all("load_state_dict", state["actor"]))
-        if len(state["env"]) != runtime.env.world_size:
+        actor.get(actor.call_all(ActorBase.load_state_dict, state["actor"]))
+        if len(state["env"]) != env.world_size:
             log.warning(
                 "checkpoint has %d env worker states, this run %d: normaliser statistics start from env rank 0's",
                 len(state["env"]),
-                runtime.env.world_size,
+                env.world_size,
             )
-        runtime.env.get(
+        env.get(
             [
-                runtime.env.call(rank, "load_state_dict", state["env"][min(rank, len(state["env"]) - 1)])
-                for rank in range(runtime.env.world_size)
+                env.call(rank, EnvWorker.load_state_dict, state["env"][min(rank, len(state["env"]) - 1)])
+                for rank in range(env.world_size)
             ]
         )
         self.recent_returns.extend(state["recent_returns"])

@@ -251,7 +251,7 @@ def test_resume_restores_the_trained_state(tmp_path):
     try:
         restored = trainer.state_dict()
     finally:
-        trainer.runtime.shutdown()
+        trainer.backend.shutdown()
     assert restored["iteration"] == saved["iteration"] == 2
     assert restored["global_step"] == saved["global_step"] == 2 * STEPS_PER_ITERATION
     assert restored["recent_returns"] == saved["recent_returns"]

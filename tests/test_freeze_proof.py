@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -188,3 +189,30 @@ def test_ctrl_c_on_ray_saves_and_stops_cleanly(tmp_path, when, signum, exit_code
     state = load_latest(run_dir)
     assert state["iteration"] >= 1 and isinstance(state["actor"]["policy"], dict)
     assert all(isinstance(v, torch.Tensor) for v in state["actor"]["policy"].values())
+
+
+def test_a_start_up_step_that_hangs_is_reported_as_startup_timeout(tmp_path):
+    """A start-up step under a deadline (connecting to Ray) that never finishes ends the run like
+    every other incident: exit 4 and a report naming what hung."""
+    script = (
+        "import sys, time\n"
+        "from fleetrl.config.loader import load_config\n"
+        "from fleetrl.watch.session import WatchSession\n"
+        "session = WatchSession(load_config('configs/ppo_cartpole.yaml'), sys.argv[1])\n"
+        "with session.deadline(1, 'connecting to Ray (10.0.0.1:6379)'):\n"
+        "    time.sleep(60)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 4, result.stderr[-3000:]
+    report = json.loads((tmp_path / "hang_report.json").read_text())
+    assert report["cause"] == "startup_timeout"
+    assert report["summary"] == "connecting to Ray (10.0.0.1:6379) did not finish within 1 s"
+    assert "fleetrl doctor" in report["detail"]
+    assert "fleetrl stopped: startup_timeout" in result.stderr

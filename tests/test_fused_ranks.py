@@ -9,9 +9,8 @@ import os
 import pytest
 
 from fleetrl.cli import main
-from fleetrl.cluster.fused import fused_assignments
+from fleetrl.cluster.layout import fused_assignments, resolve_layout
 from fleetrl.cluster.placement import resolve_placement
-from fleetrl.cluster.runtime import resolve_layout
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.metrics_log import read_metrics
@@ -37,10 +36,10 @@ def layout(*overrides: str):
 
 class TestLayout:
     def test_collocated_ranks_fuse_on_ray(self):
-        assert layout(*TWO_FUSED_RANKS).fused
+        assert layout(*TWO_FUSED_RANKS).backend == "fused"
 
     def test_inline_is_one_process_already(self):
-        assert not layout(FUSE, "cluster.backend=inline").fused
+        assert layout(FUSE, "cluster.backend=inline").backend == "inline"
 
     @pytest.mark.parametrize(
         "placement, words",

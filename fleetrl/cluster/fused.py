@@ -1,99 +1,57 @@
-"""Fused ranks: rank r of env, rollout and actor in one Ray worker process.
+"""The fused backend: rank r of env, rollout and actor in one Ray worker process.
 
 With `cluster.fuse_collocated: true` and a placement that puts rank r of all three components on
-one device, each rank is a single Ray actor holding its env worker, a rollout worker that reads
-the actor's own policy, and its actor rank. An iteration is then one call per rank — collect
-locally, then train (the DDP group reduces across ranks) — instead of two controller calls per env
-step: a Ray call costs ~1.3 ms, more than a CartPole or HalfCheetah step and its inference
-together. No weight sync is needed (the rollout worker uses the actor's parameters).
+one device (cluster/layout.py `check_fusable`), each rank is a single Ray actor holding its env
+worker, a rollout worker that reads the actor's own policy, and its actor rank. An iteration is
+then one call per rank — collect locally, then train (the DDP group reduces across ranks) —
+instead of two controller calls per env step: a Ray call costs ~1.3 ms, more than a CartPole or
+HalfCheetah step and its inference together. No weight sync is needed (the rollout worker uses
+the actor's parameters).
 
-The controller still sees three groups (`ComponentView`s over the same actors), so checkpoints,
-resume, replica checks and reports are unchanged; inside the process each component's calls run
-through its own `CallRunner`, so phases read `env.step` or `actor.train` and `debug.fault` hits
-the component it names. The watchdog watches one process per rank, `fused rank r`, and reports
-name it with the phase it was in ("fused rank 1 raised ValueError in env.step").
+The controller still sees three groups (views of the same actors, `RayGroup.view`), so
+checkpoints, resume, replica checks and reports are unchanged; inside the process each
+component's calls run through its own `CallRunner`, so phases read `env.step` or `actor.train`
+and `debug.fault` hits the component it names. The watchdog watches one process per rank,
+`fused rank r`, and reports name it with the phase it was in ("fused rank 1 raised ValueError in
+env.step").
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import replace
-from functools import partial
+import contextlib
 
 import torch
 
 from fleetrl.algos.registry import algorithm_spec
+from fleetrl.cluster.backend import close_envs
 from fleetrl.cluster.groups import InlineGroup, RayGroup
-from fleetrl.cluster.placement import Assignment, Placement
-from fleetrl.collect import Collector, collect_then_train
+from fleetrl.cluster.layout import FUSED, Layout, env_worker_args, worker_processes
+from fleetrl.cluster.ray_backend import RayBackend, connect, join_actor_ranks, watched
+from fleetrl.cluster.ray_cluster import FusedHost
+from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
-from fleetrl.errors import ConfigError
+from fleetrl.config.validate import check_spaces
 from fleetrl.watch.faults import FaultPlan
 from fleetrl.watch.flight_recorder import Recorder
 from fleetrl.watch.host import CallRunner
+from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import rollout_seed
-
-FUSED = "fused"
-FUSE_KEY = "cluster.fuse_collocated"
-
-
-def check_fusable(config: Config, placement: Placement) -> None:
-    """Fusing needs rank r of env, rollout and actor on one device, for every r, and a policy
-    that can run inference without collectives (not FSDP shards)."""
-    env, rollout, actor = (placement.ranks(c) for c in ("env", "rollout", "actor"))
-    if not len(env) == len(rollout) == len(actor):
-        raise ConfigError(
-            FUSE_KEY,
-            True,
-            "false, or a placement with as many env and rollout ranks as "
-            f"actor ranks (here env {len(env)}, rollout {len(rollout)}, actor {len(actor)})",
-        )
-    for e, r, a in zip(env, rollout, actor):
-        if not e.device == r.device == a.device:
-            raise ConfigError(
-                FUSE_KEY,
-                True,
-                "false, or a placement where rank r of env, rollout and "
-                f"actor share a device (rank {a.rank}: env on device {e.device}, rollout on "
-                f"{r.device}, actor on {a.device})",
-            )
-    if config.actor.strategy == "fsdp" and len(actor) > 1:
-        raise ConfigError(
-            FUSE_KEY,
-            True,
-            "false with actor.strategy 'fsdp': inference on FSDP shards "
-            "would gather parameters collectively at every env step",
-        )
-
-
-def fused_assignments(placement: Placement, cpu_count_per_node: int | None) -> list[Assignment]:
-    """One process per actor rank, where the actor rank runs. The placement split each node's
-    CPUs among env, rollout and actor processes; fused, only the ranks' processes share them."""
-    actors = placement.ranks("actor")
-    ranks_on_node = Counter(a.node for a in actors)
-    return [
-        replace(
-            a,
-            component=FUSED,
-            cpu_threads=max(1, cpu_count_per_node // ranks_on_node[a.node]) if cpu_count_per_node else a.cpu_threads,
-        )
-        for a in actors
-    ]
 
 
 class FusedRank:
     """In the worker process: the rank's env worker from the start; its actor and rollout worker
-    once the controller has checked the env's spaces (`build_learner`)."""
+    once the controller has checked the env's spaces (`build_learner`). Called as
+    `component.method` ('env.report', 'fused.iterate'), each through that component's runner."""
 
     def __init__(
         self, config: Config, env_args: tuple, rank: int, world_size: int, recorder: Recorder, fault_spec: dict
     ):
         self.config, self.rank, self.world_size = config, rank, world_size
         self.recorder, self.fault_spec = recorder, fault_spec
-        self.runners = {FUSED: self.runner(FUSED, self)}
-        self.env = self.inline_group("env", EnvWorker(*env_args))
-        self.collector: Collector | None = None
+        self.runners: dict[str, CallRunner] = {FUSED: self.runner(FUSED, self)}
+        self.env: InlineGroup = self.inline_group("env", EnvWorker(*env_args))
+        self.iterations: CollectThenTrain | None = None  # once the learner is built
 
     def runner(self, component: str, worker) -> CallRunner:
         return CallRunner(
@@ -104,70 +62,72 @@ class FusedRank:
         self.runners[component] = self.runner(component, worker)
         return InlineGroup([], [worker], [self.runners[component]])
 
-    def __call__(self, qualified_method: str, *args):
-        """Run `component.method` (e.g. 'env.report', 'fused.iterate') as a recorded phase."""
-        component, method = qualified_method.split(".", 1)
-        return self.runners[component](method, *args)
+    def __call__(self, qualified_name: str, *args):
+        """Run `component.method` as a recorded phase of that component."""
+        component, name = qualified_name.split(".", 1)
+        return self.runners[component](name, *args)
 
     def build_learner(self, observation_space, action_space) -> None:
         workers = algorithm_spec(self.config.algorithm.name)
         actor = workers.actor(self.config, observation_space, action_space, self.rank, self.world_size)
         if self.world_size > 1:  # the actor drew identical weights from the run's seed; actions need distinct noise
             torch.manual_seed(rollout_seed(self.config.runner.seed, self.rank))
-        self.inline_group("actor", actor)
+        actor_group = self.inline_group("actor", actor)
         rollout = self.inline_group("rollout", workers.rollout(actor.policy))
-        self.collector = Collector(
+        collector = Collector(
             self.env, rollout, self.config.rollout.pipeline_stage_num, self.config.algorithm.num_steps
         )
+        self.iterations = CollectThenTrain(collector, actor_group)
 
     def start_collecting(self, epoch: int) -> None:
-        self.collector.start(epoch)
+        self.iterations.start(epoch)
 
     def iterate(self, progress: float) -> tuple[dict, float]:
         """Collect this rank's envs for one iteration, then train on them with the other ranks.
         Returns the (cross-rank reduced) metrics and the seconds spent collecting."""
-        return collect_then_train(self.collector, partial(self.runners["actor"], "train"), progress)
+        return self.iterations.collect_and_train(progress)
 
 
-class ComponentView:
-    """One component's face of the fused ranks for the controller: `call(rank, 'step')` runs
-    `env.step` in rank's process. Named, waited on and interrupted like the fused group."""
-
-    def __init__(self, fused: RayGroup, component: str):
-        self.fused, self.component = fused, component
-
-    @property
-    def world_size(self) -> int:
-        return self.fused.world_size
-
-    @property
-    def assignments(self) -> list[Assignment]:
-        return self.fused.assignments
-
-    @property
-    def handles(self) -> list:
-        return self.fused.handles
-
-    def call(self, rank: int, method: str, *args):
-        return self.fused.call(rank, f"{self.component}.{method}", *args)
-
-    def call_all(self, method: str, *args) -> list:
-        return [self.call(rank, method, *args) for rank in range(self.world_size)]
-
-    def get(self, futures):
-        return self.fused.get(futures)
-
-
-class FusedCollector:
+class FusedIterations:
     """The controller's collector when ranks are fused: each rank collects inside `iterate`."""
 
     def __init__(self, fused: RayGroup):
-        self.fused = fused
+        self.fused: RayGroup = fused
 
     def start(self, epoch: int) -> None:
-        self.fused.get(self.fused.call_all("fused.start_collecting", epoch))
+        self.fused.get(self.fused.call_all(FusedRank.start_collecting, epoch))
 
     def collect_and_train(self, progress: float) -> tuple[dict, float]:
         """Rank 0's metrics (reduced across ranks: the same on each) and the slowest collection."""
-        results = self.fused.get(self.fused.call_all("fused.iterate", progress))
+        results = self.fused.get(self.fused.call_all(FusedRank.iterate, progress))
         return results[0][0], max(collect_s for _, collect_s in results)
+
+
+class FusedBackend(RayBackend):
+    shares_policy = True
+
+    @classmethod
+    def start(cls, config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack) -> FusedBackend:
+        """One Ray actor per rank that will hold its env, rollout and actor: the env first, so
+        that the spaces are checked before any learner is built."""
+        placement, world = layout.placement, layout.placement.world_size("actor")
+        cluster, spec = connect(config, layout, session, undo, " (fused: one process per rank)")
+        fused = cluster.create_group(
+            worker_processes(layout),
+            FusedRank,
+            lambda rank: (config, env_worker_args(config, placement, rank), rank, world),
+            spec,
+            session.interrupt,
+            host_class=FusedHost,
+            prefix=f"{FUSED}.",
+        )
+        workers = algorithm_spec(config.algorithm.name)
+        env = fused.view("env", EnvWorker)
+        rollout, actor = fused.view("rollout", workers.rollout), fused.view("actor", workers.actor)
+        undo.callback(close_envs, env)
+        spaces = env.get(env.call(0, EnvWorker.spaces))
+        check_spaces(config, *spaces)
+        session.start(watched([fused]), cluster)
+        fused.get(fused.call_all(FusedRank.build_learner, *spaces))  # the learners, now under the watchdog
+        join_actor_ranks(cluster, actor)
+        return cls(session, env, rollout, actor, spaces, FusedIterations(fused), cluster)

@@ -1,4 +1,11 @@
-"""Worker groups: the ranks of one component, called by method name, wherever they run.
+"""Worker groups: the ranks of one component, called with the worker class's own methods.
+
+`group.call(rank, EnvWorker.step, actions, stage)` names the method by its function object, so a
+reader and an IDE follow a call to its definition. A group knows the class its workers are; a
+method that is not that class's (or one of its bases') raises `NotAWorkerMethod` at the call
+site, the first time it is used, before anything is sent. What reaches the worker is the method's
+name, derived from the function object (and resolved there by `getattr`, so a subclass's override
+runs): one dict lookup per call once a method has been checked.
 
 `call` returns a future at once (an `ObjectRef` on Ray, the plain result inline); a future may be
 passed as an argument to another call, so the controller can queue a whole chain of dependent
@@ -9,52 +16,112 @@ their inputs arrive. That is what pipelines env and rollout without any threads 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fleetrl.cluster.placement import Assignment
 
+Method = Callable[..., Any]  # a function defined on a worker class, e.g. `EnvWorker.step`
 
-class InlineGroup:
-    """All ranks are objects in this process; calls run immediately, as recorded phases."""
+
+class NotAWorkerMethod(TypeError):
+    """A controller bug: a group was called with a function its worker class does not define."""
+
+
+def method_name(worker_class: type, method: Method) -> str:
+    """The name under which `worker_class` defines `method` (itself or in a base class)."""
+    name = getattr(method, "__name__", None)
+    if name is None or not any(vars(cls).get(name) is method for cls in worker_class.__mro__):
+        owner = getattr(method, "__qualname__", repr(method))
+        raise NotAWorkerMethod(
+            f"{owner} is not a method of {worker_class.__qualname__} or its bases: "
+            f"this group runs {worker_class.__qualname__} workers"
+        )
+    return name
+
+
+class WorkerGroup(ABC):
+    """What every group has: its ranks' assignments, its worker class, and the checked wire name
+    of each method called so far. `prefix` routes calls inside a process that hosts several
+    components (a fused rank: 'env.step')."""
+
+    def __init__(self, assignments: Sequence[Assignment], worker_class: type, prefix: str = ""):
+        self.assignments: list[Assignment] = list(assignments)
+        self.worker_class: type = worker_class
+        self.prefix: str = prefix
+        self.wire_names: dict[Method, str] = {}
+
+    @property
+    @abstractmethod
+    def world_size(self) -> int: ...
+
+    def wire_name(self, method: Method) -> str:
+        name = self.wire_names.get(method)
+        if name is None:
+            name = self.wire_names[method] = self.prefix + method_name(self.worker_class, method)
+        return name
+
+    @abstractmethod
+    def call(self, rank: int, method: Method, *args) -> Any:
+        """Run `method` on rank `rank`; returns its future (inline: its result)."""
+
+    def call_all(self, method: Method, *args) -> list:
+        return [self.call(rank, method, *args) for rank in range(self.world_size)]
+
+    @abstractmethod
+    def get(self, futures):
+        """The results of a future or a list of futures, once they are ready."""
+
+
+class InlineGroup(WorkerGroup):
+    """All ranks are objects in this process; calls run immediately, through `runners` (each a
+    `CallRunner`: a recorded phase) or, without them, as plain method calls."""
 
     def __init__(self, assignments: Sequence[Assignment], workers: list, runners: list | None = None):
-        self.assignments, self.workers = list(assignments), workers
-        self.runners = runners or [lambda method, *args, w=w: getattr(w, method)(*args) for w in workers]
+        super().__init__(assignments, type(workers[0]))
+        self.workers: list = workers
+        self.runners: list[Callable] = runners or [lambda name, *args, w=w: getattr(w, name)(*args) for w in workers]
 
     @property
     def world_size(self) -> int:
         return len(self.workers)
 
-    def call(self, rank: int, method: str, *args) -> Any:
-        return self.runners[rank](method, *args)
+    def call(self, rank: int, method: Method, *args) -> Any:
+        return self.runners[rank](self.wire_names.get(method) or self.wire_name(method), *args)
 
-    def call_all(self, method: str, *args) -> list:
-        return [self.call(rank, method, *args) for rank in range(self.world_size)]
-
-    @staticmethod
-    def get(futures):
+    def get(self, futures):
         return futures
 
 
-class RayGroup:
+class RayGroup(WorkerGroup):
     """Each rank is a Ray actor (`WorkerHost`) pinned to its node. `get` waits in short slices,
     raises a finished call's error without waiting for the rest, and gives up as soon as
     `interrupt` is set (the watchdog found an incident)."""
 
-    def __init__(self, assignments: Sequence[Assignment], handles: list):
-        self.assignments, self.handles = list(assignments), handles
-        self.interrupt = threading.Event()
+    def __init__(
+        self,
+        assignments: Sequence[Assignment],
+        handles: list,
+        worker_class: type,
+        interrupt: threading.Event,
+        prefix: str = "",
+    ):
+        super().__init__(assignments, worker_class, prefix)
+        self.handles: list = handles
+        self.interrupt: threading.Event = interrupt
 
     @property
     def world_size(self) -> int:
         return len(self.handles)
 
-    def call(self, rank: int, method: str, *args):
-        return self.handles[rank].call.remote(method, *args)
+    def view(self, component: str, worker_class: type) -> RayGroup:
+        """The same processes seen as `component`'s group (fused ranks host several components)."""
+        return RayGroup(self.assignments, self.handles, worker_class, self.interrupt, f"{component}.")
 
-    def call_all(self, method: str, *args) -> list:
-        return [self.call(rank, method, *args) for rank in range(self.world_size)]
+    def call(self, rank: int, method: Method, *args):
+        name = self.wire_names.get(method) or self.wire_name(method)
+        return self.handles[rank].call.remote(name, *args)
 
     def get(self, futures, slice_s: float = 0.2):
         import ray

@@ -9,10 +9,8 @@ Every worker process gets `FLEETRL_COMPONENT`, `FLEETRL_RANK`, `FLEETRL_WORLD_SI
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
-import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -21,12 +19,15 @@ from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.placement import Assignment
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
+from fleetrl.parallel.net import free_port, is_loopback
 from fleetrl.watch.faults import FaultPlan
 from fleetrl.watch.host import CallRunner, WatchSpec, start_watching
+from fleetrl.watch.respond import EXIT_INCIDENT
+from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children
 
 log = logging.getLogger("fleetrl")
-EXIT_STARTUP_TIMEOUT = 4  # the incident exit code (cli.py)
+Deadline = Callable[[float, str], contextlib.AbstractContextManager]  # WatchSession.deadline
 
 
 class WorkerHost:
@@ -47,14 +48,13 @@ class WorkerHost:
         faults = FaultPlan(watch.fault, assignment.component, assignment.rank)
         return CallRunner(factory(*args), assignment.component, assignment.rank, recorder, faults)
 
-    def call(self, method: str, *args):
-        return self.run(method, *args)
+    def call(self, method_name: str, *args):
+        """Run the worker's method `method_name` (cluster/groups.py derives it from the method)."""
+        return self.run(method_name, *args)
 
     def free_port(self, address: str) -> int:
         """A TCP port that is free on this worker's node (for a rendezvous hosted here)."""
-        with socket.socket() as probe:
-            probe.bind((address, 0))
-            return probe.getsockname()[1]
+        return free_port(address)
 
 
 class FusedHost(WorkerHost):
@@ -67,16 +67,20 @@ class FusedHost(WorkerHost):
 
 
 class RayCluster:
-    def __init__(self, config: ClusterConfig, devices_per_node: int, connect_timeout_s: float = 60):
+    """The driver's connection to Ray and the worker processes it created there; what the
+    incident response needs to end them (`watch.session.RemoteWorkers`)."""
+
+    def __init__(self, config: ClusterConfig, devices_per_node: int, deadline: Deadline, connect_timeout_s: float = 60):
         if config.ray_address is None and is_loopback(config.node_ip):
             keep_ray_on_loopback()
         import ray
 
         self.simulated = None
-        self.owned = config.ray_address is None
-        self.handles: list = []
+        self.owned: bool = config.ray_address is None
+        self.workers: list[tuple[Assignment, object]] = []  # every worker created: (assignment, handle)
         # Workers import `module:attr` entry points the way the driver does: from its cwd first.
-        self.python_path = os.pathsep.join([os.getcwd(), *sys.path[1:]])
+        self.python_path: str = os.pathsep.join([os.getcwd(), *sys.path[1:]])
+        self.env_vars: dict = config.env_vars
         with deadline(connect_timeout_s, f"connecting to Ray ({config.ray_address or 'a new local cluster'})"):
             if config.ray_address is not None:
                 ray.init(address=config.ray_address)
@@ -95,16 +99,20 @@ class RayCluster:
                 config.num_nodes,
                 f"at most the {len(self.node_ids)} alive node(s) of the Ray cluster",
             )
-        self.env_vars = config.env_vars
 
     def create_group(
         self,
         assignments: Sequence[Assignment],
-        factory: Callable,
+        worker_class: type,
         args_for_rank: Callable[[int], tuple],
         watch: WatchSpec,
+        interrupt: threading.Event,
+        factory: Callable | None = None,
         host_class: type = WorkerHost,
+        prefix: str = "",
     ) -> RayGroup:
+        """One `host_class` Ray actor per assignment, each building `factory(*args_for_rank(rank))`
+        (by default `worker_class(...)`); a group of `worker_class` workers."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -119,10 +127,12 @@ class RayCluster:
                     scheduling_strategy=strategy,
                     runtime_env={"env_vars": env_vars},
                     name=f"fleetrl-{assignment.component}-{assignment.rank}-{os.getpid()}",
-                ).remote(assignment.cpu_threads, factory, args_for_rank(assignment.rank), assignment, watch)
+                ).remote(
+                    assignment.cpu_threads, factory or worker_class, args_for_rank(assignment.rank), assignment, watch
+                )
             )
-        self.handles.extend(handles)
-        return RayGroup(assignments, handles)
+        self.workers.extend(zip(assignments, handles))
+        return RayGroup(assignments, handles, worker_class, interrupt, prefix)
 
     def worker_env_vars(self, assignment: Assignment) -> dict:
         shared = {k: str(v) for k, v in self.env_vars.items() if not isinstance(v, dict)}
@@ -153,6 +163,10 @@ class RayCluster:
 
         return ray.util.get_node_ip_address()
 
+    def actor_ids(self) -> dict:
+        """Ray actor id (hex) → (component, rank), to name the worker in a RayActorError."""
+        return {handle._actor_id.hex(): (a.component, a.rank) for a, handle in self.workers}
+
     def kill_remote_workers(self) -> None:
         """After an incident on a cluster fleetrl did not start: ask Ray to end our actors.
         (A cluster fleetrl started dies with this process's children.)"""
@@ -160,9 +174,23 @@ class RayCluster:
 
         if self.owned:
             return
-        for handle in self.handles:
+        for _, handle in self.workers:
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
+
+    def stop_after_incident(self) -> None:
+        """End the workers through Ray and disconnect this driver before its daemons are killed:
+        a driver left connected to a killed GCS waits a minute at exit, then aborts. The report
+        is written by now; should stopping hang, this process ends with the incident's code."""
+
+        def expire() -> None:
+            log.error("stopping Ray after the incident did not finish within 30 s; stopping now")
+            kill_own_children()
+            os._exit(EXIT_INCIDENT)
+
+        self.kill_remote_workers()
+        with expire_after(30, expire):
+            self.shutdown()
 
     def shutdown(self) -> None:
         import ray
@@ -171,10 +199,6 @@ class RayCluster:
         if self.simulated is not None:
             self.simulated.shutdown()
             self.simulated = None
-
-
-def is_loopback(address: str) -> bool:
-    return address == "localhost" or ipaddress.ip_address(address).is_loopback
 
 
 def keep_ray_on_loopback() -> None:
@@ -187,30 +211,6 @@ def keep_ray_on_loopback() -> None:
         from ray._private import ray_constants
 
         ray_constants.ENABLE_RAY_CLUSTER = False
-
-
-@contextlib.contextmanager
-def deadline(seconds: float, what: str):
-    """Bound a blocking start-up step: past `seconds`, say what hung and end this process (and
-    with it the Ray daemons it started) instead of waiting silently."""
-
-    def expire():
-        log.error(
-            "%s did not finish within %.0f s; stopping. Check the address and that the "
-            "network interface it names is reachable from here (`fleetrl doctor`).",
-            what,
-            seconds,
-        )
-        kill_own_children()
-        os._exit(EXIT_STARTUP_TIMEOUT)
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
 
 
 def start_simulated_cluster(num_nodes: int, cpus_per_node: int, node_ip: str):

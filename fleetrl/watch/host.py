@@ -1,5 +1,10 @@
 """How a worker runs the controller's calls: each one a recorded phase, with faults injected
-where `debug.fault` says. Used by the Ray worker host and by the inline groups alike."""
+where `debug.fault` says. Used by the Ray worker host and by the inline groups alike.
+
+A call arrives as the method's name: the controller names the method by its function object
+(`group.call(rank, EnvWorker.step, ...)`), and its group checks it against the worker class and
+sends the name (cluster/groups.py). Here `getattr` resolves it on the worker itself, so a
+subclass's override runs."""
 
 from __future__ import annotations
 
@@ -48,9 +53,9 @@ class WorkerError(RuntimeError):
 
 
 class CallRunner:
-    """Runs `method` of `worker` as phase 'component.method'. An error names the process it ran
-    in: `process` (e.g. 'fused' for a rank that hosts all three components), by default the
-    component itself."""
+    """Runs the method named `method` of `worker` as phase 'component.method'. An error names
+    the process it ran in: `process` (e.g. 'fused' for a rank that hosts all three components),
+    by default the component itself."""
 
     def __init__(
         self, worker, component: str, rank: int, recorder: Recorder, faults: FaultPlan, process: str | None = None

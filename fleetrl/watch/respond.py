@@ -12,15 +12,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
-from fleetrl.watch.hang_report import build_hang_report, write_hang_report
+from fleetrl.watch.hang_report import REPORT_TEXT, build_hang_report, write_hang_report
 from fleetrl.watch.stacks import capture_stacks
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident
 
 log = logging.getLogger("fleetrl")
 EXIT_INCIDENT = 4
-_responding = threading.Lock()
 
 
 class IncidentStop(Exception):
@@ -32,31 +32,44 @@ class IncidentStop(Exception):
         self.report = report
 
 
-def respond(
-    incident: Incident, run_dir: Path, workers: list[dict], kill_remote=lambda: None, exit_process: bool = False
-) -> None:
-    """Write hang_report.{json,txt}, print the text, end every worker process tree; then raise
-    IncidentStop, or with `exit_process` (the watchdog thread, whose main thread may be stuck
-    for good) end this process with exit code 4. Only the first incident is reported: a second
-    caller waits here until the first one is done."""
-    if not _responding.acquire(blocking=False):
-        time.sleep(3600)
-    report = {"cause": incident.cause, "summary": incident.summary}
-    try:
-        stacks = capture_stacks(
-            [{**w, "pid": incident.records.get((w["component"], w["rank"]), {}).get("pid")} for w in workers],
-            Path(run_dir) / "stacks",
-        )
-        report = build_hang_report(incident, workers, stacks, time.time())
-        text = write_hang_report(run_dir, report)
-        print(text, file=sys.stderr)
-        log.error("%s: %s (report: %s)", incident.cause, report["summary"], Path(run_dir) / "hang_report.txt")
-    finally:
-        kill_remote()
-        kill_own_children()
-        if exit_process:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            logging.shutdown()
-            os._exit(EXIT_INCIDENT)
-    raise IncidentStop(report)
+class Responder:
+    """Reports the first incident of a run and ends it; later callers wait for that one.
+
+    Whichever thread gets here first (the watchdog's, or the main thread with a worker's error)
+    writes hang_report.{json,txt}, prints the text and ends every worker process tree. Then the
+    main thread raises IncidentStop; the watchdog's thread (`exit_process`: the main thread may
+    be stuck for good) ends this process with exit code 4. A second caller waits on `done`: it
+    raises the same IncidentStop once the first has finished, or the process ends under it."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir: Path = Path(run_dir)
+        self.claimed: threading.Lock = threading.Lock()
+        self.done: threading.Event = threading.Event()
+        self.report: dict = {}
+
+    def respond(
+        self, incident: Incident, workers: list[dict], kill_remote=lambda: None, exit_process: bool = False
+    ) -> NoReturn:
+        if not self.claimed.acquire(blocking=False):
+            self.done.wait()
+            raise IncidentStop(self.report)
+        self.report = {"cause": incident.cause, "summary": incident.summary}
+        try:
+            stacks = capture_stacks(
+                [{**w, "pid": incident.records.get((w["component"], w["rank"]), {}).get("pid")} for w in workers],
+                self.run_dir / "stacks",
+            )
+            self.report = build_hang_report(incident, workers, stacks, time.time())
+            text = write_hang_report(self.run_dir, self.report)
+            print(text, file=sys.stderr)
+            log.error("%s: %s (report: %s)", incident.cause, self.report["summary"], self.run_dir / REPORT_TEXT)
+        finally:
+            kill_remote()
+            kill_own_children()
+            if exit_process:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                logging.shutdown()
+                os._exit(EXIT_INCIDENT)
+            self.done.set()
+        raise IncidentStop(self.report)

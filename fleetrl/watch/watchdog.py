@@ -77,7 +77,6 @@ class Watchdog(threading.Thread):
         self.started = time.time()
         self.hostname = socket.gethostname()
         self.incident: Incident | None = None
-        self.fired = threading.Event()
         self.stopping = threading.Event()
         self.records: dict = {}
         # (time, {"component/rank": phase or None}) for the last minute: the report's timeline
@@ -93,7 +92,6 @@ class Watchdog(threading.Thread):
                 incident.records = self.records
                 incident.timeline = list(self.timeline)
                 self.incident = incident
-                self.fired.set()  # waits in the main thread give up
                 self.on_incident(incident)
                 return
 

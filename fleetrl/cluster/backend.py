@@ -1,0 +1,71 @@
+"""What the runner sees of where the workers run: three worker groups, a collector, one flag.
+
+Every backend (cluster/inline.py, cluster/ray_backend.py, cluster/fused.py) presents the same
+`Backend`: the env, rollout and actor groups (called with the worker classes' methods), the
+`collector` that runs one collect-then-train iteration, `shares_policy` (the rollout workers act
+with the actor's own policy object: no weight sync), `fail(error)` and `shutdown()`. The runner
+never asks which backend it has; `cluster/start.py` picks and starts one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from typing import NoReturn
+
+import gymnasium as gym
+
+from fleetrl.cluster.groups import WorkerGroup
+from fleetrl.cluster.layout import Layout
+from fleetrl.collect import Iterations
+from fleetrl.config.schema import Config
+from fleetrl.watch.session import WatchSession
+from fleetrl.workers.env_worker import EnvWorker
+
+
+class Backend(ABC):
+    shares_policy: bool = False  # rollout acts with the actor's own policy object (one process)
+
+    def __init__(
+        self,
+        session: WatchSession,
+        env: WorkerGroup,
+        rollout: WorkerGroup,
+        actor: WorkerGroup,
+        spaces: tuple[gym.Space, gym.Space],
+        collector: Iterations,
+    ):
+        self.session: WatchSession = session
+        self.env: WorkerGroup = env
+        self.rollout: WorkerGroup = rollout
+        self.actor: WorkerGroup = actor
+        self.observation_space, self.action_space = spaces
+        self.collector: Iterations = collector
+
+    @classmethod
+    @abstractmethod
+    def start(cls, config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack) -> Backend:
+        """Build and watch the workers; push onto `undo` how to close each thing started."""
+
+    def fail(self, error: BaseException) -> NoReturn:
+        """A worker's error reached the controller: report it as an incident, tear down, raise
+        IncidentStop."""
+        self.session.fail(error)
+
+    def shutdown(self) -> None:
+        """Stop the threads that use the heartbeat store, close the simulators (they may own
+        subprocesses), then whatever the backend itself holds — unless an incident already
+        ended every worker."""
+        self.session.stop()
+        if self.session.torn_down:
+            return
+        close_envs(self.env)
+        self.close()
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the backend holds beyond its workers (the Ray connection)."""
+
+
+def close_envs(env: WorkerGroup) -> None:
+    env.get(env.call_all(EnvWorker.close))

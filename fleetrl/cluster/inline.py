@@ -1,0 +1,54 @@
+"""The inline backend: env, rollout and actor as objects of the controller's own process.
+
+One process, watched as `inline rank 0`: its own flight recorder stands for all three
+components, and every call still runs as a recorded phase (`env.step`, `actor.train`) with
+`debug.fault` injected where it says. The rollout worker holds the actor's own policy object, so
+there is nothing to sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from fleetrl.algos.registry import algorithm_spec
+from fleetrl.cluster.backend import Backend
+from fleetrl.cluster.groups import InlineGroup
+from fleetrl.cluster.layout import Layout, env_worker_args
+from fleetrl.collect import Collector, CollectThenTrain
+from fleetrl.config.schema import Config
+from fleetrl.config.validate import check_spaces
+from fleetrl.watch.faults import FaultPlan
+from fleetrl.watch.host import CallRunner
+from fleetrl.watch.session import WatchSession
+from fleetrl.workers.env_worker import EnvWorker
+
+INLINE = "inline"  # the component name of this process in heartbeats and reports
+
+
+class InlineBackend(Backend):
+    shares_policy = True
+
+    @classmethod
+    def start(cls, config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack) -> InlineBackend:
+        placement = layout.placement
+        spec = session.open_store("127.0.0.1")
+        recorder = session.watch_here(INLINE, 0, spec)
+        session.start([{"component": INLINE, "rank": 0, "node": 0}])
+
+        def group(component: str, worker) -> InlineGroup:
+            runner = CallRunner(worker, component, 0, recorder, FaultPlan(config.debug.fault, component, 0))
+            return InlineGroup(placement.ranks(component), [worker], [runner])
+
+        env = EnvWorker(*env_worker_args(config, placement, 0))
+        undo.callback(env.close)
+        spaces = env.observation_space, env.action_space
+        check_spaces(config, *spaces)
+        workers = algorithm_spec(config.algorithm.name)
+        actor = workers.actor(config, *spaces)
+        env_group, actor_group = group("env", env), group("actor", actor)
+        rollout_group = group("rollout", workers.rollout(actor.policy))
+        collector = Collector(env_group, rollout_group, config.rollout.pipeline_stage_num, config.algorithm.num_steps)
+        return cls(session, env_group, rollout_group, actor_group, spaces, CollectThenTrain(collector, actor_group))
+
+    def close(self) -> None:
+        """Nothing beyond the workers: this process is the backend."""

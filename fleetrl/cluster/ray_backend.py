@@ -1,0 +1,98 @@
+"""The Ray backend: one pinned Ray actor per rank of each component, driven from this process.
+
+Start-up order is the invariant that keeps errors cheap and everything watched: env workers
+first, so the env's spaces are checked (`check_spaces`) before any learner is built; then actor
+and rollout workers; then the watchdog over all of them; only then the actor ranks' process group
+(a rendezvous that can hang, so it runs watched). `connect` and `join_actor_ranks` are shared
+with the fused backend (cluster/fused.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from functools import partial
+
+from fleetrl.algos.registry import algorithm_spec
+from fleetrl.cluster.backend import Backend, close_envs
+from fleetrl.cluster.groups import RayGroup, WorkerGroup
+from fleetrl.cluster.layout import Layout, env_worker_args
+from fleetrl.cluster.ray_cluster import RayCluster
+from fleetrl.collect import Collector, CollectThenTrain, Iterations
+from fleetrl.config.schema import Config
+from fleetrl.config.validate import check_spaces
+from fleetrl.watch.host import WatchSpec
+from fleetrl.watch.session import WatchSession
+from fleetrl.workers.actor_base import ActorBase
+from fleetrl.workers.env_worker import EnvWorker
+
+log = logging.getLogger("fleetrl")
+
+
+class RayBackend(Backend):
+    shares_policy = False
+
+    def __init__(
+        self,
+        session: WatchSession,
+        env: WorkerGroup,
+        rollout: WorkerGroup,
+        actor: WorkerGroup,
+        spaces: tuple,
+        collector: Iterations,
+        cluster: RayCluster,
+    ):
+        super().__init__(session, env, rollout, actor, spaces, collector)
+        self.cluster: RayCluster = cluster
+
+    @classmethod
+    def start(cls, config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack) -> RayBackend:
+        placement, world = layout.placement, layout.placement.world_size("actor")
+        cluster, spec = connect(config, layout, session, undo)
+        create = partial(cluster.create_group, watch=spec, interrupt=session.interrupt)
+        env = create(placement.ranks("env"), EnvWorker, partial(env_worker_args, config, placement))
+        undo.callback(close_envs, env)
+        spaces = env.get(env.call(0, EnvWorker.spaces))
+        check_spaces(config, *spaces)  # e.g. sac on discrete actions: a config error, nothing else started
+        workers = algorithm_spec(config.algorithm.name)
+        actor = create(placement.ranks("actor"), workers.actor, lambda rank: (config, *spaces, rank, world))
+        rollout = create(
+            placement.ranks("rollout"),
+            workers.rollout,
+            lambda rank: (config, *spaces),
+            factory=workers.rollout.from_config,
+        )
+        session.start(watched([env, rollout, actor]), cluster)
+        join_actor_ranks(cluster, actor)
+        collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps)
+        return cls(session, env, rollout, actor, spaces, CollectThenTrain(collector, actor), cluster)
+
+    def close(self) -> None:
+        self.cluster.shutdown()
+
+
+def connect(
+    config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack, note: str = ""
+) -> tuple[RayCluster, WatchSpec]:
+    """Connect to (or start) Ray, under a start-up deadline; host the heartbeat store where the
+    workers reach this process; log what will start (and `note`)."""
+    placement = layout.placement
+    cluster = RayCluster(config.cluster, placement.devices_per_node, session.deadline)
+    undo.callback(cluster.shutdown)
+    spec = session.open_store(cluster.controller_ip())
+    log.info("starting %s%s", ", ".join(f"{placement.world_size(c)} {c}" for c in ("env", "rollout", "actor")), note)
+    return cluster, spec
+
+
+def watched(groups: list[RayGroup]) -> list[dict]:
+    return [{"component": a.component, "rank": a.rank, "node": a.node} for group in groups for a in group.assignments]
+
+
+def join_actor_ranks(cluster: RayCluster, actor: RayGroup) -> None:
+    """With several actor ranks, join them into one process group, rendezvous on rank 0's node."""
+    if actor.world_size == 1:
+        return
+    address = cluster.node_ip(actor.assignments[0].node)
+    port = actor.get(actor.handles[0].free_port.remote(address))
+    log.info("actor process group: %d ranks, rendezvous at %s:%d", actor.world_size, address, port)
+    actor.get(actor.call_all(ActorBase.init_distributed, address, port))

@@ -1,0 +1,55 @@
+"""The one way in: pick the layout's backend and start it.
+
+Invariant: `start_backend` returns a backend whose workers are all built, watched and given their
+lanes — or it leaves nothing running: a config error or Ctrl-C closes what was started (in
+reverse), and a worker's error becomes an incident report (exit 4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from fleetrl.cluster.backend import Backend
+from fleetrl.cluster.fused import FusedBackend
+from fleetrl.cluster.groups import NotAWorkerMethod
+from fleetrl.cluster.inline import InlineBackend
+from fleetrl.cluster.layout import Layout, lane_sizes
+from fleetrl.cluster.ray_backend import RayBackend
+from fleetrl.config.schema import Config
+from fleetrl.errors import UserError
+from fleetrl.watch.respond import IncidentStop
+from fleetrl.watch.session import WatchSession
+from fleetrl.workers.rollout_worker import RolloutWorker
+
+BACKENDS: dict[str, type[Backend]] = {"inline": InlineBackend, "ray": RayBackend, "fused": FusedBackend}
+
+
+def start_backend(config: Config, layout: Layout, run_dir: Path) -> Backend:
+    session = WatchSession(config, run_dir)
+    with contextlib.ExitStack() as undo:
+        try:
+            backend = BACKENDS[layout.backend].start(config, layout, session, undo)
+            configure_lanes(backend, config, layout)
+        except (UserError, KeyboardInterrupt, NotAWorkerMethod):
+            session.stop()
+            raise  # and `undo` closes what was started
+        except IncidentStop:
+            undo.pop_all()  # the incident response ended everything
+            raise
+        except Exception as error:
+            undo.pop_all()
+            session.fail(error)
+        undo.pop_all()
+    return backend
+
+
+def configure_lanes(backend: Backend, config: Config, layout: Layout) -> None:
+    """Give every rollout worker a trajectory buffer per lane it serves (layout.plan_lanes)."""
+    rollout, spaces = backend.rollout, (backend.observation_space, backend.action_space)
+    rollout.get(
+        [
+            rollout.call(rank, RolloutWorker.configure_lanes, sizes, config.algorithm.num_steps, *spaces)
+            for rank, sizes in enumerate(lane_sizes(config, layout.placement))
+        ]
+    )

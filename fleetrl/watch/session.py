@@ -1,0 +1,155 @@
+"""The watching side of one run, behind one object: heartbeat store, watchdog, incident response.
+
+Invariant: from the moment a worker process exists until `stop`, any stall, death, desync or
+worker error ends in exactly one hang report and a teardown (exit code 4), and a start-up step
+that hangs (`deadline`) ends the same way, as `startup_timeout`.
+
+The backends use this object and nothing else of `fleetrl.watch` to be watched: `open_store`
+(where workers beat: a `WatchSpec` they can carry to any process), `watch_here` (this process as
+a worker), `start` (watch these workers; how to end remote ones), `interrupt` (set once the
+watchdog reports: waits give up), `fail(error)`, `deadline(seconds, what)`, `stop`. Everything
+crossing this seam is plain data — the spec, worker records, an error — so that a supervisor
+process owning the store and the watchdog (issue 10) can take the other side over without the
+backends changing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NoReturn, Protocol
+
+from fleetrl.config.schema import Config, WatchdogConfig
+from fleetrl.watch import flight_recorder
+from fleetrl.watch.classify import incident_from_error
+from fleetrl.watch.flight_recorder import Recorder
+from fleetrl.watch.host import WatchSpec
+from fleetrl.watch.respond import Responder
+from fleetrl.watch.stacks import register_stack_dump, stack_file
+from fleetrl.watch.store import HeartbeatStore
+from fleetrl.watch.teardown import kill_own_children
+from fleetrl.watch.watchdog import Incident, Watchdog
+
+DEADLINE_HINT = "Check the address and that the network interface it names is reachable from here (`fleetrl doctor`)."
+
+
+class RemoteWorkers(Protocol):
+    """Workers in processes this one did not fork (Ray actors), as the incident response sees them."""
+
+    def kill_remote_workers(self) -> None:
+        """End them now, from any thread (the watchdog's: this process exits right after)."""
+
+    def stop_after_incident(self) -> None:
+        """End them and disconnect, from the main thread, which carries on to exit cleanly."""
+
+    def actor_ids(self) -> dict:
+        """Ray actor id (hex) → (component, rank), to name the worker behind a RayActorError."""
+
+
+class WatchSession:
+    def __init__(self, config: Config, run_dir: Path):
+        self.config: WatchdogConfig = config.watchdog
+        self.fault: dict = config.debug.fault
+        self.run_dir: Path = Path(run_dir)
+        self.store: HeartbeatStore | None = None
+        self.watchdog: Watchdog | None = None
+        self.recorder: Recorder | None = None  # this process's own, when it hosts workers (inline)
+        self.workers: list[dict] = []  # {component, rank, node} of every watched process
+        self.remote: RemoteWorkers | None = None
+        self.interrupt: threading.Event = threading.Event()  # the watchdog is reporting: stop waiting
+        self.responder: Responder = Responder(self.run_dir)
+        self.torn_down: bool = False  # an incident already ended the remote workers
+
+    def open_store(self, host: str) -> WatchSpec:
+        """Host the heartbeat store at `host` (an address every worker reaches); what a worker
+        needs to be watched."""
+        self.store = HeartbeatStore(host)
+        return WatchSpec(
+            host, self.store.port, self.config.heartbeat_interval_s, str(self.run_dir / "stacks"), self.fault
+        )
+
+    def watch_here(self, component: str, rank: int, spec: WatchSpec) -> Recorder:
+        """This process as a watched worker: its recorder, heartbeats, stack dumps on SIGUSR1."""
+        self.recorder = Recorder(component, rank, 0)
+        flight_recorder.install(self.recorder)
+        register_stack_dump(stack_file(Path(spec.stack_dir), component, rank))
+        self.recorder.start_publishing(self.store.publisher(component, rank), spec.interval_s)
+        return self.recorder
+
+    def start(self, workers: list[dict], remote: RemoteWorkers | None = None) -> None:
+        """Watch `workers` ({component, rank, node}) until `stop`; `remote` ends the ones this
+        process did not fork when an incident is reported."""
+        self.workers, self.remote = workers, remote
+        if not self.config.enabled:
+            return
+        self.watchdog = Watchdog(self.config, self.store.read, self.keys(), self.on_watchdog_incident)
+        self.watchdog.start()
+
+    def keys(self) -> list[tuple[str, int]]:
+        return [(w["component"], w["rank"]) for w in self.workers]
+
+    def on_watchdog_incident(self, incident: Incident) -> NoReturn:
+        """In the watchdog's thread: the main thread may be stuck for good, so end the process."""
+        self.interrupt.set()  # waits in the main thread give up (cluster/groups.py RayGroup.get)
+        kill_remote = self.remote.kill_remote_workers if self.remote else lambda: None
+        self.responder.respond(incident, self.workers, kill_remote, exit_process=True)
+
+    def fail(self, error: BaseException) -> NoReturn:
+        """A worker's error reached the main thread: report it as an incident, tear down, raise
+        IncidentStop. Unwatched (no watchdog): end the children and raise the error itself.
+        If the watchdog is already reporting, `stop` joins it and `respond` waits for it."""
+        if self.watchdog is None:
+            kill_own_children()
+            raise error
+        self.watchdog.stop()
+        records = self.store.read(self.keys())
+        # A dead worker shows up at the others as errors ("connection reset by peer"): name the
+        # dead one as the cause, with the survivor's error as detail.
+        incident = self.watchdog.check_alive(records, time.time())
+        if incident is None:
+            incident = incident_from_error(error, records, self.remote.actor_ids() if self.remote else {})
+        else:
+            incident.detail = f"seen by the others as: {error}"
+        incident.records = records
+        self.responder.respond(incident, self.workers, self.stop_remote_after_incident)
+
+    def stop_remote_after_incident(self) -> None:
+        if self.remote is not None:
+            self.remote.stop_after_incident()
+            self.torn_down = True
+
+    def deadline(self, seconds: float, what: str) -> contextlib.AbstractContextManager:
+        """Bound a blocking start-up step: past `seconds`, report `startup_timeout` naming `what`
+        and end this process (and the daemons it started) instead of waiting silently."""
+        started = time.time()
+
+        def expire() -> None:
+            incident = Incident(
+                "startup_timeout", f"{what} did not finish within {seconds:.0f} s", started, None, DEADLINE_HINT
+            )
+            self.interrupt.set()
+            self.responder.respond(incident, self.workers, exit_process=True)
+
+        return expire_after(seconds, expire)
+
+    def stop(self) -> None:
+        """Stop the threads that use the heartbeat store (before its process goes)."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.recorder is not None:
+            self.recorder.stop()
+
+
+@contextlib.contextmanager
+def expire_after(seconds: float, expire: Callable[[], None]) -> Iterator[None]:
+    """Run `expire` in a timer thread if the block has not finished within `seconds`."""
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
