@@ -1,109 +1,25 @@
-"""A fourth algorithm plugged in from this module alone: REINFORCE with a learned baseline.
-
-Its config section, its actor (an `ActorBase`), the standard rollout worker and one
-`register_algorithm` call are all it takes; nothing in the package names it. The tests train it
-through the ordinary `Trainer`, and check that the loader, the validation and the console line
-treat it as they treat the built-in algorithms.
+"""A fourth algorithm plugged in from outside the package (tests/reinforce_algorithm.py):
+trained through the ordinary `Trainer`, and through `fleetrl train` found by its entry point;
+the loader, the validation and the console line treat it as they treat the built-in algorithms.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Annotated
+import os
+import subprocess
 
-import gymnasium as gym
 import pytest
-import torch
 
-from fleetrl.algos.gae import compute_gae
-from fleetrl.algos.optim import build_optimizer
-from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, algorithm_names, algorithm_spec, register_algorithm
-from fleetrl.config.constraints import UnitInterval
+from fleetrl.algos.registry import algorithm_names, algorithm_spec
 from fleetrl.config.loader import load_config
-from fleetrl.config.schema import AlgorithmConfig, Config
 from fleetrl.errors import ConfigError
 from fleetrl.metrics_log import read_metrics
-from fleetrl.models.policy import Policy
-from fleetrl.parallel import state
-from fleetrl.parallel.wrap import ddp
 from fleetrl.progress import summary_line
 from fleetrl.run_dir import LOG_FILE
 from fleetrl.runner import Trainer
-from fleetrl.trajectory import Trajectory
-from fleetrl.workers.actor_base import ActorBase
-from fleetrl.workers.rollout_worker import RolloutWorker
-
-
-@dataclass
-class ReinforceConfig(AlgorithmConfig):
-    baseline_coef: Annotated[float, UnitInterval] = 0.5  # weight of the baseline's squared error in the loss
-
-
-class ReinforceActor(ActorBase):
-    """One gradient step per iteration on the whole shard: -log π(a|s)·(G - V(s)) + c·(G - V(s))²,
-    with G the discounted return (bootstrapped at the rollout's end)."""
-
-    def __init__(
-        self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
-    ):
-        super().__init__(config, observation_space, action_space, rank, world_size)
-        self.policy = Policy.from_config(config.model, observation_space, action_space).to(self.device)
-        self.loss_module: torch.nn.Module = self.policy
-        self.optimizer = build_optimizer(
-            config.actor, [{"params": list(self.policy.parameters()), "lr": config.algorithm.lr}]
-        )
-
-    def replicated_modules(self) -> dict:
-        return {"policy": self.policy}
-
-    def wrap_for_ranks(self) -> None:
-        self.loss_module = ddp(self.policy, self.device)
-
-    def train(self, trajectory: Trajectory, progress: float) -> dict:
-        self.require_distributed()
-        algo = self.config.algorithm
-        _, returns = compute_gae(
-            trajectory.rewards,
-            trajectory.values,
-            trajectory.next_values,
-            trajectory.terminated,
-            trajectory.dones,
-            algo.gamma,
-            1.0,  # λ = 1: the discounted return
-        )
-        logprobs, _, values = self.loss_module(trajectory.obs.flatten(0, 1), trajectory.actions.flatten(0, 1))
-        returns = returns.flatten()
-        advantages = (returns - values).detach()
-        pg_loss = -(logprobs * advantages).mean()
-        baseline_loss = (returns - values).pow(2).mean()
-        self.optimizer.zero_grad(set_to_none=True)
-        (pg_loss + algo.baseline_coef * baseline_loss).backward()
-        self.optimizer.step()
-        reduced = self.all_reduce(torch.stack([pg_loss.detach(), baseline_loss.detach()])) / self.world_size
-        pg, baseline = reduced.tolist()
-        return {"pg_loss": pg, "baseline_loss": baseline}
-
-    def policy_weights(self) -> dict:
-        return state.model_state(self.policy, False)
-
-    def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, saved: dict) -> None:
-        self.policy.load_state_dict(saved["policy"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-
-
-register_algorithm(
-    AlgorithmSpec(
-        name="reinforce",
-        config=ReinforceConfig,
-        actor=ReinforceActor,
-        rollout=RolloutWorker,
-        console_metrics=(ConsoleMetric("baseline_loss", "baseline", ".3f"),),
-    )
-)
+from tests.reinforce_algorithm import ReinforceActor, ReinforceConfig
+from tests.support import FLEETRL, REPO, subprocess_env
 
 REINFORCE = ["algorithm.name=reinforce", "env.num_envs=4", "algorithm.num_steps=32"]
 
@@ -162,3 +78,37 @@ def test_another_algorithms_key_is_an_error_naming_it():
     with pytest.raises(ConfigError) as caught:
         load_config(None, ["algorithm.baseline_coef=0.5"])
     assert "'baseline_coef' is a key of reinforce, not of ppo" in str(caught.value)
+
+
+def test_an_installed_plugin_is_found_by_its_entry_point(tmp_path):
+    """A package that declares `[fleetrl.algorithms] reinforce = module:SPEC` in its metadata
+    trains from the command line: the CLI and its worker processes find the algorithm by name."""
+    site = tmp_path / "site"
+    info = site / "fleetrl_reinforce-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fleetrl-reinforce\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[fleetrl.algorithms]\nreinforce = tests.reinforce_algorithm:SPEC\n")
+    config = tmp_path / "reinforce.yaml"
+    config.write_text("algorithm:\n  name: reinforce\n  num_steps: 32\n  baseline_coef: 0.25\nenv:\n  num_envs: 4\n")
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    result = subprocess.run(
+        [
+            *FLEETRL,
+            "train",
+            str(config),
+            "runner.total_env_steps=256",
+            "runner.tensorboard=false",
+            f"runner.run_dir={tmp_path / 'runs'}",
+            "--skip-doctor",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    records = read_metrics(run_dir)
+    assert len(records) == 2 and all(r["baseline_loss"] > 0 for r in records)

@@ -1,7 +1,10 @@
 """`algorithm.name` → the algorithm's registered spec: its config section, workers, rules, console.
 
 An algorithm plugs in by calling `register_algorithm(AlgorithmSpec(...))` from its own module;
-nothing else in the package names it. The controller loop, placement and backends are the same
+nothing else in the package names it. An installed package makes its algorithm available to
+`fleetrl train` (and to every worker process) by an entry point in the `fleetrl.algorithms` group,
+named like the algorithm: `reinforce = my_package.algos:SPEC` — loaded when the name is first
+asked for. The controller loop, placement and backends are the same
 for every algorithm: they build `spec.actor(config, observation_space, action_space, rank,
 world_size)` (an `ActorBase`) and `spec.rollout(actor.policy)` in one process or
 `spec.rollout.from_config(config, observation_space, action_space)` in its own, and the loader
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
     from fleetrl.config.schema import AlgorithmConfig, Config
 
 DEFAULT_ALGORITHM = "ppo"
+ENTRY_POINT_GROUP = "fleetrl.algorithms"
 BUILTIN_MODULES = {
     "ppo": "fleetrl.workers.actor_worker",
     "ppg": "fleetrl.workers.ppg_actor_worker",
@@ -79,18 +84,41 @@ def load_builtins() -> None:
         importlib.import_module(module)
 
 
+def installed_plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    """Algorithms that installed packages declare in the `fleetrl.algorithms` entry-point group."""
+    return {entry.name: entry for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_plugin(entry: importlib.metadata.EntryPoint) -> None:
+    """Import the plugin; an entry point that names an `AlgorithmSpec` is registered, one that
+    names a module registers itself on import."""
+    loaded = entry.load()
+    if isinstance(loaded, AlgorithmSpec):
+        register_algorithm(loaded)
+    if entry.name not in REGISTRY:
+        raise ConfigError(
+            "algorithm.name",
+            entry.name,
+            f"an algorithm that {entry.value} registers",
+            f"the '{ENTRY_POINT_GROUP}' entry point {entry.name} = {entry.value} registered none by that name",
+        )
+
+
 def algorithm_names() -> list[str]:
-    """Every registered algorithm's name, the built-ins first."""
+    """Every registered or installed algorithm's name, the built-ins first."""
     load_builtins()
-    return [*BUILTIN_MODULES, *(name for name in REGISTRY if name not in BUILTIN_MODULES)]
+    others = {*REGISTRY, *installed_plugins()} - set(BUILTIN_MODULES)
+    return [*BUILTIN_MODULES, *sorted(others)]
 
 
 def algorithm_spec(name: str) -> AlgorithmSpec:
-    """The spec registered as `name`; a `ConfigError` at 'algorithm.name' naming the registered
-    algorithms for any other."""
+    """The spec registered as `name` (a built-in, one registered in this process, or an installed
+    plugin's); a `ConfigError` at 'algorithm.name' naming the available algorithms for any other."""
     if isinstance(name, str):
         if name not in REGISTRY and name in BUILTIN_MODULES:
             importlib.import_module(BUILTIN_MODULES[name])
+        if name not in REGISTRY and name in (plugins := installed_plugins()):
+            load_plugin(plugins[name])
         if name in REGISTRY:
             return REGISTRY[name]
     names = algorithm_names()
