@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import checkpoint_dir, list_checkpoints
 from fleetrl.cli import main
 from fleetrl.cluster.layout import resolve_layout, worker_processes
@@ -20,6 +21,7 @@ from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.metrics_log import read_metrics
 from fleetrl.run_dir import CONFIG_FILE
+from fleetrl.workers.eval_worker import EvalWorker
 from tests.ray_runs import run_on_ray, train_on_ray
 from tests.support import FLEETRL, REPO, subprocess_env
 
@@ -88,6 +90,23 @@ class TestPlacement:
             layout(fault)
         assert caught.value.key == "debug.fault.component" and "runner.eval_interval" in str(caught.value)
         assert layout(fault, "runner.eval_interval=1").placement.placed("eval")
+
+
+@pytest.mark.parametrize("name", ["ppo_cartpole", "ppg_cartpole", "ppo_pendulum_tokens", "sac_pendulum"])
+def test_every_algorithm_evaluates_its_published_weights_as_its_checkpointed_policy(name):
+    """What the actor publishes during training (`policy_weights`; SAC's still in its warm-up of
+    random actions) and what a checkpoint holds for `fleetrl eval` play the same deterministic
+    episodes: the policy's mode (SAC: tanh of the mean)."""
+    config = load_config(f"configs/{name}.yaml")
+    worker = EvalWorker(config, episodes=2, seed=3)
+    try:
+        actor = algorithm_spec(config.algorithm.name).actor(config, *worker.env.spaces())
+        env_state = worker.env.state_dict()
+        published, saved = (worker.run(w, env_state) for w in (actor.policy_weights(), actor.state_dict()["policy"]))
+    finally:
+        worker.close()
+    assert published.pop("eval_s") >= 0 and saved.pop("eval_s") >= 0
+    assert published == saved and published["episodes"] == 2 and published["gif"] is None
 
 
 def train_inline(run_dir: Path, *overrides: str) -> tuple[Path, list[dict]]:
@@ -160,10 +179,10 @@ def test_eval_video_films_the_first_episode(tmp_path):
 
 def test_on_ray_evaluations_run_while_training_goes_on(tmp_path):
     """One actor, one rollout, two env workers, the eval worker on a device of its own; every
-    iteration due for an evaluation of 20 episodes on slowed envs (10 at a time), each iteration 8
-    steps of 2 envs per env worker. The controller never waits for an evaluation but at the end:
-    results arrive iterations after the weights they evaluated, and evaluations due meanwhile are
-    skipped and counted."""
+    iteration due for an evaluation of 2 episodes (up to 100 steps) on 2 slowed envs, each
+    iteration 8 steps of 2 envs per env worker: an evaluation outlasts several iterations. The controller never waits for an evaluation but at the end: results
+    arrive iterations after the weights they evaluated, and evaluations due meanwhile are skipped
+    and counted."""
     _, records = train_on_ray(
         tmp_path,
         CARTPOLE,
@@ -171,21 +190,22 @@ def test_on_ray_evaluations_run_while_training_goes_on(tmp_path):
         "cluster.devices_per_node=3",
         "cluster.component_placement={actor: 0, rollout: 0, env: 0-1, eval: 2}",
         "env.id=fleetrl.envs.slow:SlowCartPole",
-        "env.kwargs={step_time_s: 0.01}",
+        "env.kwargs={step_time_s: 0.005}",
+        "env.max_episode_steps=100",
         "algorithm.num_steps=8",
         "algorithm.minibatch_size=16",
-        "runner.total_env_steps=480",
+        "runner.total_env_steps=960",
         "runner.eval_interval=1",
-        "runner.eval_episodes=20",
+        "runner.eval_episodes=2",
     )
     evaluated = [r for r in records if "eval_return_mean" in r]
-    assert len(records) == 15 and len(evaluated) >= 2
+    assert len(records) == 30 and len(evaluated) >= 2
     assert evaluated[-1] is records[-1]  # the last one waited for
     assert all(r["iteration"] > r["eval_iteration"] for r in evaluated)  # picked up later, never waited
     assert any(r["iteration"] - r["eval_iteration"] >= 2 for r in evaluated)  # an iteration ran meanwhile
     skipped = [r["eval_skipped"] for r in evaluated]
     assert skipped == sorted(skipped) and skipped[-1] == len(records) - len(evaluated)  # one per iteration
-    assert all(r["eval_episodes"] == 20 for r in evaluated)
+    assert all(r["eval_episodes"] == 2 for r in evaluated)
 
 
 def test_eval_worker_killed_is_an_incident_naming_it(tmp_path):

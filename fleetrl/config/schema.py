@@ -190,7 +190,9 @@ class RunnerConfig:
     eval_interval: Annotated[int, NonNegative] = (
         0  # iterations between deterministic evaluations on eval envs of their own (0: never; README: 'Evaluation during training')
     )
-    eval_episodes: Annotated[int, Positive] = 10  # episodes per evaluation (on up to 10 envs, one each in turn)
+    eval_episodes: Annotated[int, Positive] = (
+        10  # deterministic episodes per evaluation, shared evenly by min(eval_episodes, 10) eval envs
+    )
     eval_video: bool = False  # film each evaluation's first episode: <run>/video/eval-<iteration>.gif (its episodes then play on one env)
 
 
