@@ -1,96 +1,143 @@
-"""`fleetrl eval`: the saved policy's mean ± std return over N episodes.
+"""Evaluation from the controller's side: `fleetrl eval` on a checkpoint, and the schedule of
+evaluations during training. Both play their episodes on an `EvalWorker` (workers/eval_worker.py:
+the one episode loop, own envs, same seeds), so a checkpoint's `fleetrl eval` reproduces the
+evaluation its weights got during training.
 
-Each sub-env plays a fixed quota of episodes, so short episodes cannot crowd out long ones (which
-would bias the mean downwards). Normalisation statistics come from the checkpoint and stay frozen.
+During training (`runner.eval_interval` > 0) an evaluation is due after every `eval_interval`-th
+iteration, of the weights that iteration trained. Its result goes into the metrics record of the
+iteration at whose end it is found finished (`eval_iteration` / `eval_global_step` say which
+weights it evaluated):
+- inline, the eval worker is an object of the controller's process and the evaluation runs at
+  once, between iterations (training waits for it): the result is in the record of the iteration
+  it evaluated;
+- on Ray it is a worker of its own; the controller submits the evaluation and picks the result up
+  at a later iteration without waiting (training goes on). At most one is in flight: one due while
+  the previous is still running is skipped and counted (`eval_skipped`). At the last iteration
+  the controller waits for the one in flight (or the one due), so none is lost; a record holds one
+  evaluation, so there a due one is skipped when another's result fills the record.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import replace
+import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
-from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import load_latest
 from fleetrl.config.loader import load_config
 from fleetrl.errors import UserError
 from fleetrl.run_dir import CONFIG_FILE
+from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker
-from fleetrl.workers.rollout_worker import RolloutWorker
+from fleetrl.workers.eval_worker import EVAL_SEED, EvalWorker, save_gif
 
-MAX_EVAL_ENVS = 10
+if TYPE_CHECKING:
+    from fleetrl.cluster.backend import Backend
+
+log = logging.getLogger("fleetrl")
+VIDEO_DIR = "video"
 
 
 def evaluate(
-    run_dir: Path, episodes: int, deterministic: bool = True, seed: int = 10_000, video_dir: Path | None = None
+    run_dir: Path, episodes: int, deterministic: bool = True, seed: int = EVAL_SEED, video_dir: Path | None = None
 ) -> dict:
+    """`fleetrl eval`: the latest checkpoint's policy over `episodes` episodes; with `video_dir`,
+    the first one filmed as `<video_dir>/episode.gif`."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise UserError(f"{run_dir} is not a fleetrl run directory (no {CONFIG_FILE})")
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
-    started = time.perf_counter()
     config = load_config(run_dir / CONFIG_FILE)
     if config.runner.torch_threads:
         torch.set_num_threads(config.runner.torch_threads)
     state = load_latest(run_dir)
-    env_config = config.env
-    if video_dir is not None:
-        env_config = replace(env_config, kwargs={**env_config.kwargs, "render_mode": "rgb_array"})
-    num_envs = 1 if video_dir is not None else min(episodes, MAX_EVAL_ENVS)
-    env = EnvWorker(env_config, config.algorithm.gamma, seed, num_envs=num_envs, training=False)
-    env.load_state_dict(state["env"][0])  # env rank 0's normaliser statistics
-    # the algorithm's own rollout worker plays: it knows its policy and how to load it
-    rollout = algorithm_spec(config.algorithm.name).rollout.from_config(config, env.observation_space, env.action_space)
-    rollout.load_weights(state["actor"]["policy"])
-    try:
-        returns = play(env, rollout, episodes, deterministic, video_dir)
+    worker = EvalWorker(config, episodes, seed, video=video_dir is not None)
+    try:  # env rank 0's normaliser statistics
+        result = worker.run(state["actor"]["policy"], state["env"][0], deterministic)
     finally:
-        env.close()
+        worker.close()
+    if result["gif"] is not None:
+        save_gif(result["gif"], Path(video_dir) / "episode.gif")
     return {
         "run_dir": str(run_dir),
-        "episodes": len(returns),
-        "mean": float(np.mean(returns)),
-        "std": float(np.std(returns)),
-        "min": float(np.min(returns)),
-        "max": float(np.max(returns)),
+        "episodes": result["episodes"],
+        "mean": result["return_mean"],
+        "std": result["return_std"],
+        "min": result["return_min"],
+        "max": result["return_max"],
         "deterministic": deterministic,
-        "eval_s": time.perf_counter() - started,
+        "eval_s": result["eval_s"],
     }
 
 
-def play(
-    env: EnvWorker, rollout: RolloutWorker, episodes: int, deterministic: bool, video_dir: Path | None
-) -> list[float]:
-    quota = np.full(env.num_envs, episodes // env.num_envs)
-    quota[: episodes % env.num_envs] += 1
-    done_count = np.zeros(env.num_envs, np.int64)
-    returns: list[float] = []
-    frames: list[np.ndarray] = []
-    obs = env.reset()
-    while (done_count < quota).any():
-        if video_dir is not None and done_count[0] == 0:  # film the first episode
-            frames.append(env.stages[0].call("render")[0])
-        actions, _, _ = rollout.infer(obs, deterministic)
-        step = env.step(actions.numpy())
-        ended = step.terminated | step.truncated
-        finished, _ = env.drain_episodes()  # raw returns, in env order
-        for index, episode_return in zip(np.flatnonzero(ended), finished):
-            if done_count[index] < quota[index]:
-                returns.append(episode_return)
-        done_count += ended
-        obs = step.obs
-    if frames:
-        write_gif(frames, video_dir / "episode.gif")
-    return returns
+@dataclass
+class Submitted:
+    future: Any  # the eval worker's `run` (an ObjectRef on Ray, the result inline)
+    iteration: int
+    global_step: int
 
 
-def write_gif(frames: list[np.ndarray], path: Path, fps: int = 30) -> None:
-    from PIL import Image  # Pillow comes with matplotlib
+class EvalSchedule:
+    """The controller's evaluations during training (module docstring)."""
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    images = [Image.fromarray(frame) for frame in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
+    def __init__(self, interval: int, run_dir: Path):
+        self.interval: int = interval
+        self.run_dir: Path = Path(run_dir)
+        self.pending: Submitted | None = None
+        self.skipped: int = 0
+
+    def after_iteration(self, backend: Backend, iteration: int, global_step: int, last: bool) -> dict:
+        """Submit the evaluation due after `iteration`; the eval keys of a finished one (waiting
+        for it only at the `last` iteration), for this iteration's metrics record."""
+        evaluator = backend.evaluator
+        if evaluator is None:
+            return {}
+        record = self.pick_up(evaluator, wait=last)
+        if self.interval and iteration % self.interval == 0:
+            if self.pending is not None or (last and record):
+                self.skipped += 1
+                log.info("evaluation of iteration %d skipped: the previous one is still running", iteration)
+            else:
+                self.submit(backend, iteration, global_step)
+        record = record or self.pick_up(evaluator, wait=last)
+        return {**record, "eval_skipped": self.skipped} if record else {}
+
+    def submit(self, backend: Backend, iteration: int, global_step: int) -> None:
+        """Actor rank 0's weights (every rank asked: FSDP gathers collectively) and env rank 0's
+        normaliser statistics, passed on as futures: the controller waits for neither."""
+        weights = backend.actor.call_all(ActorBase.policy_weights)[0]
+        env_state = backend.env.call(0, EnvWorker.state_dict)
+        future = backend.evaluator.call(0, EvalWorker.run, weights, env_state)
+        self.pending = Submitted(future, iteration, global_step)
+
+    def pick_up(self, evaluator, wait: bool) -> dict:
+        pending = self.pending
+        if pending is None or not (wait or evaluator.ready(pending.future)):
+            return {}
+        self.pending = None
+        result = evaluator.get(pending.future)  # a worker's error raises here: an incident naming it
+        log.info(
+            "evaluation of iteration %d (%d env steps): return %.2f ± %.2f over %d episodes",
+            pending.iteration,
+            pending.global_step,
+            result["return_mean"],
+            result["return_std"],
+            result["episodes"],
+        )
+        record = {
+            "eval_return_mean": result["return_mean"],
+            "eval_return_std": result["return_std"],
+            "eval_length_mean": result["length_mean"],
+            "eval_episodes": result["episodes"],
+            "eval_iteration": pending.iteration,
+            "eval_global_step": pending.global_step,
+            "eval_s": result["eval_s"],
+        }
+        if result["gif"] is not None:
+            path = save_gif(result["gif"], self.run_dir / VIDEO_DIR / f"eval-{pending.iteration}.gif")
+            record["eval_video"] = str(path)
+        return record

@@ -24,6 +24,7 @@ from fleetrl.cluster.layout import Layout, resolve_layout
 from fleetrl.cluster.start import start_backend
 from fleetrl.config.schema import Config
 from fleetrl.errors import UserError
+from fleetrl.evaluate import EvalSchedule
 from fleetrl.metrics_log import MetricsLog
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import create_run_dir, setup_logging, write_config
@@ -57,6 +58,7 @@ class Trainer:
         self.recent_lengths: deque[int] = deque(maxlen=100)
         self.target_reached_at: tuple[int, float] | None = None
         self.live_progress = live_progress
+        self.evaluations = EvalSchedule(runner.eval_interval, self.run_dir)
         self.backend: Backend = start_backend(config, self.layout, self.run_dir)
         try:
             if saved is not None:
@@ -148,6 +150,8 @@ class Trainer:
         }
         if self.target_reached_at is None and self.target_met():
             self.target_reached_at = (self.global_step, self.train_s)
+        last = self.global_step >= self.config.runner.total_env_steps or self.target_reached_at is not None
+        record.update(self.evaluations.after_iteration(self.backend, self.iteration, self.global_step, last))
         return record
 
     def sync_weights(self) -> None:

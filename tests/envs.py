@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 
 class CountingEnv(gym.Env):
@@ -48,3 +49,21 @@ class CountingEnv(gym.Env):
 def obs(index: int, episode: int, t: int) -> list[float]:
     """The observation CountingEnv returns, for readable expectations."""
     return [float(index), float(episode), float(t)]
+
+
+class FilmedCartPole(CartPoleEnv):
+    """CartPole whose `rgb_array` frames need no pygame: a 4 x 16 image whose top row shows the
+    steps taken in the episode in binary, so every frame of an episode differs from the last."""
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.t += 1
+        return super().step(action)
+
+    def render(self) -> np.ndarray:
+        frame = np.zeros((4, 16, 3), np.uint8)
+        frame[0, :, :] = 255 * ((self.t >> np.arange(16)) & 1)[:, None]
+        return frame

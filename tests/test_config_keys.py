@@ -247,7 +247,7 @@ def test_rule_relating_keys(capsys, key, overrides):
 
 def test_messages_say_what_is_valid(capsys):
     err = assert_rejected(capsys, "debug.fault.component", "debug.fault={kind: kill, component: actr}")
-    assert "'actr'" in err and "['env', 'rollout', 'actor']" in err and "did you mean 'actor'" in err
+    assert "'actr'" in err and "['env', 'rollout', 'actor', 'eval']" in err and "did you mean 'actor'" in err
     err = assert_rejected(
         capsys, "debug.fault.rank", *TWO_ACTORS, "debug.fault={kind: kill, component: actor, rank: 2}"
     )

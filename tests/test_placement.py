@@ -290,7 +290,7 @@ def test_unknown_component_suggests_the_nearest():
         devices_per_node=8,
         component_placement={"actor": 0, "rollot": 0, "env": 1},
     )
-    assert "['actor', 'rollout', 'env']" in str(error)
+    assert "['actor', 'rollout', 'env', 'eval']" in str(error)
 
 
 def test_placement_that_is_not_a_mapping():

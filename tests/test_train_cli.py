@@ -14,11 +14,12 @@ import pytest
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
 from fleetrl.config.loader import load_config
-from fleetrl.evaluate import evaluate, play
+from fleetrl.evaluate import evaluate
 from fleetrl.metrics_log import read_metrics
 from fleetrl.models.policy import Policy
 from fleetrl.runner import Trainer
 from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.eval_worker import play
 from fleetrl.workers.rollout_worker import RolloutWorker
 from tests.support import FLEETRL, REPO, subprocess_env
 
@@ -176,7 +177,7 @@ def test_pendulum_with_normalisation_trains_checkpoints_and_evaluates(tmp_path):
                 env.load_state_dict(env_state)
             policy = Policy.from_config(config.model, env.observation_space, env.action_space)
             policy.load_state_dict(state["actor"]["policy"])
-            returns = play(env, RolloutWorker(policy), 2, True, None)
+            returns, _, _ = play(env, RolloutWorker(policy), 2, True, False)
             if restore:
                 assert env.obs_norm.stats.count == env_state["obs_norm"]["count"], "stats moved in eval"
             return returns

@@ -3,8 +3,9 @@
 Every backend (cluster/inline.py, cluster/ray_backend.py, cluster/fused.py) presents the same
 `Backend`: the env, rollout and actor groups (called with the worker classes' methods), the
 `collector` that runs one collect-then-train iteration, `shares_policy` (the rollout workers act
-with the actor's own policy object: no weight sync), `fail(error)` and `shutdown()`. The runner
-never asks which backend it has; `cluster/start.py` picks and starts one.
+with the actor's own policy object: no weight sync), `evaluator` (the eval worker's group when the
+run evaluates, else None), `fail(error)` and `shutdown()`. The runner never asks which backend it
+has; `cluster/start.py` picks and starts one.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fleetrl.collect import Iterations
 from fleetrl.config.schema import Config
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.eval_worker import EvalWorker
 
 
 class Backend(ABC):
@@ -34,6 +36,7 @@ class Backend(ABC):
         actor: WorkerGroup,
         spaces: tuple[gym.Space, gym.Space],
         collector: Iterations,
+        evaluator: WorkerGroup | None = None,
     ):
         self.session: WatchSession = session
         self.env: WorkerGroup = env
@@ -41,6 +44,7 @@ class Backend(ABC):
         self.actor: WorkerGroup = actor
         self.observation_space, self.action_space = spaces
         self.collector: Iterations = collector
+        self.evaluator: WorkerGroup | None = evaluator
 
     @classmethod
     @abstractmethod
@@ -54,12 +58,14 @@ class Backend(ABC):
 
     def shutdown(self) -> None:
         """Stop the threads that use the heartbeat store, close the simulators (they may own
-        subprocesses), then whatever the backend itself holds — unless an incident already
-        ended every worker."""
+        subprocesses; an evaluation still running finishes first), then whatever the backend
+        itself holds — unless an incident already ended every worker."""
         self.session.stop()
         if self.session.torn_down:
             return
         close_envs(self.env)
+        if self.evaluator is not None:
+            close_evaluator(self.evaluator)
         self.close()
 
     @abstractmethod
@@ -69,3 +75,7 @@ class Backend(ABC):
 
 def close_envs(env: WorkerGroup) -> None:
     env.get(env.call_all(EnvWorker.close))
+
+
+def close_evaluator(evaluator: WorkerGroup) -> None:
+    evaluator.get(evaluator.call(0, EvalWorker.close))

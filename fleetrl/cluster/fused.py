@@ -8,6 +8,9 @@ instead of two controller calls per env step: a Ray call costs ~1.3 ms, more tha
 HalfCheetah step and its inference together. No weight sync is needed (the rollout worker uses
 the actor's parameters).
 
+The eval worker, when the run evaluates, is not fused: a Ray actor of its own (as on the Ray
+backend), so its episodes run while the ranks train.
+
 The controller still sees three groups (views of the same actors, `RayGroup.view`), so
 checkpoints, resume, replica checks and reports are unchanged; inside the process each
 component's calls run through its own `CallRunner`, so phases read `env.step` or `actor.train`
@@ -19,14 +22,16 @@ env.step").
 from __future__ import annotations
 
 import contextlib
+import os
+from functools import partial
 
 import torch
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.backend import close_envs
 from fleetrl.cluster.groups import InlineGroup, RayGroup
-from fleetrl.cluster.layout import FUSED, Layout, env_worker_args, worker_processes
-from fleetrl.cluster.ray_backend import RayBackend, connect, join_actor_ranks, watched
+from fleetrl.cluster.layout import FUSED, Layout, env_worker_args, fused_assignments
+from fleetrl.cluster.ray_backend import RayBackend, connect, join_actor_ranks, start_evaluator, watched
 from fleetrl.cluster.ray_cluster import FusedHost
 from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
@@ -113,7 +118,7 @@ class FusedBackend(RayBackend):
         placement, world = layout.placement, layout.placement.world_size("actor")
         cluster, spec = connect(config, layout, session, undo, " (fused: one process per rank)")
         fused = cluster.create_group(
-            worker_processes(layout),
+            fused_assignments(placement, os.cpu_count()),
             FusedRank,
             lambda rank: (config, env_worker_args(config, placement, rank), rank, world),
             spec,
@@ -127,7 +132,9 @@ class FusedBackend(RayBackend):
         undo.callback(close_envs, env)
         spaces = env.get(env.call(0, EnvWorker.spaces))
         check_spaces(config, *spaces)
-        session.start(watched([fused]), cluster)
+        create = partial(cluster.create_group, watch=spec, interrupt=session.interrupt)
+        evaluator = start_evaluator(config, layout, create, undo)
+        session.start(watched([fused, *filter(None, [evaluator])]), cluster)
         fused.get(fused.call_all(FusedRank.build_learner, *spaces))  # the learners, now under the watchdog
         join_actor_ranks(cluster, actor)
-        return cls(session, env, rollout, actor, spaces, FusedIterations(fused), cluster)
+        return cls(session, env, rollout, actor, spaces, FusedIterations(fused), cluster, evaluator)

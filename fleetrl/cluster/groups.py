@@ -73,6 +73,10 @@ class WorkerGroup(ABC):
     def get(self, futures):
         """The results of a future or a list of futures, once they are ready."""
 
+    @abstractmethod
+    def ready(self, future) -> bool:
+        """Whether `future`'s call has finished (its `get` would not wait); never waits."""
+
 
 class InlineGroup(WorkerGroup):
     """All ranks are objects in this process; calls run immediately, through `runners` (each a
@@ -92,6 +96,9 @@ class InlineGroup(WorkerGroup):
 
     def get(self, futures):
         return futures
+
+    def ready(self, future) -> bool:
+        return True
 
 
 class RayGroup(WorkerGroup):
@@ -122,6 +129,12 @@ class RayGroup(WorkerGroup):
     def call(self, rank: int, method: Method, *args):
         name = self.wire_names.get(method) or self.wire_name(method)
         return self.handles[rank].call.remote(name, *args)
+
+    def ready(self, future) -> bool:
+        import ray
+
+        done, _ = ray.wait([future], timeout=0, fetch_local=False)
+        return bool(done)
 
     def get(self, futures, slice_s: float = 0.2):
         import ray

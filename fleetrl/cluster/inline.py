@@ -3,17 +3,22 @@
 One process, watched as `inline rank 0`: its own flight recorder stands for all three
 components, and every call still runs as a recorded phase (`env.step`, `actor.train`) with
 `debug.fault` injected where it says. The rollout worker holds the actor's own policy object, so
-there is nothing to sync.
+there is nothing to sync. The eval worker, when the run evaluates, is an object here too: its
+evaluations run between iterations (`eval.run`; training waits for them), and it is built
+without touching this process's random streams, which training draws from.
 """
 
 from __future__ import annotations
 
 import contextlib
 
+import torch
+
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.cluster.backend import Backend
+from fleetrl.cluster.backend import Backend, close_evaluator
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.cluster.layout import Layout, env_worker_args
+from fleetrl.cluster.placement import EVAL
 from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_spaces
@@ -21,6 +26,7 @@ from fleetrl.watch.faults import FaultPlan
 from fleetrl.watch.host import CallRunner
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.eval_worker import EvalWorker
 
 INLINE = "inline"  # the component name of this process in heartbeats and reports
 
@@ -48,7 +54,13 @@ class InlineBackend(Backend):
         env_group, actor_group = group("env", env), group("actor", actor)
         rollout_group = group("rollout", workers.rollout(actor.policy))
         collector = Collector(env_group, rollout_group, config.rollout.pipeline_stage_num, config.algorithm.num_steps)
-        return cls(session, env_group, rollout_group, actor_group, spaces, CollectThenTrain(collector, actor_group))
+        evaluator = None
+        if placement.placed(EVAL):
+            with torch.random.fork_rng(devices=[]):  # its policy's initialisation draws from torch's
+                evaluator = group(EVAL, EvalWorker.for_training(config))
+            undo.callback(close_evaluator, evaluator)
+        iterations = CollectThenTrain(collector, actor_group)
+        return cls(session, env_group, rollout_group, actor_group, spaces, iterations, evaluator)
 
     def close(self) -> None:
         """Nothing beyond the workers: this process is the backend."""

@@ -7,7 +7,9 @@ single process exists.
 
 Backends (cluster/backend.py): `inline` (every component in this process), `ray` (one Ray actor
 per rank of each component), `fused` (on Ray, one process per rank holding its env, rollout and
-actor; `cluster.fuse_collocated`).
+actor; `cluster.fuse_collocated`). The eval worker (`runner.eval_interval` > 0) is placed like
+the other components; inline it is an object of this process, on Ray a Ray actor of its own (never
+fused: its evaluations run beside training, not inside a rank's iteration).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from fleetrl.cluster.placement import Assignment, Placement, check_divisible, resolve_placement
+from fleetrl.cluster.placement import EVAL, PLACEMENT_KEY, Assignment, Placement, check_divisible, resolve_placement
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_actor_layout, check_fault_placement
 from fleetrl.errors import ConfigError
@@ -55,11 +57,13 @@ def detect_devices_per_node() -> int:
 def resolve_layout(config: Config) -> Layout:
     cluster = config.cluster
     devices = cluster.devices_per_node or detect_devices_per_node()
+    evaluates = config.runner.eval_interval > 0
     placement = resolve_placement(
-        cluster.num_nodes, devices, cluster.component_placement, cpu_count_per_node=os.cpu_count()
+        cluster.num_nodes, devices, cluster.component_placement, os.cpu_count(), evaluates=evaluates
     )
     check_data_layout(config, placement)
     check_actor_layout(config, placement.world_size("actor"))
+    check_eval_fault(config, evaluates)
     check_fault_placement(config, placement)
     single = cluster.num_nodes == 1 and all(placement.world_size(c) == 1 for c in ("actor", "rollout", "env"))
     backend = cluster.backend
@@ -94,6 +98,17 @@ def check_data_layout(config: Config, placement: Placement) -> None:
             "cluster.component_placement.rollout",
             rollout_world,
             f"a rollout world size dividing the env world size ({env_world})",
+        )
+
+
+def check_eval_fault(config: Config, evaluates: bool) -> None:
+    """A fault in the eval worker fires only in a run that evaluates."""
+    if config.debug.fault.get("component") == EVAL and not evaluates:
+        raise ConfigError(
+            "debug.fault.component",
+            EVAL,
+            "another component, or runner.eval_interval > 0: this run starts no eval worker",
+            f"{PLACEMENT_KEY}.{EVAL} places it when the run evaluates",
         )
 
 
@@ -142,11 +157,13 @@ def fused_assignments(placement: Placement, cpu_count_per_node: int | None) -> l
 
 
 def worker_processes(layout: Layout) -> list[Assignment]:
-    """The worker processes a Ray-hosted backend starts: one per fused rank, or one per rank of
-    each component."""
+    """The worker processes a Ray-hosted backend starts: one per fused rank (and the eval
+    worker), or one per rank of each component."""
+    placement = layout.placement
     if layout.backend == FUSED:
-        return fused_assignments(layout.placement, os.cpu_count())
-    return list(layout.placement.assignments)
+        own = placement.ranks(EVAL) if placement.placed(EVAL) else []
+        return fused_assignments(placement, os.cpu_count()) + own
+    return list(placement.assignments)
 
 
 def dry_run_text(layout: Layout) -> str:
@@ -160,7 +177,7 @@ def dry_run_text(layout: Layout) -> str:
         lines.append(
             "processes: "
             + ", ".join(
-                f"fused rank {a.rank} on node {a.node} device {a.local_device} (torch threads: {a.cpu_threads})"
+                f"{a.component} rank {a.rank} on node {a.node} device {a.local_device} (torch threads: {a.cpu_threads})"
                 for a in worker_processes(layout)
             )
         )

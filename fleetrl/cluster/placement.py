@@ -4,8 +4,10 @@
 across nodes: node 0 holds 0..k-1, node 1 the next k, and so on; on a machine without GPUs a device
 is a CPU slot. Overlapping ranges make components collocated (they share devices), disjoint ranges
 make them disaggregated. A component the mapping does not name keeps its default
-(`DEFAULT_PLACEMENT`; an unnamed rollout follows the actor, `default_rollout`), so one component
-overridden on the command line is a complete placement.
+(`DEFAULT_PLACEMENT`; an unnamed rollout follows the actor, `default_rollout`; an unnamed eval
+worker goes with env rank 0), so one component overridden on the command line is a complete
+placement. The eval worker (one process: evaluation during training) is placed only when the run
+evaluates (`evaluates`); its range is checked either way.
 
 Resolving is pure (no I/O, no Ray, no torch) so the whole layout is checked, and can be printed by
 `fleetrl train --dry-run`, before any process starts.
@@ -22,8 +24,9 @@ from typing import Any
 from fleetrl.errors import ConfigError, nearest
 
 PLACEMENT_KEY = "cluster.component_placement"
-COMPONENTS = ("actor", "rollout", "env")
-DEFAULT_PLACEMENT = {"actor": 0, "env": 0}  # and rollout: see default_rollout
+EVAL = "eval"
+COMPONENTS = ("actor", "rollout", "env", EVAL)
+DEFAULT_PLACEMENT = {"actor": 0, "env": 0}  # and rollout: see default_rollout; eval: default_eval
 SPEC_FIELDS = ("devices", "processes_per_device")
 RANGE_EXAMPLES = "a device range such as 5, '0-7', '0-3,8-11' or 'all'"
 RANGE_PART = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -33,7 +36,7 @@ RANGE_PART = re.compile(r"^(\d+)(?:-(\d+))?$")
 class Assignment:
     """One process of one component and where it runs."""
 
-    component: str  # 'actor' | 'rollout' | 'env'
+    component: str  # 'actor' | 'rollout' | 'env' | 'eval'
     rank: int  # rank within the component, in global device order, then process index
     world_size: int  # number of ranks of that component
     node: int
@@ -61,6 +64,9 @@ class Placement:
     def world_size(self, component: str) -> int:
         return len(self.ranks(component))
 
+    def placed(self, component: str) -> bool:
+        return any(a.component == component for a in self.assignments)
+
     def collocated(self, a: str, b: str) -> bool:
         """Whether the two components share at least one device."""
         return bool(self.devices_of(a) & self.devices_of(b))
@@ -86,12 +92,17 @@ class Placement:
 
 
 def resolve_placement(
-    num_nodes: int, devices_per_node: int, component_placement: Mapping, cpu_count_per_node: int | None = None
+    num_nodes: int,
+    devices_per_node: int,
+    component_placement: Mapping,
+    cpu_count_per_node: int | None = None,
+    evaluates: bool = False,
 ) -> Placement:
     """Check `cluster.component_placement` against the cluster and assign every rank a device.
 
     A component the mapping does not name keeps its default: actor and env on device 0
-    (`DEFAULT_PLACEMENT`), rollout as `default_rollout` says.
+    (`DEFAULT_PLACEMENT`), rollout as `default_rollout` says, eval with env rank 0; eval is
+    placed only when `evaluates` (runner.eval_interval > 0).
     `cpu_count_per_node` is split evenly among all processes on a node; None (unknown) gives each
     process one thread, so that resolving stays pure instead of reading this machine's CPU count.
     """
@@ -100,7 +111,7 @@ def resolve_placement(
     if cpu_count_per_node is not None:
         check_positive_int("cluster.cpu_count_per_node", cpu_count_per_node)
     shape = (num_nodes, devices_per_node)
-    layout = component_layout(component_placement, shape)
+    layout = component_layout(component_placement, shape, evaluates)
     threads = threads_per_node(layout, shape, cpu_count_per_node)
     assignments = tuple(
         assignment
@@ -144,8 +155,10 @@ def check_positive_int(key: str, value: Any) -> None:
         raise ConfigError(key, value, "an integer >= 1")
 
 
-def component_layout(component_placement: Mapping, shape: tuple[int, int]) -> dict[str, tuple[list[int], int]]:
-    """Each component's (devices, processes per device), in the order of COMPONENTS."""
+def component_layout(
+    component_placement: Mapping, shape: tuple[int, int], evaluates: bool = False
+) -> dict[str, tuple[list[int], int]]:
+    """Each placed component's (devices, processes per device), in the order of COMPONENTS."""
     if not isinstance(component_placement, Mapping):
         raise ConfigError(PLACEMENT_KEY, component_placement, "a mapping of component name to device range")
     for name in component_placement:
@@ -159,7 +172,10 @@ def component_layout(component_placement: Mapping, shape: tuple[int, int]) -> di
     given = {**DEFAULT_PLACEMENT, **component_placement}
     layout = {name: parse_spec(f"{PLACEMENT_KEY}.{name}", given[name], shape) for name in COMPONENTS if name in given}
     layout.setdefault("rollout", default_rollout(layout["actor"][0], layout["env"]))
-    return {name: layout[name] for name in COMPONENTS}
+    devices, processes = layout.setdefault(EVAL, default_eval(layout["env"]))
+    if len(devices) * processes != 1:
+        raise ConfigError(f"{PLACEMENT_KEY}.{EVAL}", given[EVAL], "one device (the eval worker is one process), e.g. 3")
+    return {name: layout[name] for name in COMPONENTS if name != EVAL or evaluates}
 
 
 def default_rollout(actor_devices: list[int], env: tuple[list[int], int]) -> tuple[list[int], int]:
@@ -169,6 +185,11 @@ def default_rollout(actor_devices: list[int], env: tuple[list[int], int]) -> tup
     env_ranks = len(env[0]) * env[1]
     count = max(k for k in range(1, len(actor_devices) + 1) if env_ranks % k == 0)
     return actor_devices[:count], 1
+
+
+def default_eval(env: tuple[list[int], int]) -> tuple[list[int], int]:
+    """Eval unplaced: one process on env rank 0's device (it runs simulators too)."""
+    return env[0][:1], 1
 
 
 def parse_spec(key: str, spec: Any, shape: tuple[int, int]) -> tuple[list[int], int]:

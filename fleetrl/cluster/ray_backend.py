@@ -2,21 +2,24 @@
 
 Start-up order is the invariant that keeps errors cheap and everything watched: env workers
 first, so the env's spaces are checked (`check_spaces`) before any learner is built; then actor
-and rollout workers; then the watchdog over all of them; only then the actor ranks' process group
-(a rendezvous that can hang, so it runs watched). `connect` and `join_actor_ranks` are shared
-with the fused backend (cluster/fused.py).
+and rollout workers (and the eval worker, when the run evaluates: a Ray actor of its own, so that
+its episodes run while training goes on); then the watchdog over all of them; only then the actor
+ranks' process group (a rendezvous that can hang, so it runs watched). `connect`,
+`start_evaluator` and `join_actor_ranks` are shared with the fused backend (cluster/fused.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from functools import partial
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.cluster.backend import Backend, close_envs
+from fleetrl.cluster.backend import Backend, close_envs, close_evaluator
 from fleetrl.cluster.groups import RayGroup, WorkerGroup
 from fleetrl.cluster.layout import Layout, env_worker_args
+from fleetrl.cluster.placement import EVAL
 from fleetrl.cluster.ray_cluster import RayCluster
 from fleetrl.collect import Collector, CollectThenTrain, Iterations
 from fleetrl.config.schema import Config
@@ -25,6 +28,7 @@ from fleetrl.watch.host import WatchSpec
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.eval_worker import EvalWorker
 
 log = logging.getLogger("fleetrl")
 
@@ -41,8 +45,9 @@ class RayBackend(Backend):
         spaces: tuple,
         collector: Iterations,
         cluster: RayCluster,
+        evaluator: RayGroup | None = None,
     ):
-        super().__init__(session, env, rollout, actor, spaces, collector)
+        super().__init__(session, env, rollout, actor, spaces, collector, evaluator)
         self.cluster: RayCluster = cluster
 
     @classmethod
@@ -62,10 +67,11 @@ class RayBackend(Backend):
             lambda rank: (config, *spaces),
             factory=workers.rollout.from_config,
         )
-        session.start(watched([env, rollout, actor]), cluster)
+        evaluator = start_evaluator(config, layout, create, undo)
+        session.start(watched([env, rollout, actor, *filter(None, [evaluator])]), cluster)
         join_actor_ranks(cluster, actor)
         collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps)
-        return cls(session, env, rollout, actor, spaces, CollectThenTrain(collector, actor), cluster)
+        return cls(session, env, rollout, actor, spaces, CollectThenTrain(collector, actor), cluster, evaluator)
 
     def close(self) -> None:
         self.cluster.shutdown()
@@ -80,8 +86,24 @@ def connect(
     cluster = RayCluster(config.cluster, placement.devices_per_node, session.deadline)
     undo.callback(cluster.shutdown)
     spec = session.open_store(cluster.controller_ip())
-    log.info("starting %s%s", ", ".join(f"{placement.world_size(c)} {c}" for c in ("env", "rollout", "actor")), note)
+    components = [c for c in ("env", "rollout", "actor", EVAL) if placement.placed(c)]
+    placed = ", ".join(f"{placement.world_size(c)} {c}" for c in components)
+    log.info("starting %s%s", placed, note)
     return cluster, spec
+
+
+def start_evaluator(
+    config: Config, layout: Layout, create: Callable[..., RayGroup], undo: contextlib.ExitStack
+) -> RayGroup | None:
+    """The eval worker, a Ray actor of its own where `component_placement.eval` puts it; None
+    when the run does not evaluate. `create` is `RayCluster.create_group` with the watch spec."""
+    if not layout.placement.placed(EVAL):
+        return None
+    evaluator = create(
+        layout.placement.ranks(EVAL), EvalWorker, lambda rank: (config,), factory=EvalWorker.for_training
+    )
+    undo.callback(close_evaluator, evaluator)
+    return evaluator
 
 
 def watched(groups: list[RayGroup]) -> list[dict]:

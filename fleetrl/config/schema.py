@@ -151,9 +151,10 @@ class ClusterConfig:
     devices_per_node: Annotated[int, AtLeastOne] | None = (
         None  # GPUs per node, or CPU slots without GPUs (None: detect)
     )
-    # {component: device range} for actor, rollout, env (README: 'Placement'). A component it does
-    # not name keeps its default: actor and env device 0; rollout on the actor's devices, one rank
-    # each, as many as divide the env ranks. So `component_placement.actor=0-1` alone is complete.
+    # {component: device range} for actor, rollout, env, eval (README: 'Placement'). A component it
+    # does not name keeps its default: actor and env device 0; rollout on the actor's devices, one
+    # rank each, as many as divide the env ranks; eval (one device, placed only when
+    # runner.eval_interval > 0) with env rank 0. So `component_placement.actor=0-1` alone is complete.
     component_placement: dict = field(default_factory=lambda: dict(DEFAULT_PLACEMENT))
     simulate_nodes: Annotated[int, NonNegative] = (
         0  # >1: rehearse num_nodes (equal to it) on this machine as a local multi-raylet Ray cluster
@@ -186,6 +187,13 @@ class RunnerConfig:
         10  # iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a divergence stops the run (0: never)
     )
     checkpoint_replay_buffer: bool = False  # sac: checkpoints also hold every actor rank's replay buffer shard (bigger files; a resume trains on the same data instead of refilling)
+    eval_interval: Annotated[int, NonNegative] = (
+        0  # iterations between deterministic evaluations on eval envs of their own (0: never; README: 'Evaluation during training')
+    )
+    eval_episodes: Annotated[int, Positive] = (
+        10  # deterministic episodes per evaluation, shared evenly by min(eval_episodes, 10) eval envs
+    )
+    eval_video: bool = False  # film each evaluation's first episode: <run>/video/eval-<iteration>.gif (its episodes then play on one env)
 
 
 @dataclass

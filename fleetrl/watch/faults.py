@@ -4,7 +4,9 @@
       fault: {kind: kill, component: actor, rank: 1, method: train, call: 3}
 
 fires on the 3rd call of `train` on actor rank 1 (`method` defaults to the component's main
-method, `rank` to 0, `call` to 1; `check_fault` rejects anything that could never fire). Kinds:
+method, `rank` to 0, `call` to 1; `check_fault` rejects anything that could never fire). The
+components: env, rollout, actor, and eval (the eval worker, in a run with runner.eval_interval > 0;
+its main method `run` is one whole evaluation). Kinds:
   kill              SIGKILL the worker process
   stop              SIGSTOP it (frozen, not dead)
   exception         raise an error inside the worker
@@ -26,7 +28,7 @@ from fleetrl.errors import ConfigError, nearest
 
 KINDS = ("kill", "stop", "exception", "hang", "gil_hang", "extra_collective", "extra_step")
 ACTOR_ONLY = ("extra_collective", "extra_step")
-DEFAULT_METHOD = {"env": "step", "rollout": "act", "actor": "train"}  # the component's main method
+DEFAULT_METHOD = {"env": "step", "rollout": "act", "actor": "train", "eval": "run"}  # the component's main method
 FAULT_KEYS = ("kind", "component", "rank", "method", "call")  # rank defaults to 0, call to 1
 
 
@@ -88,9 +90,10 @@ def worker_methods(component: str, algorithm: str) -> list[str]:
     """The public methods of the component's worker class for this algorithm."""
     from fleetrl.algos.registry import algorithm_spec
     from fleetrl.workers.env_worker import EnvWorker
+    from fleetrl.workers.eval_worker import EvalWorker
 
     spec = algorithm_spec(algorithm)
-    worker = {"env": EnvWorker, "rollout": spec.rollout, "actor": spec.actor}[component]
+    worker = {"env": EnvWorker, "rollout": spec.rollout, "actor": spec.actor, "eval": EvalWorker}[component]
     return sorted(name for name in dir(worker) if not name.startswith("_") and callable(getattr(worker, name)))
 
 
