@@ -24,28 +24,9 @@ from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_entry_points
 from fleetrl.errors import ConfigError, UserError
+from fleetrl.sweep.trial import TrialSpec
 
-SEED_KEY = "runner.seed"
 PER_TRIAL_KEYS = ("runner.run_dir", "runner.name")  # the sweep directory's parent and name: one value
-
-
-@dataclass(frozen=True)
-class TrialSpec:
-    index: int
-    name: str  # its run directory is <sweep dir>/<name>-<time>
-    swept: dict[str, str]  # the swept keys and this trial's values, as typed
-    arguments: tuple[str, ...]  # the `key=value` overrides of its `fleetrl train`, fixed ones first
-    cpus: int
-    gpus: int
-
-    @property
-    def setting(self) -> str:
-        """The combination without the seed: what the table compares across seeds."""
-        return " ".join(f"{key}={value}" for key, value in self.swept.items() if key != SEED_KEY) or "(one setting)"
-
-    def train_arguments(self, sweep_dir: Path) -> list[str]:
-        """Its overrides, plus where its run directory goes; every trial starts a new run."""
-        return [*self.arguments, f"runner.run_dir={sweep_dir}", f"runner.name={self.name}", "runner.resume=null"]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fleetrl.metrics_log import read_metrics
 from fleetrl.runner import SUMMARY_FILE
-from fleetrl.sweep.grid import TrialSpec
+from fleetrl.sweep.trial import TrialSpec
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
 
 RETURN_KEY = "episode_return_last100"

@@ -5,6 +5,8 @@ a session of its own (a terminal's Ctrl-C reaches the sweep, which stops the tri
 tied to this worker's life (lifetime.py). While it runs, its newest metrics record is reported to
 Tune (the sweep's status line); when it ends, the facts the sweep needs: exit code, run
 directory, console log, wall seconds. Reading what they mean is the driver's (outcome.py).
+
+This module is what every Tune worker imports: it stays light (no torch, no config loader).
 """
 
 from __future__ import annotations
@@ -18,10 +20,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetrl.metrics_log import METRICS_FILE
-from fleetrl.sweep.grid import TrialSpec
 
 POLL_S = 1.0
+SEED_KEY = "runner.seed"
 PROGRESS_KEYS = ("global_step", "episode_return_last100")
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    index: int
+    name: str  # its run directory is <sweep dir>/<name>-<time>
+    swept: dict[str, str]  # the swept keys and this trial's values, as typed
+    arguments: tuple[str, ...]  # the `key=value` overrides of its `fleetrl train`, fixed ones first
+    cpus: int
+    gpus: int
+
+    @property
+    def setting(self) -> str:
+        """The combination without the seed: what the table compares across seeds."""
+        return " ".join(f"{key}={value}" for key, value in self.swept.items() if key != SEED_KEY) or "(one setting)"
+
+    def train_arguments(self, sweep_dir: Path) -> list[str]:
+        """Its overrides, plus where its run directory goes; every trial starts a new run."""
+        return [*self.arguments, f"runner.run_dir={sweep_dir}", f"runner.name={self.name}", "runner.resume=null"]
 
 
 @dataclass(frozen=True)
