@@ -30,7 +30,7 @@ from ray import tune
 from fleetrl.run_dir import create_run_dir
 from fleetrl.sweep.grid import SweepPlan
 from fleetrl.sweep.lifetime import become_subreaper
-from fleetrl.sweep.outcome import failed_in_ray, trial_record
+from fleetrl.sweep.outcome import ended_record, failed_in_ray, trial_record
 from fleetrl.sweep.table import describe, write_curves, write_table
 from fleetrl.sweep.trial import Launch, run_trial
 from fleetrl.watch.teardown import kill_own_children
@@ -75,7 +75,7 @@ class Board(tune.Callback):
         spec = self.plan.trials[trial.config["trial"]]
         result = trial.last_result or {}
         if "exit_code" in result:
-            self.ended(spec.index, trial_record(spec, "", result))
+            self.ended(spec.index, ended_record(spec, result))
         elif not _stop_requested.is_set():
             self.ended(spec.index, failed_in_ray(spec, "it ended without reporting an exit code"))
 

@@ -21,12 +21,14 @@ from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
 RETURN_KEY = "episode_return_last100"
 
 
-def trial_record(spec: TrialSpec, status: str, result: dict | None = None) -> dict:
-    """`status`: 'waiting', 'running', 'stopped' (by the sweep's Ctrl-C), or — from `result`, the
-    trial's last report to Tune — 'finished' / 'failed'."""
-    record = {"trial": spec.name, "overrides": spec.swept, "setting": spec.setting, "status": status}
-    if result is None:
-        return record
+def trial_record(spec: TrialSpec, status: str) -> dict:
+    """A trial not (yet) ended: 'waiting', 'running', 'stopped' (by the sweep's Ctrl-C), 'not started'."""
+    return {"trial": spec.name, "overrides": spec.swept, "setting": spec.setting, "status": status}
+
+
+def ended_record(spec: TrialSpec, result: dict) -> dict:
+    """An ended trial, from its last report to Tune (trial.run_trial): 'finished' or 'failed'."""
+    record = trial_record(spec, "")
     run_dir = Path(result["run_dir"]) if result.get("run_dir") else None
     summary = json.loads((run_dir / SUMMARY_FILE).read_text()) if run_dir and (run_dir / SUMMARY_FILE).is_file() else {}
     returns = [r[RETURN_KEY] for r in read_metrics(run_dir)] if run_dir else []

@@ -75,7 +75,7 @@ def describe(record: dict) -> str:
 
 
 def write_table(records: list[dict], sweep_dir: Path) -> str:
-    text = table_text(records, f"sweep {sweep_dir.name}")
+    text = table_text(records, sweep_dir.name)
     (sweep_dir / TABLE_FILE).write_text(text)
     return text
 
