@@ -1,9 +1,10 @@
-"""The `fleetrl` command: train | eval | report | doctor | diagnose.
+"""The `fleetrl` command: train | sweep | eval | report | doctor | diagnose.
 
 Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
 missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4 an incident (a
 stall, death or desync: hang_report.txt in the run directory); 130 / 143 stopped by SIGINT /
-SIGTERM (checkpoint saved; a second signal stops at once).
+SIGTERM (checkpoint saved; a second signal stops at once). `fleetrl sweep` exits 5 when a trial
+failed (each listed with its exit code and cause) and every other trial finished.
 """
 
 from __future__ import annotations
@@ -33,6 +34,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="check the config, print the resolved placement, start nothing"
     )
     train.add_argument("--skip-doctor", action="store_true", help="start even if a preflight check fails")
+
+    sweep = commands.add_parser(
+        "sweep",
+        help="train every combination of key=v1,v2 overrides, on Ray Tune",
+        description="Each combination is a full `fleetrl train` run in runs/sweep-<name>-<time>/. "
+        "Top-level commas separate a key's values: runner.seed=1,2,3 model.hidden_sizes=[64,64],[128,128].",
+    )
+    sweep.add_argument("config", help="YAML config file")
+    sweep.add_argument("overrides", nargs="*", help="key=value (every trial) or key=v1,v2,... (swept)")
+    sweep.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=None,
+        help="at most this many trials at once (default: as resources allow)",
+    )
+    sweep.add_argument("--address", default=None, help="a running Ray cluster (default: a new local Ray instance)")
+    sweep.add_argument("--status-interval", type=float, default=30.0, help="seconds between status lines")
+    sweep.add_argument("--skip-doctor", action="store_true", help="start each trial even if a preflight check fails")
 
     evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
     evaluate.add_argument("run_dir")
@@ -73,6 +92,18 @@ def command_train(args) -> int:
     return 0
 
 
+def command_sweep(args) -> int:
+    from fleetrl.sweep.grid import plan_sweep
+
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise UserError(f"--max-concurrent must be a positive integer, got {args.max_concurrent}")
+    plan = plan_sweep(args.config, args.overrides)  # every combination checked before anything starts
+    from fleetrl.sweep.driver import run_sweep
+
+    flags = ("--skip-doctor",) if args.skip_doctor else ()
+    return run_sweep(plan, args.max_concurrent, args.address, flags, args.status_interval)
+
+
 def command_eval(args) -> int:
     from fleetrl.evaluate import evaluate
 
@@ -110,6 +141,7 @@ def command_diagnose(args) -> int:
 
 COMMANDS = {
     "train": command_train,
+    "sweep": command_sweep,
     "eval": command_eval,
     "report": command_report,
     "doctor": command_doctor,
