@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import NoReturn
 
 import gymnasium as gym
@@ -25,26 +26,28 @@ from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EvalWorker
 
 
+@dataclass(frozen=True)
+class Workers:
+    """The groups a backend started, and the env's spaces (asked of env rank 0 once)."""
+
+    env: WorkerGroup
+    rollout: WorkerGroup
+    actor: WorkerGroup
+    spaces: tuple[gym.Space, gym.Space]
+    evaluator: WorkerGroup | None = None  # the eval worker, when runner.eval_interval > 0
+
+
 class Backend(ABC):
     shares_policy: bool = False  # rollout acts with the actor's own policy object (one process)
 
-    def __init__(
-        self,
-        session: WatchSession,
-        env: WorkerGroup,
-        rollout: WorkerGroup,
-        actor: WorkerGroup,
-        spaces: tuple[gym.Space, gym.Space],
-        collector: Iterations,
-        evaluator: WorkerGroup | None = None,
-    ):
+    def __init__(self, session: WatchSession, workers: Workers, collector: Iterations):
         self.session: WatchSession = session
-        self.env: WorkerGroup = env
-        self.rollout: WorkerGroup = rollout
-        self.actor: WorkerGroup = actor
-        self.observation_space, self.action_space = spaces
+        self.env: WorkerGroup = workers.env
+        self.rollout: WorkerGroup = workers.rollout
+        self.actor: WorkerGroup = workers.actor
+        self.observation_space, self.action_space = workers.spaces
+        self.evaluator: WorkerGroup | None = workers.evaluator
         self.collector: Iterations = collector
-        self.evaluator: WorkerGroup | None = evaluator
 
     @classmethod
     @abstractmethod

@@ -28,7 +28,7 @@ from functools import partial
 import torch
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.cluster.backend import close_envs
+from fleetrl.cluster.backend import Workers, close_envs
 from fleetrl.cluster.groups import InlineGroup, RayGroup
 from fleetrl.cluster.layout import FUSED, Layout, env_worker_args, fused_assignments
 from fleetrl.cluster.ray_backend import RayBackend, connect, join_actor_ranks, start_evaluator, watched
@@ -137,4 +137,4 @@ class FusedBackend(RayBackend):
         session.start(watched([fused, *filter(None, [evaluator])]), cluster)
         fused.get(fused.call_all(FusedRank.build_learner, *spaces))  # the learners, now under the watchdog
         join_actor_ranks(cluster, actor)
-        return cls(session, env, rollout, actor, spaces, FusedIterations(fused), cluster, evaluator)
+        return cls(session, Workers(env, rollout, actor, spaces, evaluator), FusedIterations(fused), cluster)

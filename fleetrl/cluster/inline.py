@@ -15,7 +15,7 @@ import contextlib
 import torch
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.cluster.backend import Backend, close_evaluator
+from fleetrl.cluster.backend import Backend, Workers, close_evaluator
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.cluster.layout import Layout, env_worker_args
 from fleetrl.cluster.placement import EVAL
@@ -60,7 +60,7 @@ class InlineBackend(Backend):
                 evaluator = group(EVAL, EvalWorker.for_training(config))
             undo.callback(close_evaluator, evaluator)
         iterations = CollectThenTrain(collector, actor_group)
-        return cls(session, env_group, rollout_group, actor_group, spaces, iterations, evaluator)
+        return cls(session, Workers(env_group, rollout_group, actor_group, spaces, evaluator), iterations)
 
     def close(self) -> None:
         """Nothing beyond the workers: this process is the backend."""

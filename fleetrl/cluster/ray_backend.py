@@ -16,8 +16,8 @@ from collections.abc import Callable
 from functools import partial
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.cluster.backend import Backend, close_envs, close_evaluator
-from fleetrl.cluster.groups import RayGroup, WorkerGroup
+from fleetrl.cluster.backend import Backend, Workers, close_envs, close_evaluator
+from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.layout import Layout, env_worker_args
 from fleetrl.cluster.placement import EVAL
 from fleetrl.cluster.ray_cluster import RayCluster
@@ -36,18 +36,8 @@ log = logging.getLogger("fleetrl")
 class RayBackend(Backend):
     shares_policy = False
 
-    def __init__(
-        self,
-        session: WatchSession,
-        env: WorkerGroup,
-        rollout: WorkerGroup,
-        actor: WorkerGroup,
-        spaces: tuple,
-        collector: Iterations,
-        cluster: RayCluster,
-        evaluator: RayGroup | None = None,
-    ):
-        super().__init__(session, env, rollout, actor, spaces, collector, evaluator)
+    def __init__(self, session: WatchSession, workers: Workers, collector: Iterations, cluster: RayCluster):
+        super().__init__(session, workers, collector)
         self.cluster: RayCluster = cluster
 
     @classmethod
@@ -71,7 +61,9 @@ class RayBackend(Backend):
         session.start(watched([env, rollout, actor, *filter(None, [evaluator])]), cluster)
         join_actor_ranks(cluster, actor)
         collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps)
-        return cls(session, env, rollout, actor, spaces, CollectThenTrain(collector, actor), cluster, evaluator)
+        return cls(
+            session, Workers(env, rollout, actor, spaces, evaluator), CollectThenTrain(collector, actor), cluster
+        )
 
     def close(self) -> None:
         self.cluster.shutdown()
