@@ -5,10 +5,10 @@ seconds after --warmup iterations) and the on/off ratio.
 
 `watchdog.enabled=false` only skips the controller's watchdog thread (fleetrl/watch/session.py,
 `WatchSession.start`): every worker still runs each call as a recorded phase
-(fleetrl/watch/host.py `CallRunner`), still marks every collective (DDP gradient buckets included,
+(fleetrl/watch/host.py `RecordedCalls`), still marks every collective (DDP gradient buckets included,
 with a call-site stack walk), and still publishes a heartbeat every 0.5 s. So the run-level
 comparison measures the watchdog thread alone; the rest is measured with micro-benchmarks in this
-process: CallRunner vs a plain getattr call, `Recorder.in_collective` vs nothing, one heartbeat
+process: RecordedCalls vs a plain getattr call, `Recorder.in_collective` vs nothing, one heartbeat
 (record + JSON + TCPStore set) and one watchdog poll of 6 workers (store reads + checks).
 
     .venv/bin/python benchmarks/watchdog_overhead.py [--reps 3] [--inline-reps 6] [--inline-steps 60000] [--ray-steps 15360]
@@ -68,24 +68,24 @@ def micro(rounds: int = 7) -> dict:
     from fleetrl.config.schema import WatchdogConfig
     from fleetrl.watch.faults import FaultPlan
     from fleetrl.watch.flight_recorder import Recorder
-    from fleetrl.watch.host import CallRunner
+    from fleetrl.watch.host import RecordedCalls
     from fleetrl.watch.store import HeartbeatStore, connect_publisher
     from fleetrl.watch.watchdog import Watchdog
 
     torch.set_num_threads(1)
     worker, recorder = Worker(), Recorder("env", 0, 0)
-    runner = CallRunner(worker, "env", 0, recorder, FaultPlan({}, "env", 0))
+    runner = RecordedCalls(worker, "env", 0, recorder, FaultPlan({}, "env", 0))
     plain = lambda method, *args: getattr(worker, method)(*args)  # noqa: E731 - InlineGroup's fallback
     tensor = torch.zeros(11_000)
     results = {
         "plain getattr call": [],
-        "CallRunner call": [],
+        "RecordedCalls call": [],
         "no collective mark": [],
         "Recorder.in_collective mark": [],
     }
     for _ in range(rounds):  # interleaved
         results["plain getattr call"].append(per_call_ns(lambda: plain("step", 1), 50_000))
-        results["CallRunner call"].append(per_call_ns(lambda: runner("step", 1), 50_000))
+        results["RecordedCalls call"].append(per_call_ns(lambda: runner("step", 1), 50_000))
         results["no collective mark"].append(per_call_ns(lambda: contextlib.nullcontext().__enter__(), 20_000))
 
         def mark():
@@ -174,9 +174,9 @@ def main() -> None:
     print("|---|---|")
     for name, ns in timings.items():
         print(f"| {name} | {ns / 1000:.2f} µs |")
-    extra_call = timings["CallRunner call"] - timings["plain getattr call"]
+    extra_call = timings["RecordedCalls call"] - timings["plain getattr call"]
     print(
-        f"\nCallRunner adds {extra_call / 1000:.2f} µs per worker call (inline: 2 calls per vector step → "
+        f"\nRecordedCalls adds {extra_call / 1000:.2f} µs per worker call (inline: 2 calls per vector step → "
         f"{2 * extra_call / 1000:.2f} µs per 8 env steps); a collective mark costs "
         f"{timings['Recorder.in_collective mark'] / 1000:.1f} µs (one per DDP bucket per minibatch and per "
         f"fleetrl collective); heartbeats cost {timings['heartbeat (record + JSON + TCPStore set)'] / 1000:.0f} µs "

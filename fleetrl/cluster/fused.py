@@ -13,7 +13,7 @@ backend), so its episodes run while the ranks train.
 
 The controller still sees three groups (views of the same actors, `RayGroup.view`), so
 checkpoints, resume, replica checks and reports are unchanged; inside the process each
-component's calls run through its own `CallRunner`, so phases read `env.step` or `actor.train`
+component's calls run through its own `RecordedCalls`, so phases read `env.step` or `actor.train`
 and `debug.fault` hits the component it names. The watchdog watches one process per rank,
 `fused rank r`, and reports name it with the phase it was in ("fused rank 1 raised ValueError in
 env.step").
@@ -38,7 +38,7 @@ from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_spaces
 from fleetrl.watch.faults import FaultPlan
 from fleetrl.watch.flight_recorder import Recorder
-from fleetrl.watch.host import CallRunner
+from fleetrl.watch.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import rollout_seed
@@ -47,30 +47,30 @@ from fleetrl.workers.rollout_worker import rollout_seed
 class FusedRank:
     """In the worker process: the rank's env worker from the start; its actor and rollout worker
     once the controller has checked the env's spaces (`build_learner`). Called as
-    `component.method` ('env.report', 'fused.iterate'), each through that component's runner."""
+    `component.method` ('env.report', 'fused.iterate'), each through that component's RecordedCalls."""
 
     def __init__(
         self, config: Config, env_args: tuple, rank: int, world_size: int, recorder: Recorder, fault_spec: dict
     ):
         self.config, self.rank, self.world_size = config, rank, world_size
         self.recorder, self.fault_spec = recorder, fault_spec
-        self.runners: dict[str, CallRunner] = {FUSED: self.runner(FUSED, self)}
+        self.calls: dict[str, RecordedCalls] = {FUSED: self.recorded_calls(FUSED, self)}
         self.env: InlineGroup = self.inline_group("env", EnvWorker(*env_args))
         self.iterations: CollectThenTrain | None = None  # once the learner is built
 
-    def runner(self, component: str, worker) -> CallRunner:
-        return CallRunner(
+    def recorded_calls(self, component: str, worker) -> RecordedCalls:
+        return RecordedCalls(
             worker, component, self.rank, self.recorder, FaultPlan(self.fault_spec, component, self.rank), process=FUSED
         )
 
     def inline_group(self, component: str, worker) -> InlineGroup:
-        self.runners[component] = self.runner(component, worker)
-        return InlineGroup([], [worker], [self.runners[component]])
+        self.calls[component] = self.recorded_calls(component, worker)
+        return InlineGroup([], [worker], [self.calls[component]])
 
     def __call__(self, qualified_name: str, *args):
         """Run `component.method` as a recorded phase of that component."""
         component, name = qualified_name.split(".", 1)
-        return self.runners[component](name, *args)
+        return self.calls[component](name, *args)
 
     def build_learner(self, observation_space, action_space) -> None:
         workers = algorithm_spec(self.config.algorithm.name)

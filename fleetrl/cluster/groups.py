@@ -79,20 +79,20 @@ class WorkerGroup(ABC):
 
 
 class InlineGroup(WorkerGroup):
-    """All ranks are objects in this process; calls run immediately, through `runners` (each a
-    `CallRunner`: a recorded phase) or, without them, as plain method calls."""
+    """All ranks are objects in this process; calls run immediately, through `calls` (each a
+    `RecordedCalls`: a recorded phase) or, without them, as plain method calls."""
 
-    def __init__(self, assignments: Sequence[Assignment], workers: list, runners: list | None = None):
+    def __init__(self, assignments: Sequence[Assignment], workers: list, calls: list | None = None):
         super().__init__(assignments, type(workers[0]))
         self.workers: list = workers
-        self.runners: list[Callable] = runners or [lambda name, *args, w=w: getattr(w, name)(*args) for w in workers]
+        self.calls: list[Callable] = calls or [lambda name, *args, w=w: getattr(w, name)(*args) for w in workers]
 
     @property
     def world_size(self) -> int:
         return len(self.workers)
 
     def call(self, rank: int, method: Method, *args) -> Any:
-        return self.runners[rank](self.wire_names.get(method) or self.wire_name(method), *args)
+        return self.calls[rank](self.wire_names.get(method) or self.wire_name(method), *args)
 
     def get(self, futures):
         return futures

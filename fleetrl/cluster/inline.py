@@ -23,7 +23,7 @@ from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_spaces
 from fleetrl.watch.faults import FaultPlan
-from fleetrl.watch.host import CallRunner
+from fleetrl.watch.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EvalWorker
@@ -42,8 +42,8 @@ class InlineBackend(Backend):
         session.start([{"component": INLINE, "rank": 0, "node": 0}])
 
         def group(component: str, worker) -> InlineGroup:
-            runner = CallRunner(worker, component, 0, recorder, FaultPlan(config.debug.fault, component, 0))
-            return InlineGroup(placement.ranks(component), [worker], [runner])
+            calls = RecordedCalls(worker, component, 0, recorder, FaultPlan(config.debug.fault, component, 0))
+            return InlineGroup(placement.ranks(component), [worker], [calls])
 
         env = EnvWorker(*env_worker_args(config, placement, 0))
         undo.callback(env.close)

@@ -21,7 +21,7 @@ from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.net import free_port, is_loopback
 from fleetrl.watch.faults import FaultPlan
-from fleetrl.watch.host import CallRunner, WatchSpec, start_watching
+from fleetrl.watch.host import RecordedCalls, WatchSpec, start_watching
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children
@@ -44,9 +44,9 @@ class WorkerHost:
 
     @staticmethod
     def build(factory: Callable, args: tuple, assignment: Assignment, recorder, watch: WatchSpec) -> Callable:
-        """The callable that runs `call(method, *args)`: here one worker's CallRunner."""
+        """The callable that runs `call(method, *args)`: here one worker's RecordedCalls."""
         faults = FaultPlan(watch.fault, assignment.component, assignment.rank)
-        return CallRunner(factory(*args), assignment.component, assignment.rank, recorder, faults)
+        return RecordedCalls(factory(*args), assignment.component, assignment.rank, recorder, faults)
 
     def call(self, method_name: str, *args):
         """Run the worker's method `method_name` (cluster/groups.py derives it from the method)."""
@@ -59,7 +59,7 @@ class WorkerHost:
 
 class FusedHost(WorkerHost):
     """The Ray actor around one fused rank (cluster/fused.py): `factory(*args, recorder,
-    fault_spec)` builds it, and it runs each call under its component's own CallRunner."""
+    fault_spec)` builds it, and it runs each call under its component's own RecordedCalls."""
 
     @staticmethod
     def build(factory: Callable, args: tuple, assignment: Assignment, recorder, watch: WatchSpec) -> Callable:

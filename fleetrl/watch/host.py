@@ -52,7 +52,7 @@ class WorkerError(RuntimeError):
         return f"{self.component} rank {self.rank} raised {self.error_type} in {self.phase}: {self.message}"
 
 
-class CallRunner:
+class RecordedCalls:
     """Runs the method named `method` of `worker` as phase 'component.method'. An error names
     the process it ran in: `process` (e.g. 'fused' for a rank that hosts all three components),
     by default the component itself."""
