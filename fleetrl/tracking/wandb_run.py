@@ -27,7 +27,8 @@ class WandbTracker(Tracker):
             resume="allow",
             dir=str(run_dir),
             config=dataclasses.asdict(config),
-            settings=wandb.Settings(console="off"),  # the console stays fleetrl's own
+            # the console stays fleetrl's own; init gives up within the bound (else its exit hook waits for it)
+            settings=wandb.Settings(console="off", init_timeout=config.runner.tracker_timeout_s),
         )
         remember_run_id(run_dir, "wandb", self.run.id)
 
