@@ -63,7 +63,12 @@ def resume_dir(config: Config) -> Path | None:
         return None
     if resume != RESUME_AUTO:
         if not list_checkpoints(Path(resume)):
-            raise ConfigError("runner.resume", resume, "a run directory that holds a complete checkpoint, or 'auto'")
+            raise ConfigError(
+                "runner.resume",
+                resume,
+                "a run directory that holds a complete checkpoint, or 'auto'",
+                f"{checkpoint_dir(Path(resume))} holds no checkpoint",
+            )
         return Path(resume)
     parent, name = Path(config.runner.run_dir), run_name(config)
     runs = runs_named(parent, name)
