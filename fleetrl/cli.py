@@ -10,6 +10,7 @@ failed (each listed with its exit code and cause) and every other trial finished
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import signal
 import sys
@@ -25,6 +26,7 @@ EXIT_USER_ERROR = 2
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetrl", description="Distributed RL that never freezes silently.")
+    parser.add_argument("--version", action="version", version=f"fleetrl {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train from a YAML config")
@@ -70,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
         commands.add_parser("doctor", help="preflight checks: disk, network, Gloo/NCCL, placement, env")
     )
     return parser
+
+
+def installed_version() -> str:
+    """The installed distribution's version (pyproject.toml's, as pip recorded it)."""
+    try:
+        return importlib.metadata.version("fleetrl")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: run from a source tree; pip install . records a version)"
 
 
 def command_train(args) -> int:

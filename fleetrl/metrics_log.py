@@ -1,4 +1,6 @@
-"""Where per-iteration metrics go: `metrics.jsonl` (one JSON record per line) and TensorBoard."""
+"""`metrics.jsonl`: one JSON record per iteration, appended line by line (a resumed run appends to
+the same file). It is the run directory's own record of its metrics — `fleetrl report` and the
+tests read it back with `read_metrics` — and the `jsonl` tracker (`runner.loggers`) writes it."""
 
 from __future__ import annotations
 
@@ -6,31 +8,22 @@ import json
 import math
 from pathlib import Path
 
+from fleetrl.config.schema import Config
+from fleetrl.tracking.base import Tracker
+
 METRICS_FILE = "metrics.jsonl"
 
 
-class MetricsLog:
-    def __init__(self, run_dir: Path, tensorboard: bool):
+class JsonlTracker(Tracker):
+    def start(self, config: Config, run_dir: Path) -> None:
         self.file = open(Path(run_dir) / METRICS_FILE, "a", buffering=1)
-        self.writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # slow import; only when wanted
 
-            self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
-
-    def write(self, record: dict) -> None:
+    def log_metrics(self, record: dict, step: int) -> None:
         clean = {key: (None if isinstance(v, float) and not math.isfinite(v) else v) for key, v in record.items()}
         self.file.write(json.dumps(clean) + "\n")
-        if self.writer is not None:
-            step = record["global_step"]
-            for key, value in clean.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "global_step":
-                    self.writer.add_scalar(key.replace("_", "/", 1) if key.startswith("time_") else key, value, step)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         self.file.close()
-        if self.writer is not None:
-            self.writer.close()
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -10,7 +10,6 @@ import logging
 import random
 import time
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 import psutil
@@ -22,12 +21,13 @@ from fleetrl.cluster.backend import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.layout import Layout, resolve_layout
 from fleetrl.cluster.start import start_backend
+from fleetrl.config.loader import save_config
 from fleetrl.config.schema import Config
 from fleetrl.errors import UserError
 from fleetrl.evaluate import EvalSchedule
-from fleetrl.metrics_log import MetricsLog
 from fleetrl.progress import ConsoleProgress
-from fleetrl.run_dir import create_run_dir, setup_logging, write_config
+from fleetrl.run_dir import CONFIG_FILE, create_run_dir, resume_dir, setup_logging
+from fleetrl.tracking.trackers import Trackers
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.signals import install_stop_handlers
 from fleetrl.workers.actor_base import ActorBase
@@ -43,12 +43,15 @@ class Trainer:
         self.config = config
         runner = config.runner
         self.layout: Layout = layout or resolve_layout(config)
-        self.run_dir = Path(runner.resume) if runner.resume else create_run_dir(config)
-        write_config(config, self.run_dir)
+        resumed = resume_dir(config)  # runner.resume: a run directory, 'auto' (the newest of this name) or None
+        self.run_dir = resumed or create_run_dir(config)
+        save_config(config, self.run_dir / CONFIG_FILE)
         setup_logging(self.run_dir)
+        if runner.resume is not None and resumed is None:
+            log.info("runner.resume=auto: no run of this name in %s yet, starting %s", runner.run_dir, self.run_dir)
         if runner.torch_threads:
             torch.set_num_threads(runner.torch_threads)
-        saved = load_latest(self.run_dir) if runner.resume else None
+        saved = load_latest(self.run_dir) if resumed else None
         self.iteration = 0
         self.train_s = 0.0
         self.global_step = 0
@@ -84,7 +87,7 @@ class Trainer:
             self.layout.runs_on,
         )
         install_stop_handlers()
-        metrics_log = MetricsLog(self.run_dir, config.runner.tensorboard)
+        trackers = self.start_trackers()
         progress = ConsoleProgress(
             total,
             self.global_step,
@@ -96,7 +99,9 @@ class Trainer:
         try:
             while self.global_step < total and not self.stop_for_target():
                 record = self.run_iteration()
-                metrics_log.write(record)
+                trackers.log_metrics(record, record["global_step"])
+                if record.get("eval_video"):  # an evaluation's film, uploaded where the trackers keep files
+                    trackers.log_file(Path(record["eval_video"]), f"video/{Path(record['eval_video']).name}")
                 progress.update(record)
                 if self.iteration % config.runner.checkpoint_interval == 0:
                     self.checkpoint()
@@ -112,10 +117,21 @@ class Trainer:
             self.backend.fail(error)
         finally:  # on any other error the last periodic checkpoint stays the newest
             progress.close()
-            metrics_log.close()
             summary = self.write_summary(startup_s)
+            trackers.log_summary(summary)
+            trackers.close()  # before the backend's teardown, which ends this process's children
             self.backend.shutdown()
         return summary
+
+    def start_trackers(self) -> Trackers:
+        """The trackers of runner.loggers, started on this run; on an incident they attach the
+        hang report to their runs before the process exits (bounded: runner.tracker_timeout_s)."""
+        runner = self.config.runner
+        names = [name for name in runner.loggers if runner.tensorboard or name != "tensorboard"]
+        trackers = Trackers(names, runner.tracker_timeout_s)
+        trackers.start(self.config, self.run_dir)
+        self.backend.session.on_report(trackers.attach_report, runner.tracker_timeout_s)
+        return trackers
 
     def run_iteration(self) -> dict:
         started = time.perf_counter()

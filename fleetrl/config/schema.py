@@ -25,6 +25,9 @@ from fleetrl.config.constraints import (
     UnitInterval,
 )
 
+RESUME_AUTO = "auto"  # runner.resume: continue the newest run of this config's name (run_dir.resume_dir)
+TRACKERS = Literal["jsonl", "tensorboard", "wandb", "mlflow"]  # fleetrl/tracking/trackers.py
+
 FLOAT16 = Note("float16 is not offered: it needs loss scaling, which fleetrl does not do; bfloat16 does not")
 
 
@@ -176,10 +179,20 @@ class RunnerConfig:
     checkpoint_interval: Annotated[int, AtLeastOne] = 50  # iterations between checkpoints (and one at the end)
     keep_checkpoints: Annotated[int, AtLeastOne] = 3  # how many of the newest checkpoints to keep
     log_interval: Annotated[int, AtLeastOne] = 1  # iterations between console lines
-    resume: str | None = None  # a run directory to continue (it must hold a complete checkpoint)
+    resume: str | None = (
+        None  # a run directory to continue (it must hold a complete checkpoint), or 'auto': the newest run of this config's name in run_dir, a new run if there is none
+    )
     torch_threads: Annotated[int, NonNegative] = 1  # intra-op threads of this process (0: torch's default)
     target_return: Annotated[float, Finite] | None = None  # stop once the last-100-episode mean reaches this
-    tensorboard: bool = True
+    loggers: list[TRACKERS] = field(
+        default_factory=lambda: ["jsonl", "tensorboard"]
+    )  # where metrics go: jsonl (metrics.jsonl) | tensorboard | wandb | mlflow (optional extras; README: 'Tracking')
+    tensorboard: bool = (
+        True  # false: no TensorBoard even where runner.loggers names it (the switch from before runner.loggers)
+    )
+    tracker_timeout_s: Annotated[float, Positive] = (
+        30.0  # the longest one tracker call may take; past it (or on an error) that tracker is dropped with one warning and training goes on
+    )
     weight_sync_interval: Annotated[int, AtLeastOne] = (
         1  # iterations between actor → rollout weight syncs (separate processes)
     )

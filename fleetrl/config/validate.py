@@ -12,13 +12,11 @@ The rules on an algorithm's own keys live with the algorithm and run through its
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.checkpoint import list_checkpoints
 from fleetrl.cluster.placement import PLACEMENT_KEY, Placement
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
+from fleetrl.run_dir import resume_dir
 from fleetrl.watch.faults import check_fault
 
 
@@ -30,9 +28,7 @@ def get(config: Config, dotted: str):
 def validate(config: Config) -> None:
     validate_actor(config)
     algorithm_spec(config.algorithm.name).validate(config)
-    resume = config.runner.resume
-    if resume is not None and not list_checkpoints(Path(resume)):
-        raise ConfigError("runner.resume", resume, "a run directory that holds a complete checkpoint")
+    resume_dir(config)  # raises naming the run directory that cannot be continued
     if config.model.id == "mlp" and config.model.kwargs:
         raise ConfigError(
             "model.kwargs",

@@ -11,10 +11,11 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from fleetrl.watch.hang_report import REPORT_TEXT, build_hang_report, write_hang_report
+from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT, build_hang_report, write_hang_report
 from fleetrl.watch.stacks import capture_stacks
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident
@@ -39,13 +40,31 @@ class Responder:
     writes hang_report.{json,txt}, prints the text and ends every worker process tree. Then the
     main thread raises IncidentStop; the watchdog's thread (`exit_process`: the main thread may
     be stuck for good) ends this process with exit code 4. A second caller waits on `done`: it
-    raises the same IncidentStop once the first has finished, or the process ends under it."""
+    raises the same IncidentStop once the first has finished, or the process ends under it.
+
+    Report hooks (`add_report_hook`: the trackers attaching the report to their runs) run once the
+    report is written and before the teardown, each in a daemon thread given its own bound: the
+    exit waits for them no longer than that, whatever they do."""
 
     def __init__(self, run_dir: Path):
         self.run_dir: Path = Path(run_dir)
         self.claimed: threading.Lock = threading.Lock()
         self.done: threading.Event = threading.Event()
         self.report: dict = {}
+        self.report_hooks: list[tuple[Callable[[list[Path]], None], float]] = []
+
+    def add_report_hook(self, hook: Callable[[list[Path]], None], timeout_s: float) -> None:
+        """Call `hook([hang_report.txt, hang_report.json])` on an incident, for at most `timeout_s`."""
+        self.report_hooks.append((hook, timeout_s))
+
+    def run_report_hooks(self) -> None:
+        paths = [self.run_dir / REPORT_TEXT, self.run_dir / REPORT_JSON]
+        for hook, timeout_s in self.report_hooks:
+            thread = threading.Thread(target=hook, args=(paths,), name="fleetrl-report-hook", daemon=True)
+            thread.start()
+            thread.join(timeout_s)
+            if thread.is_alive():
+                log.warning("a report hook (%s) did not finish within %g s: exiting without it", hook, timeout_s)
 
     def respond(
         self, incident: Incident, workers: list[dict], kill_remote=lambda: None, exit_process: bool = False
@@ -63,6 +82,7 @@ class Responder:
             text = write_hang_report(self.run_dir, self.report)
             print(text, file=sys.stderr)
             log.error("%s: %s (report: %s)", incident.cause, self.report["summary"], self.run_dir / REPORT_TEXT)
+            self.run_report_hooks()
         finally:
             kill_remote()
             kill_own_children()

@@ -7,7 +7,8 @@ that hangs (`deadline`) ends the same way, as `startup_timeout`.
 The backends use this object and nothing else of `fleetrl.watch` to be watched: `open_store`
 (where workers beat: a `WatchSpec` they can carry to any process), `watch_here` (this process as
 a worker), `start` (watch these workers; how to end remote ones), `interrupt` (set once the
-watchdog reports: waits give up), `fail(error)`, `deadline(seconds, what)`, `stop`. Everything
+watchdog reports: waits give up), `fail(error)`, `deadline(seconds, what)`, `stop`; the runner
+adds `on_report(hook, timeout_s)` (the trackers attach the report before the exit). Everything
 crossing this seam is plain data — the spec, worker records, an error — so that a supervisor
 process owning the store and the watchdog (issue 10) can take the other side over without the
 backends changing.
@@ -120,6 +121,10 @@ class WatchSession:
         if self.remote is not None:
             self.remote.stop_after_incident()
             self.torn_down = True
+
+    def on_report(self, hook: Callable[[list[Path]], None], timeout_s: float) -> None:
+        """On an incident, once the report is written: `hook(report paths)`, bounded by `timeout_s`."""
+        self.responder.add_report_hook(hook, timeout_s)
 
     def deadline(self, seconds: float, what: str) -> contextlib.AbstractContextManager:
         """Bound a blocking start-up step: past `seconds`, report `startup_timeout` naming `what`
