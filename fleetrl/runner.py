@@ -10,6 +10,7 @@ import logging
 import random
 import time
 from collections import deque
+from pathlib import Path
 
 import numpy as np
 import psutil
