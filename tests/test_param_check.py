@@ -9,7 +9,7 @@ import torch
 from fleetrl.checkpoint import list_checkpoints
 from fleetrl.parallel.param_check import ReplicaDivergenceError, odd_ranks
 from tests import param_check_support
-from tests.ppg_support import run_ranks
+from tests.ranks import spawn_ranks
 from tests.ray_runs import run_on_ray
 
 
@@ -27,7 +27,7 @@ def test_error_names_tensors_and_ranks():
 
 
 def test_one_ulp_on_one_rank_is_found_and_named():
-    ranks = run_ranks(param_check_support.perturbing_rank_main, (), timeout_s=120)
+    ranks = spawn_ranks(param_check_support.perturbing_rank, timeout_s=120)
     for result in ranks:
         assert result["initial"] == "agree"
         assert result["divergence"] == {"policy.network.aux_value_head.bias": [1]}

@@ -11,13 +11,11 @@ import copy
 import json
 import math
 import subprocess
-import tempfile
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch import nn
 
 from fleetrl.algos.optim import FusedAdamStep
@@ -30,12 +28,13 @@ from fleetrl.config.schema import EnvConfig
 from fleetrl.config.validate import check_spaces
 from fleetrl.errors import ConfigError
 from fleetrl.models.sac_networks import SquashedGaussianActor
-from fleetrl.parallel.net import free_port
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 from fleetrl.workers.sac_actor_worker import SACActorWorker
 from fleetrl.workers.sac_rollout_worker import SACRolloutWorker
 from tests import sac_support
+from tests.compare import max_difference
+from tests.ranks import each_scenario, spawn_ranks
 from tests.support import FLEETRL, REPO, subprocess_env
 
 # ------------------------------------------------------------------------------ replay buffer
@@ -338,22 +337,7 @@ NAMES = list(sac_support.SCENARIOS)
 
 @pytest.fixture(scope="module")
 def ddp_runs():
-    with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(sac_support.rank_main, args=(WORLD, free_port(), NAMES, out_dir), nprocs=WORLD)
-        return [torch.load(f"{out_dir}/rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
-
-
-def max_difference(a, b) -> float:
-    if isinstance(a, torch.Tensor):
-        return (a.float() - b.float()).abs().max().item() if a.numel() else 0.0
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        return max([max_difference(a[k], b[k]) for k in a] or [0.0])
-    if isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        return max([max_difference(x, y) for x, y in zip(a, b)] or [0.0])
-    assert a == b, (a, b)
-    return 0.0
+    return spawn_ranks(each_scenario, sac_support.train_rank, NAMES, world=WORLD, timeout_s=240)
 
 
 @pytest.mark.parametrize("name", NAMES)
