@@ -6,7 +6,6 @@ checkpoint — plus many iterations without a stall and a parameter no phase tra
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -19,7 +18,7 @@ from tests import ppg_support
 from tests.compare import assert_close_metrics, assert_close_state, max_difference
 from tests.ppg_support import MANY, RESUME, build_worker, make_trajectory, train_reference
 from tests.ranks import each_scenario, spawn_ranks
-from tests.ray_runs import train_on_ray
+from tests.support import TWO_ACTOR_RANKS_ON_RAY, train
 
 EXACT = 1e-5
 DISTRIBUTED = ["ppg", "ppg_continuous_accumulation", "ppg_tokens", "ppg_resume"]
@@ -159,9 +158,9 @@ def test_stored_data_are_copies_of_the_trajectory():
 def test_ppg_on_ray_with_two_ddp_ranks_runs_many_iterations(tmp_path):
     """The real runtime: 2 DDP actor ranks as Ray workers under the watchdog, 40 iterations with
     an auxiliary phase every 4th, replicas checked every 5th — finishes, no incident."""
-    run_dir, records = train_on_ray(
-        tmp_path,
+    run = train(
         "configs/ppg_cartpole.yaml",
+        *TWO_ACTOR_RANKS_ON_RAY,
         "env.num_envs=4",
         "algorithm.num_steps=16",
         "algorithm.minibatch_size=32",
@@ -172,7 +171,9 @@ def test_ppg_on_ray_with_two_ddp_ranks_runs_many_iterations(tmp_path):
         "runner.param_check_interval=5",
         "runner.checkpoint_interval=10",
         "runner.total_env_steps=2560",
-    )
+        runs=tmp_path,
+    ).succeeded()
+    records = run.metrics
     assert len(records) == 40
     assert [r["iteration"] for r in records if "aux_kl" in r] == list(range(4, 41, 4))
-    assert json.loads((run_dir / "summary.json").read_text())["iterations"] == 40
+    assert run.summary["iterations"] == 40

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import subprocess
 
 import gymnasium as gym
 import numpy as np
@@ -35,7 +34,7 @@ from fleetrl.workers.sac_rollout_worker import SACRolloutWorker
 from tests import sac_support
 from tests.compare import max_difference
 from tests.ranks import each_scenario, spawn_ranks
-from tests.support import FLEETRL, REPO, subprocess_env
+from tests.support import REPO, fleetrl, train
 
 # ------------------------------------------------------------------------------ replay buffer
 
@@ -387,34 +386,26 @@ SMALL = [
 ]
 
 
-def fleetrl(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [*FLEETRL, *args], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
-
-
-def metrics(run_dir) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.parametrize("with_replay", [True, False], ids=["with replay", "without replay"])
 def test_train_then_resume_pendulum(tmp_path, with_replay):
     flag = f"runner.checkpoint_replay_buffer={str(with_replay).lower()}"
     runs = tmp_path / "runs"
-    fleetrl("train", "configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=1600", f"runner.run_dir={runs}")
-    (run_dir,) = runs.iterdir()
-    first = metrics(run_dir)
+    run = train("configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=1600", runs=runs).succeeded()
+    run_dir, first = run.run_dir, run.metrics
     assert first[-1]["global_step"] == 1600 and first[-1]["replay_size"] == 1600
     assert first[0]["random_actions"] and not first[-1]["random_actions"]
     assert [m["grad_steps"] for m in first[:12]] == [0] * 12 and first[12]["grad_steps"] == 8
     assert all(math.isfinite(m["q_loss"]) for m in first[12:])
-    fleetrl(
-        "train", "configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=2000", f"runner.resume={run_dir}"
-    )
-    resumed = metrics(run_dir)[len(first) :]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    second = fleetrl(
+        "train",
+        "configs/sac_pendulum.yaml",
+        *SMALL,
+        flag,
+        "runner.total_env_steps=2000",
+        f"runner.resume={run_dir}",
+        runs=runs,
+    ).succeeded()
+    resumed, summary = second.metrics[len(first) :], second.summary
     assert summary["global_step"] == 2000 and resumed[0]["global_step"] == 1608
     assert not resumed[0]["random_actions"]  # warm-up is over, whatever the buffer
     if with_replay:  # the same data: training goes straight on
@@ -424,26 +415,13 @@ def test_train_then_resume_pendulum(tmp_path, with_replay):
         assert resumed[12]["replay_size"] == 104 and resumed[12]["grad_steps"] == 8
     if with_replay:
         result = fleetrl("eval", str(run_dir), "--episodes", "2", "--json")
+        assert result.code == 0, result.stderr[-4000:]
         evaluation = json.loads(result.stdout.strip().splitlines()[-1])
         assert evaluation["episodes"] == 2 and -2000 < evaluation["mean"] <= 0
 
 
 def test_sac_on_discrete_actions_stops_with_a_config_error(tmp_path):
-    result = subprocess.run(
-        [
-            *FLEETRL,
-            "train",
-            "configs/sac_pendulum.yaml",
-            "env.id=CartPole-v1",
-            f"runner.run_dir={tmp_path}",
-            "--skip-doctor",
-        ],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2, result.stderr[-3000:]
+    result = train("configs/sac_pendulum.yaml", "env.id=CartPole-v1", "--skip-doctor", runs=tmp_path, timeout=120)
+    assert result.code == 2, result.stderr[-3000:]
     assert "algorithm.name" in result.stderr and "CartPole-v1" in result.stderr
     assert "Traceback" not in result.stderr
