@@ -19,9 +19,9 @@ import numpy as np
 
 from fleetrl.cluster.groups import WorkerGroup
 from fleetrl.cluster.layout import Lane, plan_lanes
-from fleetrl.trajectory import Trajectory
+from fleetrl.trajectory import StepResult, Trajectory
 from fleetrl.workers.actor_base import ActorBase
-from fleetrl.workers.env_worker import EnvWorker, StepResult
+from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 
 

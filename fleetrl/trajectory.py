@@ -1,5 +1,7 @@
-"""The batch that flows from env ⇄ rollout to the actor: (T, N) tensors, and the buffer that
-records it step by step.
+"""The data types of a rollout: what one env step returns (`StepResult`, NumPy, handed from the
+env to the rollout worker), the batch that flows from env ⇄ rollout to the actor (`Trajectory`:
+(T, N) tensors), and the buffer that records it step by step. They live here, not with any
+worker, so that env, rollout and collector share them without importing each other.
 
 The buffer writes into NumPy arrays (an element assignment costs ~1 µs there, several in torch)
 and hands them out as zero-copy tensors.
@@ -12,7 +14,22 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from fleetrl.workers.env_worker import StepResult
+
+@dataclass
+class StepResult:
+    obs: np.ndarray  # next observation (first of the new episode where one ended)
+    reward: np.ndarray  # float32 (N,), normalised when env.normalize_reward
+    terminated: np.ndarray  # bool (N,)
+    truncated: np.ndarray  # bool (N,), and not terminated
+    truncated_index: np.ndarray  # int (K,) envs truncated this step
+    final_obs: np.ndarray  # (K, *obs_shape) their last observations, for the bootstrap value
+
+    @classmethod
+    def initial(cls, obs: np.ndarray) -> StepResult:
+        """The state after a reset, in the same shape as a step's outcome."""
+        count = len(obs)
+        no = np.zeros(count, bool)
+        return cls(obs, np.zeros(count, np.float32), no, no, np.empty(0, np.int64), obs[:0])
 
 
 @dataclass

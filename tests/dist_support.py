@@ -1,5 +1,6 @@
 """Support for the multi-process actor tests: scenarios, a deterministic trajectory, and the code
-each spawned rank runs (importable by the spawned processes, unlike a test module's locals).
+each rank runs under `tests.ranks.spawn_ranks` (importable by the spawned processes, unlike a
+test module's locals).
 
 A scenario is a config plus a space kind. Every process builds the same trajectories from seeds,
 so rank r trains on `trajectory.shard(r, W)` of exactly what the single-process reference trains on.
@@ -8,10 +9,7 @@ so rank r trains on `trajectory.shard(r, W)` of exactly what the single-process 
 from __future__ import annotations
 
 import copy
-import os
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -20,7 +18,7 @@ import torch
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
-from fleetrl.parallel import process_group
+from fleetrl.parallel.net import free_port
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_worker import ActorWorker
 
@@ -168,41 +166,16 @@ def train_rank(name: str, rank: int, world: int) -> dict:
     }
 
 
-def rank_main(rank: int, world: int, port: int, names: list[str], out_dir: str) -> None:
-    """What each spawned rank runs: join the group once, train every scenario, save results."""
-    run_scenarios(rank, world, port, names, out_dir, train_rank)
-
-
-def run_scenarios(
-    rank: int, world: int, port: int, names: list[str], out_dir: str, train_one: Callable[[str, int, int], dict]
-) -> None:
-    """Join the Gloo group on 127.0.0.1 once, `train_one(name, rank, world)` for every scenario
-    (timed), leave the group, save the results as `<out_dir>/rank<rank>.pt`."""
-    torch.set_num_threads(1)
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=30)
-    results = {}
-    try:
-        for name in names:
-            started = time.perf_counter()
-            results[name] = train_one(name, rank, world)
-            results[name]["seconds"] = time.perf_counter() - started
-    finally:
-        process_group.destroy_process_group()
-    torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-
-
-def lonely_rank_main(rank: int, port: int, timeout_s: float, out_dir: str) -> None:
+def lonely_rank(rank: int, world: int, timeout_s: float) -> dict:
     """Rank 0 of 2, but rank 1 never comes: joining must fail after ~timeout_s, not hang."""
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     config = load_config(None, BASE + [f"actor.dist_timeout_s={timeout_s}"])
     worker = ActorWorker(config, *spaces("ddp"), rank=0, world_size=2)
     started = time.perf_counter()
     try:
-        worker.init_distributed("127.0.0.1", port)
+        worker.init_distributed("127.0.0.1", free_port())
         outcome = "joined"
     except Exception as error:  # noqa: BLE001 - the test inspects what was raised
         outcome = f"{type(error).__name__}: {error}"
     elapsed = time.perf_counter() - started
     worker.close()
-    torch.save({"outcome": outcome, "seconds": elapsed}, Path(out_dir) / "lonely.pt")
+    return {"outcome": outcome, "seconds": elapsed}

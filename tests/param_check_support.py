@@ -1,18 +1,17 @@
-"""Code for tests/test_param_check.py that spawned ranks and Ray workers import: a rank that
-perturbs its own weights, and a network that drifts on actor rank 1 in the middle of training."""
+"""Code for tests/test_param_check.py that spawned ranks (`tests.ranks.spawn_ranks`) and Ray
+workers import: a rank that perturbs its own weights, and a network that drifts on actor rank 1
+in the middle of training."""
 
 from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from fleetrl.parallel import process_group
 from fleetrl.parallel.param_check import ReplicaDivergenceError
-from tests.ppg_support import build_worker, release_then_leave
+from tests.ppg_support import build_worker
 
 
 def outcome(worker) -> str:
@@ -23,28 +22,20 @@ def outcome(worker) -> str:
         return f"ReplicaDivergenceError: {error}"
 
 
-def perturbing_rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
+def perturbing_rank(rank: int, world: int) -> dict:
     """PPG workers (policy with its auxiliary head): check, perturb one tensor on rank 1, check."""
-    torch.set_num_threads(1)
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=30)
-    results = {}
-    try:
-        _, worker = build_worker("ppg", rank, world)
-        worker.init_distributed("127.0.0.1", 0)
-        results["initial"] = outcome(worker)
-        if rank == 1:  # one flipped ulp in one parameter of rank 1
-            with torch.no_grad():
-                bias = worker.policy.network.aux_value_head.bias
-                bias.copy_(torch.nextafter(bias, torch.full_like(bias, 1.0)))
-        started = time.perf_counter()
-        results["perturbed"] = outcome(worker)
-        results["divergence"] = worker.replica_divergence()
-        results["seconds"] = time.perf_counter() - started
-        del worker
-    finally:
-        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-        release_then_leave()
+    _, worker = build_worker("ppg", rank, world)
+    worker.init_distributed("127.0.0.1", 0)
+    results = {"initial": outcome(worker)}
+    if rank == 1:  # one flipped ulp in one parameter of rank 1
+        with torch.no_grad():
+            bias = worker.policy.network.aux_value_head.bias
+            bias.copy_(torch.nextafter(bias, torch.full_like(bias, 1.0)))
+    started = time.perf_counter()
+    results["perturbed"] = outcome(worker)
+    results["divergence"] = worker.replica_divergence()
+    results["seconds"] = time.perf_counter() - started
+    return results
 
 
 class DriftingNet(nn.Module):

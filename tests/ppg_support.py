@@ -1,6 +1,6 @@
-"""Code the spawned ranks of tests/test_ppg.py and tests/test_token_policy.py run (importable by
-spawned processes): PPG, token-policy and GRPO scenarios on synthetic trajectories, the
-single-process reference, and a bounded multi-process launcher that fails instead of hanging.
+"""Code the spawned ranks of tests/test_ppg.py and tests/test_token_policy.py run under
+`tests.ranks.spawn_ranks` (importable by spawned processes): PPG, token-policy and GRPO scenarios
+on synthetic trajectories and the single-process reference.
 
 Like tests/dist_support.py, every process builds the same trajectories from seeds, so rank r
 trains on `trajectory.shard(r, W)` of exactly what the single-process reference trains on.
@@ -9,23 +9,15 @@ trains on `trajectory.shard(r, W)` of exactly what the single-process reference 
 from __future__ import annotations
 
 import copy
-import gc
-import os
-import tempfile
 import time
-import traceback
-from pathlib import Path
 
 import gymnasium as gym
 import torch
-import torch.multiprocessing as mp
 from torch import nn
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
-from fleetrl.parallel import process_group
-from fleetrl.parallel.net import free_port
 from fleetrl.trajectory import Trajectory
 from tests.dist_support import BASE, synthetic_spaces, synthetic_trajectory
 
@@ -172,56 +164,6 @@ def dead_parameter_rank(rank: int, world: int) -> dict:
     return {"outcome": outcome, "seconds": time.perf_counter() - started}
 
 
-def rank_main(rank: int, world: int, port: int, names: list[str], out_dir: str) -> None:
-    """Join the group once, run every named scenario, save the results (or the error)."""
-    torch.set_num_threads(1)
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=30)
-    results = {}
-    try:
-        for name in names:
-            started = time.perf_counter()
-            try:
-                results[name] = (
-                    dead_parameter_rank(rank, world) if name == "dead_parameter" else train_rank(name, rank, world)
-                )
-            except Exception:  # noqa: BLE001 - reported to the test, which fails naming it
-                results[name] = {"error": traceback.format_exc()}
-                break
-            results[name]["seconds"] = time.perf_counter() - started
-    finally:
-        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-        release_then_leave()
-
-
-def release_then_leave() -> None:
-    """Free every DDP wrapper, then leave the process group. A wrapper still alive when the
-    group is destroyed is freed at interpreter exit, and Gloo then aborts the process now and
-    then ("terminate called without an active exception": 1-2 exits in 10-15 here)."""
-    gc.collect()
-    process_group.destroy_process_group()
-
-
-def run_ranks(target, args: tuple, world: int = 2, timeout_s: float = 120) -> list[dict]:
-    """Start `world` spawned processes running `target(rank, world, port, *args, out_dir)`,
-    wait at most `timeout_s`, and return each rank's saved results. A stall fails the test
-    (naming the ranks still running) after killing every process, instead of hanging it."""
-    context = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory() as out_dir:
-        port = free_port()
-        processes = [context.Process(target=target, args=(rank, world, port, *args, out_dir)) for rank in range(world)]
-        for process in processes:
-            process.start()
-        deadline = time.monotonic() + timeout_s
-        for process in processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-        stalled = [rank for rank, process in enumerate(processes) if process.is_alive()]
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-            process.join(5)
-        if stalled:
-            raise AssertionError(f"rank(s) {stalled} still running after {timeout_s:.0f} s: a stall")
-        failed = [(rank, p.exitcode) for rank, p in enumerate(processes) if p.exitcode != 0]
-        assert not failed, f"rank processes exited with codes {failed}"
-        return [torch.load(Path(out_dir) / f"rank{rank}.pt", weights_only=False) for rank in range(world)]
+def train_scenario(name: str, rank: int, world: int) -> dict:
+    """One rank's part of a named scenario (`tests.ranks.each_scenario` runs them in turn)."""
+    return dead_parameter_rank(rank, world) if name == "dead_parameter" else train_rank(name, rank, world)

@@ -1,5 +1,6 @@
 """Support for tests/test_sac.py's multi-process checks: deterministic SAC data and the code each
-spawned rank runs (importable by the spawned processes, unlike a test module's locals).
+rank runs under `tests.ranks.spawn_ranks` (importable by the spawned processes, unlike a test
+module's locals).
 
 The equivalence data is a list of global batches (minibatch_size rows each, noise included);
 rank r of W trains on rows [r·M/W, (r+1)·M/W) of every batch, the single process on all of them,
@@ -19,7 +20,6 @@ from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.sac_actor_worker import SACActorWorker
-from tests.dist_support import run_scenarios
 
 STEPS, ENVS = 4, 4  # trajectory shape of the train() path
 UPDATES = 6  # gradient steps of the equivalence check
@@ -176,8 +176,3 @@ def train_rank(name: str, rank: int, world: int) -> dict:
         checkpoint=worker.state_dict(),
     )
     return result
-
-
-def rank_main(rank: int, world: int, port: int, names: list[str], out_dir: str) -> None:
-    """What each spawned rank runs: join the group once, run every scenario, save the results."""
-    run_scenarios(rank, world, port, names, out_dir, train_rank)

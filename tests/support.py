@@ -1,17 +1,40 @@
-"""What tests share besides fixtures: how to run fleetrl as a user would, and how to find the
-processes a test started. Test modules import from here, never from each other or conftest."""
+"""What tests share besides fixtures: how to run fleetrl as a user would (`fleetrl`, `train`,
+`Fleetrl` for a run a test signals), and how to find the processes a test started. Test modules
+import from here and from the other support modules, never from each other or conftest.
+
+Every `python -m fleetrl` a test runs goes through `Fleetrl`: its wait is bounded (on timeout the
+driver and every process it started are killed and the test fails), and when it has ended no
+Ray process of that run may be left (found by the driver's pid, which Ray's session directory
+and fleetrl's actor names carry) — other Ray sessions on the machine are not the test's business.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
+from fleetrl.metrics_log import read_metrics
+from fleetrl.runner import SUMMARY_FILE
+from fleetrl.watch.hang_report import REPORT_JSON
+
 REPO = Path(__file__).resolve().parent.parent
 FLEETRL = [sys.executable, "-m", "fleetrl"]
+# 2 DDP actor ranks and one rollout and one env rank as Ray workers, on one simulated 2-slot node
+TWO_ACTOR_RANKS_ON_RAY = [
+    "runner.tensorboard=false",
+    "cluster.backend=ray",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor: 0-1, rollout: 0, env: 0}",
+]
 
 
 def subprocess_env() -> dict:
@@ -45,21 +68,142 @@ def own_children() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if not is_interpreter_helper(p)]
 
 
-def end_leftovers(children: list[psutil.Process], what: str) -> None:
-    """Fail naming whichever of `children` is still alive after a short grace period (for
-    processes already on their way out, e.g. vector-env workers after close()); kill those,
-    so one leaky test does not fail the ones after it."""
-    if not children:
+def end_leftovers(processes: list[psutil.Process], what: str, grace_s: float = 3) -> None:
+    """Fail naming whichever of `processes` is still alive after a grace period (for processes
+    already on their way out, e.g. vector-env workers after close()); kill those, so one leaky
+    test does not fail the ones after it."""
+    if not processes:
         return
-    _, alive = psutil.wait_procs(children, timeout=3)  # also reaps exited children (no zombies)
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)  # also reaps exited children (no zombies)
     leftovers = [p for p in alive if p.is_running()]
     if not leftovers:
         return
     names = [describe(p) for p in leftovers]
-    for process in leftovers:
+    end(leftovers)
+    pytest.fail(f"{what} left {len(names)} process(es) alive: " + "; ".join(names), pytrace=False)
+
+
+def ray_processes_of(driver_pid: int) -> list[psutil.Process]:
+    """Ray daemons and workers of the session a driver started (its session directory and its
+    actors' names end in the driver's pid); other sessions on this machine are not ours."""
+    mark = re.compile(rf"(session_[0-9_-]+_{driver_pid}\b|fleetrl-\w+-\d+-{driver_pid}\b)")
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        if mark.search(" ".join(process.info["cmdline"] or [])):
+            found.append(process)
+    return found
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What an ended `python -m fleetrl` left: its exit code and output, and, where it was given a
+    runs folder, its one run directory (None where it made none) with what that holds then."""
+
+    code: int
+    stdout: str
+    stderr: str
+    run_dir: Path | None
+    metrics: list[dict]
+    summary: dict | None
+    hang_report: dict | None
+
+    def succeeded(self) -> Finished:
+        """Assert a clean finish (exit 0, a run directory, no incident report); returns self."""
+        assert self.code == 0, self.stderr[-4000:]
+        assert self.run_dir is not None and self.hang_report is None, (self.run_dir, self.hang_report)
+        return self
+
+
+class Fleetrl:
+    """`python -m fleetrl ARGS` running in a subprocess (cwd `cwd`, run directories under `runs`
+    when the caller points it there). Use it as a context manager: whatever happens in the
+    block, the driver and every process it started are ended when it leaves."""
+
+    def __init__(self, *args: str, cwd: Path = REPO, runs: Path | None = None):
+        self.args, self.runs, self.ended = args, runs, False
+        self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # no pipe fills up
+        self.process = subprocess.Popen(
+            [*FLEETRL, *args], cwd=cwd, env=subprocess_env(), stdout=self.stdout, stderr=self.stderr
+        )
+
+    def __enter__(self) -> Fleetrl:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if not self.ended:  # the block failed before `finish`: end the run, whatever its state
+            self.kill()
+        self.stdout.close()
+        self.stderr.close()
+
+    def finish(self, timeout: float) -> Finished:
+        """Wait for the exit; fail the test (its processes killed) after `timeout` seconds, or
+        when Ray processes of the run outlive it by 10 s."""
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(
+                f"fleetrl {' '.join(self.args)} still running after {timeout:g} s (killed); stderr:\n"
+                + self.output(self.stderr)[-3000:],
+                pytrace=False,
+            )
+        self.ended = True
+        end_leftovers(ray_processes_of(self.process.pid), f"fleetrl {self.args[0]}'s Ray session", grace_s=10)
+        return self.finished()
+
+    def kill(self) -> None:
+        """SIGKILL the driver and every process it started (its descendants, Ray's daemons)."""
+        try:
+            family = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            family = []
+        self.process.kill()
+        self.process.wait()
+        end(family + ray_processes_of(self.process.pid))
+        self.ended = True
+
+    def finished(self) -> Finished:
+        run_dir = None
+        if self.runs is not None and self.runs.is_dir():
+            made = [path for path in self.runs.iterdir() if path.is_dir()]
+            assert len(made) <= 1, f"more than one run directory under {self.runs}: {made}"
+            run_dir = made[0] if made else None
+        return Finished(
+            self.process.returncode,
+            self.output(self.stdout),
+            self.output(self.stderr),
+            run_dir,
+            read_metrics(run_dir) if run_dir else [],
+            read_json(run_dir / SUMMARY_FILE) if run_dir else None,
+            read_json(run_dir / REPORT_JSON) if run_dir else None,
+        )
+
+    @staticmethod
+    def output(file) -> str:
+        file.seek(0)
+        return file.read()
+
+
+def fleetrl(*args: str, timeout: float = 300, cwd: Path = REPO, runs: Path | None = None) -> Finished:
+    """Run `python -m fleetrl ARGS` to its end (see `Fleetrl`)."""
+    with Fleetrl(*args, cwd=cwd, runs=runs) as running:
+        return running.finish(timeout)
+
+
+def train(config: str, *overrides: str, runs: Path, timeout: float = 300, cwd: Path = REPO) -> Finished:
+    """`fleetrl train CONFIG OVERRIDES` with its run directory under `runs`."""
+    return fleetrl("train", str(config), f"runner.run_dir={runs}", *overrides, timeout=timeout, cwd=cwd, runs=runs)
+
+
+def read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def end(processes: list[psutil.Process]) -> None:
+    """SIGKILL each of `processes` (gone already is fine) and reap them."""
+    for process in processes:
         try:
             process.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(leftovers, timeout=5)
-    pytest.fail(f"{what} left {len(names)} child process(es) alive: " + "; ".join(names), pytrace=False)
+    psutil.wait_procs(processes, timeout=10)

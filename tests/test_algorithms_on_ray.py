@@ -4,18 +4,17 @@ leaves none of its Ray processes behind."""
 
 from __future__ import annotations
 
-import json
 import math
 
-from tests.ray_runs import train_on_ray
+from tests.support import TWO_ACTOR_RANKS_ON_RAY, train
 
 
 def test_sac_with_two_ddp_ranks_on_ray(tmp_path):
     """Each rank trains on its own replay shard; the replicas (targets and alpha included) are
     compared every 5th iteration; env steps are counted over all env columns, not per rank."""
-    run_dir, records = train_on_ray(
-        tmp_path,
+    run = train(
         "configs/sac_pendulum.yaml",
+        *TWO_ACTOR_RANKS_ON_RAY,
         "env.num_envs=4",
         "algorithm.num_steps=4",
         "algorithm.minibatch_size=32",
@@ -25,20 +24,22 @@ def test_sac_with_two_ddp_ranks_on_ray(tmp_path):
         "runner.checkpoint_interval=10",
         "runner.target_return=null",
         "runner.total_env_steps=640",
-    )
+        runs=tmp_path,
+    ).succeeded()
+    records = run.metrics
     assert len(records) == 40 and records[-1]["global_step"] == 640
     assert records[-1]["replay_size"] == 640  # summed over both ranks' shards
     trained = [r for r in records if r["grad_steps"]]
     assert trained and all(math.isfinite(r["q_loss"]) and r["alpha"] > 0 for r in trained)
-    assert json.loads((run_dir / "summary.json").read_text())["iterations"] == 40
+    assert run.summary["iterations"] == 40
 
 
 def test_token_level_ppo_with_grpo_and_two_ddp_ranks_on_ray(tmp_path):
     """Discretised Pendulum actions, per-token ratios, group-relative advantages whose groups lie
     within one rank's env columns."""
-    run_dir, records = train_on_ray(
-        tmp_path,
+    run = train(
         "configs/ppo_pendulum_tokens.yaml",
+        *TWO_ACTOR_RANKS_ON_RAY,
         "env.num_envs=8",
         "env.max_episode_steps=32",
         "algorithm.num_steps=32",
@@ -51,8 +52,10 @@ def test_token_level_ppo_with_grpo_and_two_ddp_ranks_on_ray(tmp_path):
         "runner.checkpoint_interval=4",
         "runner.target_return=null",
         "runner.total_env_steps=2048",
-    )
+        runs=tmp_path,
+    ).succeeded()
+    records = run.metrics
     assert len(records) == 8 and records[-1]["global_step"] == 2048
     assert records[-1]["episodes"] == 8 * 8  # 32-step episodes: every env ends one per iteration
     assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["approx_kl"]) for r in records)
-    assert json.loads((run_dir / "summary.json").read_text())["iterations"] == 8
+    assert run.summary["iterations"] == 8

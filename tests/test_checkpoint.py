@@ -6,14 +6,12 @@ from __future__ import annotations
 import errno
 import gc
 import io
-import json
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 
@@ -22,7 +20,7 @@ from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.metrics_log import read_metrics
 from fleetrl.runner import Trainer
-from tests.support import FLEETRL, REPO, is_interpreter_helper, subprocess_env
+from tests.support import REPO, Fleetrl, fleetrl, own_children, subprocess_env
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 
@@ -296,7 +294,7 @@ def test_failed_resume_leaves_no_process_behind(tmp_path):
     # While the caller still holds the error (its traceback references the half-built trainer,
     # so garbage collection has not closed anything), no simulator may be running.
     try:
-        alive = [p for p in psutil.Process().children(recursive=True) if not is_interpreter_helper(p)]
+        alive = own_children()
         assert alive == [], f"{len(alive)} env processes still running after the failed start"
     finally:
         del caught  # lets garbage collection close whatever the trainer left open
@@ -308,7 +306,6 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
     then resuming finishes the budget and the metrics continue without duplicates."""
     runs = tmp_path / "runs"
     command = [
-        *FLEETRL,
         "train",
         CARTPOLE,
         *SMALL,
@@ -316,27 +313,19 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
         f"runner.run_dir={runs}",
         "runner.checkpoint_interval=100000",
     ]
-    process = subprocess.Popen(
-        command, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
+    with Fleetrl(*command, cwd=tmp_path, runs=runs) as running:
         deadline = time.monotonic() + 120
-        while process.poll() is None and time.monotonic() < deadline:
+        while running.process.poll() is None and time.monotonic() < deadline:
             metrics = list(runs.glob("*/metrics.jsonl"))
             if metrics and len(metrics[0].read_text().splitlines()) >= 3:
                 break
             time.sleep(0.1)
-        assert process.poll() is None, f"training ended early: {process.communicate(timeout=30)}"
-        process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate(timeout=30)
-    assert process.returncode == 130, stderr
-    assert "Traceback" not in stderr and "interrupted" in stderr
-    (run_dir,) = runs.iterdir()
-    records = read_metrics(run_dir)
+        assert running.process.poll() is None, f"training ended early: {running.finish(timeout=30)}"
+        running.process.send_signal(signal.SIGINT)
+        interrupted = running.finish(timeout=120)
+    assert interrupted.code == 130, interrupted.stderr
+    assert "Traceback" not in interrupted.stderr and "interrupted" in interrupted.stderr
+    run_dir, records = interrupted.run_dir, interrupted.metrics
     reached = records[-1]["iteration"]
     assert reached >= 3
     saved = load_latest(run_dir)
@@ -345,20 +334,20 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
     # the env workers' counters in the checkpoint agree with the trainer's: the steps of the
     # interrupted, never-trained-on rollout are not counted
     assert sum(env["env_steps"] for env in saved["env"]) == saved["global_step"]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["iterations"] == reached
+    assert interrupted.summary["iterations"] == reached
 
     total = (reached + 2) * STEPS_PER_ITERATION
-    result = subprocess.run(
-        [*FLEETRL, "train", CARTPOLE, *SMALL, f"runner.total_env_steps={total}", f"runner.resume={run_dir}"],
+    result = fleetrl(
+        "train",
+        CARTPOLE,
+        *SMALL,
+        f"runner.total_env_steps={total}",
+        f"runner.resume={run_dir}",
         cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+        runs=runs,
     )
-    assert result.returncode == 0, result.stderr
-    records = read_metrics(run_dir)
+    assert result.code == 0, result.stderr
+    records = result.metrics
     assert [r["iteration"] for r in records] == list(range(1, reached + 3))
     assert [r["global_step"] for r in records] == [STEPS_PER_ITERATION * i for i in range(1, reached + 3)]
     assert load_latest(run_dir)["iteration"] == reached + 2

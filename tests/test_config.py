@@ -4,7 +4,6 @@ And the happy path: overrides are YAML-typed, the saved config reloads to an equ
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,16 +12,15 @@ from fleetrl.cli import main
 from fleetrl.config.loader import load_config, save_config
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError, UserError
-from tests.support import FLEETRL, REPO, subprocess_env
+from tests.support import REPO, Finished, train
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 QUICK = ["runner.total_env_steps=512", "runner.tensorboard=false", "runner.checkpoint_interval=1000"]
 
 
-def train(tmp_path: Path, *args: str, config: str = CARTPOLE, timeout: float = 120):
+def train_quick(tmp_path: Path, *args: str, config: str = CARTPOLE) -> Finished:
     """`fleetrl train` in a subprocess, run directories under tmp_path/runs, cwd tmp_path."""
-    command = [*FLEETRL, "train", config, *QUICK, f"runner.run_dir={tmp_path / 'runs'}", *args]
-    return subprocess.run(command, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
+    return train(config, *QUICK, *args, runs=tmp_path / "runs", cwd=tmp_path, timeout=120)
 
 
 BAD_INPUTS = {
@@ -80,9 +78,9 @@ MORE_BAD_INPUTS = {
 }
 
 
-def assert_user_error(result: subprocess.CompletedProcess, fragments: list[str]) -> None:
+def assert_user_error(result: Finished, fragments: list[str]) -> None:
     assert "Traceback" not in result.stderr, result.stderr
-    assert result.returncode == 2, f"exit code {result.returncode}; stderr:\n{result.stderr}"
+    assert result.code == 2, f"exit code {result.code}; stderr:\n{result.stderr}"
     message = result.stderr.strip()
     assert message.startswith("fleetrl: "), message
     for fragment in fragments:
@@ -91,7 +89,7 @@ def assert_user_error(result: subprocess.CompletedProcess, fragments: list[str])
 
 @pytest.mark.parametrize("override, fragments", BAD_INPUTS.values(), ids=BAD_INPUTS.keys())
 def test_bad_override_is_a_clear_user_error(tmp_path, override, fragments):
-    result = train(tmp_path, override)
+    result = train_quick(tmp_path, override)
     assert_user_error(result, fragments)
     runs = tmp_path / "runs"
     assert not runs.exists() or not any(runs.iterdir()), "a run directory was created before the error"
@@ -111,27 +109,27 @@ def test_more_bad_overrides_in_process(tmp_path, capsys, override, fragments):
 
 def test_missing_config_file(tmp_path):
     missing = tmp_path / "no_such_config.yaml"
-    result = train(tmp_path, config=str(missing))
+    result = train_quick(tmp_path, config=str(missing))
     assert_user_error(result, [str(missing), "not found"])
 
 
 def test_unknown_section_in_the_file(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("env:\n  id: CartPole-v1\ntrainer:\n  lr: 0.1\n")
-    result = train(tmp_path, config=str(config))
+    result = train_quick(tmp_path, config=str(config))
     assert_user_error(result, ["trainer", "env", "runner"])
 
 
 def test_file_that_is_not_yaml(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("env: [unclosed\n")
-    result = train(tmp_path, config=str(config))
+    result = train_quick(tmp_path, config=str(config))
     assert_user_error(result, [str(config), "YAML"])
 
 
 def test_dry_run_starts_nothing(tmp_path):
-    result = train(tmp_path, "--dry-run")
-    assert result.returncode == 0, result.stderr
+    result = train_quick(tmp_path, "--dry-run")
+    assert result.code == 0, result.stderr
     assert "inline" in result.stdout
     assert not (tmp_path / "runs").exists()
 
@@ -214,10 +212,9 @@ def test_run_directory_config_reloads_to_the_same_config(tmp_path):
         "algorithm.minibatch_size=64",
         "runner.seed=5",
     ]
-    result = train(tmp_path, *overrides)
-    assert result.returncode == 0, result.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    saved = load_config(run_dir / "config.yaml")
+    result = train_quick(tmp_path, *overrides)
+    assert result.code == 0, result.stderr
+    saved = load_config(result.run_dir / "config.yaml")
     expected = load_config(CARTPOLE, [*QUICK, f"runner.run_dir={tmp_path / 'runs'}", *overrides])
     assert saved == expected
     assert saved.algorithm.lr == 3e-4 and saved.model.hidden_sizes == [32, 32]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import types
 import typing
 from pathlib import Path
@@ -26,7 +25,7 @@ from fleetrl.cli import main
 from fleetrl.config.constraints import Check, Range
 from fleetrl.config.loader import coerce
 from fleetrl.config.schema import SECTION_TYPES
-from tests.support import FLEETRL, REPO, subprocess_env
+from tests.support import REPO, train
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 
@@ -295,15 +294,8 @@ def test_one_component_placed_keeps_the_others_defaults(capsys):
     ],
 )
 def test_bad_key_in_a_fresh_process(tmp_path, override, key):
-    result = subprocess.run(
-        [*FLEETRL, "train", CARTPOLE, f"runner.run_dir={tmp_path / 'runs'}", override],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = train(CARTPOLE, override, runs=tmp_path / "runs", cwd=tmp_path, timeout=120)
     assert "Traceback" not in result.stderr, result.stderr
-    assert result.returncode == 2, result.stderr
+    assert result.code == 2, result.stderr
     assert result.stderr.startswith(f"fleetrl: config error at '{key}'"), result.stderr
     assert not (tmp_path / "runs").exists()

@@ -11,19 +11,18 @@ tens of milliseconds).
 from __future__ import annotations
 
 import math
-import tempfile
 import time
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from fleetrl.config.loader import load_config
 from fleetrl.config.validate import check_actor_layout
 from fleetrl.errors import ConfigError
-from fleetrl.parallel.net import free_port
 from tests import dist_support
+from tests.compare import assert_close_state, max_difference
 from tests.dist_support import PROGRESS, RESUME, train_reference
+from tests.ranks import each_scenario, spawn_ranks
 
 WORLD = 2
 DDP = ["ddp", "ddp_target_kl", "ddp_accumulation", "ddp_continuous", "ddp_checkpointing"]
@@ -42,20 +41,14 @@ EXACT = 1e-5  # float32, only the summation order differs
 BF16 = 0.03  # bfloat16 compute: ~3 significant digits per operation
 
 
-def spawn_ranks(names: list[str]) -> list[dict]:
-    with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(dist_support.rank_main, args=(WORLD, free_port(), names, out_dir), nprocs=WORLD)
-        return [torch.load(f"{out_dir}/rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
-
-
 @pytest.fixture(scope="module")
 def ddp_runs():
-    return spawn_ranks(DDP)
+    return spawn_ranks(each_scenario, dist_support.train_rank, DDP, world=WORLD, timeout_s=300)
 
 
 @pytest.fixture(scope="module")
 def fsdp_runs():
-    return spawn_ranks(FSDP)
+    return spawn_ranks(each_scenario, dist_support.train_rank, FSDP, world=WORLD, timeout_s=300)
 
 
 @pytest.fixture(scope="module")
@@ -64,29 +57,7 @@ def references():
     return {name: train_reference(name) for name in DDP + FSDP}
 
 
-def max_difference(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys()
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
-
-
-def assert_close_state(actual: dict, expected: dict, atol: float) -> None:
-    """Policy, optimizer (Adam moments, steps) and generator of a full actor state."""
-    assert max_difference(actual["policy"], expected["policy"]) <= atol
-    actual_opt, expected_opt = actual["optimizer"], expected["optimizer"]
-    assert actual_opt["state"].keys() == expected_opt["state"].keys()
-    for index, moments in expected_opt["state"].items():
-        for key, value in moments.items():
-            assert torch.allclose(actual_opt["state"][index][key].float(), value.float(), atol=atol, rtol=atol * 10), (
-                index,
-                key,
-            )
-    assert [{k: v for k, v in g.items() if k != "params"} for g in actual_opt["param_groups"]] == [
-        {k: v for k, v in g.items() if k != "params"} for g in expected_opt["param_groups"]
-    ]
-    assert torch.equal(actual["generator"], expected["generator"])
-
-
-def assert_close_metrics(actual: dict, expected: dict, rtol: float) -> None:
+def assert_close_ppo_metrics(actual: dict, expected: dict, rtol: float) -> None:
     assert actual.keys() == expected.keys()
     for key in ("grad_steps", "epochs", "lr", "clip_coef"):
         assert actual[key] == expected[key], key
@@ -107,7 +78,7 @@ def check_scenario(runs: list[dict], reference: dict, name: str, atol: float) ->
         # metrics are global: identical on every rank, and equal to the single process's
         assert result["metrics"] == ranks[0]["metrics"], f"rank {rank} reports other metrics"
         for actual, expected in zip(result["metrics"], expected_metrics, strict=True):
-            assert_close_metrics(actual, expected, rtol=1e-4 if atol <= EXACT else 0.05)
+            assert_close_ppo_metrics(actual, expected, rtol=1e-4 if atol <= EXACT else 0.05)
         assert result["replicas"] == {}
     # identical initialisation: what every rank holds after init_distributed is the reference's
     assert max_difference(ranks[0]["initial"], reference["initial"]) == 0
@@ -158,16 +129,14 @@ def test_gradient_accumulation_equals_no_accumulation(references):
     assert worker.loss_path is not None  # the accumulating driver, not the plain one
     for iteration, progress in enumerate(PROGRESS):
         metrics = worker.train(dist_support.make_trajectory(config, "ddp", iteration), progress)
-        assert_close_metrics(metrics, plain["metrics"][iteration], rtol=1e-4)
+        assert_close_ppo_metrics(metrics, plain["metrics"][iteration], rtol=1e-4)
     assert max_difference(worker.policy_weights(), plain["weights"]) <= EXACT
 
 
 def test_joining_fails_after_the_configured_timeout_not_30_minutes():
-    with tempfile.TemporaryDirectory() as out_dir:
-        started = time.perf_counter()
-        mp.spawn(dist_support.lonely_rank_main, args=(free_port(), 3.0, out_dir), nprocs=1)
-        wall = time.perf_counter() - started
-        result = torch.load(f"{out_dir}/lonely.pt")
+    started = time.perf_counter()
+    (result,) = spawn_ranks(dist_support.lonely_rank, 3.0, world=1, join=False, timeout_s=60)
+    wall = time.perf_counter() - started
     assert result["outcome"].startswith("JoinError") and "actor.dist_timeout_s" in result["outcome"]
     assert 2.5 <= result["seconds"] < 20, result
     assert wall < 40

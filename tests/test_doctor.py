@@ -37,7 +37,7 @@ from fleetrl.doctor.context import Context
 from fleetrl.doctor.disk import check_directory
 from fleetrl.doctor.handshake import run_handshake
 from fleetrl.doctor.interfaces import interfaces
-from tests.support import own_children
+from tests.support import fleetrl, own_children
 
 MIB = 1024**2
 
@@ -603,19 +603,12 @@ def test_importing_the_doctor_is_cheap():
 
 @pytest.mark.skipif(not cli_has_doctor(), reason="`fleetrl doctor` is not wired into cli.py yet")
 def test_fleetrl_doctor_exit_codes(tmp_path):
-    from tests.support import FLEETRL, REPO, subprocess_env
-
-    def doctor_command(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*FLEETRL, "doctor", *args], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120
-        )
-
     with closed_port() as holder:
         port = holder.getsockname()[1]
-        result = doctor_command("--json", "--only", "reachability", "--peer", f"127.0.0.1:{port}")
-    assert result.returncode == EXIT_CHECK_FAILED, result.stderr[-2000:]
+        result = fleetrl("doctor", "--json", "--only", "reachability", "--peer", f"127.0.0.1:{port}", timeout=120)
+    assert result.code == EXIT_CHECK_FAILED, result.stderr[-2000:]
     document = json.loads(result.stdout)
     assert document["ok"] is False and document["exit_code"] == EXIT_CHECK_FAILED
-    assert doctor_command("--only", "network").returncode == EXIT_OK
-    missing = doctor_command(str(tmp_path / "missing.yaml"))
-    assert missing.returncode == 2 and "config file not found" in missing.stderr
+    assert fleetrl("doctor", "--only", "network", timeout=120).code == EXIT_OK
+    missing = fleetrl("doctor", str(tmp_path / "missing.yaml"), timeout=120)
+    assert missing.code == 2 and "config file not found" in missing.stderr

@@ -13,13 +13,8 @@ from fleetrl.cluster.layout import fused_assignments, resolve_layout
 from fleetrl.cluster.placement import resolve_placement
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
-from fleetrl.metrics_log import read_metrics
-from tests.ray_runs import run_on_ray, train_on_ray
-from tests.test_freeze_proof import assert_incident, fault, run_fault
-from tests.test_ray_backend import (
-    no_ray_left_behind,  # noqa: F401  (autouse fixture)
-    train,
-)
+from tests.incidents import assert_incident, fault, run_fault
+from tests.support import TWO_ACTOR_RANKS_ON_RAY, train
 
 FUSE = "cluster.fuse_collocated=true"
 TWO_FUSED_RANKS = [
@@ -87,16 +82,21 @@ def test_one_fused_rank_on_ray_reproduces_the_inline_run_exactly(tmp_path):
     runs = {}
     for backend in ("inline", "ray"):
         (tmp_path / backend).mkdir()
-        summary = train(
-            tmp_path / backend,
-            "configs/ppo_cartpole.yaml",
-            f"cluster.backend={backend}",
-            FUSE,
-            f"runner.torch_threads={os.cpu_count()}",
-            "runner.total_env_steps=2560",
-            "--skip-doctor",
+        runs[backend] = (
+            train(
+                "configs/ppo_cartpole.yaml",
+                "runner.tensorboard=false",
+                f"cluster.backend={backend}",
+                FUSE,
+                f"runner.torch_threads={os.cpu_count()}",
+                "runner.total_env_steps=2560",
+                "--skip-doctor",
+                runs=tmp_path / backend,
+                timeout=600,
+            )
+            .succeeded()
+            .metrics
         )
-        runs[backend] = read_metrics(summary["run_dir"])
     keys = ("global_step", "episode_return_last100", "policy_loss", "value_loss", "approx_kl")
     assert [[r[k] for k in keys] for r in runs["ray"]] == [[r[k] for k in keys] for r in runs["inline"]]
     assert len(runs["ray"]) == 10
@@ -105,34 +105,33 @@ def test_one_fused_rank_on_ray_reproduces_the_inline_run_exactly(tmp_path):
 def test_two_fused_ranks_train_cartpole_to_target_and_resume(tmp_path):
     """2 DDP ranks, each collecting its own 4 envs in its own process: no weight sync, global
     counters summed over both ranks, and a checkpoint that resumes."""
-    run_dir, records = train_on_ray(
-        tmp_path,
+    first = train(
         "configs/ppo_cartpole.yaml",
+        *TWO_ACTOR_RANKS_ON_RAY,
         *TWO_FUSED_RANKS,
         "runner.target_return=475",
         "runner.checkpoint_interval=100",
         "--skip-doctor",
-    )
+        runs=tmp_path,
+    ).succeeded()
+    run_dir, records = first.run_dir, first.metrics
     assert records[-1]["episode_return_last100"] >= 475
     assert all(r["time_weight_sync_s"] < 1e-3 for r in records)
     assert [r["global_step"] for r in records[:2]] == [256, 512]  # 2 ranks x 4 envs x 32 steps
     steps = records[-1]["global_step"]
-    code, stderr = run_fused_resume(tmp_path, run_dir, steps + 512)
-    assert code == 0, stderr[-4000:]
-    resumed = read_metrics(run_dir)[len(records) :]
-    assert [r["global_step"] for r in resumed] == [steps + 256, steps + 512]
-    assert resumed[0]["iteration"] == records[-1]["iteration"] + 1
-
-
-def run_fused_resume(tmp_path, run_dir, total_steps: int) -> tuple[int, str]:
-    return run_on_ray(
-        tmp_path,
+    second = train(
         "configs/ppo_cartpole.yaml",
+        *TWO_ACTOR_RANKS_ON_RAY,
         *TWO_FUSED_RANKS,
         f"runner.resume={run_dir}",
-        f"runner.total_env_steps={total_steps}",
+        f"runner.total_env_steps={steps + 512}",
         "--skip-doctor",
-    )
+        runs=tmp_path,
+    ).succeeded()
+    assert second.run_dir == run_dir
+    resumed = second.metrics[len(records) :]
+    assert [r["global_step"] for r in resumed] == [steps + 256, steps + 512]
+    assert resumed[0]["iteration"] == records[-1]["iteration"] + 1
 
 
 # (fault kind, component, rank, call) → (cause, bound in s, words the summary must hold)
@@ -150,6 +149,6 @@ FUSED_FAULTS = {
 @pytest.mark.parametrize("case", FUSED_FAULTS)
 def test_fault_in_a_fused_rank_names_the_process_and_the_phase(tmp_path, case):
     (kind, component, rank, call), (cause, bound, words) = FUSED_FAULTS[case]
-    code, report, _ = run_fault(tmp_path, *TWO_FUSED_RANKS, fault(kind, component, rank, call))
-    assert_incident(code, report, cause, ["fused", rank], bound)
-    assert words in report["summary"]
+    result = run_fault(tmp_path, *TWO_FUSED_RANKS, fault(kind, component, rank, call))
+    assert_incident(result, cause, ["fused", rank], bound)
+    assert words in result.hang_report["summary"]

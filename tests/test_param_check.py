@@ -9,8 +9,8 @@ import torch
 from fleetrl.checkpoint import list_checkpoints
 from fleetrl.parallel.param_check import ReplicaDivergenceError, odd_ranks
 from tests import param_check_support
-from tests.ppg_support import run_ranks
-from tests.ray_runs import run_on_ray
+from tests.ranks import spawn_ranks
+from tests.support import TWO_ACTOR_RANKS_ON_RAY, train
 
 
 def test_odd_ranks_are_the_minority():
@@ -27,7 +27,7 @@ def test_error_names_tensors_and_ranks():
 
 
 def test_one_ulp_on_one_rank_is_found_and_named():
-    ranks = run_ranks(param_check_support.perturbing_rank_main, (), timeout_s=120)
+    ranks = spawn_ranks(param_check_support.perturbing_rank, timeout_s=120)
     for result in ranks:
         assert result["initial"] == "agree"
         assert result["divergence"] == {"policy.network.aux_value_head.bias": [1]}
@@ -39,9 +39,9 @@ def test_a_diverged_rank_stops_the_run_and_keeps_the_checkpoint(tmp_path):
     """End to end: 2 DDP actor ranks on Ray; actor rank 1's network moves a bias outside the loss
     path during iteration 2 (its 12th training forward); the check after iteration 2 stops the
     run with a report naming the parameter and the rank; iteration 1's checkpoint stays."""
-    code, stderr = run_on_ray(
-        tmp_path,
+    result = train(
         "configs/ppo_cartpole.yaml",
+        *TWO_ACTOR_RANKS_ON_RAY,
         "env.num_envs=4",
         "model.id=tests.param_check_support:DriftingNet",
         "algorithm.num_steps=16",
@@ -50,10 +50,11 @@ def test_a_diverged_rank_stops_the_run_and_keeps_the_checkpoint(tmp_path):
         "runner.param_check_interval=1",
         "runner.checkpoint_interval=1",
         "runner.total_env_steps=640",
+        runs=tmp_path,
     )
     # an incident (README: exit code 4): report written, every worker ended
-    assert code != 0, stderr[-3000:]
-    (run_dir,) = tmp_path.iterdir()
+    assert result.code != 0, result.stderr[-3000:]
+    run_dir = result.run_dir
     report = (run_dir / "hang_report.txt").read_text()
     assert "ReplicaDivergenceError" in report and "policy.network.pi.bias (rank 1)" in report, report
     assert [p.name for p in list_checkpoints(run_dir)] == ["ckpt_00000001.pt"]

@@ -10,14 +10,11 @@ from __future__ import annotations
 import copy
 import json
 import math
-import subprocess
-import tempfile
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch import nn
 
 from fleetrl.algos.optim import FusedAdamStep
@@ -30,13 +27,14 @@ from fleetrl.config.schema import EnvConfig
 from fleetrl.config.validate import check_spaces
 from fleetrl.errors import ConfigError
 from fleetrl.models.sac_networks import SquashedGaussianActor
-from fleetrl.parallel.net import free_port
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 from fleetrl.workers.sac_actor_worker import SACActorWorker
 from fleetrl.workers.sac_rollout_worker import SACRolloutWorker
 from tests import sac_support
-from tests.support import FLEETRL, REPO, subprocess_env
+from tests.compare import max_difference
+from tests.ranks import each_scenario, spawn_ranks
+from tests.support import REPO, fleetrl, train
 
 # ------------------------------------------------------------------------------ replay buffer
 
@@ -338,22 +336,7 @@ NAMES = list(sac_support.SCENARIOS)
 
 @pytest.fixture(scope="module")
 def ddp_runs():
-    with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(sac_support.rank_main, args=(WORLD, free_port(), NAMES, out_dir), nprocs=WORLD)
-        return [torch.load(f"{out_dir}/rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
-
-
-def max_difference(a, b) -> float:
-    if isinstance(a, torch.Tensor):
-        return (a.float() - b.float()).abs().max().item() if a.numel() else 0.0
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        return max([max_difference(a[k], b[k]) for k in a] or [0.0])
-    if isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        return max([max_difference(x, y) for x, y in zip(a, b)] or [0.0])
-    assert a == b, (a, b)
-    return 0.0
+    return spawn_ranks(each_scenario, sac_support.train_rank, NAMES, world=WORLD, timeout_s=240)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -403,34 +386,26 @@ SMALL = [
 ]
 
 
-def fleetrl(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [*FLEETRL, *args], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
-
-
-def metrics(run_dir) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.parametrize("with_replay", [True, False], ids=["with replay", "without replay"])
 def test_train_then_resume_pendulum(tmp_path, with_replay):
     flag = f"runner.checkpoint_replay_buffer={str(with_replay).lower()}"
     runs = tmp_path / "runs"
-    fleetrl("train", "configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=1600", f"runner.run_dir={runs}")
-    (run_dir,) = runs.iterdir()
-    first = metrics(run_dir)
+    run = train("configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=1600", runs=runs).succeeded()
+    run_dir, first = run.run_dir, run.metrics
     assert first[-1]["global_step"] == 1600 and first[-1]["replay_size"] == 1600
     assert first[0]["random_actions"] and not first[-1]["random_actions"]
     assert [m["grad_steps"] for m in first[:12]] == [0] * 12 and first[12]["grad_steps"] == 8
     assert all(math.isfinite(m["q_loss"]) for m in first[12:])
-    fleetrl(
-        "train", "configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=2000", f"runner.resume={run_dir}"
-    )
-    resumed = metrics(run_dir)[len(first) :]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    second = fleetrl(
+        "train",
+        "configs/sac_pendulum.yaml",
+        *SMALL,
+        flag,
+        "runner.total_env_steps=2000",
+        f"runner.resume={run_dir}",
+        runs=runs,
+    ).succeeded()
+    resumed, summary = second.metrics[len(first) :], second.summary
     assert summary["global_step"] == 2000 and resumed[0]["global_step"] == 1608
     assert not resumed[0]["random_actions"]  # warm-up is over, whatever the buffer
     if with_replay:  # the same data: training goes straight on
@@ -440,26 +415,13 @@ def test_train_then_resume_pendulum(tmp_path, with_replay):
         assert resumed[12]["replay_size"] == 104 and resumed[12]["grad_steps"] == 8
     if with_replay:
         result = fleetrl("eval", str(run_dir), "--episodes", "2", "--json")
+        assert result.code == 0, result.stderr[-4000:]
         evaluation = json.loads(result.stdout.strip().splitlines()[-1])
         assert evaluation["episodes"] == 2 and -2000 < evaluation["mean"] <= 0
 
 
 def test_sac_on_discrete_actions_stops_with_a_config_error(tmp_path):
-    result = subprocess.run(
-        [
-            *FLEETRL,
-            "train",
-            "configs/sac_pendulum.yaml",
-            "env.id=CartPole-v1",
-            f"runner.run_dir={tmp_path}",
-            "--skip-doctor",
-        ],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2, result.stderr[-3000:]
+    result = train("configs/sac_pendulum.yaml", "env.id=CartPole-v1", "--skip-doctor", runs=tmp_path, timeout=120)
+    assert result.code == 2, result.stderr[-3000:]
     assert "algorithm.name" in result.stderr and "CartPole-v1" in result.stderr
     assert "Traceback" not in result.stderr

@@ -21,16 +21,10 @@ from fleetrl.runner import Trainer
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import play
 from fleetrl.workers.rollout_worker import RolloutWorker
-from tests.support import FLEETRL, REPO, subprocess_env
+from tests.support import FLEETRL, REPO, fleetrl, subprocess_env, train
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def fleetrl(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*FLEETRL, *args], cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(scope="module")
@@ -38,19 +32,10 @@ def cartpole_run(tmp_path_factory) -> Path:
     """One real training run, shared by the tests below: the config file's 100k-step budget,
     stopping early once the last-100-episode mean reaches 195 (it gets there in ~30k steps)."""
     tmp = tmp_path_factory.mktemp("cartpole")
-    result = fleetrl(
-        "train",
-        CARTPOLE,
-        "runner.seed=1",
-        f"runner.run_dir={tmp / 'runs'}",
-        "runner.target_return=195",
-        cwd=tmp,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (run_dir,) = (tmp / "runs").iterdir()
-    assert f"run directory: {run_dir}" in result.stdout
-    return run_dir
+    result = train(CARTPOLE, "runner.seed=1", "runner.target_return=195", runs=tmp / "runs", cwd=tmp, timeout=600)
+    assert result.code == 0, result.stderr[-3000:]
+    assert f"run directory: {result.run_dir}" in result.stdout
+    return result.run_dir
 
 
 def test_cartpole_learns(cartpole_run):
@@ -73,7 +58,7 @@ def test_cartpole_learns(cartpole_run):
 
 def test_eval_json(cartpole_run):
     result = fleetrl("eval", str(cartpole_run), "--episodes", "5", "--json", cwd=cartpole_run.parent)
-    assert result.returncode == 0, result.stderr
+    assert result.code == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["episodes"] == 5
     assert report["mean"] >= 195, report
@@ -84,7 +69,7 @@ def test_eval_json(cartpole_run):
 
 def test_report_writes_two_pngs(cartpole_run):
     result = fleetrl("report", str(cartpole_run), cwd=cartpole_run.parent)
-    assert result.returncode == 0, result.stderr
+    assert result.code == 0, result.stderr
     for name in ("learning_curve.png", "time_per_phase.png"):
         path = cartpole_run / name
         assert path.read_bytes()[:8] == PNG_MAGIC, name

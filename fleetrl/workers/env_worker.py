@@ -7,31 +7,13 @@ observation, returned as `final_obs` for exactly those envs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import gymnasium as gym
 import numpy as np
 
 from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.make import make_vector_env
 from fleetrl.envs.normalize import ObservationNormalizer, RewardNormalizer
-
-
-@dataclass
-class StepResult:
-    obs: np.ndarray  # next observation (first of the new episode where one ended)
-    reward: np.ndarray  # float32 (N,), normalised when env.normalize_reward
-    terminated: np.ndarray  # bool (N,)
-    truncated: np.ndarray  # bool (N,), and not terminated
-    truncated_index: np.ndarray  # int (K,) envs truncated this step
-    final_obs: np.ndarray  # (K, *obs_shape) their last observations, for the bootstrap value
-
-    @classmethod
-    def initial(cls, obs: np.ndarray) -> StepResult:
-        """The state after a reset, in the same shape as a step's outcome."""
-        count = len(obs)
-        no = np.zeros(count, bool)
-        return cls(obs, np.zeros(count, np.float32), no, no, np.empty(0, np.int64), obs[:0])
+from fleetrl.trajectory import StepResult
 
 
 class EnvWorker:

@@ -20,8 +20,7 @@ import torch
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.parallel.seeds import ROLLOUT_NOISE, rank_seed
-from fleetrl.trajectory import Trajectory, TrajectoryBuffer
-from fleetrl.workers.env_worker import StepResult
+from fleetrl.trajectory import StepResult, Trajectory, TrajectoryBuffer
 
 
 def rollout_seed(seed: int, rank: int) -> int:
