@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,15 +116,16 @@ class Finished:
 
 
 class Fleetrl:
-    """`python -m fleetrl ARGS` running in a subprocess (cwd `cwd`, run directories under `runs`
-    when the caller points it there). Use it as a context manager: whatever happens in the
-    block, the driver and every process it started are ended when it leaves."""
+    """`python -m fleetrl ARGS` running in a subprocess (cwd `cwd`, `env` added to its environment,
+    run directories under `runs` when the caller points it there). Use it as a context manager:
+    whatever happens in the block, the driver and every process it started are ended when it
+    leaves."""
 
-    def __init__(self, *args: str, cwd: Path = REPO, runs: Path | None = None):
+    def __init__(self, *args: str, cwd: Path = REPO, runs: Path | None = None, env: Mapping[str, str] = {}):
         self.args, self.runs, self.ended = args, runs, False
-        self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # no pipe fills up
+        self.stdout, self.stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # no pipe fills up
         self.process = subprocess.Popen(
-            [*FLEETRL, *args], cwd=cwd, env=subprocess_env(), stdout=self.stdout, stderr=self.stderr
+            [*FLEETRL, *args], cwd=cwd, env={**subprocess_env(), **env}, stdout=self.stdout, stderr=self.stderr
         )
 
     def __enter__(self) -> Fleetrl:
@@ -178,21 +180,33 @@ class Fleetrl:
             read_json(run_dir / REPORT_JSON) if run_dir else None,
         )
 
+    def stderr_so_far(self) -> str:
+        """What the run has written to stderr up to now (it may still be running)."""
+        return self.output(self.stderr)
+
     @staticmethod
     def output(file) -> str:
-        file.seek(0)
-        return file.read()
+        """The file's whole content, read at explicit offsets: the child shares the file's
+        position, so a seek here would move where its next write lands."""
+        size = os.fstat(file.fileno()).st_size
+        return os.pread(file.fileno(), size, 0).decode(errors="replace")
 
 
-def fleetrl(*args: str, timeout: float = 300, cwd: Path = REPO, runs: Path | None = None) -> Finished:
+def fleetrl(
+    *args: str, timeout: float = 300, cwd: Path = REPO, runs: Path | None = None, env: Mapping[str, str] = {}
+) -> Finished:
     """Run `python -m fleetrl ARGS` to its end (see `Fleetrl`)."""
-    with Fleetrl(*args, cwd=cwd, runs=runs) as running:
+    with Fleetrl(*args, cwd=cwd, runs=runs, env=env) as running:
         return running.finish(timeout)
 
 
-def train(config: str, *overrides: str, runs: Path, timeout: float = 300, cwd: Path = REPO) -> Finished:
+def train(
+    config: str, *overrides: str, runs: Path, timeout: float = 300, cwd: Path = REPO, env: Mapping[str, str] = {}
+) -> Finished:
     """`fleetrl train CONFIG OVERRIDES` with its run directory under `runs`."""
-    return fleetrl("train", str(config), f"runner.run_dir={runs}", *overrides, timeout=timeout, cwd=cwd, runs=runs)
+    return fleetrl(
+        "train", str(config), f"runner.run_dir={runs}", *overrides, timeout=timeout, cwd=cwd, runs=runs, env=env
+    )
 
 
 def read_json(path: Path) -> dict | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 
 import pytest
 
@@ -19,7 +18,7 @@ from fleetrl.progress import summary_line
 from fleetrl.run_dir import LOG_FILE
 from fleetrl.runner import Trainer
 from tests.reinforce_algorithm import ReinforceActor, ReinforceConfig
-from tests.support import FLEETRL, REPO, subprocess_env
+from tests.support import subprocess_env, train
 
 REINFORCE = ["algorithm.name=reinforce", "env.num_envs=4", "algorithm.num_steps=32"]
 
@@ -90,25 +89,13 @@ def test_an_installed_plugin_is_found_by_its_entry_point(tmp_path):
     (info / "entry_points.txt").write_text("[fleetrl.algorithms]\nreinforce = tests.reinforce_algorithm:SPEC\n")
     config = tmp_path / "reinforce.yaml"
     config.write_text("algorithm:\n  name: reinforce\n  num_steps: 32\n  baseline_coef: 0.25\nenv:\n  num_envs: 4\n")
-    env = subprocess_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
-    result = subprocess.run(
-        [
-            *FLEETRL,
-            "train",
-            str(config),
-            "runner.total_env_steps=256",
-            "runner.tensorboard=false",
-            f"runner.run_dir={tmp_path / 'runs'}",
-            "--skip-doctor",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    records = read_metrics(run_dir)
+    result = train(
+        config,
+        "runner.total_env_steps=256",
+        "runner.tensorboard=false",
+        "--skip-doctor",
+        runs=tmp_path / "runs",
+        env={"PYTHONPATH": os.pathsep.join([str(site), subprocess_env()["PYTHONPATH"]])},
+    ).succeeded()
+    records = result.metrics
     assert len(records) == 2 and all(r["baseline_loss"] > 0 for r in records)
