@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,9 @@ from fleetrl.cli import main
 from fleetrl.cluster.layout import resolve_layout, worker_processes
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
-from fleetrl.metrics_log import read_metrics
 from fleetrl.run_dir import CONFIG_FILE
 from fleetrl.workers.eval_worker import EvalWorker
-from tests.ray_runs import run_on_ray, train_on_ray
-from tests.support import FLEETRL, REPO, subprocess_env
+from tests.support import TWO_ACTOR_RANKS_ON_RAY, train
 
 CARTPOLE = "configs/ppo_cartpole.yaml"
 SMALL = [
@@ -109,18 +106,9 @@ def test_every_algorithm_evaluates_its_published_weights_as_its_checkpointed_pol
     assert published == saved and published["episodes"] == 2 and published["gif"] is None
 
 
-def train_inline(run_dir: Path, *overrides: str) -> tuple[Path, list[dict]]:
-    result = subprocess.run(
-        [*FLEETRL, "train", CARTPOLE, f"runner.run_dir={run_dir}", *SMALL, *overrides],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (run,) = run_dir.iterdir()
-    return run, read_metrics(run)
+def train_inline(runs: Path, *overrides: str) -> tuple[Path, list[dict]]:
+    result = train(CARTPOLE, *SMALL, *overrides, runs=runs).succeeded()
+    return result.run_dir, result.metrics
 
 
 def training_keys(record: dict) -> dict:
@@ -183,9 +171,9 @@ def test_on_ray_evaluations_run_while_training_goes_on(tmp_path):
     iteration 8 steps of 2 envs per env worker: an evaluation outlasts several iterations. The controller never waits for an evaluation but at the end: results
     arrive iterations after the weights they evaluated, and evaluations due meanwhile are skipped
     and counted."""
-    _, records = train_on_ray(
-        tmp_path,
+    run = train(
         CARTPOLE,
+        *TWO_ACTOR_RANKS_ON_RAY,
         *SMALL,
         "cluster.devices_per_node=3",
         "cluster.component_placement={actor: 0, rollout: 0, env: 0-1, eval: 2}",
@@ -197,7 +185,9 @@ def test_on_ray_evaluations_run_while_training_goes_on(tmp_path):
         "runner.total_env_steps=960",
         "runner.eval_interval=1",
         "runner.eval_episodes=2",
-    )
+        runs=tmp_path,
+    ).succeeded()
+    records = run.metrics
     evaluated = [r for r in records if "eval_return_mean" in r]
     assert len(records) == 30 and len(evaluated) >= 2
     assert evaluated[-1] is records[-1]  # the last one waited for
@@ -209,17 +199,17 @@ def test_on_ray_evaluations_run_while_training_goes_on(tmp_path):
 
 
 def test_eval_worker_killed_is_an_incident_naming_it(tmp_path):
-    code, stderr = run_on_ray(
-        tmp_path,
+    result = train(
         CARTPOLE,
+        *TWO_ACTOR_RANKS_ON_RAY,
         *SMALL,
         "cluster.component_placement={actor: 0, env: 0}",
         "runner.total_env_steps=1000000",
         "runner.eval_interval=1",
         "watchdog.heartbeat_timeout_s=3",
         "debug.fault={kind: kill, component: eval}",
+        runs=tmp_path,
     )
-    (run,) = tmp_path.iterdir()
-    report = json.loads((run / "hang_report.json").read_text())
-    assert code == 4, stderr[-3000:]
+    report = result.hang_report
+    assert result.code == 4 and report is not None, result.stderr[-3000:]
     assert (report["cause"], report["culprit"]) == ("worker_died", ["eval", 0]), report["summary"]
