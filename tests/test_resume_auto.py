@@ -4,82 +4,54 @@ the first time (no run of that name yet) it starts one."""
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
-import psutil
-
 from fleetrl.checkpoint import checkpoint_dir, list_checkpoints, load_latest
 from fleetrl.cli import main
-from fleetrl.metrics_log import read_metrics
-from tests.support import FLEETRL, REPO, subprocess_env
+from tests.support import REPO, Fleetrl, fleetrl, read_json
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 JOB = ["runner.resume=auto", "runner.checkpoint_interval=1", "runner.tensorboard=false", "--skip-doctor"]
 
 
 def job(runs: Path, *overrides: str) -> list[str]:
-    """The job script's command: always the same, whether the run is new or preempted."""
-    return [*FLEETRL, "train", CARTPOLE, f"runner.run_dir={runs}", *JOB, *overrides]
+    """The job script's `fleetrl` arguments: always the same, whether the run is new or preempted."""
+    return ["train", CARTPOLE, f"runner.run_dir={runs}", *JOB, *overrides]
 
 
 def test_a_killed_run_is_continued_from_its_checkpoint_in_the_same_directory(tmp_path):
     runs = tmp_path / "runs"
-    process = subprocess.Popen(
-        job(runs, "runner.total_env_steps=10000000"),
-        cwd=tmp_path,
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
+    with Fleetrl(*job(runs, "runner.total_env_steps=10000000"), cwd=tmp_path, runs=runs) as running:
         deadline = time.monotonic() + 120
         while not any(list_checkpoints(run) for run in runs.glob("*")) and time.monotonic() < deadline:
-            assert process.poll() is None, process.stderr.read().decode()[-3000:]
+            assert running.process.poll() is None, running.stderr_so_far()[-3000:]
             time.sleep(0.2)
-    finally:  # preempted: the whole process tree, no chance to save or report
-        children = psutil.Process(process.pid).children(recursive=True)
-        for member in [psutil.Process(process.pid), *children]:
-            member.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
-        psutil.wait_procs(children, timeout=10)
-        process.stderr.close()
-    assert process.returncode == -signal.SIGKILL
-    (run_dir,) = runs.iterdir()
-    assert not (run_dir / "summary.json").exists()
+        running.kill()  # preempted: the whole process tree, no chance to save or report
+        killed = running.finished()
+    assert killed.code == -signal.SIGKILL
+    run_dir = killed.run_dir
+    assert list(runs.iterdir()) == [run_dir] and killed.summary is None
     saved = load_latest(run_dir)
     total = saved["global_step"] + 512  # two more iterations of 256 steps
 
-    result = subprocess.run(
-        job(runs, f"runner.total_env_steps={total}"),
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = fleetrl(*job(runs, f"runner.total_env_steps={total}"), cwd=tmp_path, runs=runs, timeout=180).succeeded()
     assert list(runs.iterdir()) == [run_dir]
     assert f"resumed {run_dir} at iteration {saved['iteration']}, {saved['global_step']} env steps" in result.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["iterations"], summary["global_step"]) == (saved["iteration"] + 2, total)
-    resumed = [r for r in read_metrics(run_dir) if r["iteration"] > saved["iteration"]]
+    assert (result.summary["iterations"], result.summary["global_step"]) == (saved["iteration"] + 2, total)
+    resumed = [r for r in result.metrics if r["iteration"] > saved["iteration"]]
     assert [r["global_step"] for r in resumed][-2:] == [total - 256, total]
 
 
 def test_with_no_run_of_that_name_a_new_one_starts(tmp_path):
     runs = tmp_path / "runs"
     (runs / "Pendulum-v1-20260101-000000").mkdir(parents=True)  # another config's run: not this one's
-    result = subprocess.run(
-        job(runs, "runner.total_env_steps=256"), cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = fleetrl(*job(runs, "runner.total_env_steps=256"), cwd=tmp_path)  # no runs=: that folder holds two runs
+    assert result.code == 0, result.stderr[-3000:]
     assert "runner.resume=auto: no run of this name" in result.stderr
     (run_dir,) = runs.glob("CartPole-v1-*")
-    assert json.loads((run_dir / "summary.json").read_text())["global_step"] == 256
+    assert read_json(run_dir / "summary.json")["global_step"] == 256
 
 
 def test_a_newest_run_without_a_complete_checkpoint_is_a_config_error_naming_it(tmp_path, capsys):
