@@ -10,14 +10,12 @@ import json
 import re
 import socket
 import struct
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from fleetrl.metrics_log import read_metrics
-from tests.support import FLEETRL, REPO, subprocess_env
+from tests.support import REPO, Finished, train
 
 SMALL = [
     "env.num_envs=4",
@@ -30,24 +28,11 @@ SMALL = [
 WANDB_BLOCK = 32 * 1024  # the .wandb file: a 7-byte header, then records in LevelDB-log blocks
 
 
-def train(tmp_path: Path, env: dict, *overrides: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, Path]:
-    result = subprocess.run(
-        [
-            *FLEETRL,
-            "train",
-            str(REPO / "configs" / "ppo_cartpole.yaml"),
-            f"runner.run_dir={tmp_path / 'runs'}",
-            *SMALL,
-            *overrides,
-        ],
-        cwd=tmp_path,
-        env={**subprocess_env(), **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    return result, run_dir
+def train_tracked(tmp_path: Path, env: dict, *overrides: str) -> tuple[Finished, Path]:
+    config = str(REPO / "configs" / "ppo_cartpole.yaml")
+    result = train(config, *SMALL, *overrides, runs=tmp_path / "runs", cwd=tmp_path, env=env, timeout=240)
+    assert result.run_dir is not None, result.stderr[-3000:]
+    return result, result.run_dir
 
 
 def tracker_env(tmp_path: Path) -> dict:
@@ -109,11 +94,10 @@ def mlflow_run(tmp_path: Path, run_dir: Path):
 
 @pytest.mark.usefixtures("file_store")
 def test_wandb_offline_and_mlflow_file_store_hold_the_run(tmp_path):
-    result, run_dir = train(tmp_path, tracker_env(tmp_path), "runner.loggers=[jsonl, wandb, mlflow]")
-    assert result.returncode == 0, result.stderr[-3000:]
+    result, run_dir = train_tracked(tmp_path, tracker_env(tmp_path), "runner.loggers=[jsonl, wandb, mlflow]")
+    result.succeeded()
     assert "tracker" not in result.stderr, result.stderr
-    records = read_metrics(run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    records, summary = result.metrics, result.summary
     steps = [r["global_step"] for r in records]
     assert steps == [256, 512, 768, 1024]
     assert not (run_dir / "tensorboard").exists()  # not named in runner.loggers
@@ -144,7 +128,7 @@ def test_wandb_offline_and_mlflow_file_store_hold_the_run(tmp_path):
 def test_an_incident_attaches_the_hang_report(tmp_path):
     """The watchdog's path: env.step hangs, the watchdog's thread reports and ends the process
     (os._exit) — after the trackers attached the report and closed their runs as failed."""
-    result, run_dir = train(
+    result, run_dir = train_tracked(
         tmp_path,
         tracker_env(tmp_path),
         "runner.loggers=[jsonl, wandb, mlflow]",
@@ -152,7 +136,7 @@ def test_an_incident_attaches_the_hang_report(tmp_path):
         "debug.fault={kind: hang, component: env, rank: 0, call: 100}",
         "watchdog.min_deadline_s=2",
     )
-    assert result.returncode == 4, result.stderr[-3000:]
+    assert result.code == 4, result.stderr[-3000:]
     report = (run_dir / "hang_report.txt").read_text()
 
     client, run = mlflow_run(tmp_path, run_dir)
@@ -187,10 +171,10 @@ def test_trackers_that_cannot_work_are_one_warning_each_and_the_run_finishes(tmp
         "WANDB_SILENT": "true",
     }
     started = time.monotonic()
-    result, run_dir = train(
+    result, run_dir = train_tracked(
         tmp_path, env, "runner.loggers=[jsonl, tensorboard, mlflow, wandb]", "runner.tracker_timeout_s=4"
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result.succeeded()
     assert time.monotonic() - started < 90
     warnings = [line for line in result.stderr.splitlines() if "tracker" in line and "failed" in line]
     assert len(warnings) == 2, result.stderr
@@ -198,6 +182,6 @@ def test_trackers_that_cannot_work_are_one_warning_each_and_the_run_finishes(tmp
         assert re.match(
             rf"\[fleetrl\] tracker {name} failed and is switched off, training goes on without it: start ", warning
         )
-    assert [r["global_step"] for r in read_metrics(run_dir)] == [256, 512, 768, 1024]
+    assert [r["global_step"] for r in result.metrics] == [256, 512, 768, 1024]
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
-    assert json.loads((run_dir / "summary.json").read_text())["global_step"] == 1024
+    assert result.summary["global_step"] == 1024
