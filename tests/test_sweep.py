@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 from fleetrl.cli import main
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.sweep.grid import plan_sweep, split_values
-from tests.support import FLEETRL, REPO, describe, subprocess_env
+from tests.support import REPO, Fleetrl, describe
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -89,11 +88,11 @@ class ProcessWatch:
         return [describe(p) for p in self.seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def start_sweep(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, ProcessWatch]:
-    command = [*FLEETRL, "sweep", CARTPOLE, f"runner.run_dir={tmp_path / 'runs'}", "--status-interval", "3", *overrides]
-    out, err = open(tmp_path / "out.txt", "w"), open(tmp_path / "err.txt", "w")
-    sweep = subprocess.Popen(command, cwd=tmp_path, env=subprocess_env(), stdout=out, stderr=err)
-    return sweep, ProcessWatch(sweep.pid)
+def sweep(tmp_path: Path, *overrides: str) -> Fleetrl:
+    """`fleetrl sweep` of CartPole started, its sweep directory under tmp_path/runs."""
+    return Fleetrl(
+        "sweep", CARTPOLE, f"runner.run_dir={tmp_path / 'runs'}", "--status-interval", "3", *overrides, cwd=tmp_path
+    )
 
 
 def sweep_dir_of(tmp_path: Path) -> Path:
@@ -104,17 +103,19 @@ def sweep_dir_of(tmp_path: Path) -> Path:
 def test_two_by_two_sweep_with_one_failing_trial(tmp_path):
     """Seeds 1, 2 × crash_seed null, 9: with seed 2 env 7 is seeded 9, so exactly that trial's
     first env step raises — an incident (exit 4) with a hang report — and the other three run."""
-    sweep, watch = start_sweep(
+    with sweep(
         tmp_path,
         "env.id=tests.sweep_envs:CartPoleCrashingOnSeed",
         "runner.total_env_steps=4096",
         "runner.target_return=15",
         "env.kwargs.crash_seed=null,9",
         "runner.seed=1,2",
-    )
-    assert sweep.wait(timeout=240) == 5, (tmp_path / "err.txt").read_text()[-3000:]
+    ) as running:
+        watch = ProcessWatch(running.process.pid)
+        result = running.finish(timeout=240)
+    assert result.code == 5, result.stderr[-3000:]
     assert watch.left_running() == []
-    err, out = (tmp_path / "err.txt").read_text(), (tmp_path / "out.txt").read_text()
+    err, out = result.stderr, result.stdout
     sweep_dir = sweep_dir_of(tmp_path)
     trials = json.loads((sweep_dir / "sweep.json").read_text())["trials"]
     assert [(t["trial"], t["status"], t["exit_code"]) for t in trials] == [
@@ -149,22 +150,21 @@ def test_two_by_two_sweep_with_one_failing_trial(tmp_path):
 
 
 def test_sigint_stops_every_trial_and_prints_what_finished(tmp_path):
-    sweep, watch = start_sweep(tmp_path, "runner.total_env_steps=1024,1000000", "runner.checkpoint_interval=1000")
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and sweep.poll() is None:
-        finished = "[sweep] trial-1 finished" in (tmp_path / "err.txt").read_text()
-        if finished and list((tmp_path / "runs").glob("sweep-*/trial-2-*/metrics.jsonl")):
-            break
-        time.sleep(0.5)
-    else:
-        sweep.kill()
-        pytest.fail(
-            "the sweep did not get to one finished and one training trial: " + (tmp_path / "err.txt").read_text()
-        )
-    sweep.send_signal(signal.SIGINT)
-    assert sweep.wait(timeout=90) == 130, (tmp_path / "err.txt").read_text()[-3000:]
+    with sweep(tmp_path, "runner.total_env_steps=1024,1000000", "runner.checkpoint_interval=1000") as running:
+        watch = ProcessWatch(running.process.pid)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and running.process.poll() is None:
+            finished = "[sweep] trial-1 finished" in running.stderr_so_far()
+            if finished and list((tmp_path / "runs").glob("sweep-*/trial-2-*/metrics.jsonl")):
+                break
+            time.sleep(0.5)
+        else:  # leaving the block kills the sweep and everything it started
+            pytest.fail("the sweep did not get to one finished and one training trial: " + running.stderr_so_far())
+        running.process.send_signal(signal.SIGINT)
+        result = running.finish(timeout=90)
+    assert result.code == 130, result.stderr[-3000:]
     assert watch.left_running() == []
-    err, out = (tmp_path / "err.txt").read_text(), (tmp_path / "out.txt").read_text()
+    err, out = result.stderr, result.stdout
     trials = json.loads((sweep_dir_of(tmp_path) / "sweep.json").read_text())["trials"]
     assert [(t["trial"], t["status"]) for t in trials] == [("trial-1", "finished"), ("trial-2", "stopped")]
     assert "[sweep] stopped by SIGINT: 1 of 2 trials had finished" in err
