@@ -1,11 +1,21 @@
-"""Atomic checkpoints: a crash while saving never damages the checkpoint before it.
+"""Checkpoints you can trust: a crash while saving never damages the checkpoint before it, and a
+damaged checkpoint is never loaded.
 
 Each checkpoint is written to a temporary file in the same folder, flushed to disk, then renamed
-over its final name (rename is atomic on POSIX). Only the newest `keep` are kept.
+over its final name (rename is atomic on POSIX). Its sha256 goes to `<name>.sha256` beside it,
+written (atomically too) before the rename, so every checkpoint of this format has its sum; one
+without (older runs) is verified by loading alone. Only the newest `keep` are kept.
+
+Loading (`load_latest`) takes the newest checkpoint that matches its sum and loads; newer damaged
+ones (a truncated file, a disk that lied) are skipped with one warning naming each and why, and
+when none is intact the error names every file and what is wrong with it.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import logging
 import os
 import re
 from pathlib import Path
@@ -14,31 +24,89 @@ import torch
 
 from fleetrl.errors import UserError
 
+log = logging.getLogger("fleetrl")
 PATTERN = re.compile(r"^ckpt_(\d{8})\.pt$")
+SUM_SUFFIX = ".sha256"
+
+
+class NoIntactCheckpoint(UserError):
+    """Every checkpoint of a run is damaged; `problems` maps each file to what is wrong with it."""
+
+    def __init__(self, run_dir: Path, problems: dict[Path, str]):
+        self.problems = problems
+        listed = "; ".join(f"{path}: {why}" for path, why in problems.items())
+        super().__init__(f"no intact checkpoint in {checkpoint_dir(run_dir)}: {listed}")
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def sum_file(checkpoint: Path) -> Path:
+    return checkpoint.with_name(checkpoint.name + SUM_SUFFIX)
+
+
 def save_checkpoint(run_dir: Path, iteration: int, state: dict, keep: int) -> Path:
+    """Write `state` as checkpoint `iteration`. A full disk raises OSError(ENOSPC) naming the file."""
     folder = checkpoint_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"ckpt_{iteration:08d}.pt"
     temporary = folder / f".{final.name}.tmp-{os.getpid()}"
     try:
+        folder.mkdir(parents=True, exist_ok=True)
         with open(temporary, "wb") as file:
             torch.save(state, file)
             file.flush()
             os.fsync(file.fileno())
+        _write_atomically(sum_file(final), f"{sha256(temporary)}  {final.name}\n".encode())
         os.replace(temporary, final)
-    except BaseException:  # a full disk, a signal: leave no half file taking the space
+    except BaseException as error:  # a full disk, a signal: leave no half file taking the space
         temporary.unlink(missing_ok=True)
+        if full_disk(error):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(final)) from error
         raise
     _fsync_dir(folder)
     for old in list_checkpoints(run_dir)[:-keep]:
         old.unlink()
+        sum_file(old).unlink(missing_ok=True)
     return final
+
+
+def full_disk(error: BaseException | None) -> bool:
+    """Whether `error` or one it came from is ENOSPC (torch wraps a failed write in RuntimeError)."""
+    return any(
+        (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e)
+        for e in causes(error)
+    )
+
+
+def causes(error: BaseException | None) -> list[BaseException]:
+    """`error` and the exceptions it came from (raised from, or while handling), nearest first."""
+    found: list[BaseException] = []
+    while error is not None and len(found) < 10:
+        found.append(error)
+        error = error.__cause__ or error.__context__
+    return found
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -57,8 +125,35 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(path for path in folder.iterdir() if PATTERN.match(path.name))
 
 
+def verified_load(checkpoint: Path) -> dict:
+    """The checkpoint's state; ValueError saying what is wrong when its sum differs or it does not load."""
+    expected = sum_file(checkpoint)
+    if expected.is_file():
+        want = expected.read_text().split()[0] if expected.read_text().split() else "(empty sum file)"
+        got = sha256(checkpoint)
+        if got != want:
+            size = checkpoint.stat().st_size
+            raise ValueError(f"sha256 {got[:12]}… of its {size} bytes does not match {expected.name} ({want[:12]}…)")
+    try:
+        return torch.load(checkpoint, weights_only=False)
+    except Exception as error:  # torch raises several kinds for a damaged file
+        raise ValueError(f"does not load: {type(error).__name__}: {str(error).splitlines()[0]}") from error
+
+
 def load_latest(run_dir: Path) -> dict:
+    """The newest intact checkpoint's state (see the module docstring)."""
     checkpoints = list_checkpoints(run_dir)
     if not checkpoints:
         raise UserError(f"no checkpoint in {checkpoint_dir(run_dir)}: nothing to resume or evaluate")
-    return torch.load(checkpoints[-1], weights_only=False)
+    problems: dict[Path, str] = {}
+    for checkpoint in reversed(checkpoints):
+        try:
+            state = verified_load(checkpoint)
+        except (ValueError, OSError) as error:
+            problems[checkpoint] = str(error)
+            continue
+        if problems:
+            skipped = "; ".join(f"{path}: {why}" for path, why in problems.items())
+            log.warning("skipping damaged checkpoint(s), using %s instead. %s", checkpoint.name, skipped)
+        return state
+    raise NoIntactCheckpoint(run_dir, problems)

@@ -16,11 +16,21 @@ METRICS_FILE = "metrics.jsonl"
 
 class JsonlTracker(Tracker):
     def start(self, config: Config, run_dir: Path) -> None:
-        self.file = open(Path(run_dir) / METRICS_FILE, "a", buffering=1)
+        self.path = Path(run_dir) / METRICS_FILE
+        self.file = open(self.path, "ab", buffering=0)  # unbuffered: a failed write fails here, not at close
 
     def log_metrics(self, record: dict, step: int) -> None:
+        """Append one whole line; a write that fails (a full disk) leaves no torn line behind and
+        raises OSError naming the file."""
         clean = {key: (None if isinstance(v, float) and not math.isfinite(v) else v) for key, v in record.items()}
-        self.file.write(json.dumps(clean) + "\n")
+        line, start = (json.dumps(clean) + "\n").encode(), self.file.tell()
+        try:
+            written = 0
+            while written < len(line):
+                written += self.file.write(line[written:])
+        except OSError as error:
+            self.file.truncate(start)
+            raise OSError(error.errno, error.strerror, str(self.path)) from error
 
     def close(self, failed: bool = False) -> None:
         self.file.close()

@@ -17,14 +17,14 @@ import psutil
 import torch
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.checkpoint import load_latest, save_checkpoint
+from fleetrl.checkpoint import NoIntactCheckpoint, load_latest, save_checkpoint
 from fleetrl.cluster.backend import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.layout import Layout, resolve_layout
 from fleetrl.cluster.start import start_backend
 from fleetrl.config.loader import save_config
 from fleetrl.config.schema import Config
-from fleetrl.errors import UserError
+from fleetrl.errors import ConfigError, UserError
 from fleetrl.evaluate import EvalSchedule
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import CONFIG_FILE, create_run_dir, resume_dir, setup_logging
@@ -39,6 +39,31 @@ log = logging.getLogger("fleetrl")
 SUMMARY_FILE = "summary.json"
 
 
+def load_resumed(run_dir: Path, resume: str) -> dict:
+    """The newest intact checkpoint of the run to continue; none intact is a config error on
+    runner.resume naming each file and what is wrong with it (before anything has started)."""
+    try:
+        return load_latest(run_dir)
+    except NoIntactCheckpoint as error:
+        raise ConfigError(
+            "runner.resume",
+            resume,
+            "a run directory holding an intact checkpoint",
+            f"{error}. Name another run (runner.resume=<run dir>) or move {run_dir} away to start a new run",
+        ) from None
+
+
+def save_resume_config(config: Config, run_dir: Path) -> Path:
+    """Keep a resume's resolved config as config-resume-<n>.yaml, once its checkpoint has loaded:
+    config.yaml stays the one the run started with, and no failed resume changes the record."""
+    n = 1
+    while (run_dir / f"config-resume-{n}.yaml").exists():
+        n += 1
+    path = run_dir / f"config-resume-{n}.yaml"
+    save_config(config, path)
+    return path
+
+
 class Trainer:
     def __init__(self, config: Config, live_progress: bool | None = None, layout: Layout | None = None):
         self.config = config
@@ -46,13 +71,14 @@ class Trainer:
         self.layout: Layout = layout or resolve_layout(config)
         resumed = resume_dir(config)  # runner.resume: a run directory, 'auto' (the newest of this name) or None
         self.run_dir = resumed or create_run_dir(config)
-        save_config(config, self.run_dir / CONFIG_FILE)
+        if resumed is None:
+            save_config(config, self.run_dir / CONFIG_FILE)
         setup_logging(self.run_dir)
         if runner.resume is not None and resumed is None:
             log.info("runner.resume=auto: no run of this name in %s yet, starting %s", runner.run_dir, self.run_dir)
         if runner.torch_threads:
             torch.set_num_threads(runner.torch_threads)
-        saved = load_latest(self.run_dir) if resumed else None
+        saved = load_resumed(resumed, runner.resume) if resumed else None
         self.iteration = 0
         self.train_s = 0.0
         self.global_step = 0
@@ -67,7 +93,14 @@ class Trainer:
         try:
             if saved is not None:
                 self.load_state(saved)
-                log.info("resumed %s at iteration %d, %d env steps", self.run_dir, self.iteration, self.global_step)
+                kept = save_resume_config(config, self.run_dir)
+                log.info(
+                    "resumed %s at iteration %d, %d env steps (this resume's config: %s)",
+                    self.run_dir,
+                    self.iteration,
+                    self.global_step,
+                    kept.name,
+                )
             else:
                 random.seed(runner.seed)
                 np.random.seed(runner.seed)
@@ -280,5 +313,10 @@ class Trainer:
             "target_reached_step": reached[0] if reached else None,
             "target_reached_s": reached[1] if reached else None,
         }
-        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        path = self.run_dir / SUMMARY_FILE
+        try:
+            path.write_text(json.dumps(summary, indent=2))
+        except OSError as error:  # a full disk: say so, without hiding why the run is ending
+            path.unlink(missing_ok=True)
+            log.error("could not write %s: %s", path, error)
         return summary

@@ -133,7 +133,10 @@ def test_failed_save_leaves_no_partial_file(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         save_checkpoint(tmp_path, 2, state(2), keep=3)
     monkeypatch.undo()
-    assert sorted(path.name for path in checkpoint_dir(tmp_path).iterdir()) == ["ckpt_00000001.pt"]
+    assert sorted(path.name for path in checkpoint_dir(tmp_path).iterdir()) == [
+        "ckpt_00000001.pt",
+        "ckpt_00000001.pt.sha256",
+    ]
 
 
 # --- keep-last-K --------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import queue
 import threading
 from pathlib import Path
 
+from fleetrl.checkpoint import full_disk
 from fleetrl.config.schema import Config
 from fleetrl.metrics_log import JsonlTracker
 from fleetrl.tracking.base import Tracker
@@ -61,6 +62,8 @@ class GuardedTracker:
             self.drop(f"{method} did not return within {self.timeout_s:g} s (runner.tracker_timeout_s)")
         elif errors:
             error = errors[0]
+            if self.name == "jsonl" and full_disk(error):  # the run's own record: a disk_full incident
+                raise error
             hint = (
                 f"; install it with pip install 'fleetrl[{EXTRAS[self.name]}]'"
                 if isinstance(error, ImportError) and self.name in EXTRAS

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 import traceback
+from pathlib import Path
 
+from fleetrl.checkpoint import causes, full_disk
 from fleetrl.watch.host import WorkerError
 from fleetrl.watch.watchdog import Incident, describe
 
+DISK_FULL_HINT = (
+    "Free space on that file system or point runner.run_dir at a larger disk, then resume "
+    "(runner.resume=<run dir>): the last complete checkpoint is intact, a failed save never replaces it."
+)
 
-def incident_from_error(error: BaseException, records: dict, actor_ranks: dict) -> Incident:
+
+def incident_from_error(
+    error: BaseException, records: dict, actor_ranks: dict, run_dir: Path | None = None
+) -> Incident:
     """`records`: (component, rank) → heartbeat record; `actor_ranks`: Ray actor id (hex) →
     (component, rank). A worker's exception arrives as a `WorkerError` naming its raiser (on Ray
     inside a RayTaskError, possibly after travelling as another call's argument); a dead Ray
-    worker as a RayActorError carrying its actor id."""
+    worker as a RayActorError carrying its actor id; the controller's own ENOSPC is `disk_full`
+    naming the file (else `run_dir`) and the bytes left there."""
     now = time.time()
     try:
         from ray.exceptions import RayActorError
@@ -26,6 +37,8 @@ def incident_from_error(error: BaseException, records: dict, actor_ranks: dict) 
             "worker_died", f"{who} died (Ray lost its process): {str(error).splitlines()[0]}", now, key, str(error)
         )
     raised = worker_error(error)
+    if raised is None and full_disk(error):  # the controller's own write: a checkpoint, metrics
+        return Incident("disk_full", disk_full_summary(error, run_dir), now, None, DISK_FULL_HINT)
     if raised is None:  # raised in the controller itself
         return Incident(
             "worker_exception",
@@ -44,6 +57,25 @@ def incident_from_error(error: BaseException, records: dict, actor_ranks: dict) 
     if "No space left on device" in raised.message:
         return Incident("disk_full", said, now, key, raised.trace)
     return Incident("worker_exception", said, now, key, raised.trace)
+
+
+def disk_full_summary(error: BaseException, run_dir: Path | None) -> str:
+    path = next((e.filename for e in causes(error) if isinstance(e, OSError) and e.filename), None)
+    where = Path(path) if path else run_dir
+    return f"no space left on device writing {where or 'a file'}: {free_bytes(where)}"
+
+
+def free_bytes(path: Path | None) -> str:
+    """'N bytes free on <mount>' for the file system holding `path` (its nearest existing folder)."""
+    folder = Path(path) if path else None
+    while folder is not None and not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if folder is None:
+        return "free space unknown"
+    try:
+        return f"{shutil.disk_usage(folder).free} bytes free on {folder}"
+    except OSError as error:
+        return f"free space unknown ({error})"
 
 
 def worker_error(error: BaseException) -> WorkerError | None:

@@ -7,7 +7,9 @@ then every worker's Python stack.
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -90,8 +92,23 @@ def render_text(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write_hang_report(run_dir: Path, report: dict) -> str:
+def write_hang_report(run_dir: Path, report: dict) -> tuple[str, Path]:
+    """Write the report into `run_dir`, or, when that cannot take it (a full disk), into a folder
+    of the system's temp dir that the returned text names. Returns (text, folder written to)."""
     text = render_text(report)
-    (Path(run_dir) / REPORT_JSON).write_text(json.dumps(report, indent=2, default=str))
-    (Path(run_dir) / REPORT_TEXT).write_text(text)
-    return text
+    try:
+        _write_report(Path(run_dir), report, text)
+        return text, Path(run_dir)
+    except OSError as error:
+        for name in (REPORT_JSON, REPORT_TEXT):  # no half-written report left for a reader to trip on
+            (Path(run_dir) / name).unlink(missing_ok=True)
+        fallback = Path(tempfile.gettempdir()) / f"fleetrl-report-{Path(run_dir).name}-{os.getpid()}"
+        text += f"\n(the run directory {run_dir} could not take this report: {error}; it is in {fallback})\n"
+        fallback.mkdir(parents=True, exist_ok=True)
+        _write_report(fallback, report, text)
+        return text, fallback
+
+
+def _write_report(folder: Path, report: dict, text: str) -> None:
+    (folder / REPORT_JSON).write_text(json.dumps(report, indent=2, default=str))
+    (folder / REPORT_TEXT).write_text(text)

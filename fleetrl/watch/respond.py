@@ -57,8 +57,8 @@ class Responder:
         """Call `hook([hang_report.txt, hang_report.json])` on an incident, for at most `timeout_s`."""
         self.report_hooks.append((hook, timeout_s))
 
-    def run_report_hooks(self) -> None:
-        paths = [self.run_dir / REPORT_TEXT, self.run_dir / REPORT_JSON]
+    def run_report_hooks(self, folder: Path) -> None:
+        paths = [folder / REPORT_TEXT, folder / REPORT_JSON]
         for hook, timeout_s in self.report_hooks:
             thread = threading.Thread(target=hook, args=(paths,), name="fleetrl-report-hook", daemon=True)
             thread.start()
@@ -79,10 +79,10 @@ class Responder:
                 self.run_dir / "stacks",
             )
             self.report = build_hang_report(incident, workers, stacks, time.time())
-            text = write_hang_report(self.run_dir, self.report)
+            text, folder = write_hang_report(self.run_dir, self.report)
             print(text, file=sys.stderr)
-            log.error("%s: %s (report: %s)", incident.cause, self.report["summary"], self.run_dir / REPORT_TEXT)
-            self.run_report_hooks()
+            log.error("%s: %s (report: %s)", incident.cause, self.report["summary"], folder / REPORT_TEXT)
+            self.run_report_hooks(folder)
         finally:
             kill_remote()
             kill_own_children()

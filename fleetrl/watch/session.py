@@ -111,7 +111,7 @@ class WatchSession:
         # dead one as the cause, with the survivor's error as detail.
         incident = self.watchdog.check_alive(records, time.time())
         if incident is None:
-            incident = incident_from_error(error, records, self.remote.actor_ids() if self.remote else {})
+            incident = incident_from_error(error, records, self.remote.actor_ids() if self.remote else {}, self.run_dir)
         else:
             incident.detail = f"seen by the others as: {error}"
         incident.records = records
