@@ -28,7 +28,7 @@ def test_a_failing_watchdog_is_an_incident_and_ends_the_run(tmp_path):
     assert "heartbeat record unreadable: env rank 0: TypeError: not a heartbeat record" in report["detail"]
     readable = {(w["component"], w["rank"]) for w in report["workers"] if w["pid"] is not None}
     assert readable == {("rollout", 0), ("actor", 0)}  # every other worker's state is in the report
-    assert report["detected_after_s"] < 3
+    assert report["detected_after_s"] < 5  # from the poll that raised to the written report
 
 
 def test_a_worker_exception_is_timed_from_its_raise(tmp_path):
