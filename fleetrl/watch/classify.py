@@ -1,4 +1,7 @@
-"""An exception that reached the controller → the incident it stands for."""
+"""An exception that reached the controller → the incident it stands for.
+
+The incident starts at the fault's first sign, not when the controller classifies it: a worker's
+exception when it was raised (`WorkerError.raised_at`), a dead Ray worker at its last heartbeat."""
 
 from __future__ import annotations
 
@@ -33,8 +36,13 @@ def incident_from_error(
     if isinstance(error, RayActorError):
         key = actor_ranks.get(getattr(error, "actor_id", None))
         who = describe(key) if key else "a worker"
+        last_beat = records.get(key, {}).get("time", now)
         return Incident(
-            "worker_died", f"{who} died (Ray lost its process): {str(error).splitlines()[0]}", now, key, str(error)
+            "worker_died",
+            f"{who} died (Ray lost its process): {str(error).splitlines()[0]}",
+            last_beat,
+            key,
+            str(error),
         )
     raised = worker_error(error)
     if raised is None and full_disk(error):  # the controller's own write: a checkpoint, metrics
@@ -52,11 +60,15 @@ def incident_from_error(
     said = f"{describe(key)} raised {raised.error_type} in {raised.phase}: {message}"
     if raised.error_type == "JoinError":
         return Incident(
-            "peer_unreachable", f"{describe(key)} could not reach its peers: {message}", now, key, raised.trace
+            "peer_unreachable",
+            f"{describe(key)} could not reach its peers: {message}",
+            raised.raised_at,
+            key,
+            raised.trace,
         )
     if "No space left on device" in raised.message:
-        return Incident("disk_full", said, now, key, raised.trace)
-    return Incident("worker_exception", said, now, key, raised.trace)
+        return Incident("disk_full", said, raised.raised_at, key, raised.trace)
+    return Incident("worker_exception", said, raised.raised_at, key, raised.trace)
 
 
 def disk_full_summary(error: BaseException, run_dir: Path | None) -> str:

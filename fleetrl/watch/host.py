@@ -8,6 +8,7 @@ subclass's override runs."""
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +41,17 @@ def start_watching(component: str, rank: int, node: int, spec: WatchSpec) -> Rec
 
 
 class WorkerError(RuntimeError):
-    """An exception inside a worker, labelled with who raised it and where, and its traceback as
-    text — it survives pickling through Ray and being passed along as another call's argument."""
+    """An exception inside a worker, labelled with who raised it, where and when (`raised_at`,
+    epoch seconds: the incident starts there, not when the controller learns of it), and its
+    traceback as text — it survives pickling through Ray and being passed along as another call's
+    argument."""
 
-    def __init__(self, component: str, rank: int, phase: str, error_type: str, message: str, trace: str):
-        super().__init__(component, rank, phase, error_type, message, trace)
+    def __init__(
+        self, component: str, rank: int, phase: str, error_type: str, message: str, trace: str, raised_at: float
+    ):
+        super().__init__(component, rank, phase, error_type, message, trace, raised_at)
         self.component, self.rank, self.phase = component, rank, phase
-        self.error_type, self.message, self.trace = error_type, message, trace
+        self.error_type, self.message, self.trace, self.raised_at = error_type, message, trace, raised_at
 
     def __str__(self) -> str:
         return f"{self.component} rank {self.rank} raised {self.error_type} in {self.phase}: {self.message}"
@@ -75,7 +80,7 @@ class RecordedCalls:
             raise
         except Exception as error:
             raise WorkerError(
-                self.process, self.rank, phase, type(error).__name__, str(error), traceback.format_exc()
+                self.process, self.rank, phase, type(error).__name__, str(error), traceback.format_exc(), time.time()
             ) from None
         finally:
             self.recorder.exit_phase(outer)

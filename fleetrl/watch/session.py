@@ -2,7 +2,9 @@
 
 Invariant: from the moment a worker process exists until `stop`, any stall, death, desync or
 worker error ends in exactly one hang report and a teardown (exit code 4), and a start-up step
-that hangs (`deadline`) ends the same way, as `startup_timeout`.
+that hangs (`deadline`) ends the same way, as `startup_timeout`. The watchdog failing is itself an
+incident (`watchdog_error`), and every incident response is bounded (`RESPONSE_BOUND_S` plus the
+report hooks' own bounds): a response that fails or hangs still ends this process with exit 4.
 
 The backends use this object and nothing else of `fleetrl.watch` to be watched: `open_store`
 (where workers beat: a `WatchSpec` they can carry to any process), `watch_here` (this process as
@@ -17,6 +19,9 @@ backends changing.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,12 +33,16 @@ from fleetrl.watch import flight_recorder
 from fleetrl.watch.classify import incident_from_error
 from fleetrl.watch.flight_recorder import Recorder
 from fleetrl.watch.host import WatchSpec
-from fleetrl.watch.respond import Responder
+from fleetrl.watch.respond import EXIT_INCIDENT, Responder
 from fleetrl.watch.stacks import register_stack_dump, stack_file
 from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident, Watchdog
 
+log = logging.getLogger("fleetrl")
+# Stacks (py-spy bounded at 5 s a worker), report, teardown (5 s a process tree): past this, plus
+# the report hooks' own bounds, the response is stuck and this process ends without it.
+RESPONSE_BOUND_S = 60.0
 DEADLINE_HINT = "Check the address and that the network interface it names is reachable from here (`fleetrl doctor`)."
 
 
@@ -96,7 +105,8 @@ class WatchSession:
         """In the watchdog's thread: the main thread may be stuck for good, so end the process."""
         self.interrupt.set()  # waits in the main thread give up (cluster/groups.py RayGroup.get)
         kill_remote = self.remote.kill_remote_workers if self.remote else lambda: None
-        self.responder.respond(incident, self.workers, kill_remote, exit_process=True)
+        with self.bounded_response():
+            self.responder.respond(incident, self.workers, kill_remote, exit_process=True)
 
     def fail(self, error: BaseException) -> NoReturn:
         """A worker's error reached the main thread: report it as an incident, tear down, raise
@@ -106,7 +116,7 @@ class WatchSession:
             kill_own_children()
             raise error
         self.watchdog.stop()
-        records = self.store.read(self.keys())
+        records, _ = self.watchdog.readable_records()
         # A dead worker shows up at the others as errors ("connection reset by peer"): name the
         # dead one as the cause, with the survivor's error as detail.
         incident = self.watchdog.check_alive(records, time.time())
@@ -115,7 +125,22 @@ class WatchSession:
         else:
             incident.detail = f"seen by the others as: {error}"
         incident.records = records
-        self.responder.respond(incident, self.workers, self.stop_remote_after_incident)
+        with self.bounded_response():
+            self.responder.respond(incident, self.workers, self.stop_remote_after_incident)
+
+    def bounded_response(self) -> contextlib.AbstractContextManager:
+        """Bound the incident response in the block: past its bound, end this process's children
+        and exit 4 without it (a teardown that hangs must not leave the run hanging)."""
+        bound = RESPONSE_BOUND_S + sum(timeout_s for _, timeout_s in self.responder.report_hooks)
+
+        def give_up() -> None:
+            log.error("the incident response did not finish within %g s: exiting without it", bound)
+            with contextlib.suppress(Exception):
+                kill_own_children()
+            sys.stderr.flush()
+            os._exit(EXIT_INCIDENT)
+
+        return expire_after(bound, give_up)
 
     def stop_remote_after_incident(self) -> None:
         if self.remote is not None:
@@ -136,7 +161,8 @@ class WatchSession:
                 "startup_timeout", f"{what} did not finish within {seconds:.0f} s", started, None, DEADLINE_HINT
             )
             self.interrupt.set()
-            self.responder.respond(incident, self.workers, exit_process=True)
+            with self.bounded_response():
+                self.responder.respond(incident, self.workers, exit_process=True)
 
         return expire_after(seconds, expire)
 

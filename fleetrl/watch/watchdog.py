@@ -4,7 +4,13 @@ It runs as a thread of the controller, polling the heartbeat store. In order of 
 raises an `Incident` for: a worker process that is gone (`worker_died`); a worker that stopped
 beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never returns); actor ranks
 waiting in a collective that another rank entered differently (`collective_mismatch`) or never
-entered (`rank_missing_from_collective`); a phase over its deadline (`phase_timeout`).
+entered (`rank_missing_from_collective`); a phase over its deadline (`phase_timeout`). An
+exception in the watchdog's own poll (a record it cannot read, a store that fails) is an incident
+too (`watchdog_error`): a watchdog that died quietly would leave the run going on unwatched.
+
+An incident's `started` is the fault's first sign — the culprit's last progress (its last
+heartbeat, the start of the phase or collective it overran) — so that `detected_after_s` measures
+the watchdog, not the moment it looked.
 
 Deadlines are learned: a phase may take `deadline_factor` × the longest time it has taken before,
 clamped to [min_deadline_s, max_deadline_s]; a phase never seen finishing (start-up, the first
@@ -16,6 +22,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -35,6 +42,7 @@ CAUSES = (
     "disk_full",
     "interrupted",
     "startup_timeout",
+    "watchdog_error",
 )
 
 
@@ -52,6 +60,19 @@ class Incident:
 # Components whose ranks form the actor process group: actor workers, or fused ranks
 # (cluster/fused.py) that host an actor rank with its env and rollout.
 PROCESS_GROUP_MEMBERS = ("actor", "fused")
+
+
+def readable(record) -> dict:
+    """`record` if it has the shape the watchdog and the report rely on; else TypeError."""
+    number = (int, float)
+    if not (
+        isinstance(record, dict)
+        and isinstance(record.get("pid"), int)
+        and isinstance(record.get("time"), number)
+        and isinstance(record.get("phase_started"), (*number, type(None)))
+    ):
+        raise TypeError(f"not a heartbeat record: {str(record)[:200]}")
+    return record
 
 
 def describe(key: tuple[str, int]) -> str:
@@ -84,16 +105,53 @@ class Watchdog(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.wait(self.config.poll_interval_s):
-            self.records = self.read_records(self.workers)
-            now = time.time()
-            self.timeline.append((now, {f"{k[0]}/{k[1]}": r.get("phase") for k, r in self.records.items()}))
-            incident = self.inspect(self.records, now)
+            try:
+                incident = self.poll()
+            except Exception as error:  # any failure of the poll would leave the run unwatched
+                incident = self.failed(error)
             if incident is not None:
-                incident.records = self.records
                 incident.timeline = list(self.timeline)
                 self.incident = incident
                 self.on_incident(incident)
                 return
+
+    def poll(self) -> Incident | None:
+        self.records = self.read_records(self.workers)
+        now = time.time()
+        self.timeline.append((now, {f"{k[0]}/{k[1]}": r.get("phase") for k, r in self.records.items()}))
+        incident = self.inspect(self.records, now)
+        if incident is not None:
+            incident.records = self.records
+        return incident
+
+    def readable_records(self) -> tuple[dict, list[str]]:
+        """Every worker's record that can be read and understood, one by one, and a line naming
+        each that cannot."""
+        records, unreadable = {}, []
+        for key in self.workers:
+            try:
+                record = self.read_records([key]).get(key)
+                if record is not None:
+                    records[key] = readable(record)
+            except Exception as reason:  # report what can be read, name the rest
+                unreadable.append(f"{describe(key)}: {type(reason).__name__}: {reason}")
+        return records, unreadable
+
+    def failed(self, error: Exception) -> Incident:
+        """The `watchdog_error` incident for an exception in the poll, with every worker's record
+        that can still be read and understood; the others are named in its detail."""
+        raised = time.time()
+        records, unreadable = self.readable_records()
+        trace = "".join(traceback.format_exception(error))
+        return Incident(
+            "watchdog_error",
+            f"the watchdog (thread {self.name} of the controller) raised {type(error).__name__}: {error}; "
+            "the run can no longer be watched, so it is stopped",
+            raised,
+            None,
+            trace + "".join(f"\nheartbeat record unreadable: {line}" for line in unreadable),
+            records,
+        )
 
     def stop(self) -> None:
         """Stop polling; from another thread, also wait for the poll in progress to end."""

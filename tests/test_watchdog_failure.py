@@ -1,0 +1,52 @@
+"""The watchdog cannot die quietly, and an incident's start is the fault's, not the watchdog's.
+
+A worker publishing a heartbeat the watchdog cannot read (through the real store) makes the
+watchdog's poll raise: that is a `watchdog_error` incident — report, teardown, exit 4 — never a
+run going on unwatched. A worker's exception is timed from the moment it was raised."""
+
+from __future__ import annotations
+
+from tests.incidents import SMALL
+from tests.support import train
+
+
+def test_a_failing_watchdog_is_an_incident_and_ends_the_run(tmp_path):
+    result = train(
+        "configs/ppo_cartpole.yaml",
+        *SMALL,
+        "cluster.backend=ray",
+        "env.id=tests.watchdog_envs:CorruptingHeartbeat",
+        "env.kwargs={after_steps: 30}",
+        runs=tmp_path / "runs",
+        timeout=180,
+    )
+    report = result.hang_report
+    assert result.code == 4 and report is not None, result.stderr[-3000:]
+    assert report["cause"] == "watchdog_error", report["summary"]
+    assert report["summary"].startswith("the watchdog (thread fleetrl-watchdog of the controller) raised TypeError")
+    assert "check_alive" in report["detail"]  # its traceback
+    assert "heartbeat record unreadable: env rank 0: TypeError: not a heartbeat record" in report["detail"]
+    readable = {(w["component"], w["rank"]) for w in report["workers"] if w["pid"] is not None}
+    assert readable == {("rollout", 0), ("actor", 0)}  # every other worker's state is in the report
+    # from the poll that raised to the written report; the margin is for a loaded CI host
+    assert report["detected_after_s"] < 30
+
+
+def test_a_worker_exception_is_timed_from_its_raise(tmp_path):
+    raised_at_file = tmp_path / "raised_at"
+    result = train(
+        "configs/ppo_cartpole.yaml",
+        *SMALL,
+        "env.id=tests.watchdog_envs:RaisingLate",
+        f"env.kwargs={{raised_at_file: {raised_at_file}, after_steps: 30, sleep_s: 1.0}}",
+        runs=tmp_path / "runs",
+        timeout=120,
+    )
+    report = result.hang_report
+    assert result.code == 4 and report is not None, result.stderr[-3000:]
+    assert report["cause"] == "worker_exception", report["summary"]
+    raised_at = float(raised_at_file.read_text())
+    # the incident starts at the raise (stamped by the worker), not when the controller classified
+    # it; the margins are for a loaded CI host
+    assert raised_at <= report["incident_started"] < raised_at + 5
+    assert report["detected_after_s"] < 30

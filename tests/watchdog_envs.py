@@ -1,0 +1,40 @@
+"""Envs for tests/test_watchdog_failure.py, reachable as entry points (`tests.watchdog_envs:...`).
+
+`CorruptingHeartbeat` breaks the heartbeat its own worker process publishes through the real
+store (its recorder's pid becomes text), a record the controller's watchdog cannot use;
+`RaisingLate` sleeps in a step, writes the wall time to a file and raises right after."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+from fleetrl.watch import flight_recorder
+
+
+class CorruptingHeartbeat(CartPoleEnv):
+    def __init__(self, after_steps: int = 50, **kwargs):
+        super().__init__(**kwargs)
+        self.after_steps, self.steps = after_steps, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.after_steps:
+            flight_recorder.current().identity["pid"] = "no longer a pid"
+        return super().step(action)
+
+
+class RaisingLate(CartPoleEnv):
+    def __init__(self, raised_at_file: str = "", after_steps: int = 50, sleep_s: float = 1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.raised_at_file, self.after_steps, self.sleep_s, self.steps = raised_at_file, after_steps, sleep_s, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.after_steps:
+            time.sleep(self.sleep_s)
+            Path(self.raised_at_file).write_text(repr(time.time()))
+            raise RuntimeError("the simulator gave up")
+        return super().step(action)
