@@ -10,6 +10,8 @@ and fleetrl's actor names carry) — other Ray sessions on the machine are not t
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -221,3 +223,39 @@ def end(processes: list[psutil.Process]) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(processes, timeout=10)
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(mount_point: Path, size: str):
+    """A real tmpfs of `size` (e.g. '4m') at `mount_point` (root only; skips the test otherwise),
+    unmounted afterwards even when the test fails."""
+    mount_point.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+def fill(directory: Path) -> None:
+    """Write into `directory` until its file system says ENOSPC, down to the last partial block."""
+    chunk = b"\0" * (64 * 1024)
+    with open(directory / "ballast", "wb") as ballast:
+        try:
+            while True:
+                ballast.write(chunk)
+                ballast.flush()
+        except OSError as error:
+            assert error.errno == errno.ENOSPC
+    for size in (4096, 512, 1):  # the last partial blocks
+        try:
+            with open(directory / f"crumb-{size}", "wb") as crumb:
+                while True:
+                    crumb.write(b"\0" * size)
+                    crumb.flush()
+        except OSError as error:
+            assert error.errno == errno.ENOSPC

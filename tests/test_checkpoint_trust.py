@@ -6,7 +6,6 @@ fallback folder when the run directory cannot take it."""
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -25,7 +24,7 @@ from fleetrl.checkpoint import (
     save_checkpoint,
     sum_file,
 )
-from tests.support import REPO, Fleetrl, read_json, train
+from tests.support import REPO, Fleetrl, fill, mounted_tmpfs, read_json, train
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 # 4 envs x 16 steps = 64 env steps an iteration; a checkpoint after each
@@ -154,29 +153,8 @@ def test_resume_with_no_intact_checkpoint_is_exit_2_and_changes_nothing(finished
 @pytest.fixture
 def small_fs(tmp_path):
     """A real 4 MiB tmpfs (root only), unmounted afterwards."""
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount_point)], capture_output=True, text=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "small", "4m") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=True)
-
-
-def fill(directory: Path) -> None:
-    """Write until the file system says ENOSPC."""
-    descriptor = os.open(directory / "ballast", os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(descriptor, b"\0" * 4096):
-            pass
-    except OSError as error:
-        assert error.errno == errno.ENOSPC, error
-    finally:
-        os.close(descriptor)
 
 
 def test_a_disk_that_fills_during_the_run_is_disk_full(small_fs, tmp_path):

@@ -8,7 +8,6 @@ returns. Every address used is on loopback; every process a check starts is gone
 from __future__ import annotations
 
 import argparse
-import errno
 import io
 import json
 import socket
@@ -37,7 +36,7 @@ from fleetrl.doctor.context import Context
 from fleetrl.doctor.disk import check_directory
 from fleetrl.doctor.handshake import run_handshake
 from fleetrl.doctor.interfaces import interfaces
-from tests.support import fleetrl, own_children
+from tests.support import fill, fleetrl, mounted_tmpfs, own_children
 
 MIB = 1024**2
 
@@ -106,37 +105,8 @@ def closed_port() -> socket.socket:
 @pytest.fixture
 def tiny_fs(tmp_path):
     """A real 1 MiB tmpfs, unmounted afterwards."""
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True, text=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "tiny", "1m") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=True)
-
-
-def fill(directory: Path) -> None:
-    """Write until the filesystem says ENOSPC."""
-    chunk = b"\0" * (64 * 1024)
-    with open(directory / "ballast", "wb") as ballast:
-        try:
-            while True:
-                ballast.write(chunk)
-                ballast.flush()
-        except OSError as error:
-            assert error.errno == errno.ENOSPC
-    for size in (4096, 512, 1):  # the last partial blocks
-        try:
-            with open(directory / f"crumb-{size}", "wb") as crumb:
-                while True:
-                    crumb.write(b"\0" * size)
-                    crumb.flush()
-        except OSError as error:
-            assert error.errno == errno.ENOSPC
 
 
 class TestDisk:
