@@ -57,6 +57,7 @@ def test_an_env_constructor_that_hangs_in_a_ray_worker_is_a_startup_timeout(tmp_
     assert_incident(result, "startup_timeout", ["env", 0], 20)
     report = result.hang_report
     assert report["state"] == "blocked" and "env.construct" in report["summary"], report["summary"]
+    assert "its main thread is at watchdog_envs.py" in report["summary"]  # the constructor that sleeps
     culprit = next(w for w in report["workers"] if w["culprit"])
     assert "watchdog_envs.py" in culprit["stack"] and "__init__" in culprit["stack"]
 

@@ -16,7 +16,7 @@ from fleetrl.watch.watchdog import Incident, collective_text, describe, where
 
 REPORT_JSON = "hang_report.json"
 REPORT_TEXT = "hang_report.txt"
-STALLS = ("phase_timeout", "process_frozen", "rank_missing_from_collective", "collective_mismatch")
+STALLS = ("phase_timeout", "process_frozen", "rank_missing_from_collective", "collective_mismatch", "startup_timeout")
 
 
 def innermost_frame(stack: str) -> str | None:
@@ -76,7 +76,10 @@ def render_text(report: dict) -> str:
     lines.append("workers:")
     for worker in report["workers"]:
         key = (worker["component"], worker["rank"])
-        state = where({"phase": worker["phase"], "phase_age_s": worker["phase_age_s"] or 0.0})
+        if worker["pid"] is None:
+            state = "not started: no heartbeat yet"
+        else:
+            state = where({"phase": worker["phase"], "phase_age_s": worker["phase_age_s"] or 0.0})
         collective = worker["collective"] or worker["last_collective"]
         in_or_last = "in" if worker["collective"] else "last"
         lines.append(
