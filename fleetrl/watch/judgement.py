@@ -18,7 +18,9 @@ from collections import deque
 from dataclasses import dataclass
 
 BLOCKED, BUSY = "blocked", "busy"
-THREAD_BUSY = 0.10  # the phase's thread used at least this share of a core: it computes
+# The phase's thread used at least this share of a core: it computes. A blocked thread uses ~0; a
+# computing one on a loaded host may get far less than a whole core.
+THREAD_BUSY = 0.05
 PROCESS_BUSY = 0.50  # the process used at least half a core (more than its idle threads ever do)
 MIN_SAMPLES = 3  # beats in the window needed to tell
 
