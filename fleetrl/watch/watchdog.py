@@ -325,10 +325,9 @@ class Watchdog(threading.Thread):
         phase, age = record["phase"], record["phase_age_s"]
         longest = record.get("phase_max_s", {}).get(phase)
         before = f"longest before {longest:.3f} s" if longest else "never finished before"
-        if judgement.state == BUSY:
-            allowance = f"; past watchdog.busy_allowance_s ({self.config.busy_allowance_s:g} s)"
-        else:
-            allowance = ""
+        allowance = (
+            f"; past watchdog.busy_allowance_s ({self.config.busy_allowance_s:g} s)" if judgement.state == BUSY else ""
+        )
         cause = "startup_timeout" if startup_step(phase) and not longest else "phase_timeout"
         return Incident(
             cause,
