@@ -2,7 +2,10 @@
 
 `CorruptingHeartbeat` breaks the heartbeat its own worker process publishes through the real
 store (its recorder's pid becomes text), a record the controller's watchdog cannot use;
-`RaisingLate` sleeps in a step, writes the wall time to a file and raises right after."""
+`RaisingLate` sleeps in a step, writes the wall time to a file and raises right after.
+For tests/test_watchdog_judgement.py: `HangingConstructor` never returns from its constructor (a
+simulator waiting for a licence server); `BusyFirstStep` computes for `busy_s` in the first step
+its process makes (a scene loaded on the first auto-reset, a JIT warm-up), then is CartPole."""
 
 from __future__ import annotations
 
@@ -37,4 +40,26 @@ class RaisingLate(CartPoleEnv):
             time.sleep(self.sleep_s)
             Path(self.raised_at_file).write_text(repr(time.time()))
             raise RuntimeError("the simulator gave up")
+        return super().step(action)
+
+
+class HangingConstructor(CartPoleEnv):
+    def __init__(self, **kwargs):
+        while True:
+            time.sleep(3600)
+
+
+class BusyFirstStep(CartPoleEnv):
+    busy_in_this_process = True  # once per process, not once per sub-env of the vector env
+
+    def __init__(self, busy_s: float = 60.0, **kwargs):
+        super().__init__(**kwargs)
+        self.busy_s = busy_s
+
+    def step(self, action):
+        if BusyFirstStep.busy_in_this_process:
+            BusyFirstStep.busy_in_this_process = False
+            deadline = time.monotonic() + self.busy_s
+            while time.monotonic() < deadline:
+                sum(range(10_000))  # pure computation: CPU in the calling thread
         return super().step(action)

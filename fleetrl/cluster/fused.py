@@ -55,7 +55,9 @@ class FusedRank:
         self.config, self.rank, self.world_size = config, rank, world_size
         self.recorder, self.fault_spec = recorder, fault_spec
         self.calls: dict[str, RecordedCalls] = {FUSED: self.recorded_calls(FUSED, self)}
-        self.env: InlineGroup = self.inline_group("env", EnvWorker(*env_args))
+        with recorder.in_phase("env.construct"):  # the start-up step that runs the user's env constructors
+            env = EnvWorker(*env_args)
+        self.env: InlineGroup = self.inline_group("env", env)
         self.iterations: CollectThenTrain | None = None  # once the learner is built
 
     def recorded_calls(self, component: str, worker) -> RecordedCalls:
@@ -117,8 +119,10 @@ class FusedBackend(RayBackend):
         that the spaces are checked before any learner is built."""
         placement, world = layout.placement, layout.placement.world_size("actor")
         cluster, spec = connect(config, layout, session, undo, " (fused: one process per rank)")
+        ranks = fused_assignments(placement, os.cpu_count())
+        session.start(watched(ranks, layout), cluster)  # from before the ranks exist: their start-up is watched
         fused = cluster.create_group(
-            fused_assignments(placement, os.cpu_count()),
+            ranks,
             FusedRank,
             lambda rank: (config, env_worker_args(config, placement, rank), rank, world),
             spec,
@@ -134,7 +138,6 @@ class FusedBackend(RayBackend):
         check_spaces(config, *spaces)
         create = partial(cluster.create_group, watch=spec, interrupt=session.interrupt)
         evaluator = start_evaluator(config, layout, create, undo)
-        session.start(watched([fused, *filter(None, [evaluator])]), cluster)
-        fused.get(fused.call_all(FusedRank.build_learner, *spaces))  # the learners, now under the watchdog
+        fused.get(fused.call_all(FusedRank.build_learner, *spaces))
         join_actor_ranks(cluster, actor)
         return cls(session, Workers(env, rollout, actor, spaces, evaluator), FusedIterations(fused), cluster)

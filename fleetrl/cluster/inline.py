@@ -45,7 +45,8 @@ class InlineBackend(Backend):
             calls = RecordedCalls(worker, component, 0, recorder, FaultPlan(config.debug.fault, component, 0))
             return InlineGroup(placement.ranks(component), [worker], [calls])
 
-        env = EnvWorker(*env_worker_args(config, placement, 0))
+        with recorder.in_phase("env.construct"):  # a watched start-up step, like every worker's on Ray
+            env = EnvWorker(*env_worker_args(config, placement, 0))
         undo.callback(env.close)
         spaces = env.observation_space, env.action_space
         check_spaces(config, *spaces)

@@ -1,10 +1,11 @@
 """The Ray backend: one pinned Ray actor per rank of each component, driven from this process.
 
-Start-up order is the invariant that keeps errors cheap and everything watched: env workers
-first, so the env's spaces are checked (`check_spaces`) before any learner is built; then actor
-and rollout workers (and the eval worker, when the run evaluates: a Ray actor of its own, so that
-its episodes run while training goes on); then the watchdog over all of them; only then the actor
-ranks' process group (a rendezvous that can hang, so it runs watched). `connect`,
+Start-up order is the invariant that keeps errors cheap and everything watched: the watchdog
+first, over every worker the layout places (each one's start-up steps — its construction, the
+spaces, the process-group join — are watched phases, so a constructor that hangs is reported);
+then env workers, so the env's spaces are checked (`check_spaces`) before any learner is built;
+then actor and rollout workers (and the eval worker, when the run evaluates: a Ray actor of its
+own, so that its episodes run while training goes on); last the actor ranks' process group. `connect`,
 `start_evaluator` and `join_actor_ranks` are shared with the fused backend (cluster/fused.py).
 """
 
@@ -19,7 +20,7 @@ from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.backend import Backend, Workers, close_envs, close_evaluator
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.layout import Layout, env_worker_args
-from fleetrl.cluster.placement import EVAL
+from fleetrl.cluster.placement import EVAL, Assignment
 from fleetrl.cluster.ray_cluster import RayCluster
 from fleetrl.collect import Collector, CollectThenTrain, Iterations
 from fleetrl.config.schema import Config
@@ -44,6 +45,9 @@ class RayBackend(Backend):
     def start(cls, config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack) -> RayBackend:
         placement, world = layout.placement, layout.placement.world_size("actor")
         cluster, spec = connect(config, layout, session, undo)
+        session.start(
+            watched([*placement.ranks("env"), *placement.ranks("rollout"), *placement.ranks("actor")], layout), cluster
+        )
         create = partial(cluster.create_group, watch=spec, interrupt=session.interrupt)
         env = create(placement.ranks("env"), EnvWorker, partial(env_worker_args, config, placement))
         undo.callback(close_envs, env)
@@ -58,7 +62,6 @@ class RayBackend(Backend):
             factory=workers.rollout.from_config,
         )
         evaluator = start_evaluator(config, layout, create, undo)
-        session.start(watched([env, rollout, actor, *filter(None, [evaluator])]), cluster)
         join_actor_ranks(cluster, actor)
         collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps)
         return cls(
@@ -98,8 +101,10 @@ def start_evaluator(
     return evaluator
 
 
-def watched(groups: list[RayGroup]) -> list[dict]:
-    return [{"component": a.component, "rank": a.rank, "node": a.node} for group in groups for a in group.assignments]
+def watched(assignments: list[Assignment], layout: Layout) -> list[dict]:
+    """The workers to watch from before their creation: `assignments` and the eval worker, if placed."""
+    evaluators = layout.placement.ranks(EVAL) if layout.placement.placed(EVAL) else []
+    return [{"component": a.component, "rank": a.rank, "node": a.node} for a in [*assignments, *evaluators]]
 
 
 def join_actor_ranks(cluster: RayCluster, actor: RayGroup) -> None:

@@ -32,14 +32,16 @@ Deadline = Callable[[float, str], contextlib.AbstractContextManager]  # WatchSes
 
 class WorkerHost:
     """The Ray actor around one worker: sets up its process (threads, flight recorder, stack
-    dumps), then runs the controller's method calls as recorded phases."""
+    dumps), builds the worker as the watched start-up step `<component>.construct` (an env
+    constructor that hangs is a `startup_timeout` naming it), then runs the controller's method
+    calls as recorded phases."""
 
     def __init__(self, threads: int, factory: Callable, args: tuple, assignment: Assignment, watch: WatchSpec):
         import torch
 
         torch.set_num_threads(threads)
         recorder = start_watching(assignment.component, assignment.rank, assignment.node, watch)
-        with recorder.in_phase(f"{assignment.component}.start"):
+        with recorder.in_phase(f"{assignment.component}.construct"):
             self.run = self.build(factory, args, assignment, recorder, watch)
 
     @staticmethod

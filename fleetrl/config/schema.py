@@ -218,7 +218,14 @@ class WatchdogConfig:
         5.0  # no beat for this long: the process is frozen (or gone); > heartbeat_interval_s
     )
     startup_allowance_s: Annotated[float, Positive] = (
-        300.0  # deadline of a phase never seen finishing (slow simulator start-up)
+        300.0  # a worker process's first heartbeat (Ray scheduling and starting it), from when watching starts
+    )
+    startup_step_allowance_s: Annotated[float, Positive] = (
+        60.0  # a start-up step never seen finishing (env construction, spaces, first reset, group join)
+    )
+    first_call_bound_s: Annotated[float, Positive] = 15.0  # any other call never seen finishing
+    busy_allowance_s: Annotated[float, Positive] = (
+        600.0  # a call past its deadline that is busy (CPU, a moving stack), not blocked: a warning until this
     )
     deadline_factor: Annotated[float, AtLeastOne] = (
         10.0  # a phase may take this many times its longest observed duration

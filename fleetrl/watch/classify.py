@@ -36,7 +36,7 @@ def incident_from_error(
     if isinstance(error, RayActorError):
         key = actor_ranks.get(getattr(error, "actor_id", None))
         who = describe(key) if key else "a worker"
-        last_beat = records.get(key, {}).get("time", now)
+        last_beat = now - records.get(key, {}).get("heartbeat_age_s", 0.0)  # the watcher's clock, not the worker's
         return Incident(
             "worker_died",
             f"{who} died (Ray lost its process): {str(error).splitlines()[0]}",

@@ -7,6 +7,12 @@ A daemon thread publishes the record to the controller's store every `interval_s
 of the main loop: a main thread stuck in C code that releases the GIL (a collective, a simulator
 waiting on its device) keeps beating with a growing phase age; one that holds the GIL, or a
 stopped process, stops beating — which the watchdog reads as frozen.
+
+Each record also says whether the phase's thread is working, for the watchdog to tell a blocked
+call from a busy one: the CPU seconds of that thread and of the process, and a signature of that
+thread's stack (~10 us a beat, benchmarks/heartbeat_fields.py). Ages are published as the
+worker's own elapsed times (`phase_elapsed_s`) and a beat counter (`beat`), so that the watcher
+never subtracts one machine's clock from another's.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ class Recorder:
         }
         self.phase: str | None = None
         self.phase_started: float | None = None
+        self.phase_thread: int = threading.get_ident()  # the thread running the phase
+        self.beats = 0
         self.phase_counts: dict[str, int] = {}
         self.phase_max_s: dict[str, float] = {}  # longest finished duration of each phase
         self.collective_seq = 0
@@ -49,8 +57,8 @@ class Recorder:
     def enter_phase(self, name: str) -> tuple:
         """Start phase `name`; returns what `exit_phase` needs to restore the enclosing one.
         (Plain calls rather than a context manager: this runs twice per env step.)"""
-        outer = (self.phase, self.phase_started)
-        self.phase, self.phase_started = name, time.time()
+        outer = (self.phase, self.phase_started, self.phase_thread)
+        self.phase, self.phase_started, self.phase_thread = name, time.time(), threading.get_ident()
         self.phase_counts[name] = self.phase_counts.get(name, 0) + 1
         return outer
 
@@ -58,7 +66,7 @@ class Recorder:
         name, duration = self.phase, time.time() - self.phase_started
         if duration > self.phase_max_s.get(name, 0.0):
             self.phase_max_s[name] = duration
-        self.phase, self.phase_started = outer
+        self.phase, self.phase_started, self.phase_thread = outer
 
     @contextlib.contextmanager
     def in_phase(self, name: str):
@@ -86,11 +94,18 @@ class Recorder:
             self.last_collective, self.collective = {**self.collective, "finished": time.time()}, None
 
     def record(self) -> dict:
+        self.beats += 1
+        now, phase_started, thread = time.time(), self.phase_started, self.phase_thread
         return {
             **self.identity,
-            "time": time.time(),
+            "time": now,
+            "beat": self.beats,
             "phase": self.phase,
-            "phase_started": self.phase_started,
+            "phase_started": phase_started,
+            "phase_elapsed_s": None if phase_started is None else now - phase_started,
+            "cpu_s": time.process_time(),
+            "thread_cpu_s": thread_cpu_s(thread),
+            "stack_signature": stack_signature(thread),
             "phase_counts": dict(self.phase_counts),
             "phase_max_s": dict(self.phase_max_s),
             "collective": self.collective,
@@ -119,6 +134,27 @@ class Recorder:
 def join_unless_current(thread: threading.Thread | None, timeout_s: float = 5.0) -> None:
     if thread is not None and thread is not threading.current_thread() and thread.is_alive():
         thread.join(timeout_s)
+
+
+def thread_cpu_s(thread: int) -> float | None:
+    """CPU seconds used by `thread` (a `threading.get_ident()`), None if it is gone."""
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(thread))
+    except (OSError, OverflowError, AttributeError):  # AttributeError: no per-thread clocks (macOS)
+        return None
+
+
+def stack_signature(thread: int) -> int | None:
+    """A hash of (file, line) along `thread`'s stack: equal on two beats when it has not moved.
+    Reads no source, unlike `traceback`; None if the thread is gone."""
+    frame = sys._current_frames().get(thread)
+    if frame is None:
+        return None
+    where = []
+    while frame is not None:
+        where.append((frame.f_code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return hash(tuple(where)) & 0xFFFFFFFF
 
 
 PLUMBING = ("/fleetrl/watch/", "/fleetrl/parallel/", "/torch/", contextlib.__file__)

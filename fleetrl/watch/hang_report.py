@@ -10,14 +10,13 @@ import json
 import os
 import re
 import tempfile
-import time
 from pathlib import Path
 
 from fleetrl.watch.watchdog import Incident, collective_text, describe, where
 
 REPORT_JSON = "hang_report.json"
 REPORT_TEXT = "hang_report.txt"
-STALLS = ("phase_timeout", "process_frozen", "rank_missing_from_collective", "collective_mismatch")
+STALLS = ("phase_timeout", "process_frozen", "rank_missing_from_collective", "collective_mismatch", "startup_timeout")
 
 
 def innermost_frame(stack: str) -> str | None:
@@ -39,10 +38,10 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
                 "node": worker.get("node"),
                 "pid": record.get("pid"),
                 "phase": record.get("phase"),
-                "phase_age_s": now - record["phase_started"] if record.get("phase_started") else None,
+                "phase_age_s": record.get("phase_age_s"),
                 "collective": record.get("collective"),
                 "last_collective": record.get("last_collective"),
-                "heartbeat_age_s": now - record["time"] if record.get("time") else None,
+                "heartbeat_age_s": record.get("heartbeat_age_s"),
                 "stack": stacks.get(key, "(not captured)"),
                 "culprit": key == incident.culprit,
             }
@@ -55,6 +54,7 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
         "cause": incident.cause,
         "summary": summary,
         "culprit": list(incident.culprit or []),
+        "state": incident.state,
         "incident_started": incident.started,
         "reported_at": now,
         "detected_after_s": now - incident.started,
@@ -76,8 +76,10 @@ def render_text(report: dict) -> str:
     lines.append("workers:")
     for worker in report["workers"]:
         key = (worker["component"], worker["rank"])
-        record = {"phase": worker["phase"], "phase_started": time.time() - (worker["phase_age_s"] or 0)}
-        state = where(record, time.time()) if worker["phase"] else "idle between calls"
+        if worker["pid"] is None:
+            state = "not started: no heartbeat yet"
+        else:
+            state = where({"phase": worker["phase"], "phase_age_s": worker["phase_age_s"] or 0.0})
         collective = worker["collective"] or worker["last_collective"]
         in_or_last = "in" if worker["collective"] else "last"
         lines.append(

@@ -10,15 +10,21 @@ too (`watchdog_error`): a watchdog that died quietly would leave the run going o
 
 An incident's `started` is the fault's first sign — the culprit's last progress (its last
 heartbeat, the start of the phase or collective it overran) — so that `detected_after_s` measures
-the watchdog, not the moment it looked.
+the watchdog, not the moment it looked. Heartbeat and phase ages are the watcher's own
+(watch/judgement.py): a worker's clock is never compared with this one.
 
 Deadlines are learned: a phase may take `deadline_factor` × the longest time it has taken before,
-clamped to [min_deadline_s, max_deadline_s]; a phase never seen finishing (start-up, the first
-step of a slow simulator) gets `startup_allowance_s`.
+clamped to [min_deadline_s, max_deadline_s]. A phase never seen finishing gets
+`startup_step_allowance_s` if it is a start-up step (`STARTUP_STEPS`: its stall is a
+`startup_timeout`), otherwise `first_call_bound_s`. Past its deadline a call is judged from its
+recent beats: *blocked* (no CPU, a stack that does not move) is an incident at once; *busy* is
+one "slow" warning in the log, and an incident only past `busy_allowance_s`. A worker that never
+published a heartbeat gets `startup_allowance_s` from the start of watching.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -30,6 +36,9 @@ import psutil
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.watch.flight_recorder import join_unless_current
+from fleetrl.watch.judgement import BUSY, Judgement, Seen
+
+log = logging.getLogger("fleetrl")
 
 CAUSES = (
     "worker_died",
@@ -55,11 +64,19 @@ class Incident:
     detail: str = ""  # e.g. the worker's traceback
     records: dict = field(default_factory=dict)  # (component, rank) → last heartbeat record
     timeline: list = field(default_factory=list)  # (time, {"component/rank": phase}) before it
+    state: str | None = None  # a stalled call's judgement: "blocked" or "busy"
 
 
 # Components whose ranks form the actor process group: actor workers, or fused ranks
 # (cluster/fused.py) that host an actor rank with its env and rollout.
 PROCESS_GROUP_MEMBERS = ("actor", "fused")
+# Methods that are steps of a worker's start-up (the `construct` phase is the worker host's):
+# never seen finishing, they get `startup_step_allowance_s`, and a stall in one is `startup_timeout`.
+STARTUP_STEPS = ("construct", "spaces", "reset", "init_distributed", "build_learner")
+
+
+def startup_step(phase: str) -> bool:
+    return phase.rsplit(".", 1)[-1] in STARTUP_STEPS
 
 
 def readable(record) -> dict:
@@ -79,11 +96,12 @@ def describe(key: tuple[str, int]) -> str:
     return f"{key[0]} rank {key[1]}"
 
 
-def where(record: dict, now: float) -> str:
+def where(record: dict) -> str:
+    """What the worker was doing, from a record the watchdog annotated with its ages."""
     phase = record.get("phase")
     if not phase:
         return "idle between calls"
-    return f"in {phase} for {now - record['phase_started']:.1f} s"
+    return f"in {phase} for {record['phase_age_s']:.1f} s"
 
 
 def collective_text(collective: dict) -> str:
@@ -100,6 +118,8 @@ class Watchdog(threading.Thread):
         self.incident: Incident | None = None
         self.stopping = threading.Event()
         self.records: dict = {}
+        self.seen: dict[tuple[str, int], Seen] = {}
+        self.warned_slow: set = set()  # (worker, phase, its start): one "slow" warning per call
         # (time, {"component/rank": phase or None}) for the last minute: the report's timeline
         self.timeline: deque = deque(maxlen=int(60 / config.poll_interval_s))
 
@@ -116,13 +136,23 @@ class Watchdog(threading.Thread):
                 return
 
     def poll(self) -> Incident | None:
-        self.records = self.read_records(self.workers)
+        self.records = self.observe(self.read_records(self.workers))
         now = time.time()
         self.timeline.append((now, {f"{k[0]}/{k[1]}": r.get("phase") for k, r in self.records.items()}))
         incident = self.inspect(self.records, now)
         if incident is not None:
             incident.records = self.records
         return incident
+
+    def observe(self, records: dict) -> dict:
+        """Note each record's beat on this process's clock; annotate `records` with the ages
+        measured on it (`heartbeat_age_s`, `phase_age_s`)."""
+        now = time.monotonic()
+        for key, record in records.items():
+            seen = self.seen.setdefault(key, Seen())
+            seen.update(record, now)
+            record["heartbeat_age_s"], record["phase_age_s"] = seen.heartbeat_age(now), seen.phase_age(record, now)
+        return records
 
     def readable_records(self) -> tuple[dict, list[str]]:
         """Every worker's record that can be read and understood, one by one, and a line naming
@@ -135,7 +165,7 @@ class Watchdog(threading.Thread):
                     records[key] = readable(record)
             except Exception as reason:  # report what can be read, name the rest
                 unreadable.append(f"{describe(key)}: {type(reason).__name__}: {reason}")
-        return records, unreadable
+        return self.observe(records), unreadable
 
     def failed(self, error: Exception) -> Incident:
         """The `watchdog_error` incident for an exception in the poll, with every worker's record
@@ -191,23 +221,23 @@ class Watchdog(threading.Thread):
                 return Incident(
                     "worker_died",
                     f"{describe(key)} (pid {record['pid']}, node {record['node']}) "
-                    f"died: its process is gone; it was {where(record, record['time'])}",
-                    record["time"],
+                    f"died: its process is gone; it was {where(record)}",
+                    now - record["heartbeat_age_s"],
                     key,
                 )
         return None
 
     def check_beating(self, records: dict, now: float) -> Incident | None:
         for key, record in records.items():
-            age = now - record["time"]
+            age = record["heartbeat_age_s"]
             if age <= self.config.heartbeat_timeout_s:
                 continue
             state = self.process_state(record)
             return Incident(
                 "process_frozen",
                 f"{describe(key)} (pid {record['pid']}) stopped publishing "
-                f"heartbeats {age:.1f} s ago: {state}; last seen {where(record, record['time'])}",
-                record["time"],
+                f"heartbeats {age:.1f} s ago: {state}; last seen {where(record)}",
+                now - age,
                 key,
             )
         return None
@@ -249,7 +279,7 @@ class Watchdog(threading.Thread):
                     )
                 return Incident(
                     "rank_missing_from_collective",
-                    f"{describe(key)} never entered {collective_text(first)}; it is {where(record, now)}; "
+                    f"{describe(key)} never entered {collective_text(first)}; it is {where(record)}; "
                     f"{others} wait in #{first['seq']}",
                     first["started"],
                     key,
@@ -266,9 +296,9 @@ class Watchdog(threading.Thread):
 
     def deadline(self, record: dict, phase: str) -> float:
         seen = record.get("phase_max_s", {}).get(phase)
-        if not seen:
-            return self.config.startup_allowance_s
-        return min(max(self.config.deadline_factor * seen, self.config.min_deadline_s), self.config.max_deadline_s)
+        if seen:
+            return min(max(self.config.deadline_factor * seen, self.config.min_deadline_s), self.config.max_deadline_s)
+        return self.config.startup_step_allowance_s if startup_step(phase) else self.config.first_call_bound_s
 
     def check_deadlines(self, records: dict, now: float) -> Incident | None:
         for key, record in records.items():
@@ -278,14 +308,48 @@ class Watchdog(threading.Thread):
             collective = record.get("collective")
             if collective and now - collective["started"] <= self.config.collective_timeout_s:
                 continue  # waiting for peers: check_collectives names a missing one first
-            age, limit = now - record["phase_started"], self.deadline(record, phase)
-            if age > limit:
-                longest = record.get("phase_max_s", {}).get(phase)
-                before = f"longest before {longest:.3f} s" if longest else "never finished before"
-                return Incident(
-                    "phase_timeout",
-                    f"{describe(key)} has been in {phase} for {age:.1f} s (deadline {limit:.1f} s; {before})",
-                    record["phase_started"],
-                    key,
-                )
+            age, limit = record["phase_age_s"], self.deadline(record, phase)
+            if age <= limit:
+                continue
+            window_s = max(2.0, 4 * self.config.heartbeat_interval_s)
+            judgement = self.seen[key].judge(time.monotonic(), window_s)
+            if judgement is None:
+                continue  # too few fresh beats to tell yet; beats that stopped are check_beating's
+            if judgement.state == BUSY and age <= max(limit, self.config.busy_allowance_s):
+                self.warn_slow(key, record, limit, judgement)
+                continue
+            return self.overdue(key, record, limit, judgement, now)
         return None
+
+    def overdue(self, key: tuple[str, int], record: dict, limit: float, judgement: Judgement, now: float) -> Incident:
+        phase, age = record["phase"], record["phase_age_s"]
+        longest = record.get("phase_max_s", {}).get(phase)
+        before = f"longest before {longest:.3f} s" if longest else "never finished before"
+        allowance = (
+            f"; past watchdog.busy_allowance_s ({self.config.busy_allowance_s:g} s)" if judgement.state == BUSY else ""
+        )
+        cause = "startup_timeout" if startup_step(phase) and not longest else "phase_timeout"
+        return Incident(
+            cause,
+            f"{describe(key)} has been in {phase} for {age:.1f} s (deadline {limit:.1f} s; {before}) "
+            f"and is {judgement.text()}{allowance}",
+            now - age,
+            key,
+            state=judgement.state,
+        )
+
+    def warn_slow(self, key: tuple[str, int], record: dict, limit: float, judgement: Judgement) -> None:
+        call = (key, record["phase"], record["phase_started"])
+        if call in self.warned_slow:
+            return
+        self.warned_slow.add(call)
+        log.warning(
+            "slow: %s has been in %s for %.0f s, past its deadline of %.0f s, but is %s; "
+            "an incident only past watchdog.busy_allowance_s (%g s)",
+            describe(key),
+            record["phase"],
+            record["phase_age_s"],
+            limit,
+            judgement.text(),
+            self.config.busy_allowance_s,
+        )

@@ -1,0 +1,146 @@
+"""The watchdog's judgement: a call that is blocked is an incident in seconds, even the first one;
+a call that is busy is a "slow" warning, not an incident; a hang in a worker's start-up is a
+`startup_timeout` naming the step; a worker whose clock is off by ±30 s is neither frozen by
+mistake nor missed when it really freezes. Faults are real (a sleeping call, a spinning one, a
+hanging constructor inside a Ray worker, SIGSTOP), through the real heartbeat store."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fleetrl.config.schema import WatchdogConfig
+from fleetrl.watch.store import HeartbeatStore
+from fleetrl.watch.watchdog import Watchdog
+from tests.incidents import SMALL, assert_incident, fault, run_fault
+from tests.support import REPO, subprocess_env, train
+
+RAY_TWO_ENV_RANKS = [
+    "cluster.backend=ray",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor: 0, env: 0-1, rollout: 0}",
+]
+
+
+def test_a_first_call_that_blocks_inline_is_reported_blocked_within_30_s_by_default(tmp_path):
+    result = run_fault(tmp_path, fault("hang", "env", 0, 1), checkpointed=False)
+    assert_incident(result, "phase_timeout", ["inline", 0], 30)
+    report = result.hang_report
+    assert report["state"] == "blocked", report["summary"]
+    assert "env.step" in report["summary"] and "never finished before" in report["summary"]
+    assert "is blocked: its stack did not move" in report["summary"]
+
+
+def test_a_first_call_that_blocks_on_ray_names_the_env_rank(tmp_path):
+    result = run_fault(
+        tmp_path, *RAY_TWO_ENV_RANKS, "watchdog.first_call_bound_s=5", fault("hang", "env", 1, 1), checkpointed=False
+    )
+    assert_incident(result, "phase_timeout", ["env", 1], 20)
+    assert result.hang_report["state"] == "blocked", result.hang_report["summary"]
+    culprit = next(w for w in result.hang_report["workers"] if w["culprit"])
+    assert "inject_before" in culprit["stack"]
+
+
+def test_an_env_constructor_that_hangs_in_a_ray_worker_is_a_startup_timeout(tmp_path):
+    result = run_fault(
+        tmp_path,
+        "cluster.backend=ray",
+        "env.id=tests.watchdog_envs:HangingConstructor",
+        "watchdog.startup_step_allowance_s=5",
+        checkpointed=False,
+    )
+    assert_incident(result, "startup_timeout", ["env", 0], 20)
+    report = result.hang_report
+    assert report["state"] == "blocked" and "env.construct" in report["summary"], report["summary"]
+    assert "its main thread is at watchdog_envs.py" in report["summary"]  # the constructor that sleeps
+    culprit = next(w for w in report["workers"] if w["culprit"])
+    assert "watchdog_envs.py" in culprit["stack"] and "__init__" in culprit["stack"]
+
+
+def busy_first_step(tmp_path, busy_s: float, *overrides: str):
+    return train(
+        "configs/ppo_cartpole.yaml",
+        *[o for o in SMALL if not o.startswith("runner.total_env_steps")],  # a run that finishes
+        "runner.total_env_steps=128",
+        "env.id=tests.watchdog_envs:BusyFirstStep",
+        f"env.kwargs={{busy_s: {busy_s}}}",
+        *overrides,
+        runs=tmp_path,
+        timeout=busy_s + 120,
+    )
+
+
+def assert_slow_not_stalled(result) -> None:
+    result.succeeded()
+    slow = [line for line in result.stderr.splitlines() if "slow: inline rank 0 has been in env.step" in line]
+    assert len(slow) == 1, result.stderr[-3000:]  # one warning for the call, not one per poll
+    assert "but is busy" in slow[0] and "CPU in its thread" in slow[0]
+
+
+def test_a_busy_first_call_is_a_slow_warning_and_an_incident_only_past_the_busy_allowance(tmp_path):
+    """The mechanism with short bounds: 8 s of computing in the first env step, a 2 s first-call
+    bound. With the busy allowance above 8 s the run finishes, warned once; below, it is a
+    `phase_timeout` in state busy."""
+    assert_slow_not_stalled(busy_first_step(tmp_path / "allowed", 8, "watchdog.first_call_bound_s=2"))
+    result = busy_first_step(tmp_path / "overrun", 30, "watchdog.first_call_bound_s=2", "watchdog.busy_allowance_s=5")
+    assert_incident(result, "phase_timeout", ["inline", 0], 15)
+    assert result.hang_report["state"] == "busy", result.hang_report["summary"]
+    assert "watchdog.busy_allowance_s" in result.hang_report["summary"]
+
+
+@pytest.mark.slow
+def test_a_first_call_that_computes_for_60_s_is_no_incident_with_default_settings(tmp_path):
+    assert_slow_not_stalled(busy_first_step(tmp_path, 60))
+
+
+SKEWED_WORKER = """
+import sys, time
+skew = float(sys.argv[2])
+real_time = time.time
+time.time = lambda: real_time() + skew  # this process's clock is off by `skew` seconds
+from fleetrl.watch.flight_recorder import Recorder
+from fleetrl.watch.store import connect_publisher
+recorder = Recorder("env", 0, 1)
+recorder.start_publishing(connect_publisher("127.0.0.1", int(sys.argv[1]), "env", 0), 0.2)
+while True:
+    with recorder.in_phase("env.step"):
+        time.sleep(0.02)
+"""
+
+
+@pytest.mark.parametrize("skew_s", [30.0, -30.0])
+def test_a_worker_with_a_skewed_clock_is_not_frozen_by_mistake_and_its_freeze_is_seen(skew_s):
+    """The worker's heartbeats carry its own clock, 30 s ahead or behind; ages measured by
+    subtracting clocks would call it frozen at once (behind) or never (ahead)."""
+    config = WatchdogConfig(heartbeat_interval_s=0.2, heartbeat_timeout_s=2.0, min_deadline_s=2.0)
+    store = HeartbeatStore("127.0.0.1")
+    incidents: queue.Queue = queue.Queue()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", SKEWED_WORKER, str(store.port), str(skew_s)], cwd=REPO, env=subprocess_env()
+    )
+    watchdog = Watchdog(config, store.read, [("env", 0)], incidents.put)
+    try:
+        deadline = time.monotonic() + 60
+        while not store.read([("env", 0)]) and time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.1)
+        assert store.read([("env", 0)]), "the worker never published"
+        watchdog.start()
+        with pytest.raises(queue.Empty):  # a live worker: no incident over 3 heartbeat timeouts
+            incidents.get(timeout=3 * config.heartbeat_timeout_s)
+        worker.send_signal(signal.SIGSTOP)
+        stopped_at = time.time()
+        incident = incidents.get(timeout=30)
+        assert time.time() - stopped_at < config.heartbeat_timeout_s + 8  # the bound, with a loaded host's margin
+        assert incident.cause == "process_frozen", incident.summary
+        assert incident.culprit == ("env", 0) and "stopped (SIGSTOP" in incident.summary
+        # started at the last beat seen, on the watcher's clock, not 30 s off
+        assert stopped_at - 2 < incident.started <= stopped_at + 1
+    finally:
+        watchdog.stop()
+        worker.kill()
+        worker.wait(timeout=30)
