@@ -123,15 +123,18 @@ def ddp(module: nn.Module, device: torch.device, **options) -> nn.Module:
 
 
 def recorded_allreduce_hook(state, bucket):  # no annotations: DDP compares them to the real types
-    """DDP's default gradient all-reduce, entered into the flight recorder first so a stalled
-    bucket shows as 'all_reduce #n (grads)' with its size rather than an anonymous wait."""
+    """DDP's default gradient all-reduce, entered into the flight recorder when launched and
+    completed when its Future completes (Gloo and NCCL both return before the reduction is
+    done), so a rank blocked in backward waiting for a peer's bucket shows as 'in all_reduce
+    (ddp grad bucket i) #n' rather than as computing."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     recorder = flight_recorder.current()
     if recorder is None:
         return allreduce_hook(state, bucket)
-    with recorder.in_collective(f"all_reduce (ddp grad bucket {bucket.index()})", [bucket.buffer()]):
-        return allreduce_hook(state, bucket)
+    log = recorder.collectives
+    entry = log.enter(f"all_reduce (ddp grad bucket {bucket.index()})", [bucket.buffer()])
+    return log.complete_when_done(entry, allreduce_hook(state, bucket))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,99 @@
+"""The right rank: two real Gloo ranks, real flight recorders and DDP's real gradient hook; one
+rank goes wrong the way a user bug does, the other really waits, and the diagnosis aligns their
+published records by collective sequence number (tests/alignment_ranks.py)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from tests.alignment_ranks import CASES, desync
+from tests.ranks import each_scenario, spawn_ranks
+
+# Per call: DDP's gradient bucket, then the metrics all-reduce. DDP's constructor makes no
+# recorded collective, so a case's first call enters #1 and #2.
+PER_CALL = 2
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("records")
+    return spawn_ranks(each_scenario, partial(desync, folder=str(folder)), list(CASES))
+
+
+def free_rank(cases, name) -> dict:
+    return next(result[name] for result in cases if result[name] is not None)
+
+
+def test_a_rank_blocked_before_its_first_forward_is_named_not_the_rank_waiting_for_it(cases):
+    found = free_rank(cases, "block on the first call")
+    assert (found["cause"], found["culprit"], found["waiting"]) == (
+        "rank_missing_from_collective",
+        ("actor", 1),
+        (("actor", 0),),
+    )
+    assert found["summary"].startswith(
+        "actor rank 1 is behind: it has entered no collective yet, and it is in actor.train"
+    )
+    assert "actor rank 0 waits in all_reduce (ddp grad bucket 0) #1 (" in found["summary"]
+    # every deadline passed: the deadline check still blames the blocked rank, not the waiting one
+    assert found["deadline_culprit"] == ("actor", 1)
+
+
+def test_a_rank_that_skips_a_ddp_step_is_named_by_its_count_of_collectives(cases):
+    found = free_rank(cases, "skip in steady state")
+    assert (found["cause"], found["culprit"], found["waiting"]) == (
+        "rank_missing_from_collective",
+        ("actor", 1),
+        (("actor", 0),),
+    )
+    last = 2 * PER_CALL
+    assert found["summary"].startswith(
+        f"actor rank 1 is behind: it finished call 3 of actor.train after 0 collective(s), {PER_CALL} in the call "
+        f"before: it skipped collectives the others make (its last collective is all_reduce #{last}); "
+        f"actor rank 0 waits in all_reduce (ddp grad bucket 0) #{last + 1} ("
+    ), found["summary"]
+
+
+def test_a_rank_that_makes_an_extra_collective_is_named(cases):
+    found = free_rank(cases, "extra in steady state")
+    assert (found["cause"], found["culprit"], found["waiting"]) == (
+        "collective_mismatch",
+        ("actor", 1),
+        (("actor", 0),),
+    )
+    extra = 3 * PER_CALL + 1
+    assert found["summary"].startswith(f"actor rank 1 waits in all_reduce #{extra} (")
+    assert (
+        f"made more collectives (or optimisation steps) than the others ({extra - 2 * PER_CALL} collectives in call 3 of actor.train, {PER_CALL} in the call before)"
+        in found["summary"]
+    )
+
+
+def test_the_report_aligns_the_ranks_collectives_by_sequence_number(cases):
+    found = free_rank(cases, "skip in steady state")
+    report, last = found["report"], 2 * PER_CALL
+    rows = {row["seq"]: row["cells"] for row in report["collectives"]["rows"]}
+    assert sorted(rows) == list(range(1, last + 2))  # everything either rank made, both kept
+    assert {rank: cell["state"] for rank, cell in rows[last].items()} == {"actor/0": "done", "actor/1": "done"}
+    assert {rank: cell["state"] for rank, cell in rows[last + 1].items()} == {
+        "actor/0": "in flight",
+        "actor/1": "not entered",
+    }
+    assert rows[last + 1]["actor/0"]["op"] == "all_reduce (ddp grad bucket 0)"
+    waiting = {w["rank"]: w["waits_for_culprit"] for w in report["workers"]}
+    assert waiting == {0: True, 1: False}
+    line = next(line for line in found["text"].splitlines() if line.split()[:2] == ["actor", f"#{last + 1}"])
+    assert "all_reduce (ddp grad bucket 0) IN FLIGHT" in line and line.rstrip().endswith("not entered")
+
+
+def test_every_collective_entered_completes_ddp_buckets_included(cases):
+    for rank, result in enumerate(cases):
+        record = result["completed"]
+        log = record["collectives"]
+        assert log["entered"] == log["completed"] == {"actor": 2 * PER_CALL}, rank
+        assert log["in_flight"] == [] and record["collective"] is None
+        assert [entry["op"] for entry in log["recent"]] == ["all_reduce (ddp grad bucket 0)", "all_reduce"] * 2
+        assert all(entry["finished"] >= entry["started"] for entry in log["recent"])
+        assert record["call_collectives"] == {"actor.train": PER_CALL}
