@@ -87,6 +87,20 @@ def in_flight(record: dict) -> bool:
     return bool(record["collective"])
 
 
+def named_by_torch(record: dict) -> bool:
+    """torch's own recorder shows a collective in flight and has been dumped to name it."""
+    trace = record["torch_trace"]
+    return bool(trace and trace["in_flight"] and trace["in_flight"][0]["op"] != "?")
+
+
+def diagnosed_by_torch(records: dict) -> dict:
+    """The diagnosis from torch's recorder alone, as on NCCL (where it is authoritative)."""
+    as_on_nccl = {key: {**r, "torch_trace": {**r["torch_trace"], "authoritative": True}} for key, r in records.items()}
+    finding = alignment.diagnose(as_on_nccl, time.time(), timeout_s=0.0)
+    traces = {key: r["torch_trace"] for key, r in records.items()}
+    return {"cause": finding.cause, "culprit": finding.culprit, "summary": finding.summary, "traces": traces}
+
+
 def diagnosed(records: dict) -> dict:
     """What the watchdog and the report make of `records` now: the finding (collective timeout
     0: the waiting is real, its length does not matter here), and the verdict of the deadline
@@ -137,6 +151,8 @@ def block_on_first_call(model, recorder, rank, folder):
         return None
     outer = recorder.enter_phase("actor.train")
     found = diagnosed(wait_for(folder, lambda r: in_flight(r[("actor", 0)]), "rank 0 waiting"))
+    waiting = wait_for(folder, lambda r: named_by_torch(r[("actor", 0)]), "rank 0 waiting, in torch's recorder")
+    found["torch"] = diagnosed_by_torch(waiting)
     train_step(model)  # rank 1 comes through: rank 0's bucket completes
     recorder.exit_phase(outer)
     return found

@@ -41,6 +41,20 @@ def test_a_rank_blocked_before_its_first_forward_is_named_not_the_rank_waiting_f
     assert found["deadline_culprit"] == ("actor", 1)
 
 
+def test_torch_s_own_flight_recorder_names_the_same_rank(cases):
+    """torch's recorder (on Gloo here, read as it is on NCCL, where it is the one that sees
+    completion): the same culprit, with torch's sequence numbers and op names."""
+    found = free_rank(cases, "block on the first call")["torch"]
+    assert (found["cause"], found["culprit"]) == ("rank_missing_from_collective", ("actor", 1))
+    waiting, behind = found["traces"][("actor", 0)], found["traces"][("actor", 1)]
+    seq = waiting["entered"]["actor"]
+    assert waiting["completed"]["actor"] == behind["entered"]["actor"] == seq - 1  # incl. DDP's own set-up collectives
+    assert [(e["seq"], e["op"], e["finished"]) for e in waiting["in_flight"]] == [(seq, "gloo:all_reduce", None)]
+    assert waiting["in_flight"][0]["shapes"] == [[10]]  # the gradient bucket: Linear(4, 2)'s 8 + 2
+    assert behind["in_flight"] == []
+    assert f"; actor rank 0 waits in gloo:all_reduce #{seq} (torch flight recorder, shapes [[10]])" in found["summary"]
+
+
 def test_a_rank_that_skips_a_ddp_step_is_named_by_its_count_of_collectives(cases):
     found = free_rank(cases, "skip in steady state")
     assert (found["cause"], found["culprit"], found["waiting"]) == (

@@ -41,7 +41,15 @@ class Finding:
 
 
 def collectives(record: dict) -> dict:
-    return record.get("collectives") or {}
+    """The rank's collectives: torch's own recorder's view where it is authoritative (NCCL,
+    watch/torch_trace.py), else fleetrl's log."""
+    trace = record.get("torch_trace")
+    return trace if trace and trace.get("authoritative") else record.get("collectives") or {}
+
+
+def oldest_in_flight(record: dict) -> dict | None:
+    in_flight = collectives(record).get("in_flight")
+    return in_flight[0] if in_flight else None
 
 
 def entered(record: dict, group: str) -> int:
@@ -78,7 +86,7 @@ def last_entered_text(record: dict, group: str) -> str:
 def behind_peers(records: dict, key: Key) -> list[Key]:
     """The ranks of the group that `key`'s oldest collective in flight waits for (none if it has
     none in flight)."""
-    waiting = records[key].get("collective")
+    waiting = oldest_in_flight(records[key])
     if not waiting:
         return []
     group, seq = waiting["group"], waiting["seq"]
@@ -88,11 +96,11 @@ def behind_peers(records: dict, key: Key) -> list[Key]:
 def diagnose(records: dict, now: float, timeout_s: float) -> Finding | None:
     """The rank that holds up a collective waited in for longer than `timeout_s`, if any."""
     stalled = {
-        key: record["collective"]
+        key: waiting
         for key, record in sorted(records.items())
         if key[0] in PROCESS_GROUP_MEMBERS
-        and record.get("collective")
-        and now - record["collective"]["started"] > timeout_s
+        and (waiting := oldest_in_flight(record))
+        and now - waiting["started"] > timeout_s
     }
     if not stalled:
         return None

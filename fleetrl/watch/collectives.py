@@ -24,6 +24,8 @@ import threading
 import time
 from collections import deque
 
+from fleetrl.watch.torch_trace import TorchTrace
+
 RECENT = 12  # collectives kept for the report's table (all groups)
 DEFAULT_GROUP = "actor"  # the actor ranks' default process group
 
@@ -37,6 +39,7 @@ class CollectiveLog:
         self.recent: deque[dict] = deque(maxlen=RECENT)
         self.last: dict | None = None  # the last completed entry
         self.count = 0  # collectives entered on all groups: a phase call's count is a difference of two
+        self.torch_trace = TorchTrace()  # torch's own recorder, read by the heartbeat thread only
 
     def enter(self, op: str, tensors, group: str = DEFAULT_GROUP) -> dict:
         """Record that this rank enters collective `op` on `group`; returns its entry (for
@@ -79,7 +82,9 @@ class CollectiveLog:
         return future.then(done)
 
     def record(self) -> dict:
-        """The heartbeat's view: copies, consistent with each other."""
+        """The heartbeat's view: copies, consistent with each other; and torch's own flight
+        recorder's, where it is on (watch/torch_trace.py)."""
+        trace = self.torch_trace.summary()
         with self.lock:
             in_flight = [dict(entry) for entry in self.in_flight.values()]
             return {
@@ -91,6 +96,7 @@ class CollectiveLog:
                     "in_flight": in_flight,
                     "recent": [dict(entry) for entry in self.recent],
                 },
+                "torch_trace": trace,
             }
 
 

@@ -223,7 +223,7 @@ class Watchdog(threading.Thread):
             phase = record.get("phase")
             if not phase:
                 continue
-            collective = record.get("collective")
+            collective = alignment.oldest_in_flight(record)
             if collective and (
                 now - collective["started"] <= self.config.collective_timeout_s or alignment.behind_peers(records, key)
             ):
