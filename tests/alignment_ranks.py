@@ -23,6 +23,7 @@ from torch import nn
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.parallel import reduce
+from fleetrl.parallel.recorded import record_fsdp_collectives
 from fleetrl.parallel.wrap import ddp
 from fleetrl.watch import alignment, flight_recorder
 from fleetrl.watch.flight_recorder import Recorder
@@ -191,9 +192,24 @@ def completed(model, recorder, rank, folder):
     return recorder.record()
 
 
+def fsdp(model, recorder, rank, folder):
+    """FSDP2 over the same model: its all-gathers and reduce-scatters are recorded and complete."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    sharded = fully_shard(Model(), mesh=init_device_mesh("cpu", (2,)))
+    record_fsdp_collectives(sharded)
+    for _ in range(2):
+        outer = recorder.enter_phase("actor.train")
+        sharded(torch.ones(3, 4)).sum().backward()
+        recorder.exit_phase(outer)
+    return recorder.record()
+
+
 CASES = {
     "block on the first call": block_on_first_call,
     "skip in steady state": skip_in_steady_state,
     "extra in steady state": extra_in_steady_state,
     "completed": completed,
+    "fsdp": fsdp,
 }

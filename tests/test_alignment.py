@@ -111,3 +111,16 @@ def test_every_collective_entered_completes_ddp_buckets_included(cases):
         assert [entry["op"] for entry in log["recent"]] == ["all_reduce (ddp grad bucket 0)", "all_reduce"] * 2
         assert all(entry["finished"] >= entry["started"] for entry in log["recent"])
         assert record["call_collectives"] == {"actor.train": PER_CALL}
+
+
+def test_fsdp_all_gathers_and_reduce_scatters_are_recorded_with_their_completion(cases):
+    for rank, result in enumerate(cases):
+        log = result["fsdp"]["collectives"]
+        assert log["in_flight"] == [] and log["entered"] == log["completed"], rank
+        fsdp = [entry for entry in log["recent"] if "fsdp" in entry["op"]]
+        # per call: the forward's all-gather (the root module stays unsharded until after
+        # backward) and the gradients' reduce-scatter
+        assert [entry["op"] for entry in fsdp] == ["all_gather (fsdp)", "reduce_scatter (fsdp)"] * 2
+        assert all(entry["finished"] >= entry["started"] for entry in fsdp)
+        assert len({entry["group"] for entry in fsdp}) == 1
+        assert result["fsdp"]["call_collectives"] == {"actor.train": 2}
