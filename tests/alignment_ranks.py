@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -88,6 +89,16 @@ def in_flight(record: dict) -> bool:
     return bool(record["collective"])
 
 
+def stalled(records: dict, waiting: int, calls: int, phase: str | None) -> bool:
+    """Rank `waiting` shows a collective in flight, and the other rank's record `calls` calls of
+    actor.train begun and it in `phase` (a record published before it got there is not its state)."""
+    other = records[("actor", 1 - waiting)]
+    return in_flight(records[("actor", waiting)]) and (other["phase_counts"].get("actor.train"), other["phase"]) == (
+        calls,
+        phase,
+    )
+
+
 def named_by_torch(record: dict) -> bool:
     """torch's own recorder shows a collective in flight and has been dumped to name it."""
     trace = record["torch_trace"]
@@ -151,7 +162,7 @@ def block_on_first_call(model, recorder, rank, folder):
         train_call(model, recorder)
         return None
     outer = recorder.enter_phase("actor.train")
-    found = diagnosed(wait_for(folder, lambda r: in_flight(r[("actor", 0)]), "rank 0 waiting"))
+    found = diagnosed(wait_for(folder, partial(stalled, waiting=0, calls=1, phase="actor.train"), "rank 0 waiting"))
     waiting = wait_for(folder, lambda r: named_by_torch(r[("actor", 0)]), "rank 0 waiting, in torch's recorder")
     found["torch"] = diagnosed_by_torch(waiting)
     train_step(model)  # rank 1 comes through: rank 0's bucket completes
@@ -167,7 +178,7 @@ def skip_in_steady_state(model, recorder, rank, folder):
         train_call(model, recorder)
         return None
     train_call(model, recorder, "skip")
-    found = diagnosed(wait_for(folder, lambda r: in_flight(r[("actor", 0)]), "rank 0 waiting"))
+    found = diagnosed(wait_for(folder, partial(stalled, waiting=0, calls=3, phase=None), "rank 0 waiting"))
     train_call(model, recorder)  # what rank 0 waits for
     return found
 
@@ -180,7 +191,7 @@ def extra_in_steady_state(model, recorder, rank, folder):
         train_call(model, recorder, "extra")
         return None
     train_call(model, recorder)
-    found = diagnosed(wait_for(folder, lambda r: in_flight(r[("actor", 1)]), "rank 1 waiting"))
+    found = diagnosed(wait_for(folder, partial(stalled, waiting=1, calls=3, phase=None), "rank 1 waiting"))
     reduce.all_reduce_sum(torch.zeros(7))  # the partner of rank 1's extra collective
     return found
 

@@ -26,13 +26,16 @@ def free_rank(cases, name) -> dict:
     return next(result[name] for result in cases if result[name] is not None)
 
 
+BEHIND = ("rank_missing_from_collective", ("actor", 1), (("actor", 0),))  # rank 1 holds up rank 0
+
+
+def verdict(found: dict) -> tuple:
+    return found["cause"], found["culprit"], found["waiting"]
+
+
 def test_a_rank_blocked_before_its_first_forward_is_named_not_the_rank_waiting_for_it(cases):
     found = free_rank(cases, "block on the first call")
-    assert (found["cause"], found["culprit"], found["waiting"]) == (
-        "rank_missing_from_collective",
-        ("actor", 1),
-        (("actor", 0),),
-    )
+    assert verdict(found) == BEHIND
     assert found["summary"].startswith(
         "actor rank 1 is behind: it has entered no collective yet, and it is in actor.train"
     )
@@ -57,11 +60,7 @@ def test_torch_s_own_flight_recorder_names_the_same_rank(cases):
 
 def test_a_rank_that_skips_a_ddp_step_is_named_by_its_count_of_collectives(cases):
     found = free_rank(cases, "skip in steady state")
-    assert (found["cause"], found["culprit"], found["waiting"]) == (
-        "rank_missing_from_collective",
-        ("actor", 1),
-        (("actor", 0),),
-    )
+    assert verdict(found) == BEHIND
     last = 2 * PER_CALL
     assert found["summary"].startswith(
         f"actor rank 1 is behind: it finished call 3 of actor.train after 0 collective(s), {PER_CALL} in the call "
@@ -72,11 +71,7 @@ def test_a_rank_that_skips_a_ddp_step_is_named_by_its_count_of_collectives(cases
 
 def test_a_rank_that_makes_an_extra_collective_is_named(cases):
     found = free_rank(cases, "extra in steady state")
-    assert (found["cause"], found["culprit"], found["waiting"]) == (
-        "collective_mismatch",
-        ("actor", 1),
-        (("actor", 0),),
-    )
+    assert verdict(found) == ("collective_mismatch", ("actor", 1), (("actor", 0),))
     extra = 3 * PER_CALL + 1
     assert found["summary"].startswith(f"actor rank 1 waits in all_reduce #{extra} (")
     assert (
@@ -100,6 +95,10 @@ def test_the_report_aligns_the_ranks_collectives_by_sequence_number(cases):
     assert waiting == {0: True, 1: False}
     line = next(line for line in found["text"].splitlines() if line.split()[:2] == ["actor", f"#{last + 1}"])
     assert "all_reduce (ddp grad bucket 0) IN FLIGHT" in line and line.rstrip().endswith("not entered")
+    torch_lines = found["text"].split("torch's flight recorder (TORCH_FR_BUFFER_SIZE):\n", 1)[1].splitlines()
+    assert torch_lines[0].startswith("  actor rank 0: actor enqueued #") and torch_lines[1].startswith(
+        "  actor rank 1: "
+    )
 
 
 def test_every_collective_entered_completes_ddp_buckets_included(cases):

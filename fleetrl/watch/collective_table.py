@@ -58,3 +58,21 @@ def cell_text(found: dict, now: float) -> str:
     if state == "in flight":
         state = f"IN FLIGHT {now - found['started']:.1f} s"
     return f"{found['op']} {state}" if found.get("op") else state
+
+
+def render_torch_traces(workers: list[dict]) -> list[str]:
+    """One line per rank with torch's own flight recorder on: per group the last collective
+    enqueued and completed, and the ones in flight."""
+    lines = []
+    for worker in workers:
+        trace = worker.get("torch_trace")
+        if not trace:
+            continue
+        groups = ", ".join(
+            f"{group} enqueued #{seq}, completed #{trace['completed'].get(group, 0)}"
+            for group, seq in trace["entered"].items()
+        )
+        waiting = "; ".join(f"{e['op']} #{e['seq']} of {e['group']} (shapes {e['shapes']})" for e in trace["in_flight"])
+        who = describe((worker["component"], worker["rank"]))
+        lines.append(f"  {who}: {groups}" + (f"; in flight: {waiting}" if waiting else ""))
+    return ["torch's flight recorder (TORCH_FR_BUFFER_SIZE):", *lines] if lines else []

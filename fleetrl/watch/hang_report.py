@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from fleetrl.watch.alignment import behind_peers
-from fleetrl.watch.collective_table import aligned_collectives, render_table
+from fleetrl.watch.collective_table import aligned_collectives, render_table, render_torch_traces
 from fleetrl.watch.watchdog import Incident, collective_text, describe, where
 
 REPORT_JSON = "hang_report.json"
@@ -44,6 +44,7 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
                 "phase_age_s": now - record["phase_started"] if record.get("phase_started") else None,
                 "collective": record.get("collective"),
                 "last_collective": record.get("last_collective"),
+                "torch_trace": record.get("torch_trace"),
                 "heartbeat_age_s": now - record["time"] if record.get("time") else None,
                 "stack": stacks.get(key, "(not captured)"),
                 "culprit": key == incident.culprit,
@@ -94,6 +95,7 @@ def render_text(report: dict) -> str:
         )
     lines.append("")
     table = render_table(report.get("collectives") or {"rows": []}, report["reported_at"])
+    table += render_torch_traces(report["workers"])
     lines += [*table, ""] if table else []
     for worker in report["workers"]:
         lines += [f"--- stack of {describe((worker['component'], worker['rank']))} ---", worker["stack"].rstrip(), ""]
