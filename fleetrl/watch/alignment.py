@@ -65,6 +65,10 @@ def entry(record: dict, group: str, seq: int) -> dict | None:
     return None
 
 
+def in_flight(record: dict, group: str, seq: int) -> bool:
+    return any((e["group"], e["seq"]) == (group, seq) for e in collectives(record).get("in_flight", []))
+
+
 def members(records: dict, group: str) -> dict[Key, dict]:
     """The ranks of `group`: every actor rank for the default group; for another (an FSDP
     sub-mesh), the actor ranks that have used it."""
@@ -107,7 +111,7 @@ def diagnose(records: dict, now: float, timeout_s: float) -> Finding | None:
     key, waiting = min(stalled.items(), key=lambda item: (item[1]["seq"], item[0]))
     group, seq = waiting["group"], waiting["seq"]
     ranks = members(records, group)
-    waiters = tuple(k for k, r in ranks.items() if entry(r, group, seq) and entered(r, group) >= seq)
+    waiters = tuple(k for k, r in ranks.items() if in_flight(r, group, seq))
     behind = [k for k, r in ranks.items() if entered(r, group) < seq]
     waits = f"{', '.join(describe(k) for k in waiters)} {'waits' if len(waiters) == 1 else 'wait'} in {collective_text(waiting)}"
     for peer in behind:

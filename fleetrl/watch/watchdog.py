@@ -4,7 +4,9 @@ It runs as a thread of the controller, polling the heartbeat store. In order of 
 raises an `Incident` for: a worker process that is gone (`worker_died`); a worker that stopped
 beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never returns); actor ranks
 waiting in a collective that another rank entered differently (`collective_mismatch`) or never
-entered (`rank_missing_from_collective`); a phase over its deadline (`phase_timeout`). An
+entered (`rank_missing_from_collective`) — the ranks lined up by collective sequence number, so
+the rank that is behind is named and not the ones waiting for it (watch/alignment.py); a phase
+over its deadline (`phase_timeout`), never blamed on a rank that waits for a peer behind it. An
 exception in the watchdog's own poll (a record it cannot read, a store that fails) is an incident
 too (`watchdog_error`): a watchdog that died quietly would leave the run going on unwatched.
 
