@@ -2,7 +2,9 @@
 
 Runs the same measurements in a child process per tree — the base commit's `fleetrl` extracted
 with `git archive` into a temp folder, and this tree's — alternating, `--rounds` times each, and
-prints the medians and the after/before ratios:
+prints the medians and the after/before ratios, in CPU microseconds (the process's CPU time,
+every thread counted, per call: robust to a loaded host, where wall time is mostly the wait for a
+core):
 
 - mark: one `flight_recorder.collective(...)` block around nothing (a recorder installed): the
   bookkeeping of one synchronous collective (fleetrl's own all-reduces and broadcasts);
@@ -36,11 +38,13 @@ MEASURES = ("mark_us", "per_bucket_us", "all_reduce_us", "record_us")
 
 
 def per_call_us(function, calls: int) -> float:
+    """CPU time of this process (all its threads: Gloo's and the callbacks they run too) per
+    call: on a loaded host, wall time mostly measures the wait for a core."""
     function()  # warm-up
-    started = time.perf_counter()
+    started = time.process_time()
     for _ in range(calls):
         function()
-    return (time.perf_counter() - started) / calls * 1e6
+    return (time.process_time() - started) / calls * 1e6
 
 
 def measure(buckets: int) -> dict:
@@ -64,19 +68,21 @@ def measure(buckets: int) -> dict:
         with flight_recorder.collective("all_reduce", tensor):
             pass
 
-    # 256x256 layers (256 KiB of float32 each), buckets cut at 0.25 MiB
-    model = ddp(nn.Sequential(*[nn.Linear(256, 256) for _ in range(buckets)]), torch.device("cpu"), bucket_cap_mb=0.25)
-    batch = torch.ones(4, 256)
+    # small 64x64 layers (16 KiB of float32 each), buckets cut at 16 KiB: the step's compute
+    # is small beside the per-bucket costs measured
+    layers = [nn.Linear(64, 64) for _ in range(buckets)]
+    model = ddp(nn.Sequential(*layers), torch.device("cpu"), bucket_cap_mb=1 / 64)
+    batch = torch.ones(4, 64)
 
     def step():
         model(batch).sum().backward()
 
-    recorded = per_call_us(step, 200)
+    recorded = per_call_us(step, 400)
     seq_before = recorder.record()["last_collective"]["seq"]
     step()
     buckets = recorder.record()["last_collective"]["seq"] - seq_before  # as DDP cut them
     flight_recorder.install(None)
-    plain = per_call_us(step, 200)
+    plain = per_call_us(step, 400)
     flight_recorder.install(recorder)
     results = {
         "mark_us": per_call_us(mark, 20_000),

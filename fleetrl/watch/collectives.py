@@ -5,7 +5,7 @@ Each process group has its own sequence: the n-th collective a rank enters on gr
 name the one that is behind (watch/alignment.py). A collective is *entered* when the rank calls
 it and *completed* when it has finished: a synchronous call when it returns, an asynchronous one
 (DDP's gradient buckets, which Gloo runs on its own threads and NCCL on a stream) when its Future
-completes (`complete_when_done`). Without the completion a rank blocked in DDP's backward, waiting
+completes (parallel/recorded.py). Without the completion a rank blocked in DDP's backward, waiting
 for a bucket a peer never sent, would look like a rank that is computing.
 
 The heartbeat carries, per group, the last entered and the last completed number, the
@@ -70,16 +70,6 @@ class CollectiveLog:
             if seq > self.completed.get(group, 0):
                 self.completed[group] = seq
                 self.last = entry
-
-    def complete_when_done(self, entry: dict, future):
-        """The future DDP (or any caller) waits on, completing `entry` when `future` completes —
-        with its value, or its error."""
-
-        def done(finished):
-            self.complete(entry)
-            return finished.value()
-
-        return future.then(done)
 
     def record(self) -> dict:
         """The heartbeat's view: copies, consistent with each other; and torch's own flight
