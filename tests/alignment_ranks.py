@@ -116,11 +116,12 @@ def diagnosed_by_torch(records: dict) -> dict:
 def diagnosed(records: dict) -> dict:
     """What the watchdog and the report make of `records` now: the finding (collective timeout
     0: the waiting is real, its length does not matter here), and the verdict of the deadline
-    check alone when every deadline has passed but the collectives are not yet judged."""
+    check alone once every deadline and the collective timeout have passed (the waiting rank
+    is skipped because its peer is behind, not because its wait is still short)."""
     now = time.time()
     finding = alignment.diagnose(records, now, timeout_s=0.0)
     by_deadline = Watchdog(
-        WatchdogConfig(startup_allowance_s=1e-3, min_deadline_s=1e-3, collective_timeout_s=1e9),
+        WatchdogConfig(startup_allowance_s=1e-3, min_deadline_s=1e-3, collective_timeout_s=1e-3),
         None,
         list(records),
         None,
