@@ -236,6 +236,10 @@ CROSS_FIELD = {
         ["debug.fault={kind: kill, component: env, method: stepp}"],
     ),
     "actor-only fault kind on env": ("debug.fault.component", ["debug.fault={kind: extra_collective, component: env}"]),
+    "forward fault on the rollout": (
+        "debug.fault.component",
+        ["debug.fault={kind: hang_in_forward, component: rollout}"],
+    ),
 }
 
 
@@ -262,6 +266,8 @@ def test_messages_say_what_is_valid(capsys):
         "{kind: hang, component: env, rank: 1, method: step, call: 40}",
         "{kind: extra_step, component: actor, rank: 0}",
         "{kind: exception, component: rollout, rank: 0, method: act}",
+        "{kind: hang_in_forward, component: actor, rank: 1}",
+        "{kind: skip_forward, component: actor, rank: 1, call: 3}",
     ],
 )
 def test_a_fault_that_can_fire_passes(capsys, fault):

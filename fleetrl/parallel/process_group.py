@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from fleetrl.parallel.net import is_loopback, loopback_interface
+from fleetrl.watch import torch_trace
 
 log = logging.getLogger("fleetrl")
 
@@ -70,6 +71,7 @@ def init_process_group(
     if backend == "nccl":
         torch.cuda.set_device(device)
         kwargs["device_id"] = device  # eager NCCL init: a bad device fails here, not mid-training
+    torch_trace.enable()  # torch's own flight recorder, read into the heartbeat
     url = rendezvous_url(master_addr, master_port)
     step = (
         f"joining the {backend} process group at {url} (the rendezvous, then connections to the "

@@ -38,7 +38,7 @@ from torch import nn
 
 from fleetrl.config.schema import ActorConfig
 from fleetrl.errors import ConfigError
-from fleetrl.watch import flight_recorder
+from fleetrl.parallel.recorded import record_fsdp_collectives, recorded_allreduce_hook
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -120,18 +120,6 @@ def ddp(module: nn.Module, device: torch.device, **options) -> nn.Module:
     )
     wrapped.register_comm_hook(None, recorded_allreduce_hook)
     return wrapped
-
-
-def recorded_allreduce_hook(state, bucket):  # no annotations: DDP compares them to the real types
-    """DDP's default gradient all-reduce, entered into the flight recorder first so a stalled
-    bucket shows as 'all_reduce #n (grads)' with its size rather than an anonymous wait."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-    recorder = flight_recorder.current()
-    if recorder is None:
-        return allreduce_hook(state, bucket)
-    with recorder.in_collective(f"all_reduce (ddp grad bucket {bucket.index()})", [bucket.buffer()]):
-        return allreduce_hook(state, bucket)
 
 
 @contextlib.contextmanager
@@ -221,6 +209,6 @@ def shard_with_fsdp2(policy: nn.Module, config: ActorConfig, device: torch.devic
         "offload_policy": offload,
         "reshard_after_forward": config.fsdp_sharding_strategy != "shard_grad_op",
     }
-    for unit in fsdp_units(policy):
+    for unit in [*fsdp_units(policy), policy]:
         fully_shard(unit, **options)
-    fully_shard(policy, **options)
+        record_fsdp_collectives(unit)

@@ -14,6 +14,12 @@ its main method `run` is one whole evaluation). Kinds:
   gil_hang          spin forever in C code holding the GIL (heartbeats stop too)
   extra_collective  (actor) after the call, an all_reduce that no other rank makes
   extra_step        (actor) train twice: one rank doing more optimisation steps than the others
+  hang_in_forward   (actor) the next forward pass of the rank's model blocks forever (a forward
+                    pre-hook that sleeps: a user model waiting on something); its peers wait in
+                    DDP's gradient all-reduce
+  skip_forward      (actor) the call returns at once, without its forward, backward, optimizer step
+                    and collectives (an early return on local data): the peers wait in DDP's
+                    gradient all-reduce for a rank that skipped it
 """
 
 from __future__ import annotations
@@ -26,8 +32,18 @@ import torch
 
 from fleetrl.errors import ConfigError, nearest
 
-KINDS = ("kill", "stop", "exception", "hang", "gil_hang", "extra_collective", "extra_step")
-ACTOR_ONLY = ("extra_collective", "extra_step")
+KINDS = (
+    "kill",
+    "stop",
+    "exception",
+    "hang",
+    "gil_hang",
+    "extra_collective",
+    "extra_step",
+    "hang_in_forward",
+    "skip_forward",
+)
+ACTOR_ONLY = ("extra_collective", "extra_step", "hang_in_forward", "skip_forward")
 DEFAULT_METHOD = {"env": "step", "rollout": "act", "actor": "train", "eval": "run"}  # the component's main method
 FAULT_KEYS = ("kind", "component", "rank", "method", "call")  # rank defaults to 0, call to 1
 
@@ -123,10 +139,21 @@ def inject_before(kind: str, where: str) -> None:
     elif kind == "exception":
         raise InjectedFault(f"injected fault (debug.fault) in {where}")
     elif kind == "hang":
-        while True:
-            time.sleep(3600)
+        sleep_forever()
     elif kind == "gil_hang":
         sum(range(10**15))  # one C call that never yields the GIL
+
+
+def sleep_forever(*_) -> None:
+    while True:
+        time.sleep(3600)
+
+
+def block_in_forward(worker) -> None:
+    """The next forward pass of any of the actor's models (under DDP, of the module DDP wraps)
+    sleeps forever, inside the model's call."""
+    for module in worker.replicated_modules().values():
+        module.register_forward_pre_hook(sleep_forever)
 
 
 def inject_extra_collective() -> None:

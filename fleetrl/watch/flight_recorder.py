@@ -1,8 +1,9 @@
 """The worker-side flight recorder: what this process is doing, published as a heartbeat.
 
 Every worker process has one `Recorder`. The worker host marks each method call as a phase
-(`env.step`, `rollout.act`, `actor.train`, ...); fleetrl's own collectives and DDP's gradient
-buckets mark the collective they are in (sequence number, op, shapes, dtypes, call site, start).
+(`env.step`, `rollout.act`, `actor.train`, ...) and counts the collectives each call makes;
+fleetrl's own collectives and DDP's gradient buckets are entered into its `CollectiveLog`
+(per-group sequence number, op, shapes, dtypes, call site, entry and completion).
 A daemon thread publishes the record to the controller's store every `interval_s`, independently
 of the main loop: a main thread stuck in C code that releases the GIL (a collective, a simulator
 waiting on its device) keeps beating with a growing phase age; one that holds the GIL, or a
@@ -26,6 +27,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from fleetrl.watch.collectives import DEFAULT_GROUP, CollectiveLog
+
 HEARTBEAT_PREFIX = "fleetrl/heartbeat/"
 
 
@@ -48,17 +51,18 @@ class Recorder:
         self.beats = 0
         self.phase_counts: dict[str, int] = {}
         self.phase_max_s: dict[str, float] = {}  # longest finished duration of each phase
-        self.collective_seq = 0
-        self.collective: dict | None = None  # the one in progress
-        self.last_collective: dict | None = None
+        self.collectives = CollectiveLog()
+        self.call_base = 0  # collectives.count when the current phase call began
+        self.call_collectives: dict[str, int] = {}  # phase → collectives its last finished call made
         self.publisher: threading.Thread | None = None
         self.stopped = threading.Event()
 
     def enter_phase(self, name: str) -> tuple:
         """Start phase `name`; returns what `exit_phase` needs to restore the enclosing one.
         (Plain calls rather than a context manager: this runs twice per env step.)"""
-        outer = (self.phase, self.phase_started, self.phase_thread)
-        self.phase, self.phase_started, self.phase_thread = name, time.time(), threading.get_ident()
+        outer = (self.phase, self.phase_started, self.phase_thread, self.call_base)
+        self.phase, self.phase_started = name, time.time()
+        self.phase_thread, self.call_base = threading.get_ident(), self.collectives.count
         self.phase_counts[name] = self.phase_counts.get(name, 0) + 1
         return outer
 
@@ -66,7 +70,8 @@ class Recorder:
         name, duration = self.phase, time.time() - self.phase_started
         if duration > self.phase_max_s.get(name, 0.0):
             self.phase_max_s[name] = duration
-        self.phase, self.phase_started, self.phase_thread = outer
+        self.call_collectives[name] = self.collectives.count - self.call_base
+        self.phase, self.phase_started, self.phase_thread, self.call_base = outer
 
     @contextlib.contextmanager
     def in_phase(self, name: str):
@@ -77,21 +82,13 @@ class Recorder:
             self.exit_phase(outer)
 
     @contextlib.contextmanager
-    def in_collective(self, op: str, tensors, group: str = "actor"):
-        self.collective_seq += 1
-        self.collective = {
-            "seq": self.collective_seq,
-            "op": op,
-            "group": group,
-            "shapes": [list(t.shape) for t in tensors],
-            "dtypes": [str(t.dtype) for t in tensors],
-            "call_site": call_site(),
-            "started": time.time(),
-        }
+    def in_collective(self, op: str, tensors, group: str = DEFAULT_GROUP):
+        """A synchronous collective: entered here, completed when the block ends."""
+        entry = self.collectives.enter(op, tensors, group)
         try:
             yield
         finally:
-            self.last_collective, self.collective = {**self.collective, "finished": time.time()}, None
+            self.collectives.complete(entry)
 
     def record(self) -> dict:
         self.beats += 1
@@ -108,8 +105,9 @@ class Recorder:
             "stack_signature": stack_signature(thread),
             "phase_counts": dict(self.phase_counts),
             "phase_max_s": dict(self.phase_max_s),
-            "collective": self.collective,
-            "last_collective": self.last_collective,
+            "call_collectives": dict(self.call_collectives),
+            "collectives_in_call": self.collectives.count - self.call_base if self.phase else None,
+            **self.collectives.record(),
         }
 
     def start_publishing(self, publish: Callable[[str], None], interval_s: float) -> None:
@@ -157,24 +155,6 @@ def stack_signature(thread: int) -> int | None:
     return hash(tuple(where)) & 0xFFFFFFFF
 
 
-PLUMBING = ("/fleetrl/watch/", "/fleetrl/parallel/", "/torch/", contextlib.__file__)
-
-
-def call_site() -> str:
-    """The innermost frame outside fleetrl's parallel/watch plumbing, torch and contextlib, as
-    file:line (func). Walks the frames themselves: `traceback.extract_stack` reads source lines
-    and cost ~19 us here, on the path of every DDP gradient bucket."""
-    frame = sys._getframe(1)
-    for _ in range(20):
-        if frame is None:
-            break
-        path = frame.f_code.co_filename
-        if not any(part in path for part in PLUMBING):
-            return f"{os.path.basename(path)}:{frame.f_lineno} ({frame.f_code.co_name})"
-        frame = frame.f_back
-    return "?"
-
-
 _recorder: Recorder | None = None
 
 
@@ -188,6 +168,6 @@ def current() -> Recorder | None:
     return _recorder
 
 
-def collective(op: str, *tensors, group: str = "actor"):
+def collective(op: str, *tensors, group: str = DEFAULT_GROUP):
     """Mark a collective for the flight recorder; a no-op context where none is installed."""
     return _recorder.in_collective(op, tensors, group) if _recorder else contextlib.nullcontext()

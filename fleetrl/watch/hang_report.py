@@ -12,6 +12,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from fleetrl.watch.alignment import behind_peers
+from fleetrl.watch.collective_table import aligned_collectives, render_table, render_torch_traces
 from fleetrl.watch.watchdog import Incident, collective_text, describe, where
 
 REPORT_JSON = "hang_report.json"
@@ -41,9 +43,12 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
                 "phase_age_s": record.get("phase_age_s"),
                 "collective": record.get("collective"),
                 "last_collective": record.get("last_collective"),
+                "torch_trace": record.get("torch_trace"),
                 "heartbeat_age_s": record.get("heartbeat_age_s"),
                 "stack": stacks.get(key, "(not captured)"),
                 "culprit": key == incident.culprit,
+                "waits_for_culprit": key in incident.records
+                and incident.culprit in behind_peers(incident.records, key),
             }
         )
     summary = incident.summary
@@ -60,6 +65,7 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
         "detected_after_s": now - incident.started,
         "detail": incident.detail,
         "workers": entries,
+        "collectives": aligned_collectives(incident.records),
         "timeline": [{"time": t, "phases": phases} for t, phases in incident.timeline],
     }
 
@@ -87,8 +93,12 @@ def render_text(report: dict) -> str:
             f"pid {worker['pid']}: {state}"
             + (f"; {in_or_last} {collective_text(collective)}" if collective else "")
             + (f"; heartbeat {worker['heartbeat_age_s']:.1f} s ago" if worker["heartbeat_age_s"] is not None else "")
+            + ("; waits for the culprit" if worker.get("waits_for_culprit") else "")
         )
     lines.append("")
+    table = render_table(report.get("collectives") or {"rows": []}, report["reported_at"])
+    table += render_torch_traces(report["workers"])
+    lines += [*table, ""] if table else []
     for worker in report["workers"]:
         lines += [f"--- stack of {describe((worker['component'], worker['rank']))} ---", worker["stack"].rstrip(), ""]
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetrl.watch import flight_recorder
-from fleetrl.watch.faults import FaultPlan, inject_before, inject_extra_collective
+from fleetrl.watch.faults import FaultPlan, block_in_forward, inject_before, inject_extra_collective
 from fleetrl.watch.flight_recorder import Recorder
 from fleetrl.watch.stacks import register_stack_dump, stack_file
 from fleetrl.watch.store import connect_publisher
@@ -87,6 +87,10 @@ class RecordedCalls:
 
     def run_with_fault(self, phase: str, method: str, *args):
         inject_before(self.faults.kind, phase)
+        if self.faults.kind == "skip_forward":
+            return None
+        if self.faults.kind == "hang_in_forward":
+            block_in_forward(self.worker)
         if self.faults.kind == "extra_step":
             getattr(self.worker, method)(*args)
         result = getattr(self.worker, method)(*args)

@@ -4,7 +4,9 @@ It runs as a thread of the controller, polling the heartbeat store. In order of 
 raises an `Incident` for: a worker process that is gone (`worker_died`); a worker that stopped
 beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never returns); actor ranks
 waiting in a collective that another rank entered differently (`collective_mismatch`) or never
-entered (`rank_missing_from_collective`); a phase over its deadline (`phase_timeout`). An
+entered (`rank_missing_from_collective`) — the ranks lined up by collective sequence number, so
+the rank that is behind is named and not the ones waiting for it (watch/alignment.py); a phase
+over its deadline (`phase_timeout`), never blamed on a rank that waits for a peer behind it. An
 exception in the watchdog's own poll (a record it cannot read, a store that fails) is an incident
 too (`watchdog_error`): a watchdog that died quietly would leave the run going on unwatched.
 
@@ -35,8 +37,10 @@ from dataclasses import dataclass, field
 import psutil
 
 from fleetrl.config.schema import WatchdogConfig
+from fleetrl.watch import alignment
 from fleetrl.watch.flight_recorder import join_unless_current
 from fleetrl.watch.judgement import BUSY, Judgement, Seen
+from fleetrl.watch.naming import collective_text, describe, where  # noqa: F401 (the report's names too)
 
 log = logging.getLogger("fleetrl")
 
@@ -67,9 +71,6 @@ class Incident:
     state: str | None = None  # a stalled call's judgement: "blocked" or "busy"
 
 
-# Components whose ranks form the actor process group: actor workers, or fused ranks
-# (cluster/fused.py) that host an actor rank with its env and rollout.
-PROCESS_GROUP_MEMBERS = ("actor", "fused")
 # Methods that are steps of a worker's start-up (the `construct` phase is the worker host's):
 # never seen finishing, they get `startup_step_allowance_s`, and a stall in one is `startup_timeout`.
 STARTUP_STEPS = ("construct", "spaces", "reset", "init_distributed", "build_learner")
@@ -90,22 +91,6 @@ def readable(record) -> dict:
     ):
         raise TypeError(f"not a heartbeat record: {str(record)[:200]}")
     return record
-
-
-def describe(key: tuple[str, int]) -> str:
-    return f"{key[0]} rank {key[1]}"
-
-
-def where(record: dict) -> str:
-    """What the worker was doing, from a record the watchdog annotated with its ages."""
-    phase = record.get("phase")
-    if not phase:
-        return "idle between calls"
-    return f"in {phase} for {record['phase_age_s']:.1f} s"
-
-
-def collective_text(collective: dict) -> str:
-    return f"{collective['op']} #{collective['seq']} ({collective['call_site']}, shapes {collective['shapes']})"
 
 
 class Watchdog(threading.Thread):
@@ -253,46 +238,12 @@ class Watchdog(threading.Thread):
         return "the process is alive but its Python threads do not run (the GIL is held by a C call)"
 
     def check_collectives(self, records: dict, now: float) -> Incident | None:
-        actors = {key: r for key, r in records.items() if key[0] in PROCESS_GROUP_MEMBERS}
-        stalled = {
-            key: r["collective"]
-            for key, r in actors.items()
-            if r.get("collective") and now - r["collective"]["started"] > self.config.collective_timeout_s
-        }
-        if not stalled:
+        """Actor ranks aligned by collective sequence number: the rank holding up a collective
+        waited in for longer than collective_timeout_s (watch/alignment.py)."""
+        finding = alignment.diagnose(records, now, self.config.collective_timeout_s)
+        if finding is None:
             return None
-        (first_key, first), *_ = sorted(stalled.items())
-        for key, record in sorted(actors.items()):
-            theirs = record.get("collective")
-            if theirs is None:
-                last = record.get("last_collective")
-                last_seq = last["seq"] if last else 0
-                others = ", ".join(describe(k) for k in stalled)
-                if not record.get("phase"):  # it finished its call: the waiting rank did extra
-                    return Incident(
-                        "collective_mismatch",
-                        f"{describe(first_key)} waits in {collective_text(first)}, which no other rank "
-                        f"will enter: {describe(key)} finished its call after collective #{last_seq}. "
-                        f"{describe(first_key)} made more collectives (or optimisation steps) than the others",
-                        first["started"],
-                        first_key,
-                    )
-                return Incident(
-                    "rank_missing_from_collective",
-                    f"{describe(key)} never entered {collective_text(first)}; it is {where(record)}; "
-                    f"{others} wait in #{first['seq']}",
-                    first["started"],
-                    key,
-                )
-            if (theirs["seq"], theirs["op"], theirs["shapes"]) != (first["seq"], first["op"], first["shapes"]):
-                return Incident(
-                    "collective_mismatch",
-                    f"actor ranks disagree on the next collective: {describe(first_key)} is in "
-                    f"{collective_text(first)}, {describe(key)} in {collective_text(theirs)}",
-                    max(first["started"], theirs["started"]),
-                    key if key != first_key else first_key,
-                )
-        return None
+        return Incident(finding.cause, finding.summary, finding.started, finding.culprit)
 
     def deadline(self, record: dict, phase: str) -> float:
         seen = record.get("phase_max_s", {}).get(phase)
@@ -305,9 +256,11 @@ class Watchdog(threading.Thread):
             phase = record.get("phase")
             if not phase:
                 continue
-            collective = record.get("collective")
-            if collective and now - collective["started"] <= self.config.collective_timeout_s:
-                continue  # waiting for peers: check_collectives names a missing one first
+            collective = alignment.oldest_in_flight(record)
+            if collective and (
+                now - collective["started"] <= self.config.collective_timeout_s or alignment.behind_peers(records, key)
+            ):
+                continue  # waiting for peers: check_collectives names the one behind
             age, limit = record["phase_age_s"], self.deadline(record, phase)
             if age <= limit:
                 continue

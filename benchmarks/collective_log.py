@@ -1,0 +1,132 @@
+"""What recording collectives costs, before (a base commit) and after (this tree), side by side.
+
+Runs the same measurements in a child process per tree — the base commit's `fleetrl` extracted
+with `git archive` into a temp folder, and this tree's — alternating, `--rounds` times each, and
+prints the medians and the after/before ratios, in CPU microseconds (the process's CPU time,
+every thread counted, per call: robust to a loaded host, where wall time is mostly the wait for a
+core):
+
+- mark: one `flight_recorder.collective(...)` block around nothing (a recorder installed): the
+  bookkeeping of one synchronous collective (fleetrl's own all-reduces and broadcasts);
+- per bucket: one DDP backward over a model cut into `--buckets` gradient buckets, with fleetrl's
+  recorded comm hook, minus the same without a recorder installed (the hook then calls DDP's
+  default all-reduce straight), divided by the buckets: what recording costs a gradient bucket
+  (entry, and after, completion through `Future.then`);
+- all_reduce: one bare Gloo all-reduce of 8 floats (1 rank), which after this change also pays
+  torch's own flight recorder (`TORCH_FR_BUFFER_SIZE`, switched on by
+  `process_group.init_process_group`);
+- heartbeat record: `Recorder.record()` + JSON after the DDP steps (after: with torch's recorder
+  dumped and summarised).
+
+    .venv/bin/python benchmarks/collective_log.py [--base main] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MEASURES = ("mark_us", "per_bucket_us", "all_reduce_us", "record_us")
+
+
+def per_call_us(function, calls: int) -> float:
+    """CPU time of this process (all its threads: Gloo's and the callbacks they run too) per
+    call: on a loaded host, wall time mostly measures the wait for a core."""
+    function()  # warm-up
+    started = time.process_time()
+    for _ in range(calls):
+        function()
+    return (time.process_time() - started) / calls * 1e6
+
+
+def measure(buckets: int) -> dict:
+    """In the child: every measure once, in one process group of one Gloo rank."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from fleetrl.parallel import process_group
+    from fleetrl.parallel.net import free_port
+    from fleetrl.parallel.wrap import ddp
+    from fleetrl.watch import flight_recorder
+
+    torch.set_num_threads(1)
+    process_group.init_process_group(0, 1, "127.0.0.1", free_port(), timeout_s=30)
+    recorder = flight_recorder.Recorder("actor", 0, 0)
+    flight_recorder.install(recorder)
+    tensor = torch.zeros(8)
+
+    def mark():
+        with flight_recorder.collective("all_reduce", tensor):
+            pass
+
+    # small 64x64 layers (16 KiB of float32 each), buckets cut at 16 KiB: the step's compute
+    # is small beside the per-bucket costs measured
+    layers = [nn.Linear(64, 64) for _ in range(buckets)]
+    model = ddp(nn.Sequential(*layers), torch.device("cpu"), bucket_cap_mb=1 / 64)
+    batch = torch.ones(4, 64)
+
+    def step():
+        model(batch).sum().backward()
+
+    recorded = per_call_us(step, 400)
+    seq_before = recorder.record()["last_collective"]["seq"]
+    step()
+    buckets = recorder.record()["last_collective"]["seq"] - seq_before  # as DDP cut them
+    flight_recorder.install(None)
+    plain = per_call_us(step, 400)
+    flight_recorder.install(recorder)
+    results = {
+        "mark_us": per_call_us(mark, 20_000),
+        "per_bucket_us": (recorded - plain) / buckets,
+        "buckets": buckets,
+        "all_reduce_us": per_call_us(lambda: dist.all_reduce(tensor), 2_000),
+        "record_us": per_call_us(lambda: json.dumps(recorder.record()), 2_000),
+    }
+    process_group.destroy_process_group()
+    return results
+
+
+def base_tree(ref: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "archive", ref, "fleetrl"], cwd=REPO, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def run_child(tree: Path, buckets: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("TORCH_FR_BUFFER_SIZE", None)
+    code = f"import json, sys; sys.path.insert(0, {str(REPO / 'benchmarks')!r}); import collective_log as c; print(json.dumps(c.measure({buckets})))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", default="main", help="the commit to compare against (default: main)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--buckets", type=int, default=8)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        trees = {"before": base_tree(args.base, Path(folder)), "after": REPO}
+        runs: dict[str, list[dict]] = {"before": [], "after": []}
+        for _ in range(args.rounds):
+            for name, tree in trees.items():
+                runs[name].append(run_child(tree, args.buckets))
+    print(f"{'measure':<16}{'before':>12}{'after':>12}{'after/before':>14}")
+    for measure_name in MEASURES:
+        before = statistics.median(r[measure_name] for r in runs["before"])
+        after = statistics.median(r[measure_name] for r in runs["after"])
+        print(f"{measure_name:<16}{before:>12.2f}{after:>12.2f}{after / before:>14.2f}")
+
+
+if __name__ == "__main__":
+    main()

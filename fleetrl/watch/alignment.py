@@ -1,0 +1,184 @@
+"""Which rank holds up a process group: the ranks lined up by collective sequence number.
+
+A rank whose oldest collective in flight, `g` #n, has waited longer than
+`watchdog.collective_timeout_s` waits for every rank of group `g` that has not entered #n. Each
+rank's heartbeat says, per group, the last number it entered (watch/collectives.py), so:
+
+1. A peer that never entered #n and is still inside a call is *behind*: it is the culprit
+   (`rank_missing_from_collective`), and the ranks in #n are named as waiting for it — not, as a
+   deadline alone would have it, the waiting ranks that overran their phase first.
+2. A peer that never entered #n and has *finished* its call either skipped collectives the others
+   make (an early return on local data) or the waiting ranks made one too many (a rank-dependent
+   extra collective or optimisation step): the sequence numbers look the same either way. The
+   rank whose count of collectives in this call departs from the call before is the culprit.
+   On a phase's first call there is no call before: the larger side of the group is taken as
+   right; with as many on each side the waiting rank is named and the summary says it may be
+   the other way round.
+3. A peer inside #n with another op or other shapes: `collective_mismatch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleetrl.watch.collectives import DEFAULT_GROUP
+from fleetrl.watch.naming import collective_name, collective_text, describe, where
+
+# Components whose ranks form the actor process group: actor workers, or fused ranks
+# (cluster/fused.py) that host an actor rank with its env and rollout.
+PROCESS_GROUP_MEMBERS = ("actor", "fused")
+
+Key = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Finding:
+    cause: str  # rank_missing_from_collective | collective_mismatch
+    summary: str
+    started: float  # when the waiting began
+    culprit: Key
+    waiting: tuple[Key, ...]  # the ranks held up by the culprit
+
+
+def collectives(record: dict) -> dict:
+    """The rank's collectives: torch's own recorder's view where it is authoritative (NCCL,
+    watch/torch_trace.py), else fleetrl's log."""
+    trace = record.get("torch_trace")
+    return trace if trace and trace.get("authoritative") else record.get("collectives") or {}
+
+
+def oldest_in_flight(record: dict) -> dict | None:
+    in_flight = collectives(record).get("in_flight")
+    return in_flight[0] if in_flight else None
+
+
+def entered(record: dict, group: str) -> int:
+    return collectives(record).get("entered", {}).get(group, 0)
+
+
+def entry(record: dict, group: str, seq: int) -> dict | None:
+    """This rank's collective `group` #`seq`, where it is still in flight or among the recent."""
+    log = collectives(record)
+    for candidate in [*log.get("in_flight", []), *reversed(log.get("recent", []))]:
+        if (candidate["group"], candidate["seq"]) == (group, seq):
+            return candidate
+    return None
+
+
+def in_flight(record: dict, group: str, seq: int) -> bool:
+    return any((e["group"], e["seq"]) == (group, seq) for e in collectives(record).get("in_flight", []))
+
+
+def members(records: dict, group: str) -> dict[Key, dict]:
+    """The ranks of `group`: every actor rank for the default group; for another (an FSDP
+    sub-mesh), the actor ranks that have used it."""
+    return {
+        key: record
+        for key, record in sorted(records.items())
+        if key[0] in PROCESS_GROUP_MEMBERS and (group == DEFAULT_GROUP or entered(record, group))
+    }
+
+
+def last_entered_text(record: dict, group: str) -> str:
+    seq = entered(record, group)
+    if seq == 0:
+        return "it has entered no collective yet"
+    last = entry(record, group, seq)
+    return f"its last collective is {collective_name(last) if last else f'#{seq}'}"
+
+
+def behind_peers(records: dict, key: Key) -> list[Key]:
+    """The ranks of the group that `key`'s oldest collective in flight waits for (none if it has
+    none in flight)."""
+    waiting = oldest_in_flight(records[key])
+    if not waiting:
+        return []
+    group, seq = waiting["group"], waiting["seq"]
+    return [peer for peer, record in members(records, group).items() if entered(record, group) < seq]
+
+
+def diagnose(records: dict, now: float, timeout_s: float) -> Finding | None:
+    """The rank that holds up a collective waited in for longer than `timeout_s`, if any."""
+    stalled = {
+        key: waiting
+        for key, record in sorted(records.items())
+        if key[0] in PROCESS_GROUP_MEMBERS
+        and (waiting := oldest_in_flight(record))
+        and now - waiting["started"] > timeout_s
+    }
+    if not stalled:
+        return None
+    key, waiting = min(stalled.items(), key=lambda item: (item[1]["seq"], item[0]))
+    group, seq = waiting["group"], waiting["seq"]
+    ranks = members(records, group)
+    waiters = tuple(k for k, r in ranks.items() if in_flight(r, group, seq))
+    behind = [k for k, r in ranks.items() if entered(r, group) < seq]
+    waits = f"{', '.join(describe(k) for k in waiters)} {'waits' if len(waiters) == 1 else 'wait'} in {collective_text(waiting)}"
+    for peer in behind:
+        record = ranks[peer]
+        if record.get("phase"):
+            return Finding(
+                "rank_missing_from_collective",
+                f"{describe(peer)} is behind: {last_entered_text(record, group)}, and it is {where(record)}; {waits}",
+                waiting["started"],
+                peer,
+                waiters,
+            )
+    if behind:
+        return finished_peer(records, key, waiting, waiters, behind, waits)
+    for peer, record in ranks.items():
+        theirs = entry(record, group, seq)
+        if theirs and (theirs["op"], theirs["shapes"]) != (waiting["op"], waiting["shapes"]):
+            return Finding(
+                "collective_mismatch",
+                f"actor ranks disagree on collective #{seq}: {describe(key)} is in {collective_text(waiting)}, "
+                f"{describe(peer)} in {collective_text(theirs)}",
+                max(waiting["started"], theirs["started"]),
+                peer,
+                (key,),
+            )
+    return None
+
+
+def finished_peer(
+    records: dict, key: Key, waiting: dict, waiters: tuple[Key, ...], behind: list[Key], waits: str
+) -> Finding:
+    """Rule 2: the peers in `behind` finished their call without entering `waiting`."""
+    record, peer = records[key], behind[0]
+    phase, made = record.get("phase"), record.get("collectives_in_call")
+    before = record.get("call_collectives", {}).get(phase)  # its previous call of the same phase
+    peer_record = records[peer]
+    same_call = peer_record.get("phase_counts", {}).get(phase) == record.get("phase_counts", {}).get(phase)
+    peer_made = peer_record.get("call_collectives", {}).get(phase) if same_call else None
+    call = f"call {record.get('phase_counts', {}).get(phase)} of {phase}"
+    extra_made = before is not None and made is not None and made > before
+    skipped = before is not None and peer_made is not None and peer_made < before
+    if not extra_made and (skipped or (before is None and len(waiters) > len(behind))):
+        how = (
+            f"it finished {call} after {peer_made} collective(s), {before} in the call before: "
+            "it skipped collectives the others make"
+            if skipped
+            else f"it finished {call} without entering #{waiting['seq']}, which most ranks entered"
+        )
+        return Finding(
+            "rank_missing_from_collective",
+            f"{describe(peer)} is behind: {how} ({last_entered_text(peer_record, waiting['group'])}); {waits}",
+            waiting["started"],
+            peer,
+            waiters,
+        )
+    if extra_made:
+        why = f"{made} collectives in {call}, {before} in the call before"
+    elif before is None and len(waiters) < len(behind):
+        why = f"{len(behind)} of {len(behind) + len(waiters)} ranks finished without it"
+    else:
+        why = f"or {describe(peer)} skipped collectives the others make: the counts per call cannot tell"
+    return Finding(
+        "collective_mismatch",
+        f"{describe(key)} waits in {collective_text(waiting)}, which no other rank will enter: "
+        f"{describe(peer)} finished its call after collective #{entered(peer_record, waiting['group'])}. "
+        f"{describe(key)} made more collectives (or optimisation steps) than the others ({why})",
+        waiting["started"],
+        key,
+        tuple(behind),
+    )
