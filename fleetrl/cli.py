@@ -96,7 +96,9 @@ def command_train(args) -> int:
     if not args.skip_doctor and (code := preflight(config)):
         return code
     from fleetrl.runner import Trainer
+    from fleetrl.watch.janitor import start_janitor
 
+    start_janitor()  # from here on, nothing of the run outlives this process, even a SIGKILL of it
     summary = Trainer(config, layout=layout).train()
     print(f"run directory: {summary['run_dir']}")
     return 0
