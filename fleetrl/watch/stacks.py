@@ -1,9 +1,13 @@
-"""Python stacks of worker processes, taken from outside.
+"""Python stacks of worker processes: asked of the worker, else taken from outside on its machine.
 
-Each worker registers `faulthandler` on SIGUSR1, writing all its threads' stacks to a file in the
-run directory. faulthandler's handler runs without the GIL, so it answers even when the main
-thread holds the GIL in a C loop. Where `py-spy` is installed it adds native frames. A stopped
-(SIGSTOP) process can answer neither; the report says so.
+First every worker is asked through the heartbeat store and answers from its heartbeat thread,
+wherever it runs (watch/stack_requests.py). One that does not answer — its main thread holds the
+GIL, it is stopped, it is gone — is handled from here only when it lives on this machine and in
+this PID namespace (`machine_identity`, not the hostname): each worker registers `faulthandler`
+on SIGUSR1, writing all its threads' stacks to a file in the run directory (the handler runs
+without the GIL), and py-spy adds native frames. A stopped (SIGSTOP) process can answer neither;
+the report says so. A pid on another machine is never signalled: it would be some other process
+there, and SIGUSR1's default action kills it.
 """
 
 from __future__ import annotations
@@ -12,10 +16,14 @@ import faulthandler
 import shutil
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+
+from fleetrl.watch.flight_recorder import machine_identity
 
 STACK_SIGNAL = signal.SIGUSR1
 
@@ -31,14 +39,40 @@ def register_stack_dump(path: Path) -> None:
     faulthandler.register(STACK_SIGNAL, file=file, all_threads=True, chain=False)
 
 
-def capture_stacks(workers: list[dict], stack_dir: Path, py_spy_timeout_s: float = 5.0) -> dict:
+Ask = Callable[[list[tuple[str, int]]], dict[tuple[str, int], str]]  # stack_requests.ask_stacks, bound
+
+
+def capture_stacks(workers: list[dict], stack_dir: Path, ask: Ask | None = None, py_spy_timeout_s: float = 5.0) -> dict:
+    """(component, rank) → stack text of each of `workers` (their latest heartbeat records, or
+    {component, rank} where there is none)."""
+    stacks = ask([(w["component"], w["rank"]) for w in workers]) if ask else {}
+    here = machine_identity()
+    local = []
+    for worker in workers:
+        key = (worker["component"], worker["rank"])
+        if key in stacks:
+            continue
+        if worker.get("machine", here) != here:
+            stacks[key] = (
+                f"(did not answer through the heartbeat store, and it runs on {worker.get('host', 'another machine')}"
+                f", not on this machine: its pid cannot be signalled from here)"
+            )
+        else:
+            local.append(worker)
+    return {**stacks, **signal_local(local, stack_dir, py_spy_timeout_s)}
+
+
+def signal_local(workers: list[dict], stack_dir: Path, py_spy_timeout_s: float) -> dict:
     """(component, rank) → stack text, for workers whose pid lives on this machine."""
     waiting = []
     stacks = {}
     for worker in workers:
         key = (worker["component"], worker["rank"])
         pid = worker.get("pid")
-        if not pid or not psutil.pid_exists(pid):
+        if not pid:
+            stacks[key] = "(no heartbeat from it yet: still starting, or it never reached the store)"
+            continue
+        if not psutil.pid_exists(pid):
             stacks[key] = "(process is gone)"
             continue
         if psutil.Process(pid).status() == psutil.STATUS_STOPPED:
@@ -60,7 +94,8 @@ def capture_stacks(workers: list[dict], stack_dir: Path, py_spy_timeout_s: float
 
 
 def py_spy_dump(pid: int, timeout_s: float) -> str:
-    executable = shutil.which("py-spy")
+    beside = Path(sys.executable).parent / "py-spy"  # a venv's, when its bin/ is not on PATH
+    executable = shutil.which("py-spy") or (str(beside) if beside.exists() else None)
     if executable is None:
         return ""
     try:
