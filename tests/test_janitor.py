@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 from fleetrl.watch.janitor import processes_of_run
 from tests.support import Fleetrl, end
@@ -81,13 +82,13 @@ def assert_nothing_left(token: str, train: Fleetrl) -> None:
     )
 
 
+@pytest.mark.slow  # ~50 s here, most of it Ray's start-up; the start-up case below runs in CI
 def test_kill_9_of_train_once_it_is_training_leaves_nothing(tmp_path):
     runs = tmp_path / "runs"
     command = ["train", "configs/ppo_cartpole.yaml", f"runner.run_dir={runs}", *SMALL_ON_RAY]
     with Fleetrl(*command, runs=runs) as train, killed_at_exit(train) as token:
         wait_until(lambda: [m for m in runs.glob("*/metrics.jsonl") if m.read_text().strip()], 180, "no iteration")
-        names = {p.name() for p in processes_of_run(token)}
-        # the token reaches Ray's daemons, its agents (which rewrite their title) and the workers
+        names = {p.name() for p in processes_of_run(token)}  # the token reaches the workers too
         assert {"raylet", "gcs_server", "ray::DashboardAgent", "ray::RuntimeEnvAgent"} <= names, names
         assert any(name.startswith("ray::WorkerHost") for name in names), names
         train.process.send_signal(signal.SIGKILL)
@@ -113,8 +114,10 @@ def test_kill_9_during_start_up_leaves_nothing_and_forgets_the_dead_cluster(tmp_
             *placement,
         ]
         with Fleetrl(*command, runs=runs, env={"RAY_TMPDIR": ray_tmp}) as train, killed_at_exit(train) as token:
+            # the token reaches Ray's daemons and its agents (which rewrite their process title)
+            daemons = {"raylet", "gcs_server", "ray::DashboardAgent", "ray::RuntimeEnvAgent"}
             wait_until(
-                lambda: address_file.exists() and "raylet" in {p.name() for p in processes_of_run(token)},
+                lambda: address_file.exists() and daemons <= {p.name() for p in processes_of_run(token)},
                 120,
                 "Ray did not start: " + train.stderr_so_far()[-2000:],
                 poll_s=0.05,
