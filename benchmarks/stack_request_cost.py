@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import threading
 import time
 
 
@@ -69,7 +68,6 @@ def main() -> None:
         round_trips.append(time.perf_counter() - started)
     recorder.stop()
 
-    print(f"threads in this process: {threading.active_count()}")
     print("| what | median of rounds |")
     print("|---|---|")
     print(f"| heartbeat (record + JSON + TCPStore set) | {heartbeat:.1f} µs |")

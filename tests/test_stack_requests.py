@@ -65,7 +65,7 @@ def test_a_worker_answers_with_every_threads_stack(worker):
     stacks = capture_stacks([record], stack_dir, partial(ask_stacks, store.server, timeout_s=30))
     text = stacks[("env", 0)]
     assert "in park_here" in text and '"MainThread"' in text, text
-    assert '"fleetrl-heartbeat"' in text and "in own_stacks" in text, text
+    assert '"fleetrl-heartbeat" (taking these stacks)' in text, text
     asked_again = ask_stacks(store.server, [("env", 0)], timeout_s=30)  # a second request, a fresh answer
     assert "in park_here" in asked_again[("env", 0)]
     assert process.poll() is None

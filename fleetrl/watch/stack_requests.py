@@ -32,10 +32,15 @@ def reply_key(component: str, rank: int) -> str:
 
 
 def own_stacks() -> str:
-    """Every thread of this process with its Python stack, innermost call last."""
+    """Every thread of this process with its Python stack, innermost call last; the main thread
+    first, and the thread asking (the heartbeat's, answering a request) named without its frames."""
     names = {thread.ident: thread.name for thread in threading.enumerate()}
+    main, asking = threading.main_thread().ident, threading.get_ident()
     parts = []
-    for ident, frame in sys._current_frames().items():
+    for ident, frame in sorted(sys._current_frames().items(), key=lambda item: item[0] != main):
+        if ident == asking:
+            parts.append(f'Thread {ident} "{names.get(ident, "?")}" (taking these stacks)')
+            continue
         parts.append(f'Thread {ident} "{names.get(ident, "?")}" (most recent call last):')
         parts.append("".join(traceback.format_stack(frame)).rstrip())
     return "\n".join(parts)
