@@ -31,7 +31,7 @@ import psutil
 RUN_TOKEN = "FLEETRL_RUN_TOKEN"
 KILL_ROUNDS = 3  # a raylet may spawn a worker between a scan and the kill: scan again
 GRACE_S = 1.0  # for processes already on their way out after a normal exit
-SESSION_DIR = re.compile(r"(/[^\s=:]*/session_\d{4}-[0-9_-]+?_(\d+))(?:/|$|\s)")
+SESSION_DIR = re.compile(r"(/[^\s=:]*/session_\d{4}-[0-9_-]+?_\d+)(?:/|$|\s)")  # Ray's, named <time>_<pid>
 
 
 def start_janitor() -> str:
