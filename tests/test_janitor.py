@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from fleetrl.watch.janitor import processes_of_run
-from tests.support import Fleetrl, end
+from tests.support import Fleetrl, end, run_janitor
 
 SMALL_ON_RAY = [
     "runner.tensorboard=false",
@@ -31,23 +31,10 @@ SMALL_ON_RAY = [
 GONE_WITHIN_S = 10.0  # issue 10's promise: no process of the run alive 10 s after the kill
 
 
-def run_token(train: Fleetrl, timeout_s: float = 120) -> str:
-    """The run token: the last argument of the janitor that `fleetrl train` started."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert train.process.poll() is None, train.stderr_so_far()[-3000:]
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process(train.process.pid).children():
-                if "fleetrl.watch.janitor" in child.cmdline():
-                    return child.cmdline()[-2]
-        time.sleep(0.2)
-    raise AssertionError("fleetrl train started no janitor")
-
-
 @contextlib.contextmanager
 def killed_at_exit(train: Fleetrl) -> Iterator[str]:
     """The run's token; whatever happens in the block, every process carrying it is killed after."""
-    token = run_token(train)
+    token, _ = run_janitor(train)
     try:
         yield token
     finally:

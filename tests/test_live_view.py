@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from fleetrl.watch.janitor import processes_of_run
 from fleetrl.watch.live import attach
 from fleetrl.watch.stack_requests import ask_stacks
-from tests.support import Fleetrl, fleetrl
+from tests.support import Fleetrl, fleetrl, run_janitor
 
 RAY_ONE_EACH = [
     "runner.tensorboard=false",
@@ -40,11 +41,13 @@ def test_top_and_stack_show_a_live_ray_job_that_then_finishes(tmp_path):
     env = ["env.id=tests.live_envs:HeldCartPole", f"env.kwargs={{hold_file: {hold}}}", "runner.total_env_steps=200"]
     command = ["train", "configs/ppo_cartpole.yaml", f"runner.run_dir={runs}", *RAY_ONE_EACH, *env]
     with Fleetrl(*command, runs=runs) as running:
+        token, janitor = run_janitor(running)
         run_dir = wait_for_training(runs, running)
 
         top = fleetrl("top", str(run_dir), timeout=120)
         assert top.code == 0, top.stderr
         rows = {tuple(line.split()[:2]): line.split() for line in top.stdout.splitlines()[1:] if line.strip()}
+        assert rows[("component", "rank")][4] == "phase", top.stdout  # the header
         for worker in (("env", "0"), ("rollout", "0"), ("actor", "0")):
             assert worker in rows, top.stdout
         assert rows[("env", "0")][4] in ("env.step", "idle"), top.stdout  # phase
@@ -68,6 +71,9 @@ def test_top_and_stack_show_a_live_ray_job_that_then_finishes(tmp_path):
 
         hold.unlink()  # quick from here: the run goes on to its end
         result = running.finish(timeout=240).succeeded()
+        janitor.wait(30)  # after a normal end the janitor finds nothing of the run, and says nothing
+        stderr = running.stderr_so_far()
+    assert not processes_of_run(token) and "outlived" not in stderr, stderr[-2000:]
     assert result.summary["global_step"] >= 200
     assert not (run_dir / "watch.json").exists()
     gone = fleetrl("top", str(run_dir), timeout=120)
