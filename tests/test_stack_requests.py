@@ -72,14 +72,15 @@ def test_a_worker_answers_with_every_threads_stack(worker):
 
 
 @pytest.mark.parametrize("worker", ["park_here"], indirect=True)
-def test_a_stopped_worker_is_named_and_a_pid_elsewhere_is_never_signalled(worker):
+def test_a_stopped_worker_is_read_from_outside_and_a_pid_elsewhere_is_never_signalled(worker):
     store, process, record, stack_dir = worker
     bystander = subprocess.Popen(["sleep", "60"])  # SIGUSR1 would kill it: its default action
     try:
         process.send_signal(signal.SIGSTOP)
         elsewhere = {**record, "component": "actor", "pid": bystander.pid, "host": "node-7", "machine": "other/1"}
         stacks = capture_stacks([record, elsewhere], stack_dir, partial(ask_stacks, store.server, timeout_s=1.0))
-        assert "process is stopped" in stacks[("env", 0)], stacks
+        stopped, _, read = stacks[("env", 0)].partition("read from outside by py-spy)")
+        assert "process is stopped" in stopped and "park_here" in read, stacks
         assert "runs on node-7, not on this machine" in stacks[("actor", 0)], stacks
         assert bystander.poll() is None, "a pid said to live on another machine was signalled"
         process.send_signal(signal.SIGCONT)  # running again, it answers through the store

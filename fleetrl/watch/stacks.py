@@ -5,8 +5,8 @@ wherever it runs (watch/stack_requests.py). One that does not answer — its mai
 GIL, it is stopped, it is gone — is handled from here only when it lives on this machine and in
 this PID namespace (`machine_identity`, not the hostname): each worker registers `faulthandler`
 on SIGUSR1, writing all its threads' stacks to a file in the run directory (the handler runs
-without the GIL), and py-spy adds native frames. A stopped (SIGSTOP) process can answer neither;
-the report says so. A pid on another machine is never signalled: it would be some other process
+without the GIL), and py-spy adds native frames. A stopped (SIGSTOP) process can answer neither:
+py-spy reads its Python stack from its memory (`--nonblocking`), and the report says it is stopped. A pid on another machine is never signalled: it would be some other process
 there, and SIGUSR1's default action kills it.
 """
 
@@ -76,7 +76,10 @@ def signal_local(workers: list[dict], stack_dir: Path, py_spy_timeout_s: float) 
             stacks[key] = "(process is gone)"
             continue
         if psutil.Process(pid).status() == psutil.STATUS_STOPPED:
-            stacks[key] = "(process is stopped — SIGSTOP or a debugger; it cannot report a stack)"
+            read = py_spy_dump(pid, py_spy_timeout_s, "--nonblocking")  # reads its memory; no native frames
+            stacks[key] = "(process is stopped — SIGSTOP or a debugger; it cannot report a stack" + (
+                f", read from outside by py-spy)\n{read}" if read else ")"
+            )
             continue
         path = stack_file(stack_dir, *key)
         path.write_text("") if path.exists() else None
@@ -88,19 +91,21 @@ def signal_local(workers: list[dict], stack_dir: Path, py_spy_timeout_s: float) 
     time.sleep(0.5 if waiting else 0)
     for key, path, pid in waiting:
         text = path.read_text() if path.exists() else ""
-        native = py_spy_dump(pid, py_spy_timeout_s)
+        native = py_spy_dump(pid, py_spy_timeout_s, "--native")
         stacks[key] = (text or "(no faulthandler output)") + (f"\n--- py-spy (native) ---\n{native}" if native else "")
     return stacks
 
 
-def py_spy_dump(pid: int, timeout_s: float) -> str:
+def py_spy_dump(pid: int, timeout_s: float, mode: str) -> str:
+    """`py-spy dump MODE --pid PID` (--native: with C frames, pausing the process briefly;
+    --nonblocking: Python frames only, and the only way to read a stopped process), or ''."""
     beside = Path(sys.executable).parent / "py-spy"  # a venv's, when its bin/ is not on PATH
     executable = shutil.which("py-spy") or (str(beside) if beside.exists() else None)
     if executable is None:
         return ""
     try:
         result = subprocess.run(
-            [executable, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout_s
+            [executable, "dump", mode, "--pid", str(pid)], capture_output=True, text=True, timeout=timeout_s
         )
     except subprocess.TimeoutExpired:
         return "(py-spy timed out)"
