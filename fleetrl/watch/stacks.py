@@ -6,8 +6,9 @@ GIL, it is stopped, it is gone — is handled from here only when it lives on th
 this PID namespace (`machine_identity`, not the hostname): each worker registers `faulthandler`
 on SIGUSR1, writing all its threads' stacks to a file in the run directory (the handler runs
 without the GIL), and py-spy adds native frames. A stopped (SIGSTOP) process can answer neither:
-py-spy reads its Python stack from its memory (`--nonblocking`), and the report says it is stopped. A pid on another machine is never signalled: it would be some other process
-there, and SIGUSR1's default action kills it.
+py-spy reads its Python stack from its memory (`--nonblocking`), and the report says it is
+stopped. A pid on another machine is never signalled: it would be some other process there, and
+SIGUSR1's default action kills it.
 """
 
 from __future__ import annotations
