@@ -74,13 +74,14 @@ class Responder:
             self.done.wait()
             raise IncidentStop(self.report)
         self.report = {"cause": incident.cause, "summary": incident.summary}
+        detected_at = time.time()  # taking the stacks is part of the response, not of the detection
         try:
             stacks = capture_stacks(
                 [{**incident.records.get((w["component"], w["rank"]), {}), **w} for w in workers],
                 self.run_dir / "stacks",
                 self.ask_stacks,
             )
-            self.report = build_hang_report(incident, workers, stacks, time.time())
+            self.report = build_hang_report(incident, workers, stacks, detected_at)
             text, folder = write_hang_report(self.run_dir, self.report)
             print(text, file=sys.stderr)
             log.error("%s: %s (report: %s)", incident.cause, self.report["summary"], folder / REPORT_TEXT)

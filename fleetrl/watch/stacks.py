@@ -46,8 +46,9 @@ Ask = Callable[[list[tuple[str, int]]], dict[tuple[str, int], str]]  # stack_req
 def capture_stacks(workers: list[dict], stack_dir: Path, ask: Ask | None = None, py_spy_timeout_s: float = 5.0) -> dict:
     """(component, rank) → stack text of each of `workers` (their latest heartbeat records, or
     {component, rank} where there is none)."""
-    stacks = ask([(w["component"], w["rank"]) for w in workers]) if ask else {}
     here = machine_identity()
+    askable = [(w["component"], w["rank"]) for w in workers if may_answer(w, here)]
+    stacks = ask(askable) if ask and askable else {}
     local = []
     for worker in workers:
         key = (worker["component"], worker["rank"])
@@ -61,6 +62,20 @@ def capture_stacks(workers: list[dict], stack_dir: Path, ask: Ask | None = None,
         else:
             local.append(worker)
     return {**stacks, **signal_local(local, stack_dir, py_spy_timeout_s)}
+
+
+def may_answer(worker: dict, here: str) -> bool:
+    """False for a worker on this machine whose process is gone or stopped: waiting for its
+    answer would only delay the others'."""
+    if worker.get("machine", here) != here:
+        return True
+    try:
+        return bool(worker.get("pid")) and psutil.Process(worker["pid"]).status() not in STOPPED_OR_GONE
+    except psutil.Error:
+        return False
+
+
+STOPPED_OR_GONE = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
 
 def signal_local(workers: list[dict], stack_dir: Path, py_spy_timeout_s: float) -> dict:
