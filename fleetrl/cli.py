@@ -1,4 +1,4 @@
-"""The `fleetrl` command: train | sweep | eval | report | doctor | diagnose.
+"""The `fleetrl` command: train | sweep | eval | report | doctor | diagnose | top | stack.
 
 Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
 missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4 an incident (a
@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     diagnose = commands.add_parser("diagnose", help="print the incident report of a run")
     diagnose.add_argument("run_dir")
+    top = commands.add_parser("top", help="a live table of a running job's workers")
+    top.add_argument("run_dir", nargs="?", help="the run's directory (default: the newest under ./runs)")
+    top.add_argument("--once", action="store_true", help="print one table and exit (also when not a terminal)")
+    stack = commands.add_parser("stack", help="every worker's Python stack now, without stopping the run")
+    stack.add_argument("run_dir", nargs="?", help="the run's directory (default: the newest under ./runs)")
     add_doctor_arguments(
         commands.add_parser("doctor", help="preflight checks: disk, network, Gloo/NCCL, placement, env")
     )
@@ -96,7 +101,9 @@ def command_train(args) -> int:
     if not args.skip_doctor and (code := preflight(config)):
         return code
     from fleetrl.runner import Trainer
+    from fleetrl.watch.janitor import start_janitor
 
+    start_janitor()  # from here on, nothing of the run outlives this process, even a SIGKILL of it
     summary = Trainer(config, layout=layout).train()
     print(f"run directory: {summary['run_dir']}")
     return 0
@@ -149,6 +156,18 @@ def command_diagnose(args) -> int:
     return 0
 
 
+def command_top(args) -> int:
+    from fleetrl.watch.top import top
+
+    return top(args.run_dir, args.once)
+
+
+def command_stack(args) -> int:
+    from fleetrl.watch.stack_command import stack
+
+    return stack(args.run_dir)
+
+
 COMMANDS = {
     "train": command_train,
     "sweep": command_sweep,
@@ -156,6 +175,8 @@ COMMANDS = {
     "report": command_report,
     "doctor": command_doctor,
     "diagnose": command_diagnose,
+    "top": command_top,
+    "stack": command_stack,
 }
 
 

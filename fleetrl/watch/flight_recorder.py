@@ -44,6 +44,7 @@ class Recorder:
             "node": node,
             "pid": os.getpid(),
             "host": socket.gethostname(),
+            "machine": machine_identity(),
         }
         self.phase: str | None = None
         self.phase_started: float | None = None
@@ -110,13 +111,17 @@ class Recorder:
             **self.collectives.record(),
         }
 
-    def start_publishing(self, publish: Callable[[str], None], interval_s: float) -> None:
-        """Publish `record()` as JSON every `interval_s` from a daemon thread."""
+    def start_publishing(
+        self, publish: Callable[[str], None], interval_s: float, after_beat: Callable[[], None] = lambda: None
+    ) -> None:
+        """Publish `record()` as JSON every `interval_s` from a daemon thread; then `after_beat()`
+        (answering a stack request: watch/stack_requests.py)."""
 
         def beat():
             while not self.stopped.wait(interval_s):
                 with contextlib.suppress(Exception):  # a lost beat is reported as staleness
                     publish(json.dumps(self.record()))
+                    after_beat()
 
         publish(json.dumps(self.record()))
         self.publisher = threading.Thread(target=beat, name="fleetrl-heartbeat", daemon=True)
@@ -127,6 +132,18 @@ class Recorder:
         store call while the interpreter exits takes the process down with std::terminate."""
         self.stopped.set()
         join_unless_current(self.publisher)
+
+
+def machine_identity() -> str:
+    """Which machine and PID namespace this process's pid means something in: the kernel's boot
+    id and the PID namespace's inode. Two hosts (or two isolated simulated nodes) may share a
+    hostname; a pid can be signalled only where this matches."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip()
+        return f"{boot_id}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:  # not Linux: the hostname is all there is
+        return socket.gethostname()
 
 
 def join_unless_current(thread: threading.Thread | None, timeout_s: float = 5.0) -> None:

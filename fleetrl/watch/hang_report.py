@@ -21,11 +21,20 @@ REPORT_TEXT = "hang_report.txt"
 STALLS = ("phase_timeout", "process_frozen", "rank_missing_from_collective", "collective_mismatch", "startup_timeout")
 
 
+FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
+
+
 def innermost_frame(stack: str) -> str | None:
-    """'file.py:57 (func)' of the thread that was signalled (the main thread), from faulthandler."""
-    block = stack.split("Current thread", 1)[1] if "Current thread" in stack else stack
-    match = re.search(r'File "([^"]+)", line (\d+) in (\S+)', block)
-    return f"{Path(match.group(1)).name}:{match.group(2)} ({match.group(3)})" if match else None
+    """'file.py:57 (func)' of the main thread: from the worker's own answer (main thread first,
+    most recent call last: watch/stack_requests.py) or from faulthandler (most recent call first,
+    the signalled main thread as 'Current thread')."""
+    if "(most recent call last)" in stack:
+        frames = FRAME.findall(stack.split("\nThread ", 1)[0])
+        frame = frames[-1] if frames else None
+    else:
+        match = FRAME.search(stack.split("Current thread", 1)[1] if "Current thread" in stack else stack)
+        frame = match.groups() if match else None
+    return f"{Path(frame[0]).name}:{frame[1]} ({frame[2]})" if frame else None
 
 
 def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now: float) -> dict:

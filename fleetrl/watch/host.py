@@ -16,6 +16,7 @@ from pathlib import Path
 from fleetrl.watch import flight_recorder
 from fleetrl.watch.faults import FaultPlan, block_in_forward, inject_before, inject_extra_collective
 from fleetrl.watch.flight_recorder import Recorder
+from fleetrl.watch.stack_requests import connect_answerer
 from fleetrl.watch.stacks import register_stack_dump, stack_file
 from fleetrl.watch.store import connect_publisher
 
@@ -32,11 +33,14 @@ class WatchSpec:
 
 
 def start_watching(component: str, rank: int, node: int, spec: WatchSpec) -> Recorder:
-    """In a worker process: install its recorder, publish heartbeats, answer SIGUSR1 with stacks."""
+    """In a worker process: install its recorder, publish heartbeats, answer stack requests
+    (through the store, and SIGUSR1 from its own machine)."""
     recorder = Recorder(component, rank, node)
     flight_recorder.install(recorder)
     register_stack_dump(stack_file(Path(spec.stack_dir), component, rank))
-    recorder.start_publishing(connect_publisher(spec.store_host, spec.store_port, component, rank), spec.interval_s)
+    publish = connect_publisher(spec.store_host, spec.store_port, component, rank)
+    answer = connect_answerer(spec.store_host, spec.store_port, component, rank)
+    recorder.start_publishing(publish, spec.interval_s, answer)
     return recorder
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT, build_hang_report, write_hang_report
-from fleetrl.watch.stacks import capture_stacks
+from fleetrl.watch.stacks import Ask, capture_stacks
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident
 
@@ -52,6 +52,7 @@ class Responder:
         self.done: threading.Event = threading.Event()
         self.report: dict = {}
         self.report_hooks: list[tuple[Callable[[list[Path]], None], float]] = []
+        self.ask_stacks: Ask | None = None  # through the heartbeat store, once it is open
 
     def add_report_hook(self, hook: Callable[[list[Path]], None], timeout_s: float) -> None:
         """Call `hook([hang_report.txt, hang_report.json])` on an incident, for at most `timeout_s`."""
@@ -73,12 +74,14 @@ class Responder:
             self.done.wait()
             raise IncidentStop(self.report)
         self.report = {"cause": incident.cause, "summary": incident.summary}
+        detected_at = time.time()  # taking the stacks is part of the response, not of the detection
         try:
             stacks = capture_stacks(
-                [{**w, "pid": incident.records.get((w["component"], w["rank"]), {}).get("pid")} for w in workers],
+                [{**incident.records.get((w["component"], w["rank"]), {}), **w} for w in workers],
                 self.run_dir / "stacks",
+                self.ask_stacks,
             )
-            self.report = build_hang_report(incident, workers, stacks, time.time())
+            self.report = build_hang_report(incident, workers, stacks, detected_at)
             text, folder = write_hang_report(self.run_dir, self.report)
             print(text, file=sys.stderr)
             log.error("%s: %s (report: %s)", incident.cause, self.report["summary"], folder / REPORT_TEXT)

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import NoReturn, Protocol
 
@@ -33,7 +34,9 @@ from fleetrl.watch import flight_recorder
 from fleetrl.watch.classify import incident_from_error
 from fleetrl.watch.flight_recorder import Recorder
 from fleetrl.watch.host import WatchSpec
+from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.respond import EXIT_INCIDENT, Responder
+from fleetrl.watch.stack_requests import ANSWER_BEATS, StackAnswerer, ask_stacks
 from fleetrl.watch.stacks import register_stack_dump, stack_file
 from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.teardown import kill_own_children
@@ -77,6 +80,10 @@ class WatchSession:
         """Host the heartbeat store at `host` (an address every worker reaches); what a worker
         needs to be watched."""
         self.store = HeartbeatStore(host)
+        self.responder.ask_stacks = partial(
+            ask_stacks, self.store.server, timeout_s=ANSWER_BEATS * self.config.heartbeat_interval_s
+        )
+        advertise(self.run_dir, host, self.store.port)  # for `fleetrl top` / `fleetrl stack`
         return WatchSpec(
             host, self.store.port, self.config.heartbeat_interval_s, str(self.run_dir / "stacks"), self.fault
         )
@@ -86,13 +93,15 @@ class WatchSession:
         self.recorder = Recorder(component, rank, 0)
         flight_recorder.install(self.recorder)
         register_stack_dump(stack_file(Path(spec.stack_dir), component, rank))
-        self.recorder.start_publishing(self.store.publisher(component, rank), spec.interval_s)
+        answer = StackAnswerer(self.store.server, component, rank)
+        self.recorder.start_publishing(self.store.publisher(component, rank), spec.interval_s, answer)
         return self.recorder
 
     def start(self, workers: list[dict], remote: RemoteWorkers | None = None) -> None:
         """Watch `workers` ({component, rank, node}) until `stop`; `remote` ends the ones this
         process did not fork when an incident is reported."""
         self.workers, self.remote = workers, remote
+        publish_run(self.store.server, workers, self.config)
         if not self.config.enabled:
             return
         self.watchdog = Watchdog(self.config, self.store.read, self.keys(), self.on_watchdog_incident)
@@ -172,6 +181,7 @@ class WatchSession:
             self.watchdog.stop()
         if self.recorder is not None:
             self.recorder.stop()
+        (self.run_dir / WATCH_FILE).unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,27 @@
+"""Envs for the live-view tests (tests/test_live_view.py), importable by Ray workers."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+def simulate_physics(seconds: float) -> None:
+    """Where a held step spends its time: the function a stack of the env worker must show."""
+    time.sleep(seconds)
+
+
+class HeldCartPole(CartPoleEnv):
+    """CartPole whose every step takes `step_s` while `hold_file` exists, and no time once the
+    test removes it: slow while a test looks at the run, then quick to its normal end."""
+
+    def __init__(self, hold_file: str, step_s: float = 0.3, **kwargs):
+        super().__init__(**kwargs)
+        self.hold_file, self.step_s = hold_file, step_s
+
+    def step(self, action):
+        if os.path.exists(self.hold_file):
+            simulate_physics(self.step_s)
+        return super().step(action)
