@@ -103,8 +103,8 @@ class ModelConfig:
         None  # Box actions as tokens: each dimension (of each chunked action) discretised into this many evenly spaced values, one categorical each (None: Gaussian)
     )
     # Image and Dict observations (README: 'Images, instructions and the transformer policy').
-    image_encoder: Literal["auto", "nature_cnn", "grid_cnn"] = (
-        "auto"  # mlp: the CNN for image keys (auto: nature_cnn for images of 36 pixels a side or more, grid_cnn below)
+    image_encoder: Literal["auto", "nature_cnn", "grid_cnn", "flatten"] = (
+        "auto"  # mlp: the encoder of image keys (auto: nature_cnn from 36 pixels a side, grid_cnn from 7, flatten below)
     )
     embed_dim: Annotated[int, Positive] = 64  # width of token embeddings: the text encoder's, and the transformer's
     num_layers: Annotated[int, Positive] = 2  # transformer: blocks

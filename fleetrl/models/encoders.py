@@ -5,7 +5,7 @@ Chosen from the observation space (`ObservationEncoder`), key by key:
 - an image (a uint8 Box of three axes, HWC or CHW) → a CNN: the Nature-DQN CNN (Mnih et al.
   2015: 32·8×8/4, 64·4×4/2, 64·3×3/1, then 512) for camera images of at least 36 pixels a side,
   the small CNN of the MiniGrid baselines (16·2×2, max-pool, 32·2×2, 64·2×2) for symbolic grids
-  such as MiniGrid's 7×7 view; `model.image_encoder` overrides the choice;
+  such as MiniGrid's 7×7 view, flattened below 7 pixels; `model.image_encoder` overrides;
 - token ids (a 1-D integer Box: a mission, `envs.text`) → `TextEncoder`: embeddings and a GRU,
   its state after the last real (non-padding) token;
 - anything else (a float vector, a one-hot direction) → flattened as it is.
@@ -26,6 +26,7 @@ from fleetrl.errors import ConfigError
 from fleetrl.observations import image_layout, is_image, is_tokens, leaf_spaces
 
 NATURE_MIN_SIDE = 36  # the Nature CNN's three convolutions need at least this many pixels a side
+GRID_MIN_SIDE = 7  # and the grid CNN's
 
 
 def pixel_scale(space: gym.spaces.Box) -> float:
@@ -104,23 +105,25 @@ class Flatten(nn.Module):
 def image_encoder_kind(space: gym.spaces.Box, choice: str) -> str:
     """`model.image_encoder` resolved for `space` ('auto' by its size), checked to fit."""
     _, height, width, _ = image_layout(space)
+    side = min(height, width)
     if choice == "auto":
-        return "nature_cnn" if min(height, width) >= NATURE_MIN_SIDE else "grid_cnn"
-    if choice == "nature_cnn" and min(height, width) < NATURE_MIN_SIDE:
+        return "nature_cnn" if side >= NATURE_MIN_SIDE else "grid_cnn" if side >= GRID_MIN_SIDE else "flatten"
+    least = {"nature_cnn": NATURE_MIN_SIDE, "grid_cnn": GRID_MIN_SIDE}.get(choice, 1)
+    if side < least:
+        fitting = [name for name, needs in (("grid_cnn", GRID_MIN_SIDE), ("flatten", 1)) if side >= needs]
         raise ConfigError(
             "model.image_encoder",
             choice,
-            f"'auto' or 'grid_cnn' for images smaller than {NATURE_MIN_SIDE}×{NATURE_MIN_SIDE}",
+            f"one of 'auto', {', '.join(repr(name) for name in fitting)} (the {choice} needs {least}×{least} pixels or more)",
             f"the observation's images are {height}×{width} (shape {space.shape})",
         )
-    if choice == "grid_cnn" and min(height, width) < 3:
-        raise ConfigError("model.image_encoder", choice, "'auto' for images under 3×3", f"shape {space.shape}")
     return choice
 
 
 def leaf_encoder(space: gym.Space, image_encoder: str, embed_dim: int) -> nn.Module:
     if is_image(space):
-        return ImageCNN(space, image_encoder_kind(space, image_encoder))
+        kind = image_encoder_kind(space, image_encoder)
+        return Flatten(space) if kind == "flatten" else ImageCNN(space, kind)
     if is_tokens(space):
         return TextEncoder(int(space.high.max()) + 1, embed_dim)
     return Flatten(space)
