@@ -13,8 +13,10 @@ import pytest
 import torch
 import yaml
 
+from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
+from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig, ModelConfig
 from fleetrl.envs.text import Vocabulary
 from fleetrl.models.encoders import ObservationEncoder, TextEncoder
@@ -31,10 +33,15 @@ MISSION_SPACE = gym.spaces.Text(12, charset="abcdefghijklmnopqrstuvwxyz ")
 
 
 def collect(env_config: EnvConfig, model: ModelConfig, steps: int) -> tuple[Trajectory, Policy]:
-    """One lane of `steps` steps, collected as the collector does: env worker ⇄ rollout worker."""
+    """`steps` steps of a PPO rollout worker and an env worker; the trajectory and the policy."""
     env = EnvWorker(env_config, 0.99, seed=0)
     torch.manual_seed(0)
     rollout = RolloutWorker(Policy.from_config(model, *env.spaces()))
+    return collect_with(env, rollout, steps), rollout.policy
+
+
+def collect_with(env: EnvWorker, rollout: RolloutWorker, steps: int) -> Trajectory:
+    """One lane of `steps` steps, collected as the collector does: env worker ⇄ rollout worker."""
     rollout.configure_lanes([env.num_envs], steps, *env.spaces())
     step = StepResult.initial(env.reset())
     for t in range(steps + 1):
@@ -42,7 +49,7 @@ def collect(env_config: EnvConfig, model: ModelConfig, steps: int) -> tuple[Traj
         if actions is not None:
             step = env.step(actions)
     env.close()
-    return rollout.trajectory(), rollout.policy
+    return rollout.trajectory()
 
 
 @pytest.mark.parametrize(
@@ -141,6 +148,37 @@ def test_transformer_log_probs_and_entropies_match_a_direct_computation(bins):
     # the instruction is read: another mission, another distribution
     other = dict(obs, mission=torch.tensor([[4, 10, 9, 6, 3], [4, 10, 7, 0, 0]] * 3))
     assert not torch.allclose(policy.network(other)[0], logits)
+
+
+def test_sac_keeps_image_observations_uint8_in_its_replay_buffer():
+    overrides = [
+        "algorithm.name=sac",
+        "env.id=tests.image_envs:CountingImages",
+        "env.kwargs={continuous: true}",
+        "env.num_envs=2",
+        "algorithm.num_steps=4",
+        "algorithm.learning_starts=0",
+        "algorithm.minibatch_size=4",
+        "algorithm.buffer_size=64",
+    ]
+    config = load_config(None, overrides)
+    env = EnvWorker(config.env, 0.99, seed=0)
+    spec = algorithm_spec("sac")
+    rollout, actor = spec.rollout.from_config(config, *env.spaces()), spec.actor(config, *env.spaces())
+    trajectory = collect_with(env, rollout, 4)
+    metrics = actor.train(trajectory, 0.0)  # stores the steps, then trains on samples of them
+    assert metrics["grad_steps"] > 0 and np.isfinite(metrics["q_loss"])
+    replay = actor.replay
+    assert replay.obs.dtype == np.uint8 and trajectory.next_obs.dtype == torch.uint8
+    obs, _, rewards, not_terminated, next_obs = replay.gather(torch.arange(len(replay)))
+    assert obs.dtype == next_obs.dtype == torch.uint8
+    for row in range(len(replay)):  # slot-major rows: step row // 2 of env row % 2
+        t, env_index = divmod(row, 2)
+        episode, t_in_episode = divmod(t, LENGTH)
+        assert np.array_equal(obs[row].numpy(), expected_image(env_index, episode, t_in_episode))
+        if not_terminated[row]:  # where the episode goes on, the next observation is the next step's
+            assert np.array_equal(next_obs[row].numpy(), expected_image(env_index, episode, t_in_episode + 1))
+        assert rewards[row] == t_in_episode + 1
 
 
 def test_mission_vocabulary_is_built_from_the_minigrid_space():
