@@ -265,3 +265,15 @@ def test_minigrid_transformer_config_trains_briefly(tmp_path):
     result = train(config, *small, "runner.tensorboard=false", runs=tmp_path / "runs").succeeded()
     assert [r["global_step"] for r in result.metrics] == [64, 128]
     assert result.summary["episodes"] > 0
+
+
+MINIGRID_TARGET = 0.5  # benchmarks/README.md: the last-100-episode mean the config reached, and the reference
+
+
+@pytest.mark.slow
+def test_minigrid_transformer_config_reaches_its_target(tmp_path):
+    pytest.importorskip("minigrid")
+    config = REPO / "configs" / "ppo_minigrid_transformer.yaml"
+    overrides = [f"runner.target_return={MINIGRID_TARGET}", "runner.tensorboard=false"]
+    result = train(config, *overrides, runs=tmp_path / "runs", timeout=5400).succeeded()
+    assert result.summary["target_reached"], result.summary
