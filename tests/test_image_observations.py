@@ -1,7 +1,8 @@
 """Image and Dict observations end to end (issue 13): what the env shows reaches trajectories
 exactly and stays uint8; text becomes token ids from the env's own vocabulary; PPO trains on
-them inline and with the env worker in its own Ray process; a Dict run resumes from its
-checkpoint; a model key that does not fit the observation is a config error."""
+them with the env worker in its own Ray process; the MiniGrid config trains and resumes from its
+checkpoint; SAC's replay keeps images uint8; a model key that does not fit the observation is a
+config error."""
 
 from __future__ import annotations
 
@@ -232,20 +233,21 @@ def assert_trained_on_counting_images(result) -> None:
     assert result.summary["episodes"] == 4 * ((64 // 4) // LENGTH)
 
 
-def test_a_dict_observation_run_resumes_from_its_checkpoint(tmp_path):
-    normalised = {"normalize_obs": True}  # the one float key, direction, has running statistics
-    config = write_config(tmp_path / "config.yaml", dict_obs=True, env=normalised)
-    first = train(config, runs=tmp_path / "runs").succeeded()
-    assert_trained_on_counting_images(first)
-    saved = load_latest(first.run_dir)
-    obs_norm = saved["env"][0]["obs_norm"]  # env rank 0's state
+def test_the_minigrid_transformer_config_trains_and_resumes_from_its_checkpoint(tmp_path):
+    pytest.importorskip("minigrid")
+    config = REPO / "configs" / "ppo_minigrid_transformer.yaml"
+    small = ["env.num_envs=4", "algorithm.num_steps=16", "algorithm.minibatch_size=32", "runner.tensorboard=false"]
+    small += ["env.normalize_obs=true", "runner.checkpoint_interval=1"]  # direction, the one float key, normalised
+    first = train(config, *small, "runner.total_env_steps=128", runs=tmp_path / "runs").succeeded()
+    assert [r["global_step"] for r in first.metrics] == [64, 128] and first.summary["episodes"] > 0
+    obs_norm = load_latest(first.run_dir)["env"][0]["obs_norm"]  # env rank 0's state
     assert set(obs_norm) == {"direction"}, "images and token ids are never normalised"
-    assert obs_norm["direction"]["count"] > 64
+    assert obs_norm["direction"]["count"] >= 128
     resumed = train(
-        config, f"runner.resume={first.run_dir}", "runner.total_env_steps=128", runs=tmp_path / "runs"
+        config, *small, f"runner.resume={first.run_dir}", "runner.total_env_steps=256", runs=tmp_path / "runs"
     ).succeeded()
-    assert f"resumed {first.run_dir} at iteration 2, 64 env steps" in resumed.stderr
-    assert [r["global_step"] for r in resumed.metrics if r["iteration"] > 2] == [96, 128]
+    assert f"resumed {first.run_dir} at iteration 2, 128 env steps" in resumed.stderr
+    assert [r["global_step"] for r in resumed.metrics if r["iteration"] > 2] == [192, 256]
 
 
 def test_a_model_key_that_does_not_fit_the_images_is_a_config_error(tmp_path, capsys):
@@ -256,15 +258,6 @@ def test_a_model_key_that_does_not_fit_the_images_is_a_config_error(tmp_path, ca
     assert "config error at 'model.image_encoder': got 'nature_cnn'" in message
     assert "one of 'auto', 'grid_cnn', 'flatten'" in message and "images are 7×7" in message
     assert "Traceback" not in message
-
-
-def test_minigrid_transformer_config_trains_briefly(tmp_path):
-    pytest.importorskip("minigrid")
-    config = REPO / "configs" / "ppo_minigrid_transformer.yaml"
-    small = ["env.num_envs=4", "algorithm.num_steps=16", "algorithm.minibatch_size=32", "runner.total_env_steps=128"]
-    result = train(config, *small, "runner.tensorboard=false", runs=tmp_path / "runs").succeeded()
-    assert [r["global_step"] for r in result.metrics] == [64, 128]
-    assert result.summary["episodes"] > 0
 
 
 MINIGRID_TARGET = 0.5  # benchmarks/README.md: the last-100-episode mean the config reached, and the reference
