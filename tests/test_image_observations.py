@@ -19,7 +19,9 @@ from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig, ModelConfig
+from fleetrl.config.validate import check_spaces
 from fleetrl.envs.text import Vocabulary
+from fleetrl.errors import ConfigError
 from fleetrl.models.encoders import ObservationEncoder, TextEncoder
 from fleetrl.models.policy import Policy
 from fleetrl.observations import map_obs
@@ -258,6 +260,11 @@ def test_a_model_key_that_does_not_fit_the_images_is_a_config_error(tmp_path, ca
     assert "config error at 'model.image_encoder': got 'nature_cnn'" in message
     assert "one of 'auto', 'grid_cnn', 'flatten'" in message and "images are 7×7" in message
     assert "Traceback" not in message
+    ppg = load_config(config, ["algorithm.name=ppg", "model.id=mlp", "model.aux_value_head=true"])
+    env = EnvWorker(ppg.env, 0.99, seed=0)
+    with pytest.raises(ConfigError, match="ppg's auxiliary phase stores Box observations only"):
+        check_spaces(ppg, *env.spaces())
+    env.close()
 
 
 MINIGRID_TARGET = 0.5  # benchmarks/README.md: the last-100-episode mean the config reached, and the reference
