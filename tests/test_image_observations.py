@@ -267,7 +267,7 @@ def test_a_model_key_that_does_not_fit_the_images_is_a_config_error(tmp_path, ca
     env.close()
 
 
-MINIGRID_TARGET = 0.5  # benchmarks/README.md: the last-100-episode mean the config reached, and the reference
+MINIGRID_TARGET = 0.8  # benchmarks/README.md: reached at 233k env steps (a perfect policy's is above 0.9)
 
 
 @pytest.mark.slow
