@@ -19,6 +19,7 @@ import numpy as np
 
 from fleetrl.cluster.groups import WorkerGroup
 from fleetrl.cluster.layout import Lane, plan_lanes
+from fleetrl.observations import map_obs
 from fleetrl.trajectory import StepResult, Trajectory
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker
@@ -35,7 +36,9 @@ class Collector:
         """Reset every env worker; the reset observations open each lane."""
         observations = self.env.get(self.env.call_all(EnvWorker.reset, epoch))
         for lane in self.lanes:
-            stage_obs = np.split(observations[lane.env_rank], self.stages)[lane.stage]
+            stage_obs = map_obs(
+                lambda x, stage=lane.stage: np.split(x, self.stages)[stage], observations[lane.env_rank]
+            )
             self.pending[lane] = StepResult.initial(stage_obs)
 
     def collect(self) -> Trajectory:

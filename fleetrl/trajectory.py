@@ -10,31 +10,36 @@ and hands them out as zero-copy tensors.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import partial
 
+import gymnasium as gym
 import numpy as np
 import torch
+
+from fleetrl.observations import Observation, map_obs, obs_len
+from fleetrl.observations import zeros as obs_zeros
 
 
 @dataclass
 class StepResult:
-    obs: np.ndarray  # next observation (first of the new episode where one ended)
+    obs: Observation  # next observation (first of the new episode where one ended)
     reward: np.ndarray  # float32 (N,), normalised when env.normalize_reward
     terminated: np.ndarray  # bool (N,)
     truncated: np.ndarray  # bool (N,), and not terminated
     truncated_index: np.ndarray  # int (K,) envs truncated this step
-    final_obs: np.ndarray  # (K, *obs_shape) their last observations, for the bootstrap value
+    final_obs: Observation  # (K, *obs_shape) their last observations, for the bootstrap value
 
     @classmethod
-    def initial(cls, obs: np.ndarray) -> StepResult:
+    def initial(cls, obs: Observation) -> StepResult:
         """The state after a reset, in the same shape as a step's outcome."""
-        count = len(obs)
+        count = obs_len(obs)
         no = np.zeros(count, bool)
-        return cls(obs, np.zeros(count, np.float32), no, no, np.empty(0, np.int64), obs[:0])
+        return cls(obs, np.zeros(count, np.float32), no, no, np.empty(0, np.int64), map_obs(lambda x: x[:0], obs))
 
 
 @dataclass
 class Trajectory:
-    obs: torch.Tensor  # (T, N, *obs_shape)
+    obs: Observation  # (T, N, *obs_shape) tensor, or a dict of them (fleetrl.observations)
     actions: torch.Tensor  # (T, N) long, or (T, N, action_dim) float
     logprobs: torch.Tensor  # (T, N), or (T, N, K) per token for token policies
     values: torch.Tensor  # (T, N)
@@ -44,7 +49,7 @@ class Trajectory:
     next_values: torch.Tensor  # (T, N) V(true next state), final obs on truncation
     # (T, N, *obs_shape) the true next observation: the final one on truncation. Recorded only by
     # buffers made with record_next_obs=True (off-policy algorithms: SAC); None otherwise.
-    next_obs: torch.Tensor | None = None
+    next_obs: Observation | None = None
 
     @classmethod
     def concatenate(cls, parts: list[Trajectory]) -> Trajectory:
@@ -55,7 +60,7 @@ class Trajectory:
             **{
                 f.name: None
                 if getattr(parts[0], f.name) is None
-                else torch.cat([getattr(p, f.name) for p in parts], dim=1)
+                else map_obs(lambda *columns: torch.cat(columns, dim=1), *(getattr(p, f.name) for p in parts))
                 for f in fields(cls)
             }
         )
@@ -65,11 +70,13 @@ class Trajectory:
         each shard is a copy: a view would carry the whole trajectory when sent to a process."""
         if world_size == 1:
             return self
-        per_rank = self.obs.shape[1] // world_size
+        per_rank = self.rewards.shape[1] // world_size
         envs = slice(rank * per_rank, (rank + 1) * per_rank)
         return Trajectory(
             **{
-                f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[:, envs].clone()
+                f.name: None
+                if getattr(self, f.name) is None
+                else map_obs(lambda x: x[:, envs].clone(), getattr(self, f.name))
                 for f in fields(self)
             }
         )
@@ -83,7 +90,7 @@ class TrajectoryBuffer:
         self,
         steps: int,
         num_envs: int,
-        obs_shape: tuple,
+        observation_space: gym.Space,
         action_shape: tuple,
         action_dtype: np.dtype,
         logprob_shape: tuple = (),
@@ -94,7 +101,7 @@ class TrajectoryBuffer:
 
         self.steps = steps
         self.arrays = {
-            "obs": zeros(*obs_shape),
+            "obs": obs_zeros(observation_space, (steps, num_envs)),
             "actions": zeros(*action_shape, dtype=action_dtype),
             "logprobs": zeros(*logprob_shape),
             "values": zeros(),
@@ -107,13 +114,14 @@ class TrajectoryBuffer:
         self.truncated_values = zeros()
         self.next_obs = None
         if record_next_obs:
-            self.next_obs = self.arrays["next_obs"] = zeros(*obs_shape)
+            self.next_obs = self.arrays["next_obs"] = obs_zeros(observation_space, (steps, num_envs))
 
     def record_policy(
-        self, t: int, obs: np.ndarray, actions: np.ndarray, logprobs: np.ndarray, values: np.ndarray
+        self, t: int, obs: Observation, actions: np.ndarray, logprobs: np.ndarray, values: np.ndarray
     ) -> None:
         a = self.arrays
-        a["obs"][t], a["actions"][t], a["logprobs"][t], a["values"][t] = obs, actions, logprobs, values
+        map_obs(partial(assign, t), a["obs"], obs)
+        a["actions"][t], a["logprobs"][t], a["values"][t] = actions, logprobs, values
         self.truncated[t] = False
 
     def record_outcome(self, t: int, step: StepResult, final_values: np.ndarray) -> None:
@@ -126,9 +134,9 @@ class TrajectoryBuffer:
         if len(step.truncated_index):
             self.truncated_values[t, step.truncated_index] = final_values
         if self.next_obs is not None:  # step.obs starts the next episode where one ended
-            self.next_obs[t] = step.obs
+            map_obs(partial(assign, t), self.next_obs, step.obs)
             if len(step.truncated_index):
-                self.next_obs[t, step.truncated_index] = step.final_obs
+                map_obs(partial(assign, (t, step.truncated_index)), self.next_obs, step.final_obs)
 
     def finish(self, last_values: np.ndarray) -> Trajectory:
         """Fill next_values (bootstrapping truncations from their final obs) and hand out tensors."""
@@ -136,4 +144,8 @@ class TrajectoryBuffer:
         a["next_values"][:-1] = a["values"][1:]
         a["next_values"][-1] = last_values
         a["next_values"][self.truncated] = self.truncated_values[self.truncated]
-        return Trajectory(**{name: torch.from_numpy(array) for name, array in a.items()})
+        return Trajectory(**{name: map_obs(torch.from_numpy, array) for name, array in a.items()})
+
+
+def assign(index, target: np.ndarray, value: np.ndarray) -> None:
+    target[index] = value

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
+import gymnasium as gym
+
 from fleetrl.algos.ppo_config import PPOConfig, check_ppo_layout, validate_ppo
 from fleetrl.config.constraints import AtLeastOne, NonNegative, Positive
 from fleetrl.config.schema import Config
@@ -68,3 +70,14 @@ def check_ppg_layout(config: Config, world: int) -> None:
     check_split_over_ranks(
         config, "algorithm.aux_minibatch_size", aux_minibatch_size(config), world, "auxiliary minibatch"
     )
+
+
+def check_ppg_spaces(config: Config, observation_space, action_space) -> None:
+    """PPG stores its observations for the auxiliary phase as one tensor: a Box observation."""
+    if isinstance(observation_space, gym.spaces.Dict):
+        raise ConfigError(
+            "algorithm.name",
+            "ppg",
+            f"an algorithm for env.id {config.env.id!r}, whose observation is a Dict",
+            "ppg's auxiliary phase stores Box observations only; ppo trains on Dict observations",
+        )

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from fleetrl.algos.ppo_config import PPOConfig
+from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.sharding import Minibatches
 from fleetrl.parallel.wrap import LossPath
 
@@ -39,7 +40,7 @@ from fleetrl.parallel.wrap import LossPath
 class PPOBatch:
     """Flat (B, ...) training data of one iteration."""
 
-    obs: torch.Tensor
+    obs: Observation  # a tensor, or a dict of tensors (Dict observations)
     actions: torch.Tensor
     logprobs: torch.Tensor
     values: torch.Tensor
@@ -48,7 +49,7 @@ class PPOBatch:
 
     def __getitem__(self, index: torch.Tensor) -> PPOBatch:
         return PPOBatch(
-            self.obs[index],
+            map_obs(lambda x: x[index], self.obs),
             self.actions[index],
             self.logprobs[index],
             self.values[index],
@@ -57,11 +58,11 @@ class PPOBatch:
         )
 
     def __len__(self) -> int:
-        return self.obs.shape[0]
+        return self.actions.shape[0]
 
     def to(self, device: torch.device) -> PPOBatch:
         return PPOBatch(
-            self.obs.to(device),
+            map_obs(lambda x: x.to(device), self.obs),
             self.actions.to(device),
             self.logprobs.to(device),
             self.values.to(device),
@@ -228,7 +229,7 @@ def ppo_update(
     `all_reduce` sums a tensor over ranks (identity with one)."""
     whole, size, minibatch = minibatches.whole, minibatches.shard.global_size, minibatches.size
     scale = minibatches.shard.world_size / minibatch
-    device = batch.obs.device
+    device = batch.actions.device
     normalise = config.norm_adv and minibatch > 1
     reduce = torch.mean if whole else torch.sum
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # Σ policy loss, value loss, entropy

@@ -30,18 +30,25 @@ import torch
 
 class ReplayBuffer:
     def __init__(
-        self, capacity: int, num_envs: int, obs_shape: tuple, action_shape: tuple, final_capacity: int | None = None
+        self,
+        capacity: int,
+        num_envs: int,
+        obs_shape: tuple,
+        action_shape: tuple,
+        final_capacity: int | None = None,
+        obs_dtype: np.dtype = np.float32,  # uint8 for images: a replay buffer of pixels is mostly pixels
     ):
         if capacity < 2 or num_envs < 1:
             raise ValueError(f"a replay buffer needs capacity >= 2 per env and >= 1 env, got {capacity} and {num_envs}")
         C, E = capacity, num_envs
         self.capacity, self.num_envs = C, E
         self.obs_shape, self.action_shape = tuple(obs_shape), tuple(action_shape)
+        self.obs_dtype = np.dtype(obs_dtype)
         self.pending_base = C * E
         self.final_base = C * E + E
         self.final_capacity = final_capacity or max(E, min(C * E, 1024))
         # np.zeros maps untouched pages lazily: a large, mostly empty buffer costs what it holds.
-        self.obs = np.zeros((self.final_base + self.final_capacity, *self.obs_shape), np.float32)
+        self.obs = np.zeros((self.final_base + self.final_capacity, *self.obs_shape), self.obs_dtype)
         self.actions = np.zeros((C * E, *self.action_shape), np.float32)
         self.rewards = np.zeros(C * E, np.float32)
         self.not_terminated = np.zeros(C * E, np.float32)
@@ -128,7 +135,7 @@ class ReplayBuffer:
         """Reallocate with room for at least `needed` final observations, the live ones first."""
         capacity = max(2 * self.final_capacity, needed)
         live = (self.final_start + np.arange(self.final_count)) % self.final_capacity
-        obs = np.zeros((self.final_base + capacity, *self.obs_shape), np.float32)
+        obs = np.zeros((self.final_base + capacity, *self.obs_shape), self.obs_dtype)
         used = self.slots * self.num_envs
         obs[:used] = self.obs[:used]
         obs[self.pending_base : self.final_base] = self.obs[self.pending_base : self.final_base]

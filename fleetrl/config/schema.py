@@ -87,7 +87,7 @@ def default_algorithm() -> AlgorithmConfig:
 
 @dataclass
 class ModelConfig:
-    id: str = "mlp"  # 'mlp', or 'module:attr' building an nn.Module (README: 'Your own network')
+    id: str = "mlp"  # 'mlp', 'transformer', or 'module:attr' building an nn.Module (README: 'Your own network')
     kwargs: dict = field(
         default_factory=dict
     )  # passed to a custom model's constructor ({} with 'mlp', which reads the keys below)
@@ -102,6 +102,19 @@ class ModelConfig:
     action_bins: Annotated[int, Range(2)] | None = (
         None  # Box actions as tokens: each dimension (of each chunked action) discretised into this many evenly spaced values, one categorical each (None: Gaussian)
     )
+    # Image and Dict observations (README: 'Images, instructions and the transformer policy').
+    image_encoder: Literal["auto", "nature_cnn", "grid_cnn", "flatten"] = (
+        "auto"  # mlp: the encoder of image keys (auto: nature_cnn from 36 pixels a side, grid_cnn from 7, flatten below)
+    )
+    embed_dim: Annotated[int, Positive] = 64  # width of token embeddings: the text encoder's, and the transformer's
+    num_layers: Annotated[int, Positive] = 2  # transformer: blocks
+    num_heads: Annotated[int, Positive] = 4  # transformer: attention heads per block (divides embed_dim)
+    patch_size: Annotated[int, Positive] | None = (
+        None  # transformer: image patch side in pixels (None: about 7×7 patches per image; 1 for a 7×7 grid)
+    )
+
+
+BUILTIN_MODELS = ("mlp", "transformer")  # model.id values that are no entry point
 
 
 @dataclass

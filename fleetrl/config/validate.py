@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.placement import PLACEMENT_KEY, Placement
-from fleetrl.config.schema import Config
+from fleetrl.config.schema import BUILTIN_MODELS, Config
 from fleetrl.errors import ConfigError
 from fleetrl.run_dir import resume_dir
 from fleetrl.watch.faults import check_fault
@@ -29,12 +29,12 @@ def validate(config: Config) -> None:
     validate_actor(config)
     algorithm_spec(config.algorithm.name).validate(config)
     resume_dir(config)  # raises naming the run directory that cannot be continued
-    if config.model.id == "mlp" and config.model.kwargs:
+    if config.model.id in BUILTIN_MODELS and config.model.kwargs:
         raise ConfigError(
             "model.kwargs",
             config.model.kwargs,
-            "{} with model.id 'mlp'",
-            "the built-in MLP reads model.hidden_sizes, activation, shared_trunk, ortho_init; kwargs go to a custom model",
+            f"{{}} with model.id {config.model.id!r}",
+            "the built-in models read the model section's own keys (hidden_sizes, embed_dim, ...); kwargs go to a custom model",
         )
     validate_cluster(config)
     validate_watchdog(config)
@@ -188,7 +188,7 @@ def check_entry_points(config: Config) -> None:
     from fleetrl.envs.make import env_factory
 
     env_factory(config.env)
-    if config.model.id != "mlp":
+    if config.model.id not in BUILTIN_MODELS:
         network = resolve_entry_point("model.id", config.model.id)
         check_keyword_arguments("model.kwargs", network, config.model.kwargs)
 
@@ -197,3 +197,10 @@ def check_spaces(config: Config, observation_space, action_space) -> None:
     """The rules that need the env's spaces (the algorithm's: e.g. SAC's continuous actions); the
     runtime calls this as soon as they are known, before any actor is built."""
     algorithm_spec(config.algorithm.name).check_spaces(config, observation_space, action_space)
+    if config.model.id in BUILTIN_MODELS:
+        import torch
+
+        from fleetrl.models.policy import build_network
+
+        with torch.random.fork_rng():  # its ConfigErrors now, before any worker; no draw from the seeded RNG
+            build_network(config.model, observation_space, action_space)

@@ -7,6 +7,7 @@ That is what bootstrapping truncated episodes needs, and it wastes no step on re
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -16,13 +17,25 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from fleetrl.config.schema import EnvConfig
 from fleetrl.entry_points import check_keyword_arguments, resolve_entry_point
+from fleetrl.envs.text import ArrayObservations, needs_conversion
 from fleetrl.errors import ConfigError, nearest
 
 
 def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
-    """A zero-argument function that builds one simulator (checked now, built later)."""
+    """A zero-argument function that builds one simulator (checked now, built later), its
+    observations made arrays (`ArrayObservations`) when they are not a Box already."""
+    simulator = simulator_factory(config)
+
+    def make() -> gym.Env:
+        env = simulator()
+        return ArrayObservations(env, config.id) if needs_conversion(env.observation_space) else env
+
+    return make
+
+
+def simulator_factory(config: EnvConfig) -> Callable[[], gym.Env]:
     if config.action_chunk > 1:
-        inner = env_factory(replace(config, action_chunk=1))
+        inner = simulator_factory(replace(config, action_chunk=1))
         return lambda: ActionChunk(inner(), config.action_chunk)
     if ":" in config.id:
         entry = resolve_entry_point("env.id", config.id)
@@ -39,6 +52,7 @@ def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
             return env
 
         return make_custom
+    register_env_package(config.id)
     if config.id not in gym.envs.registry:
         raise ConfigError(
             "env.id",
@@ -55,7 +69,29 @@ def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
             allowed=("render_mode",),
         )
     extra = {} if config.max_episode_steps is None else {"max_episode_steps": config.max_episode_steps}
-    return lambda: gym.make(config.id, disable_env_checker=True, **extra, **config.kwargs)
+
+    def make_registered() -> gym.Env:
+        register_env_package(config.id)  # again: an async vector env builds it in a fresh process
+        return gym.make(config.id, disable_env_checker=True, **extra, **config.kwargs)
+
+    return make_registered
+
+
+# Packages that register their Gymnasium ids when imported (none of them does it through an
+# entry point), by id prefix: importing one is what `gym.make("MiniGrid-...")` needs first.
+ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid"}
+
+
+def register_env_package(env_id: str) -> None:
+    """Import the package that registers `env_id`, when it is one of `ENV_PACKAGES`' and installed."""
+    for prefix, package in ENV_PACKAGES.items():
+        if env_id.startswith(prefix) and env_id not in gym.envs.registry:
+            try:
+                importlib.import_module(package)
+            except ImportError as error:
+                raise ConfigError(
+                    "env.id", env_id, f"an installed env package: pip install 'fleetrl[{package}]'", str(error)
+                ) from None
 
 
 class ActionChunk(gym.Wrapper):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 
 
@@ -39,6 +40,44 @@ class ObservationNormalizer:
             self.stats.update(obs)
         scaled = (obs - self.stats.mean) / np.sqrt(self.stats.var + 1e-8)
         return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
+
+    def state_dict(self) -> dict:
+        return self.stats.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.stats.load_state_dict(state)
+
+
+class DictObservationNormalizer:
+    """A Dict observation: one `ObservationNormalizer` per float key; the other keys (images,
+    token ids) pass through unchanged."""
+
+    def __init__(self, space: gym.spaces.Dict, clip: float):
+        self.by_key = {
+            key: ObservationNormalizer(leaf.shape, clip) for key, leaf in space.spaces.items() if is_float(leaf)
+        }
+
+    def __call__(self, obs: dict, update: bool) -> dict:
+        return {key: self.by_key[key](value, update) if key in self.by_key else value for key, value in obs.items()}
+
+    def state_dict(self) -> dict:
+        return {key: normalizer.state_dict() for key, normalizer in self.by_key.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, normalizer in self.by_key.items():
+            normalizer.load_state_dict(state[key])
+
+
+def observation_normalizer(space: gym.Space, clip: float) -> ObservationNormalizer | DictObservationNormalizer | None:
+    """`env.normalize_obs` for `space`: running statistics of its float parts; None when it has
+    none (an image is never normalised by running statistics)."""
+    if isinstance(space, gym.spaces.Dict):
+        return DictObservationNormalizer(space, clip)
+    return ObservationNormalizer(space.shape, clip) if is_float(space) else None
+
+
+def is_float(space: gym.Space) -> bool:
+    return np.dtype(space.dtype).kind == "f"
 
 
 class RewardNormalizer:

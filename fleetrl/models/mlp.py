@@ -74,9 +74,12 @@ class ActorCriticMLP(nn.Module):
         shared_trunk: bool = False,
         ortho_init: bool = True,
         aux_value_head: bool = False,
+        encoder: nn.Module | None = None,
     ):
         super().__init__()
-        obs_dim = int(np.prod(observation_space.shape))
+        # An image or Dict observation is encoded first (models/encoders.py); a flat one is the input.
+        self.encoder = encoder
+        obs_dim = encoder.out_features if encoder is not None else int(np.prod(observation_space.shape))
         groups = 1 if shared_trunk else 2
         sizes = [obs_dim, *hidden_sizes]
         self.trunk = nn.ModuleList(
@@ -97,18 +100,21 @@ class ActorCriticMLP(nn.Module):
                 nn.init.orthogonal_(self.aux_value_head.weight, 1.0)
                 nn.init.zeros_(self.aux_value_head.bias)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = obs.flatten(1)
+    def features(self, obs) -> torch.Tensor:
+        """The trunk's output: (groups, B, hidden), policy features first, value features last."""
+        x = self.encoder(obs) if self.encoder is not None else obs.flatten(1).float()
         for layer in self.trunk:
             x = self.activation(layer(x))
+        return x
+
+    def forward(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.features(obs)
         policy_features, value_features = x[0], x[-1]
         return self.policy_head(policy_features), self.value_head(value_features).squeeze(-1)
 
     def forward_aux(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """PPG's auxiliary phase: (action parameters, value, auxiliary value), one trunk pass."""
-        x = obs.flatten(1)
-        for layer in self.trunk:
-            x = self.activation(layer(x))
+        x = self.features(obs)
         policy_features, value_features = x[0], x[-1]
         return (
             self.policy_head(policy_features),

@@ -1,7 +1,8 @@
 """`Policy`: a network plus the action distribution its action space calls for.
 
-The network is the built-in MLP (`model.id: mlp`) or the user's own (`model.id: module:attr`). A
-user network is built as `Net(observation_space, num_action_params, **model.kwargs)` and its
+The network is the built-in MLP (`model.id: mlp`; image and Dict observations go through the
+encoders of models/encoders.py first), the built-in transformer (`model.id: transformer`,
+models/transformer.py), or the user's own (`model.id: module:attr`). A user network is built as `Net(observation_space, num_action_params, **model.kwargs)` and its
 `forward(obs)` returns `(action_params, value)`: action_params of shape (B, num_action_params) —
 logits for Discrete actions, Gaussian means for Box actions — and value of shape (B,). fleetrl owns
 the Gaussian's state-independent log std. README.md, "Your own network", has an example.
@@ -35,14 +36,22 @@ from fleetrl.models.distributions import (
     gaussian_kl,
     num_action_params,
 )
+from fleetrl.models.encoders import ObservationEncoder
 from fleetrl.models.mlp import ActorCriticMLP
+from fleetrl.models.transformer import TransformerPolicy
+from fleetrl.observations import needs_encoder
 
 
 def build_network(config: ModelConfig, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
-    params = num_action_params(action_space)
+    per_query = num_action_params(action_space)
+    queries = 1  # action tokens: one per action dimension for token policies
     if config.action_bins is not None:
-        params *= config.action_bins  # one logit per value of each action dimension
+        queries, per_query = per_query, config.action_bins  # one logit per value of each action dimension
+    params = queries * per_query
     if config.id == "mlp":
+        encoder = None
+        if needs_encoder(observation_space):
+            encoder = ObservationEncoder(observation_space, config.image_encoder, config.embed_dim)
         return ActorCriticMLP(
             observation_space,
             params,
@@ -51,6 +60,19 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
             config.shared_trunk,
             config.ortho_init,
             config.aux_value_head,
+            encoder,
+        )
+    if config.id == "transformer":
+        if config.aux_value_head:
+            raise ConfigError("model.aux_value_head", True, "false with model.id 'transformer' (no PPG auxiliary head)")
+        return TransformerPolicy(
+            observation_space,
+            queries,
+            per_query,
+            config.embed_dim,
+            config.num_layers,
+            config.num_heads,
+            config.patch_size,
         )
     network = resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
     if config.aux_value_head and not callable(getattr(network, "forward_aux", None)):

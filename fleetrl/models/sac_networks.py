@@ -70,7 +70,7 @@ class SquashedGaussianActor(nn.Module):
         self.random_actions = False
 
     def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = obs.flatten(1)
+        x = obs.flatten(1).float()
         for i, layer in enumerate(self.trunk):
             x = self.activation(linear(x, layer.weight, layer.bias, self.matmul_dtype if i else None))
         mean, log_std = self.head(x).chunk(2, dim=-1)
@@ -115,13 +115,13 @@ class TwinQ(nn.Module):
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(Q1, Q2), each (B,). The critic loss path."""
-        x = torch.cat([obs.flatten(1), actions], dim=-1)
+        x = torch.cat([obs.flatten(1).float(), actions], dim=-1)
         return self._q(self.q1, x, False), self._q(self.q2, x, False)
 
     def frozen(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(Q1, Q2) with the weights detached: gradients reach `actions` (the actor loss), never
         the critics' weights."""
-        x = torch.cat([obs.flatten(1), actions], dim=-1)
+        x = torch.cat([obs.flatten(1).float(), actions], dim=-1)
         return self._q(self.q1, x, True), self._q(self.q2, x, True)
 
     def _q(self, layers: nn.ModuleList, x: torch.Tensor, detach: bool) -> torch.Tensor:

@@ -29,6 +29,7 @@ from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algori
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import effective_minibatch_size
 from fleetrl.models.policy import Policy
+from fleetrl.observations import map_obs
 from fleetrl.parallel import state
 from fleetrl.parallel.sharding import EnvShard, Minibatches
 from fleetrl.parallel.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
@@ -95,7 +96,7 @@ class ActorWorker(ActorBase):
         self.require_distributed()
         advantages, returns = self.advantages(trajectory)
         batch = PPOBatch(
-            trajectory.obs.flatten(0, 1),
+            map_obs(lambda x: x.flatten(0, 1), trajectory.obs),
             trajectory.actions.flatten(0, 1),
             trajectory.logprobs.flatten(0, 1),
             trajectory.values.flatten(),

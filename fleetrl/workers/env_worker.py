@@ -12,7 +12,8 @@ import numpy as np
 
 from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.make import make_vector_env
-from fleetrl.envs.normalize import ObservationNormalizer, RewardNormalizer
+from fleetrl.envs.normalize import RewardNormalizer, observation_normalizer
+from fleetrl.observations import map_obs, obs_len, stack_obs
 from fleetrl.trajectory import StepResult
 
 
@@ -46,8 +47,9 @@ class EnvWorker:
         self.seed, self.training = seed, training
         self.observation_space = self.stages[0].single_observation_space
         self.action_space = self.stages[0].single_action_space
-        obs_shape = self.observation_space.shape
-        self.obs_norm = ObservationNormalizer(obs_shape, config.clip_obs) if config.normalize_obs else None
+        self.obs_norm = (
+            observation_normalizer(self.observation_space, config.clip_obs) if config.normalize_obs else None
+        )
         self.reward_norm = RewardNormalizer(count, gamma, config.clip_reward) if config.normalize_reward else None
         self.episode_return = np.zeros(count, np.float64)
         self.episode_length = np.zeros(count, np.int64)
@@ -75,7 +77,7 @@ class EnvWorker:
         ]
         self.episode_return[:] = 0
         self.episode_length[:] = 0
-        return self._observe(np.concatenate(obs))
+        return self._observe(map_obs(lambda *stages: np.concatenate(stages), *obs))
 
     def step(self, actions: np.ndarray, stage: int = 0) -> StepResult:
         if isinstance(self.action_space, gym.spaces.Box):
@@ -87,9 +89,7 @@ class EnvWorker:
         self._count(envs, reward, done)
         truncated_index = np.flatnonzero(truncated)
         final_obs = (
-            np.stack(info["final_obs"][truncated_index])
-            if len(truncated_index)
-            else np.empty((0, *obs.shape[1:]), np.float32)
+            stack_obs(info["final_obs"][truncated_index]) if len(truncated_index) else map_obs(lambda x: x[:0], obs)
         )
         if self.reward_norm is not None:
             reward = self.reward_norm(envs, reward, done, self.training)
@@ -102,10 +102,12 @@ class EnvWorker:
             self._observe(final_obs, update=False),
         )
 
-    def _observe(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
-        if self.obs_norm is None or len(obs) == 0:
-            return obs.astype(np.float32, copy=False)
-        return self.obs_norm(obs, update and self.training)
+    def _observe(self, obs, update: bool = True):
+        """Normalised (env.normalize_obs), float leaves as float32, the others (images, token
+        ids) in their own dtype (`fleetrl.observations`)."""
+        if self.obs_norm is not None and obs_len(obs):
+            obs = self.obs_norm(obs, update and self.training)
+        return map_obs(lambda x: x.astype(np.float32, copy=False) if x.dtype.kind == "f" else x, obs)
 
     def _count(self, envs: slice, reward: np.ndarray, done: np.ndarray) -> None:
         episode_return, episode_length = self.episode_return[envs], self.episode_length[envs]
@@ -137,14 +139,14 @@ class EnvWorker:
         return {
             "env_steps": self.env_steps,
             "episodes": self.episodes,
-            "obs_norm": self.obs_norm.stats.state_dict() if self.obs_norm else None,
+            "obs_norm": self.obs_norm.state_dict() if self.obs_norm else None,
             "reward_norm": self.reward_norm.stats.state_dict() if self.reward_norm else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.env_steps, self.episodes = state["env_steps"], state["episodes"]
         if self.obs_norm is not None and state["obs_norm"] is not None:
-            self.obs_norm.stats.load_state_dict(state["obs_norm"])
+            self.obs_norm.load_state_dict(state["obs_norm"])
         if self.reward_norm is not None and state["reward_norm"] is not None:
             self.reward_norm.stats.load_state_dict(state["reward_norm"])
 

@@ -27,7 +27,7 @@ import gymnasium as gym
 import torch
 
 from fleetrl.algos.ppg import aux_update, distribution_inputs, is_aux_iteration
-from fleetrl.algos.ppg_config import PPGConfig, aux_minibatch_size, check_ppg_layout, validate_ppg
+from fleetrl.algos.ppg_config import PPGConfig, aux_minibatch_size, check_ppg_layout, check_ppg_spaces, validate_ppg
 from fleetrl.algos.registry import register_algorithm
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
@@ -178,6 +178,12 @@ class PPGActorWorker(ActorWorker):
 # PPO's spec with its own section, actor and rules (the rollout worker and console are PPO's)
 register_algorithm(
     replace(
-        PPO, name="ppg", config=PPGConfig, actor=PPGActorWorker, validate=validate_ppg, check_layout=check_ppg_layout
+        PPO,
+        name="ppg",
+        config=PPGConfig,
+        actor=PPGActorWorker,
+        validate=validate_ppg,
+        check_layout=check_ppg_layout,
+        check_spaces=check_ppg_spaces,
     )
 )

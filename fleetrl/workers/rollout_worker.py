@@ -19,6 +19,7 @@ import torch
 
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
+from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.seeds import ROLLOUT_NOISE, rank_seed
 from fleetrl.trajectory import StepResult, Trajectory, TrajectoryBuffer
 
@@ -62,7 +63,11 @@ class RolloutWorker:
     def values(self, obs: np.ndarray) -> torch.Tensor:
         return self.policy.value(self.tensor(obs)).cpu()
 
-    def tensor(self, obs: np.ndarray) -> torch.Tensor:
+    def tensor(self, obs: Observation) -> Observation:
+        """Observations as tensors on the policy's device, a dict of them for Dict spaces."""
+        return map_obs(self.leaf_tensor, obs)
+
+    def leaf_tensor(self, obs: np.ndarray) -> torch.Tensor:
         if obs.flags.writeable:
             return torch.from_numpy(obs).to(self.device)
         # Arrays that arrive through Ray are read-only views of its object store; the policy
@@ -79,7 +84,7 @@ class RolloutWorker:
             TrajectoryBuffer(
                 steps,
                 size,
-                observation_space.shape,
+                observation_space,
                 action_space.shape if continuous else (),
                 np.float32 if continuous else np.int64,
                 getattr(self.policy, "logprob_shape", ()),  # per token for token policies

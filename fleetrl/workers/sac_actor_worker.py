@@ -50,6 +50,7 @@ from fleetrl.algos.sac_config import SACConfig, check_sac_spaces, validate_sac
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import effective_minibatch_size
 from fleetrl.models.sac_networks import EntropyCoefficient, build_sac_actor, build_twin_q
+from fleetrl.observations import storage_dtype
 from fleetrl.parallel import state
 from fleetrl.parallel.seeds import ACTOR_SAMPLING, rank_seed
 from fleetrl.parallel.wrap import ddp
@@ -80,6 +81,7 @@ class SACActorWorker(ActorBase):
             config.env.num_envs // world_size,
             observation_space.shape,
             action_space.shape,
+            obs_dtype=storage_dtype(observation_space),  # images stay uint8 in the buffer
         )
         self.env_steps = 0  # global (all ranks' env columns), as the trajectories arrived
         self.update_debt = 0.0  # gradient steps owed, the fraction update_to_data left over
