@@ -95,11 +95,9 @@ def command_train(args) -> int:
         return 0
     if not args.skip_doctor and (code := preflight(config)):
         return code
-    from fleetrl.runner import Trainer
+    from fleetrl.watch.supervisor import supervise
 
-    summary = Trainer(config, layout=layout).train()
-    print(f"run directory: {summary['run_dir']}")
-    return 0
+    return supervise(config, layout.backend)
 
 
 def command_sweep(args) -> int:
@@ -177,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INCIDENT
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (watch/signals.py)
         code = signals.exit_code(interrupt)
-        print(f"fleetrl: stopped by {signal.Signals(code - 128).name}; the last checkpoint is saved", file=sys.stderr)
+        print(f"fleetrl: stopped by {signal.Signals(code - 128).name}", file=sys.stderr)
         return code
 
 

@@ -1,0 +1,312 @@
+"""`fleetrl train`'s own process: the supervisor. It does no training work, so nothing a simulator,
+a model or a file system does can freeze it.
+
+It decides the run directory, hosts the heartbeat store, starts the controller (fleetrl/
+controller.py) as its child in a process group of its own (a terminal's Ctrl-C reaches only the
+supervisor) and watches it from its first instant, then the workers the controller publishes
+(watch/link.py). It is a child subreaper: Ray's daemons orphaned by a killed controller become
+its children, so its teardown (`kill_own_children`) is complete whatever state the controller is
+in. Every incident — seen by its watchdog, sent by the controller, or the controller's own death —
+is reported here (watch/respond.py) and ends the whole tree; with `runner.max_restarts` the
+controller is then started again from the newest intact checkpoint (watch/restarts.py).
+
+Exit codes (cli.py): the controller's 0 or 2; 4 after an incident that does not restart; 130 /
+143 after Ctrl-C / SIGTERM (the first asks the controller to checkpoint and stop within
+`watchdog.stop_grace_s`, a second kills everything at once).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from fleetrl.checkpoint import list_checkpoints, newest_intact
+from fleetrl.config.schema import Config
+from fleetrl.controller import Orders
+from fleetrl.watch import link
+from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
+from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
+from fleetrl.watch.restarts import Restart, RestartPolicy
+from fleetrl.watch.session import RESPONSE_BOUND_S, expire_after
+from fleetrl.watch.store import HeartbeatStore
+from fleetrl.watch.teardown import kill_own_children
+from fleetrl.watch.watchdog import Incident, Watchdog, describe, where
+
+log = logging.getLogger("fleetrl")
+PR_SET_CHILD_SUBREAPER = 36
+POLL_S = 0.1
+RUN_MARK = "FLEETRL_SUPERVISOR_PID"  # in the environment of every process of the run
+
+
+def become_subreaper() -> None:
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: orphans of a killed controller may outlive the run")
+
+
+def signal_name(code: int) -> str:
+    return signal.Signals(code - 128).name
+
+
+class Supervisor:
+    def __init__(self, config: Config, run_dir: Path, component: str):
+        self.config, self.run_dir, self.component = config, Path(run_dir), component
+        self.policy = RestartPolicy.of(config.runner)
+        self.signals: list[int] = []
+
+    def run(self) -> int:
+        """Supervise the controller until the run ends; the exit code."""
+        become_subreaper()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self.on_signal)
+        restart = None
+        while True:
+            code, incident = Attempt(self, restart).run()
+            refusal = self.policy.refusal(incident.cause, time.time()) if incident else "no incident"
+            if incident is None or refusal is not None:
+                if incident is not None and self.policy.max_restarts:
+                    log.error("not restarting: %s", refusal)
+                self.record_restarts_in_summary()
+                return code
+            restart = self.keep_report_and_restart(incident)
+
+    def on_signal(self, signum: int, frame) -> None:
+        self.signals.append(signum)
+        if len(self.signals) > 1:
+            print(f"fleetrl: second {signal.Signals(signum).name}: stopping now", file=sys.stderr, flush=True)
+            kill_own_children()
+            print(closing_message(self.run_dir, 128 + self.signals[0]), file=sys.stderr, flush=True)
+            os._exit(128 + self.signals[0])
+
+    def keep_report_and_restart(self, incident: Incident) -> dict:
+        number = len(self.policy.done) + 1
+        kept = []
+        for name in (REPORT_JSON, REPORT_TEXT):
+            path = self.run_dir / name
+            if path.exists():
+                kept.append(path.rename(path.with_name(name.replace(".", f"-{number}."))))
+        self.policy.done.append(Restart(number, incident.cause, incident.started, str(kept[0] if kept else "")))
+        resume = newest_intact(self.run_dir)
+        log.warning(
+            "restart %d (runner.max_restarts=%d) after %s: %s (report kept as %s)",
+            number,
+            self.policy.max_restarts,
+            incident.cause,
+            f"continuing from {resume.name}" if resume else "no checkpoint yet, starting over",
+            ", ".join(path.name for path in kept) or "none",
+        )
+        return {"number": number, "cause": incident.cause, "incident_at": incident.started}
+
+    def record_restarts_in_summary(self) -> None:
+        """summary.json (written by the last controller, if it finished) gets the restarts: how
+        many, their causes, and what each cost (from the metrics of the iteration after it)."""
+        from fleetrl.metrics_log import read_metrics
+        from fleetrl.runner import SUMMARY_FILE
+
+        path = self.run_dir / SUMMARY_FILE
+        if not path.is_file():
+            return
+        summary = json.loads(path.read_text())
+        summary["restarts"] = len(self.policy.done)
+        summary["restart_causes"] = [restart.cause for restart in self.policy.done]
+        summary["restart_s"] = [r["restart_s"] for r in read_metrics(self.run_dir) if "restart_s" in r]
+        path.write_text(json.dumps(summary, indent=2))
+
+
+class Attempt:
+    """One controller process from spawn to exit, watched; `run` returns (exit code, the
+    incident that ended it or None)."""
+
+    def __init__(self, supervisor: Supervisor, restart: dict | None):
+        self.supervisor, self.config, self.run_dir = supervisor, supervisor.config, supervisor.run_dir
+        self.store = HeartbeatStore("127.0.0.1")  # it listens on every interface of this machine
+        self.controller_key = (supervisor.component, 0)
+        self.workers: list[dict] = [{"component": supervisor.component, "rank": 0, "node": 0}]
+        self.workers_taken = False  # the controller's published workers are watched
+        self.incidents: queue.Queue[Incident] = queue.Queue()
+        self.watchdog: Watchdog | None = None
+        self.watch([self.controller_key])
+        resume = str(self.run_dir) if list_checkpoints(self.run_dir) and (restart or self.config.runner.resume) else None
+        config = replace(self.config, runner=replace(self.config.runner, resume=resume))
+        orders = Orders(config, str(self.run_dir), self.store.port, supervisor.component, os.getpid(), restart)
+        self.controller = subprocess.Popen(
+            [sys.executable, "-m", "fleetrl.controller"],
+            stdin=subprocess.PIPE,
+            start_new_session=True,
+            env={**os.environ, RUN_MARK: str(os.getpid())},
+        )
+        self.controller.stdin.write(pickle.dumps(orders))
+        self.controller.stdin.close()
+
+    def watch(self, keys: list[tuple[str, int]]) -> None:
+        """(Re)start the watchdog on `keys`, keeping the timeline it has seen."""
+        old = self.watchdog
+        if old is not None:
+            old.stop()
+        if not self.config.watchdog.enabled:
+            return
+        self.watchdog = Watchdog(self.config.watchdog, self.store.read, keys, self.incidents.put)
+        if old is not None:
+            self.watchdog.timeline = old.timeline
+        self.watchdog.start()
+
+    def run(self) -> tuple[int, Incident | None]:
+        try:
+            while True:
+                if self.supervisor.signals:
+                    return self.stop(self.supervisor.signals[0]), None
+                code = self.controller.poll()
+                if code in (0, 2):
+                    return code, None
+                incident = self.next_incident(code)
+                if incident is not None:
+                    return self.respond(incident), incident
+                time.sleep(POLL_S)
+        finally:
+            if self.watchdog is not None:
+                self.watchdog.stop()
+            kill_own_children()
+
+    def next_incident(self, code: int | None) -> Incident | None:
+        """The controller's death, an incident it sent, or one the watchdog saw — in that order;
+        meanwhile take in the workers to watch, and stop watching them when the controller ends."""
+        server = self.store.server
+        if code is not None:
+            return self.controller_died(code)
+        failure = link.peek(server, link.FAILURE)
+        if failure is not None:
+            return self.from_controller(link.incident_from_fields(failure))
+        if not self.incidents.empty():
+            return self.incidents.get()
+        published = link.peek(server, link.WORKERS)
+        if published is not None and not self.workers_taken:
+            self.workers_taken = True
+            others = [w for w in published if (w["component"], w["rank"]) != self.controller_key]
+            self.workers = [*others, *self.workers]  # workers first: named before the controller waiting on them
+            self.watch([(w["component"], w["rank"]) for w in self.workers])
+        if link.peek(server, link.STOPPING) is not None and link.peek(server, link.STOPPING_SEEN) is None:
+            self.watch([self.controller_key])
+            link.put(server, link.STOPPING_SEEN, True)
+        return None
+
+    def records(self) -> dict:
+        return self.store.read([(w["component"], w["rank"]) for w in self.workers])
+
+    def controller_died(self, code: int) -> Incident:
+        record = self.records().get(self.controller_key, {})
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        was = f"; it was {where(record, record['time'])}" if record else " before its first heartbeat"
+        return Incident(
+            "worker_died",
+            f"{describe(self.controller_key)} (the controller, pid {self.controller.pid}) died: {how}{was}",
+            record.get("time", time.time()),
+            self.controller_key,
+        )
+
+    def from_controller(self, incident: Incident) -> Incident:
+        """A dead worker shows up at the controller as errors of the others: name the dead one."""
+        if self.watchdog is None:
+            return incident
+        dead = self.watchdog.check_alive(self.records(), time.time())
+        if dead is None:
+            return incident
+        dead.detail = f"seen by the others as: {incident.summary}"
+        return dead
+
+    def respond(self, incident: Incident, code: int = EXIT_INCIDENT) -> int:
+        """Stacks, report (the trackers attach it in the controller), whole-tree kill; `code`."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        incident.records = self.records()
+        if self.watchdog is not None and not incident.timeline:
+            incident.timeline = list(self.watchdog.timeline)
+        responder = Responder(self.run_dir)
+        responder.add_report_hook(self.attach_in_controller, self.config.runner.tracker_timeout_s + 2)
+        bound = RESPONSE_BOUND_S + self.config.runner.tracker_timeout_s + 2
+
+        def give_up() -> None:
+            log.error("the incident response did not finish within %g s: exiting without it", bound)
+            kill_own_children()
+            os._exit(code)
+
+        with expire_after(bound, give_up):
+            try:
+                responder.respond(incident, self.workers)
+            except IncidentStop:
+                pass
+        return code
+
+    def attach_in_controller(self, paths: list[Path]) -> None:
+        """Let the controller's report hooks (its trackers) attach the report; returns when they
+        are done or the controller cannot run them (gone, or its threads no longer run)."""
+        link.put(self.store.server, link.REPORT, str(paths[0].parent))
+        while self.controller.poll() is None and link.peek(self.store.server, link.ATTACHED) is None:
+            beat = self.records().get(self.controller_key, {}).get("time", 0)
+            if time.time() - beat > self.config.watchdog.heartbeat_timeout_s:
+                return
+            time.sleep(POLL_S)
+
+    def stop(self, signum: int) -> int:
+        """The first stop signal: the controller checkpoints and stops within the grace, or is
+        reported (`interrupted`, naming who was stuck where) and killed."""
+        code, grace = 128 + signum, self.config.watchdog.stop_grace_s
+        with_signal = signal.Signals(signum).name
+        print(f"fleetrl: {with_signal}: asking the controller to checkpoint and stop (within {grace:g} s)", file=sys.stderr)
+        self.controller.send_signal(signum)
+        asked_at, deadline, seen = time.time(), time.monotonic() + grace, None
+        while time.monotonic() < deadline and self.controller.poll() is None and seen is None:
+            seen = None if self.incidents.empty() else self.incidents.get()
+            time.sleep(POLL_S)
+        if self.controller.poll() is None:
+            self.respond(self.interrupted(with_signal, grace, seen, asked_at), code)
+        print(closing_message(self.run_dir, code), file=sys.stderr)
+        return code
+
+    def interrupted(self, with_signal: str, grace: float, seen: Incident | None, asked_at: float) -> Incident:
+        records, now = self.records(), time.time()
+        if seen is not None and seen.culprit in records:
+            culprit, why = seen.culprit, f"{seen.cause}: {seen.summary}"
+        else:  # the worker in the oldest phase holds the others up
+            busy = {key: r for key, r in records.items() if r.get("phase_started")}
+            culprit = min(busy, key=lambda key: busy[key]["phase_started"], default=self.controller_key)
+            why = f"{describe(culprit)} was {where(records[culprit], now)}" if culprit in records else "no heartbeat"
+        return Incident(
+            "interrupted",
+            f"stopped by {with_signal}: the controller did not stop within watchdog.stop_grace_s={grace:g} s; {why}",
+            asked_at,
+            culprit,
+        )
+
+
+def supervise(config: Config, backend: str) -> int:
+    """Run `config` under a supervisor: decide the run directory (a new one, its config saved; or
+    the one runner.resume names), then supervise its controller; the exit code."""
+    from fleetrl.config.loader import save_config
+    from fleetrl.run_dir import CONFIG_FILE, create_run_dir, resume_dir, setup_logging
+
+    resumed = resume_dir(config)
+    run_dir = resumed or create_run_dir(config)
+    if resumed is None:
+        save_config(config, run_dir / CONFIG_FILE)
+    setup_logging(run_dir)
+    if config.runner.resume is not None and resumed is None:
+        log.info("runner.resume=auto: no run of this name in %s yet, starting %s", config.runner.run_dir, run_dir)
+    code = Supervisor(config, run_dir, "inline" if backend == "inline" else "controller").run()
+    if code == 0:
+        print(f"run directory: {run_dir}")
+    return code
+
+
+def closing_message(run_dir: Path, code: int) -> str:
+    checkpoint = newest_intact(run_dir)
+    kept = f"the newest intact checkpoint is {checkpoint}" if checkpoint else "there is no checkpoint (none was saved)"
+    return f"fleetrl: stopped by {signal_name(code)}; {kept}"
