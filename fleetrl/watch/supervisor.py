@@ -110,10 +110,9 @@ class Supervisor:
         """summary.json (written by the last controller, if it finished) gets the restarts: how
         many, their causes, and what each cost (from the metrics of the iteration after it)."""
         from fleetrl.metrics_log import read_metrics
-        from fleetrl.runner import SUMMARY_FILE
 
-        path = self.run_dir / SUMMARY_FILE
-        if not path.is_file():
+        path = self.run_dir / "summary.json"  # runner.SUMMARY_FILE (the runner is too heavy to import here)
+        if not self.policy.done or not path.is_file():
             return
         summary = json.loads(path.read_text())
         summary["restarts"] = len(self.policy.done)
@@ -177,16 +176,19 @@ class Attempt:
             kill_own_children()
 
     def next_incident(self, code: int | None) -> Incident | None:
-        """The controller's death, an incident it sent, or one the watchdog saw — in that order;
-        meanwhile take in the workers to watch, and stop watching them when the controller ends."""
-        server = self.store.server
+        """The controller's death, an incident it sent, or one the watchdog saw — in that order."""
         if code is not None:
             return self.controller_died(code)
-        failure = link.peek(server, link.FAILURE)
+        failure = link.peek(self.store.server, link.FAILURE)
         if failure is not None:
             return self.from_controller(link.incident_from_fields(failure))
-        if not self.incidents.empty():
-            return self.incidents.get()
+        self.follow_controller()
+        return None if self.incidents.empty() else self.incidents.get()
+
+    def follow_controller(self) -> None:
+        """Watch the workers the controller published; stop watching them when it says it is
+        shutting them down (their exit is then no incident)."""
+        server = self.store.server
         published = link.peek(server, link.WORKERS)
         if published is not None and not self.workers_taken:
             self.workers_taken = True
@@ -196,7 +198,6 @@ class Attempt:
         if link.peek(server, link.STOPPING) is not None and link.peek(server, link.STOPPING_SEEN) is None:
             self.watch([self.controller_key])
             link.put(server, link.STOPPING_SEEN, True)
-        return None
 
     def records(self) -> dict:
         return self.store.read([(w["component"], w["rank"]) for w in self.workers])
@@ -251,7 +252,7 @@ class Attempt:
         link.put(self.store.server, link.REPORT, str(paths[0].parent))
         while self.controller.poll() is None and link.peek(self.store.server, link.ATTACHED) is None:
             beat = self.records().get(self.controller_key, {}).get("time", 0)
-            if time.time() - beat > self.config.watchdog.heartbeat_timeout_s:
+            if time.time() - beat > max(4 * self.config.watchdog.heartbeat_interval_s, 2.0):  # missed beats
                 return
             time.sleep(POLL_S)
 
@@ -264,6 +265,7 @@ class Attempt:
         self.controller.send_signal(signum)
         asked_at, deadline, seen = time.time(), time.monotonic() + grace, None
         while time.monotonic() < deadline and self.controller.poll() is None and seen is None:
+            self.follow_controller()
             seen = None if self.incidents.empty() else self.incidents.get()
             time.sleep(POLL_S)
         if self.controller.poll() is None:
