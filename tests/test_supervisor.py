@@ -25,15 +25,16 @@ def start(tmp_path: Path, *overrides: str) -> Fleetrl:
     return Fleetrl("train", CONFIG, f"runner.run_dir={tmp_path}", *SMALL, *overrides, runs=tmp_path)
 
 
-def wait_for(what: str, found, timeout_s: float = 120.0):
-    """Poll `found()` until it returns something truthy; fail naming `what` after `timeout_s`."""
+def wait_for(running: Fleetrl, what: str, found, timeout_s: float = 120.0):
+    """Poll `found()` until it returns something truthy; fail naming `what` (with the run's
+    stderr) after `timeout_s` or once the run has ended."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and running.process.poll() is None:
         value = found()
         if value:
             return value
         time.sleep(0.2)
-    pytest.fail(f"{what}: not within {timeout_s:g} s", pytrace=False)
+    pytest.fail(f"{what}: not within {timeout_s:g} s; stderr:\n{running.stderr_so_far()[-3000:]}", pytrace=False)
 
 
 def controller_of(running: Fleetrl) -> psutil.Process | None:
@@ -71,8 +72,8 @@ def test_blocked_checkpoint_write_in_the_controller_is_named(tmp_path):
     """The second checkpoint's file is a FIFO nobody reads (a hung network file system): its open
     blocks the controller in `checkpoint.save`, past the phase's learned deadline."""
     with start(tmp_path, "watchdog.min_deadline_s=4") as running:
-        controller = wait_for("the controller process", lambda: controller_of(running))
-        run_dir = wait_for("the run directory", lambda: next(tmp_path.iterdir(), None))
+        controller = wait_for(running, "the controller process", lambda: controller_of(running))
+        run_dir = wait_for(running, "the run directory", lambda: next(tmp_path.iterdir(), None))
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         os.mkfifo(run_dir / "checkpoints" / f".ckpt_00000002.pt.tmp-{controller.pid}")
         result = running.finish(timeout=120)
@@ -81,15 +82,19 @@ def test_blocked_checkpoint_write_in_the_controller_is_named(tmp_path):
     assert [path.name for path in list_checkpoints(result.run_dir)] == ["ckpt_00000001.pt"]
 
 
-def test_kill_9_of_the_controller_on_ray_is_worker_died_and_nothing_is_left(tmp_path):
-    """SIGKILL of the controller alone: Ray's daemons it started are orphaned; the supervisor
-    (their subreaper) names the controller and ends them all (`Fleetrl.finish` checks)."""
-    with start(tmp_path, "cluster.backend=ray") as running:
-        wait_for("a first checkpoint", lambda: list(tmp_path.glob("*/checkpoints/ckpt_*.pt")))
+@pytest.mark.parametrize(
+    ("backend", "controller_key"),
+    [("inline", ["inline", 0]), pytest.param("ray", ["controller", 0], marks=pytest.mark.slow)],
+)
+def test_kill_9_of_the_controller_is_worker_died_and_nothing_is_left(tmp_path, backend, controller_key):
+    """SIGKILL of the controller alone. On Ray, the daemons it started are orphaned; the
+    supervisor (their subreaper) ends them all too (`Fleetrl.finish` checks for any left)."""
+    with start(tmp_path, f"cluster.backend={backend}") as running:
+        wait_for(running, "a first checkpoint", lambda: list(tmp_path.glob("*/checkpoints/ckpt_*.pt")))
         controller = controller_of(running)
         controller.kill()
         result = running.finish(timeout=120)
-    assert_incident(result, "worker_died", ["controller", 0], 5)
+    assert_incident(result, "worker_died", controller_key, 5)
     assert f"(the controller, pid {controller.pid}) died: killed by SIGKILL" in result.hang_report["summary"]
 
 
@@ -99,10 +104,10 @@ def test_sigint_while_the_controller_is_stuck_ends_within_the_grace_with_a_repor
     reports `interrupted` naming it, kills everything and exits 130."""
     overrides = ["watchdog.heartbeat_timeout_s=120", "watchdog.stop_grace_s=3", fault("gil_hang", "env", 0, 1)]
     with start(tmp_path, *overrides) as running:
-        controller = wait_for("the controller process", lambda: controller_of(running))
-        wait_for("training to start", lambda: "inline backend" in running.stderr_so_far())
+        controller = wait_for(running, "the controller process", lambda: controller_of(running))
+        wait_for(running, "training to start", lambda: "inline backend" in running.stderr_so_far())
         spun_from = controller.cpu_times().user
-        wait_for("the controller spinning in gil_hang", lambda: controller.cpu_times().user - spun_from > 1.0)
+        wait_for(running, "the controller spinning in gil_hang", lambda: controller.cpu_times().user - spun_from > 1.0)
         signalled = time.monotonic()
         running.process.send_signal(signal.SIGINT)
         result = running.finish(timeout=60)
@@ -117,7 +122,7 @@ def test_sigint_while_the_controller_is_stuck_ends_within_the_grace_with_a_repor
 
 def test_sigterm_on_a_healthy_run_checkpoints_and_names_the_checkpoint(tmp_path):
     with start(tmp_path, "env.id=fleetrl.envs.slow:SlowCartPole") as running:
-        wait_for("a first checkpoint", lambda: list(tmp_path.glob("*/checkpoints/ckpt_*.pt")))
+        wait_for(running, "a first checkpoint", lambda: list(tmp_path.glob("*/checkpoints/ckpt_*.pt")))
         running.process.send_signal(signal.SIGTERM)
         result = running.finish(timeout=60)
     assert result.code == 143, result.stderr[-3000:]
