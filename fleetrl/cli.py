@@ -2,8 +2,10 @@
 
 Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
 missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4 an incident (a
-stall, death or desync: hang_report.txt in the run directory); 130 / 143 stopped by SIGINT /
-SIGTERM (checkpoint saved; a second signal stops at once). `fleetrl sweep` exits 5 when a trial
+stall, death or desync: hang_report.txt in the run directory; with runner.max_restarts, once no
+restart is left); 130 / 143 stopped by SIGINT / SIGTERM (the controller checkpointed within
+watchdog.stop_grace_s, or was reported as `interrupted` and killed; a second signal stops at
+once). `train` runs under a supervisor (watch/supervisor.py), which returns these codes. `fleetrl sweep` exits 5 when a trial
 failed (each listed with its exit code and cause) and every other trial finished.
 """
 

@@ -197,7 +197,9 @@ class Trainer:
         # The schedule position is taken before this iteration's steps, so the last iteration
         # still learns (lr > 0) rather than running with an annealed-to-zero rate.
         with phase("collect_and_train"):
-            metrics, collect_s = self.backend.collector.collect_and_train(steps_before / self.config.runner.total_env_steps)
+            metrics, collect_s = self.backend.collector.collect_and_train(
+                steps_before / self.config.runner.total_env_steps
+            )
         updated = time.perf_counter()
         self.iteration += 1
         self.train_s += updated - started

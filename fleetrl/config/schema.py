@@ -227,7 +227,9 @@ class RunnerConfig:
     restart_on: list[str] = field(
         default_factory=lambda: list(RESTARTABLE)
     )  # incident causes that restart (watch/watchdog.py CAUSES; never interrupted, disk_full or watchdog_error)
-    restart_window_s: Annotated[float, Positive] = 3600.0  # a restart storm ends the run: max_restarts within this many seconds
+    restart_window_s: Annotated[float, Positive] = (
+        3600.0  # a restart storm ends the run: max_restarts within this many seconds
+    )
 
 
 @dataclass

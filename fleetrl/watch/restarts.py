@@ -28,7 +28,10 @@ def check_restart_on(causes: list) -> None:
         if cause not in allowed:
             why = f"{cause!r} never restarts (it would come back at once)" if cause in NEVER_RESTART else ""
             raise ConfigError(
-                "runner.restart_on", causes, f"a list of incident causes, from {allowed}", why or nearest(str(cause), allowed)
+                "runner.restart_on",
+                causes,
+                f"a list of incident causes, from {allowed}",
+                why or nearest(str(cause), allowed),
             )
 
 

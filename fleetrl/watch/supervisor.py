@@ -134,7 +134,9 @@ class Attempt:
         self.incidents: queue.Queue[Incident] = queue.Queue()
         self.watchdog: Watchdog | None = None
         self.watch([self.controller_key])
-        resume = str(self.run_dir) if list_checkpoints(self.run_dir) and (restart or self.config.runner.resume) else None
+        resume = (
+            str(self.run_dir) if list_checkpoints(self.run_dir) and (restart or self.config.runner.resume) else None
+        )
         config = replace(self.config, runner=replace(self.config.runner, resume=resume))
         orders = Orders(config, str(self.run_dir), self.store.port, supervisor.component, os.getpid(), restart)
         self.controller = subprocess.Popen(
@@ -261,7 +263,10 @@ class Attempt:
         reported (`interrupted`, naming who was stuck where) and killed."""
         code, grace = 128 + signum, self.config.watchdog.stop_grace_s
         with_signal = signal.Signals(signum).name
-        print(f"fleetrl: {with_signal}: asking the controller to checkpoint and stop (within {grace:g} s)", file=sys.stderr)
+        print(
+            f"fleetrl: {with_signal}: asking the controller to checkpoint and stop (within {grace:g} s)",
+            file=sys.stderr,
+        )
         self.controller.send_signal(signum)
         asked_at, deadline, seen = time.time(), time.monotonic() + grace, None
         while time.monotonic() < deadline and self.controller.poll() is None and seen is None:
