@@ -2,6 +2,10 @@
 the supervisor's heartbeat store: plain data only crosses the process boundary.
 
     controller → supervisor   WORKERS   the workers to watch, [{component, rank, node}]
+                              DEADLINE  a start-up step under a deadline ({what, started, seconds};
+                                        null once it finished): the supervisor enforces it, and
+                                        the controller's silence inside it (ray.init holds the GIL
+                                        for seconds) is no freeze
                               STOPPING  watching ends: the controller is shutting its workers down
                               FAILURE   an incident the controller saw (a worker's error, a start-up
                                         step past its deadline), as `incident_fields`
@@ -17,6 +21,7 @@ import json
 from fleetrl.watch.watchdog import Incident
 
 WORKERS = "fleetrl/link/workers"
+DEADLINE = "fleetrl/link/deadline"
 STOPPING = "fleetrl/link/stopping"
 STOPPING_SEEN = "fleetrl/link/stopping-seen"
 FAILURE = "fleetrl/link/failure"

@@ -11,10 +11,12 @@ once the supervisor says the report is written, and the supervisor waits for the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -56,14 +58,22 @@ class SupervisedSession(WatchSession):
         actor_ids = self.remote.actor_ids() if self.remote else {}
         self.send(incident_from_error(error, {}, actor_ids, self.run_dir))
 
-    def deadline(self, seconds: float, what: str):
+    @contextlib.contextmanager
+    def deadline(self, seconds: float, what: str) -> Iterator[None]:
+        """The step is declared to the supervisor, which enforces its deadline even when this
+        process cannot (its GIL held); the timer here reports it first when it can."""
         started = time.time()
 
         def expire() -> None:
             summary = f"{what} did not finish within {seconds:.0f} s"
             self.send(Incident("startup_timeout", summary, started, None, DEADLINE_HINT))
 
-        return expire_after(seconds, expire)
+        link.put(self.link, link.DEADLINE, {"what": what, "started": started, "seconds": seconds})
+        try:
+            with expire_after(seconds, expire):
+                yield
+        finally:
+            link.put(self.link, link.DEADLINE, None)
 
     def send(self, incident: Incident) -> NoReturn:
         """Hand the incident to the supervisor, which reports it and ends this process; should it

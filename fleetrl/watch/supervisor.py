@@ -37,7 +37,7 @@ from fleetrl.watch import link
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
 from fleetrl.watch.restarts import Restart, RestartPolicy
-from fleetrl.watch.session import RESPONSE_BOUND_S, expire_after
+from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
 from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident, Watchdog, describe, where
@@ -155,7 +155,7 @@ class Attempt:
             old.stop()
         if not self.config.watchdog.enabled:
             return
-        self.watchdog = Watchdog(self.config.watchdog, self.store.read, keys, self.incidents.put)
+        self.watchdog = Watchdog(self.config.watchdog, self.read_watched, keys, self.incidents.put)
         if old is not None:
             self.watchdog.timeline = old.timeline
         self.watchdog.start()
@@ -185,7 +185,7 @@ class Attempt:
         if failure is not None:
             return self.from_controller(link.incident_from_fields(failure))
         self.follow_controller()
-        return None if self.incidents.empty() else self.incidents.get()
+        return self.overdue_step() or (None if self.incidents.empty() else self.incidents.get())
 
     def follow_controller(self) -> None:
         """Watch the workers the controller published; stop watching them when it says it is
@@ -203,6 +203,24 @@ class Attempt:
 
     def records(self) -> dict:
         return self.store.read([(w["component"], w["rank"]) for w in self.workers])
+
+    def read_watched(self, keys: list[tuple[str, int]]) -> dict:
+        """The watchdog's view: inside a declared start-up deadline the controller counts as
+        beating (`overdue_step` bounds it instead)."""
+        records = self.store.read(keys)
+        step = link.peek(self.store.server, link.DEADLINE)
+        if step is not None and self.controller_key in records:
+            records[self.controller_key] = {**records[self.controller_key], "time": time.time()}
+        return records
+
+    def overdue_step(self) -> Incident | None:
+        """A start-up step the controller declared (`SupervisedSession.deadline`) past its
+        deadline, when the controller could not report it itself (a second later)."""
+        step = link.peek(self.store.server, link.DEADLINE)
+        if step is None or time.time() < step["started"] + step["seconds"] + 1:
+            return None
+        summary = f"{step['what']} did not finish within {step['seconds']:.0f} s"
+        return Incident("startup_timeout", summary, step["started"], self.controller_key, DEADLINE_HINT)
 
     def controller_died(self, code: int) -> Incident:
         record = self.records().get(self.controller_key, {})
