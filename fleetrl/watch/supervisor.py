@@ -206,11 +206,16 @@ class Attempt:
 
     def read_watched(self, keys: list[tuple[str, int]]) -> dict:
         """The watchdog's view: inside a declared start-up deadline the controller counts as
-        beating (`overdue_step` bounds it instead)."""
+        beating (`overdue_step` bounds it instead); while it waits on workers watched in their own
+        processes, its wait is not judged (theirs are). Reports show the records as they are."""
         records = self.store.read(keys)
-        step = link.peek(self.store.server, link.DEADLINE)
-        if step is not None and self.controller_key in records:
-            records[self.controller_key] = {**records[self.controller_key], "time": time.time()}
+        controller = records.get(self.controller_key)
+        if controller is None:
+            return records
+        if link.peek(self.store.server, link.DEADLINE) is not None:
+            records[self.controller_key] = controller = {**controller, "time": time.time()}
+        if len(keys) > 1 and controller.get("phase") in link.CONTROLLER_WAITS:
+            records[self.controller_key] = {**controller, "phase": None, "phase_started": None}
         return records
 
     def overdue_step(self) -> Incident | None:
