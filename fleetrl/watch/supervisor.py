@@ -40,7 +40,7 @@ from fleetrl.watch.restarts import Restart, RestartPolicy
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
 from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.teardown import kill_own_children
-from fleetrl.watch.watchdog import Incident, Watchdog, describe, where
+from fleetrl.watch.watchdog import Incident, Watchdog, describe, readable, where
 
 log = logging.getLogger("fleetrl")
 PR_SET_CHILD_SUBREAPER = 36
@@ -51,6 +51,14 @@ RUN_MARK = "FLEETRL_SUPERVISOR_PID"  # in the environment of every process of th
 def become_subreaper() -> None:
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: orphans of a killed controller may outlive the run")
+
+
+def is_readable(record) -> bool:
+    try:
+        readable(record)
+    except TypeError:
+        return False
+    return True
 
 
 def signal_name(code: int) -> str:
@@ -202,7 +210,10 @@ class Attempt:
             link.put(server, link.STOPPING_SEEN, True)
 
     def records(self) -> dict:
-        return self.store.read([(w["component"], w["rank"]) for w in self.workers])
+        """Every watched process's latest heartbeat record that is readable (a broken one is the
+        watchdog's to name)."""
+        records = self.store.read([(w["component"], w["rank"]) for w in self.workers])
+        return {key: record for key, record in records.items() if is_readable(record)}
 
     def read_watched(self, keys: list[tuple[str, int]]) -> dict:
         """The watchdog's view: inside a declared start-up deadline the controller counts as
@@ -269,6 +280,8 @@ class Attempt:
                 responder.respond(incident, self.workers)
             except IncidentStop:
                 pass
+            except Exception:  # the report failed: say so; the teardown and the exit code stand
+                log.exception("the incident response failed for %s: %s", incident.cause, incident.summary)
         return code
 
     def attach_in_controller(self, paths: list[Path]) -> None:
