@@ -40,7 +40,6 @@ SEMANTIC_BAD = {
     "cluster.component_placement": ({"actor": "0-99"}, "resolved against the cluster"),
     "cluster.env_vars": ({"NCCL_DEBUG": [1]}, "names with scalar values"),
     "debug.fault": ({"kind": "explode", "component": "actor"}, "watch/faults.check_fault"),
-    "runner.restart_on": (["interrupted"], "restartable causes of watch/watchdog.py (watch/restarts.py)"),
 }
 # Keys every value of whose type is valid.
 ANY_VALUE = {

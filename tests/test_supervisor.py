@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from fleetrl.checkpoint import list_checkpoints, load_latest
+from fleetrl.cli import main
 from tests.incidents import SMALL, assert_incident, fault
 from tests.support import Fleetrl, train
 
@@ -154,3 +155,14 @@ def test_a_simulator_that_crashes_once_costs_one_restart_not_the_run(tmp_path):
     kept = (result.run_dir / "hang_report-1.json").read_text()
     assert "the simulator crashed" in kept
     assert [r["restarts"] for r in result.metrics if "restarts" in r] == [1]
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [("[interrupted]", "'interrupted' never restarts"), ("[worker_dyed]", "did you mean 'worker_died'?")],
+)
+def test_restart_on_names_the_causes_that_can_restart(capsys, value, words):
+    assert main(["train", CONFIG, f"runner.restart_on={value}", "--dry-run"]) == 2
+    error = capsys.readouterr().err
+    assert "config error at 'runner.restart_on'" in error and words in error, error
+    assert "worker_died" in error and "disk_full" not in error.split("expected", 1)[1].split(".", 1)[0]
