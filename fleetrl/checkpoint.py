@@ -125,8 +125,8 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(path for path in folder.iterdir() if PATTERN.match(path.name))
 
 
-def verified_load(checkpoint: Path) -> dict:
-    """The checkpoint's state; ValueError saying what is wrong when its sum differs or it does not load."""
+def check_sum(checkpoint: Path) -> None:
+    """ValueError saying so when the checkpoint's sha256 differs from the sum beside it."""
     expected = sum_file(checkpoint)
     if expected.is_file():
         want = expected.read_text().split()[0] if expected.read_text().split() else "(empty sum file)"
@@ -134,6 +134,22 @@ def verified_load(checkpoint: Path) -> dict:
         if got != want:
             size = checkpoint.stat().st_size
             raise ValueError(f"sha256 {got[:12]}… of its {size} bytes does not match {expected.name} ({want[:12]}…)")
+
+
+def newest_intact(run_dir: Path) -> Path | None:
+    """The newest checkpoint whose sum matches (without loading it), or None."""
+    for checkpoint in reversed(list_checkpoints(run_dir)):
+        try:
+            check_sum(checkpoint)
+        except (ValueError, OSError):
+            continue
+        return checkpoint
+    return None
+
+
+def verified_load(checkpoint: Path) -> dict:
+    """The checkpoint's state; ValueError saying what is wrong when its sum differs or it does not load."""
+    check_sum(checkpoint)
     try:
         return torch.load(checkpoint, weights_only=False)
     except Exception as error:  # torch raises several kinds for a damaged file

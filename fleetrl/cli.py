@@ -2,8 +2,10 @@
 
 Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
 missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4 an incident (a
-stall, death or desync: hang_report.txt in the run directory); 130 / 143 stopped by SIGINT /
-SIGTERM (checkpoint saved; a second signal stops at once). `fleetrl sweep` exits 5 when a trial
+stall, death or desync: hang_report.txt in the run directory; with runner.max_restarts, once no
+restart is left); 130 / 143 stopped by SIGINT / SIGTERM (the controller checkpointed within
+watchdog.stop_grace_s, or was reported as `interrupted` and killed; a second signal stops at
+once). `train` runs under a supervisor (watch/supervisor.py), which returns these codes. `fleetrl sweep` exits 5 when a trial
 failed (each listed with its exit code and cause) and every other trial finished.
 """
 
@@ -100,13 +102,11 @@ def command_train(args) -> int:
         return 0
     if not args.skip_doctor and (code := preflight(config)):
         return code
-    from fleetrl.runner import Trainer
     from fleetrl.watch.janitor import start_janitor
+    from fleetrl.watch.supervisor import supervise
 
     start_janitor()  # from here on, nothing of the run outlives this process, even a SIGKILL of it
-    summary = Trainer(config, layout=layout).train()
-    print(f"run directory: {summary['run_dir']}")
-    return 0
+    return supervise(config, layout.backend)
 
 
 def command_sweep(args) -> int:
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INCIDENT
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (watch/signals.py)
         code = signals.exit_code(interrupt)
-        print(f"fleetrl: stopped by {signal.Signals(code - 128).name}; the last checkpoint is saved", file=sys.stderr)
+        print(f"fleetrl: stopped by {signal.Signals(code - 128).name}", file=sys.stderr)
         return code
 
 

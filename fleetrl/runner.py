@@ -29,7 +29,9 @@ from fleetrl.evaluate import EvalSchedule
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import CONFIG_FILE, create_run_dir, resume_dir, setup_logging
 from fleetrl.tracking.trackers import Trackers
+from fleetrl.watch.flight_recorder import phase
 from fleetrl.watch.respond import IncidentStop
+from fleetrl.watch.session import WatchSession
 from fleetrl.watch.signals import install_stop_handlers
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker
@@ -65,20 +67,35 @@ def save_resume_config(config: Config, run_dir: Path) -> Path:
 
 
 class Trainer:
-    def __init__(self, config: Config, live_progress: bool | None = None, layout: Layout | None = None):
+    """The training loop. Alone (a test, a library user) it makes or finds its run directory and
+    watches itself in-process; under `fleetrl train` the supervisor gives it `run_dir` (made, its
+    config saved), the `session` linking it to the supervisor's watchdog, and `restart` when it
+    continues after an incident (recorded with the first iteration it trains)."""
+
+    def __init__(
+        self,
+        config: Config,
+        live_progress: bool | None = None,
+        layout: Layout | None = None,
+        run_dir: Path | None = None,
+        session: WatchSession | None = None,
+        restart: dict | None = None,
+    ):
         self.config = config
         runner = config.runner
         self.layout: Layout = layout or resolve_layout(config)
         resumed = resume_dir(config)  # runner.resume: a run directory, 'auto' (the newest of this name) or None
-        self.run_dir = resumed or create_run_dir(config)
-        if resumed is None:
+        self.run_dir = resumed or run_dir or create_run_dir(config)
+        if resumed is None and run_dir is None:
             save_config(config, self.run_dir / CONFIG_FILE)
+        self.restart = restart
         setup_logging(self.run_dir)
         if runner.resume is not None and resumed is None:
             log.info("runner.resume=auto: no run of this name in %s yet, starting %s", runner.run_dir, self.run_dir)
         if runner.torch_threads:
             torch.set_num_threads(runner.torch_threads)
-        saved = load_resumed(resumed, runner.resume) if resumed else None
+        with phase("startup.resume"):
+            saved = load_resumed(resumed, runner.resume) if resumed else None
         self.iteration = 0
         self.train_s = 0.0
         self.global_step = 0
@@ -89,10 +106,12 @@ class Trainer:
         self.target_reached_at: tuple[int, float] | None = None
         self.live_progress = live_progress
         self.evaluations = EvalSchedule(runner.eval_interval, self.run_dir)
-        self.backend: Backend = start_backend(config, self.layout, self.run_dir)
+        with phase("startup.backend"):
+            self.backend: Backend = start_backend(config, self.layout, self.run_dir, session)
         try:
             if saved is not None:
-                self.load_state(saved)
+                with phase("startup.load_state"):
+                    self.load_state(saved)
                 kept = save_resume_config(config, self.run_dir)
                 log.info(
                     "resumed %s at iteration %d, %d env steps (this resume's config: %s)",
@@ -170,13 +189,17 @@ class Trainer:
     def run_iteration(self) -> dict:
         started = time.perf_counter()
         steps_before = self.global_step
-        self.sync_weights()
+        with phase("weight_sync"):
+            self.sync_weights()
         synced = time.perf_counter()
         if self.config.algorithm.resets_envs_each_iteration:  # e.g. GRPO: group-seeded resets
             self.backend.collector.start(self.iteration)
         # The schedule position is taken before this iteration's steps, so the last iteration
         # still learns (lr > 0) rather than running with an annealed-to-zero rate.
-        metrics, collect_s = self.backend.collector.collect_and_train(steps_before / self.config.runner.total_env_steps)
+        with phase("collect_and_train"):
+            metrics, collect_s = self.backend.collector.collect_and_train(
+                steps_before / self.config.runner.total_env_steps
+            )
         updated = time.perf_counter()
         self.iteration += 1
         self.train_s += updated - started
@@ -201,7 +224,11 @@ class Trainer:
         if self.target_reached_at is None and self.target_met():
             self.target_reached_at = (self.global_step, self.train_s)
         last = self.global_step >= self.config.runner.total_env_steps or self.target_reached_at is not None
-        record.update(self.evaluations.after_iteration(self.backend, self.iteration, self.global_step, last))
+        with phase("evaluation"):
+            record.update(self.evaluations.after_iteration(self.backend, self.iteration, self.global_step, last))
+        if self.restart is not None:  # the first iteration trained after a restart: what it cost
+            record.update(restarts=self.restart["number"], restart_s=time.time() - self.restart["incident_at"])
+            self.restart = None
         return record
 
     def sync_weights(self) -> None:
@@ -250,7 +277,8 @@ class Trainer:
         return True
 
     def checkpoint(self) -> None:
-        save_checkpoint(self.run_dir, self.iteration, self.state_dict(), self.config.runner.keep_checkpoints)
+        with phase("checkpoint.save"):
+            save_checkpoint(self.run_dir, self.iteration, self.state_dict(), self.config.runner.keep_checkpoints)
 
     def state_dict(self) -> dict:
         actor = self.backend.actor

@@ -89,13 +89,22 @@ def end_leftovers(processes: list[psutil.Process], what: str, grace_s: float = 3
 
 def ray_processes_of(driver_pid: int) -> list[psutil.Process]:
     """Ray daemons and workers of the session a driver started (its session directory and its
-    actors' names end in the driver's pid); other sessions on this machine are not ours."""
+    actors' names end in the driver's pid), and every process of a `fleetrl train` run, whose
+    supervisor marks their environment with its pid (`FLEETRL_SUPERVISOR_PID`); other sessions
+    on this machine are not ours."""
     mark = re.compile(rf"(session_[0-9_-]+_{driver_pid}\b|fleetrl-\w+-\d+-{driver_pid}\b)")
     found = []
     for process in psutil.process_iter(["pid", "cmdline"]):
-        if mark.search(" ".join(process.info["cmdline"] or [])):
+        if mark.search(" ".join(process.info["cmdline"] or [])) or run_mark(process) == str(driver_pid):
             found.append(process)
     return found
+
+
+def run_mark(process: psutil.Process) -> str | None:
+    try:
+        return process.environ().get("FLEETRL_SUPERVISOR_PID")
+    except psutil.Error:
+        return None
 
 
 @dataclass(frozen=True)

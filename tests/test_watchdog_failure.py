@@ -27,7 +27,7 @@ def test_a_failing_watchdog_is_an_incident_and_ends_the_run(tmp_path):
     assert "check_alive" in report["detail"]  # its traceback
     assert "heartbeat record unreadable: env rank 0: TypeError: not a heartbeat record" in report["detail"]
     readable = {(w["component"], w["rank"]) for w in report["workers"] if w["pid"] is not None}
-    assert readable == {("rollout", 0), ("actor", 0)}  # every other worker's state is in the report
+    assert readable == {("rollout", 0), ("actor", 0), ("controller", 0)}  # every other one's state is in the report
     # from the poll that raised to the written report; the margin is for a loaded CI host
     assert report["detected_after_s"] < 30
 

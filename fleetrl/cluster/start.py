@@ -25,8 +25,9 @@ from fleetrl.workers.rollout_worker import RolloutWorker
 BACKENDS: dict[str, type[Backend]] = {"inline": InlineBackend, "ray": RayBackend, "fused": FusedBackend}
 
 
-def start_backend(config: Config, layout: Layout, run_dir: Path) -> Backend:
-    session = WatchSession(config, run_dir)
+def start_backend(config: Config, layout: Layout, run_dir: Path, session: WatchSession | None = None) -> Backend:
+    """`session`: how the workers are watched (default: from this process, `WatchSession`)."""
+    session = session or WatchSession(config, run_dir)
     with contextlib.ExitStack() as undo:
         try:
             backend = BACKENDS[layout.backend].start(config, layout, session, undo)

@@ -183,6 +183,20 @@ class ClusterConfig:
     fuse_collocated: bool = False  # ray: run rank r of env, rollout and actor in one process when they share a device (one call per rank per iteration, no weight sync; README: 'Fused ranks')
 
 
+# The incident causes a restart may help with by default (runner.restart_on); watch/watchdog.py
+# lists all of them, and validate.py checks restart_on against that list.
+RESTARTABLE = (
+    "worker_died",
+    "worker_exception",
+    "process_frozen",
+    "phase_timeout",
+    "rank_missing_from_collective",
+    "collective_mismatch",
+    "peer_unreachable",
+    "startup_timeout",
+)
+
+
 @dataclass
 class RunnerConfig:
     total_env_steps: Annotated[int, Positive] = 100_000
@@ -220,6 +234,15 @@ class RunnerConfig:
         10  # deterministic episodes per evaluation, shared evenly by min(eval_episodes, 10) eval envs
     )
     eval_video: bool = False  # film each evaluation's first episode: <run>/video/eval-<iteration>.gif (its episodes then play on one env)
+    max_restarts: Annotated[int, NonNegative] = (
+        0  # after an incident whose cause is in restart_on, restart from the newest intact checkpoint, at most this often within restart_window_s (README: 'Supervisor and restarts')
+    )
+    restart_on: list[str] = field(
+        default_factory=lambda: list(RESTARTABLE)
+    )  # incident causes that restart (watch/watchdog.py CAUSES; never interrupted, disk_full or watchdog_error)
+    restart_window_s: Annotated[float, Positive] = (
+        3600.0  # a restart storm ends the run: max_restarts within this many seconds
+    )
 
 
 @dataclass
@@ -247,6 +270,9 @@ class WatchdogConfig:
     max_deadline_s: Annotated[float, Positive] = 1800.0  # ... nor more than this (>= min_deadline_s)
     collective_timeout_s: Annotated[float, Positive] = 5.0  # ranks waiting in a collective another rank never entered
     poll_interval_s: Annotated[float, Positive] = 0.25  # how often the watchdog reads the heartbeats
+    stop_grace_s: Annotated[float, Positive] = (
+        30.0  # after Ctrl-C / SIGTERM, how long the controller has to checkpoint and stop before it is killed
+    )
 
 
 @dataclass

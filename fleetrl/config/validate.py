@@ -18,6 +18,7 @@ from fleetrl.config.schema import BUILTIN_MODELS, Config
 from fleetrl.errors import ConfigError
 from fleetrl.run_dir import resume_dir
 from fleetrl.watch.faults import check_fault
+from fleetrl.watch.restarts import check_restart_on
 
 
 def get(config: Config, dotted: str):
@@ -38,6 +39,7 @@ def validate(config: Config) -> None:
         )
     validate_cluster(config)
     validate_watchdog(config)
+    validate_restarts(config)
     check_fault(config.debug.fault, config.algorithm.name)
 
 
@@ -80,6 +82,12 @@ def validate_watchdog(config: Config) -> None:
             watchdog.min_deadline_s,
             f"at most watchdog.max_deadline_s ({watchdog.max_deadline_s:g})",
         )
+
+
+def validate_restarts(config: Config) -> None:
+    """runner.restart_on: incident causes (watch/watchdog.py) a restart can help with; an
+    interruption, a full disk or a failed watchdog would only come back."""
+    check_restart_on(config.runner.restart_on)
 
 
 def check_fault_placement(config: Config, placement: Placement) -> None:

@@ -188,3 +188,9 @@ def current() -> Recorder | None:
 def collective(op: str, *tensors, group: str = DEFAULT_GROUP):
     """Mark a collective for the flight recorder; a no-op context where none is installed."""
     return _recorder.in_collective(op, tensors, group) if _recorder else contextlib.nullcontext()
+
+
+def phase(name: str):
+    """Mark a phase of this process's own work (the controller's checkpoint save, say) for the
+    flight recorder; a no-op context where none is installed."""
+    return _recorder.in_phase(name) if _recorder else contextlib.nullcontext()

@@ -11,9 +11,10 @@ The backends use this object and nothing else of `fleetrl.watch` to be watched: 
 a worker), `start` (watch these workers; how to end remote ones), `interrupt` (set once the
 watchdog reports: waits give up), `fail(error)`, `deadline(seconds, what)`, `stop`; the runner
 adds `on_report(hook, timeout_s)` (the trackers attach the report before the exit). Everything
-crossing this seam is plain data — the spec, worker records, an error — so that a supervisor
-process owning the store and the watchdog (issue 10) can take the other side over without the
-backends changing.
+crossing this seam is plain data — the spec, worker records, an error — so that under `fleetrl
+train` the supervisor owns the store and the watchdog and `SupervisedSession`
+(watch/supervised.py) stands in for this class without the backends changing. This class is the
+in-process form: a `Trainer` used as a library watches itself.
 """
 
 from __future__ import annotations

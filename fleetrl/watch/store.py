@@ -1,7 +1,8 @@
-"""The heartbeat store, owned by the controller.
+"""The heartbeat store, owned by the supervisor (watch/supervisor.py), or by the controller when
+it watches itself in-process (a `Trainer` used as a library).
 
-A `torch.distributed.TCPStore` server runs in the controller process (its network thread needs no
-GIL), so the heartbeats of every worker reach one place that survives whichever worker dies.
+A `torch.distributed.TCPStore` server (its network thread needs no GIL; it listens on every
+interface) holds the heartbeats of every worker in one place that survives whichever worker dies.
 Workers connect as clients with a short timeout.
 """
 

@@ -1,0 +1,92 @@
+"""The controller process of a supervised run: `python -m fleetrl.controller`, started by
+`fleetrl train`'s supervisor (watch/supervisor.py) with its `Orders` pickled on stdin.
+
+It runs the training loop (`runner.Trainer`) and nothing else: it beats into the supervisor's
+store from its first instant, dies with the supervisor (parent-death signal), and exits 0 when
+training is done, 2 on a user error (the message printed), 130 / 143 once a stop signal the
+supervisor forwarded has been honoured (checkpoint saved). Incidents go to the supervisor, which
+reports them and ends this process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import pickle
+import signal
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from fleetrl.config.schema import Config
+from fleetrl.watch.host import WatchSpec, start_watching
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Orders:
+    """Everything the controller is told, explicitly."""
+
+    config: Config  # resolved; runner.resume names the run directory when it continues one
+    run_dir: str
+    store_port: int  # the supervisor's heartbeat store, on this machine
+    component: str  # the controller's name in heartbeats and reports: 'inline' or 'controller'
+    supervisor_pid: int
+    restart: dict | None = None  # {number, cause, incident_at} when this controller is a restart
+
+
+def die_with(parent_pid: int) -> None:
+    """SIGKILL this process when its parent dies; if the parent is already gone, exit now."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:  # it died before the signal was armed
+        os._exit(1)
+
+
+def main() -> int:
+    orders: Orders = pickle.load(sys.stdin.buffer)
+    die_with(orders.supervisor_pid)
+    from torch.distributed import TCPStore
+
+    from fleetrl.errors import UserError
+    from fleetrl.runner import Trainer
+    from fleetrl.watch import signals
+    from fleetrl.watch.respond import IncidentStop
+    from fleetrl.watch.supervised import SupervisedSession
+
+    config = orders.config
+    spec = WatchSpec(
+        "127.0.0.1", orders.store_port, config.watchdog.heartbeat_interval_s, str(Path(orders.run_dir) / "stacks"), {}
+    )
+    recorder = start_watching(orders.component, 0, 0, spec)
+    store = TCPStore("127.0.0.1", orders.store_port, is_master=False, timeout=timedelta(seconds=10))
+    signals.install_stop_handlers()
+    try:
+        with recorder.in_phase("startup"):
+            session = SupervisedSession(config, Path(orders.run_dir), store, orders.store_port, recorder)
+            trainer = Trainer(config, run_dir=Path(orders.run_dir), session=session, restart=orders.restart)
+        trainer.train()
+        return 0
+    except UserError as error:
+        print(f"fleetrl: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as interrupt:  # the supervisor forwarded Ctrl-C / SIGTERM: checkpoint saved
+        return signals.exit_code(interrupt)
+    except IncidentStop:
+        return 4
+    finally:
+        recorder.stop()
+
+
+if __name__ == "__main__":
+    code = main()
+    # Exit at once: the supervisor reads a silence after the last heartbeat as a freeze, and an
+    # interpreter's teardown (torch, Ray's atexit hooks) can take seconds; everything is closed.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,56 @@
+"""What a supervised controller and its supervisor tell each other, as JSON under fixed keys of
+the supervisor's heartbeat store: plain data only crosses the process boundary.
+
+    controller → supervisor   WORKERS   the workers to watch, [{component, rank, node}]
+                              DEADLINE  a start-up step under a deadline ({what, started, seconds};
+                                        null once it finished): the supervisor enforces it, and
+                                        the controller's silence inside it (ray.init holds the GIL
+                                        for seconds) is no freeze
+                              STOPPING  watching ends: the controller is shutting its workers down
+                              FAILURE   an incident the controller saw (a worker's error, a start-up
+                                        step past its deadline), as `incident_fields`
+                              ATTACHED  the report hooks (trackers) have run
+    supervisor → controller   REPORT    the report is written (its folder): run the report hooks
+                              STOPPING_SEEN  STOPPING is acted on
+"""
+
+from __future__ import annotations
+
+import json
+
+from fleetrl.watch.watchdog import Incident
+
+# The controller's phases that wait on its workers (runner.py): with workers of their own
+# (Ray, fused), those are watched, and the wait is not judged by a deadline of its own.
+CONTROLLER_WAITS = ("weight_sync", "collect_and_train", "evaluation")
+WORKERS = "fleetrl/link/workers"
+DEADLINE = "fleetrl/link/deadline"
+STOPPING = "fleetrl/link/stopping"
+STOPPING_SEEN = "fleetrl/link/stopping-seen"
+FAILURE = "fleetrl/link/failure"
+REPORT = "fleetrl/link/report"
+ATTACHED = "fleetrl/link/attached"
+
+
+def put(store, key: str, value) -> None:
+    store.set(key, json.dumps(value))
+
+
+def peek(store, key: str):
+    """The value under `key`, or None when nothing was put there yet (never blocks)."""
+    return json.loads(store.get(key)) if store.check([key]) else None
+
+
+def incident_fields(incident: Incident) -> dict:
+    return {
+        "cause": incident.cause,
+        "summary": incident.summary,
+        "started": incident.started,
+        "culprit": list(incident.culprit) if incident.culprit else None,
+        "detail": incident.detail,
+    }
+
+
+def incident_from_fields(fields: dict) -> Incident:
+    culprit = tuple(fields["culprit"]) if fields["culprit"] else None
+    return Incident(fields["cause"], fields["summary"], fields["started"], culprit, fields["detail"])

@@ -1,0 +1,106 @@
+"""The controller's side of a supervised run (`fleetrl train`): the same `WatchSession` facade the
+backends use, but the store, the watchdog and the incident response live in the supervisor
+(watch/supervisor.py), which watches this process like any worker.
+
+`open_store` hands out the supervisor's store; `watch_here` is the controller's own recorder
+(`inline rank 0` on the inline backend, `controller rank 0` elsewhere); `start` tells the
+supervisor which workers to watch; `fail` and an expired `deadline` send the incident to the
+supervisor as plain data (watch/link.py) and wait to be ended by it; `on_report` hooks run here
+once the supervisor says the report is written, and the supervisor waits for them (bounded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+from fleetrl.config.schema import Config
+from fleetrl.watch import link
+from fleetrl.watch.classify import incident_from_error
+from fleetrl.watch.flight_recorder import Recorder, join_unless_current
+from fleetrl.watch.host import WatchSpec
+from fleetrl.watch.respond import EXIT_INCIDENT
+from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, WatchSession, expire_after
+from fleetrl.watch.watchdog import Incident
+
+log = logging.getLogger("fleetrl")
+LISTEN_INTERVAL_S = 0.2
+
+
+class SupervisedSession(WatchSession):
+    def __init__(self, config: Config, run_dir: Path, store, store_port: int, recorder: Recorder):
+        super().__init__(config, run_dir)
+        self.link = store  # a client of the supervisor's store
+        self.port = store_port
+        self.recorder = recorder
+        self.listening = threading.Event()
+        self.listener = threading.Thread(target=self.attach_report_when_written, name="fleetrl-report", daemon=True)
+        self.listener.start()
+
+    def open_store(self, host: str) -> WatchSpec:
+        """The supervisor's store, at `host`: it listens on every interface of this machine."""
+        return WatchSpec(host, self.port, self.config.heartbeat_interval_s, str(self.run_dir / "stacks"), self.fault)
+
+    def watch_here(self, component: str, rank: int, spec: WatchSpec) -> Recorder:
+        return self.recorder
+
+    def start(self, workers: list[dict], remote=None) -> None:
+        self.workers, self.remote = workers, remote
+        link.put(self.link, link.WORKERS, workers)
+
+    def fail(self, error: BaseException) -> NoReturn:
+        actor_ids = self.remote.actor_ids() if self.remote else {}
+        self.send(incident_from_error(error, {}, actor_ids, self.run_dir))
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float, what: str) -> Iterator[None]:
+        """The step is declared to the supervisor, which enforces its deadline even when this
+        process cannot (its GIL held); the timer here reports it first when it can."""
+        started = time.time()
+
+        def expire() -> None:
+            summary = f"{what} did not finish within {seconds:.0f} s"
+            self.send(Incident("startup_timeout", summary, started, None, DEADLINE_HINT))
+
+        link.put(self.link, link.DEADLINE, {"what": what, "started": started, "seconds": seconds})
+        try:
+            with expire_after(seconds, expire):
+                yield
+        finally:
+            link.put(self.link, link.DEADLINE, None)
+
+    def send(self, incident: Incident) -> NoReturn:
+        """Hand the incident to the supervisor, which reports it and ends this process; should it
+        not (it is gone: the parent-death signal ends us first), end without it."""
+        self.interrupt.set()
+        link.put(self.link, link.FAILURE, link.incident_fields(incident))
+        time.sleep(RESPONSE_BOUND_S + sum(timeout_s for _, timeout_s in self.responder.report_hooks))
+        log.error("the supervisor did not end this controller after %s: exiting", incident.cause)
+        os._exit(EXIT_INCIDENT)
+
+    def attach_report_when_written(self) -> None:
+        while not self.listening.wait(LISTEN_INTERVAL_S):
+            try:
+                written = link.peek(self.link, link.REPORT)
+            except Exception:  # the supervisor is ending this process
+                return
+            if written is not None:
+                self.responder.run_report_hooks(Path(written))
+                link.put(self.link, link.ATTACHED, True)
+                return
+
+    def stop(self) -> None:
+        """Watching ends before the workers are shut down (their exit is no incident); the
+        supervisor still watches this process until it exits."""
+        link.put(self.link, link.STOPPING, True)
+        deadline = time.monotonic() + 10
+        while link.peek(self.link, link.STOPPING_SEEN) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.listening.set()
+        join_unless_current(self.listener)

@@ -1,0 +1,42 @@
+"""Simulators for tests/test_supervisor.py, reachable as entry points (`tests.supervisor_envs:...`).
+
+`NativeFreeze` calls a C function that never returns while holding the GIL (`ctypes.PyDLL`
+keeps it, as a C/C++ physics engine's binding does), in its constructor or at its first step;
+`CrashOnce` raises at a fixed step of the first run only (a marker file remembers it crashed)."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+def native_call_that_never_returns() -> None:
+    ctypes.PyDLL(None).sleep(3600)  # libc sleep() with the GIL held: no Python thread of this process runs
+
+
+class NativeFreeze(CartPoleEnv):
+    def __init__(self, freeze_in: str = "step", **kwargs):
+        super().__init__(**kwargs)
+        self.freeze_in = freeze_in
+        if freeze_in == "init":
+            native_call_that_never_returns()
+
+    def step(self, action):
+        if self.freeze_in == "step":
+            native_call_that_never_returns()
+        return super().step(action)
+
+
+class CrashOnce(CartPoleEnv):
+    def __init__(self, marker: str = "", at_step: int = 100, **kwargs):
+        super().__init__(**kwargs)
+        self.marker, self.at_step, self.steps = Path(marker), at_step, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at_step and not self.marker.exists():
+            self.marker.write_text("crashed")
+            raise RuntimeError("the simulator crashed")
+        return super().step(action)

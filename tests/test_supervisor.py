@@ -1,0 +1,168 @@
+"""`fleetrl train` as a supervisor (issue 10): the controller is its watched child, so a
+controller frozen by a simulator holding the GIL, blocked in a checkpoint write or killed is
+reported by a process it cannot freeze; stop signals are bounded by watchdog.stop_grace_s; an
+incident restarts the controller from the newest intact checkpoint with runner.max_restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fleetrl.checkpoint import list_checkpoints, load_latest
+from fleetrl.cli import main
+from tests.incidents import SMALL, assert_incident, fault
+from tests.support import Fleetrl, train
+
+CONFIG = "configs/ppo_cartpole.yaml"
+HEARTBEAT_TIMEOUT_S = 3  # tests.incidents.SMALL's watchdog.heartbeat_timeout_s
+
+
+def start(tmp_path: Path, *overrides: str) -> Fleetrl:
+    return Fleetrl("train", CONFIG, f"runner.run_dir={tmp_path}", *SMALL, *overrides, runs=tmp_path)
+
+
+def wait_for(running: Fleetrl, what: str, found, timeout_s: float = 120.0):
+    """Poll `found()` until it returns something truthy; fail naming `what` (with the run's
+    stderr) after `timeout_s` or once the run has ended."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and running.process.poll() is None:
+        value = found()
+        if value:
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"{what}: not within {timeout_s:g} s; stderr:\n{running.stderr_so_far()[-3000:]}", pytrace=False)
+
+
+def controller_of(running: Fleetrl) -> psutil.Process | None:
+    """The supervisor's child running `python -m fleetrl.controller`, once it has started."""
+    for child in psutil.Process(running.process.pid).children():
+        try:
+            if "fleetrl.controller" in child.cmdline():
+                return child
+        except psutil.Error:
+            pass
+    return None
+
+
+@pytest.mark.parametrize("freeze_in", ["init", "step"])
+def test_simulator_holding_the_gil_on_the_default_backend_is_process_frozen(tmp_path, freeze_in):
+    """A simulator whose native call never returns, with the GIL held, in its constructor (a
+    start-up step) or at its first step: the controller stops beating and the supervisor names it
+    and the simulator's file, exit 4, nothing left (`Fleetrl.finish` checks)."""
+    result = train(
+        CONFIG,
+        *SMALL,
+        "env.id=tests.supervisor_envs:NativeFreeze",
+        f"env.kwargs={{freeze_in: {freeze_in}}}",
+        runs=tmp_path,
+        timeout=120,
+    )
+    assert_incident(result, "process_frozen", ["inline", 0], HEARTBEAT_TIMEOUT_S + 5)
+    report = result.hang_report
+    assert "supervisor_envs.py:16 (native_call_that_never_returns)" in report["summary"], report["summary"]
+    stack = next(w for w in report["workers"] if w["culprit"])["stack"]
+    assert "env_worker.py" in stack and f"in {'__init__' if freeze_in == 'init' else 'step'}" in stack, stack
+
+
+def test_blocked_checkpoint_write_in_the_controller_is_named(tmp_path):
+    """The second checkpoint's file is a FIFO nobody reads (a hung network file system): its open
+    blocks the controller in `checkpoint.save`, past the phase's learned deadline."""
+    with start(tmp_path, "watchdog.min_deadline_s=4") as running:
+        controller = wait_for(running, "the controller process", lambda: controller_of(running))
+        run_dir = wait_for(running, "the run directory", lambda: next(tmp_path.iterdir(), None))
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        os.mkfifo(run_dir / "checkpoints" / f".ckpt_00000002.pt.tmp-{controller.pid}")
+        result = running.finish(timeout=120)
+    assert_incident(result, "phase_timeout", ["inline", 0], 4 + 5)
+    assert "in checkpoint.save" in result.hang_report["summary"], result.hang_report["summary"]
+    assert [path.name for path in list_checkpoints(result.run_dir)] == ["ckpt_00000001.pt"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "controller_key"),
+    [("inline", ["inline", 0]), pytest.param("ray", ["controller", 0], marks=pytest.mark.slow)],
+)
+def test_kill_9_of_the_controller_is_worker_died_and_nothing_is_left(tmp_path, backend, controller_key):
+    """SIGKILL of the controller alone. On Ray, the daemons it started are orphaned; the
+    supervisor (their subreaper) ends them all too (`Fleetrl.finish` checks for any left)."""
+    with start(tmp_path, f"cluster.backend={backend}") as running:
+        wait_for(running, "a first checkpoint", lambda: list(tmp_path.glob("*/checkpoints/ckpt_*.pt")))
+        controller = controller_of(running)
+        controller.kill()
+        result = running.finish(timeout=120)
+    assert_incident(result, "worker_died", controller_key, 5)
+    assert f"(the controller, pid {controller.pid}) died: killed by SIGKILL" in result.hang_report["summary"]
+
+
+def test_sigint_while_the_controller_is_stuck_ends_within_the_grace_with_a_report(tmp_path):
+    """Ctrl-C while the env holds the GIL at its first step (the watchdog's own bound set far
+    away): the controller cannot honour it, so after watchdog.stop_grace_s the supervisor
+    reports `interrupted` naming it, kills everything and exits 130."""
+    overrides = ["watchdog.heartbeat_timeout_s=120", "watchdog.stop_grace_s=3", fault("gil_hang", "env", 0, 1)]
+    with start(tmp_path, *overrides) as running:
+        controller = wait_for(running, "the controller process", lambda: controller_of(running))
+        wait_for(running, "training to start", lambda: "inline backend" in running.stderr_so_far())
+        spun_from = controller.cpu_times().user
+        wait_for(running, "the controller spinning in gil_hang", lambda: controller.cpu_times().user - spun_from > 1.0)
+        signalled = time.monotonic()
+        running.process.send_signal(signal.SIGINT)
+        result = running.finish(timeout=60)
+    assert result.code == 130, result.stderr[-3000:]
+    assert time.monotonic() - signalled <= 3 + 10
+    report = result.hang_report
+    assert report["cause"] == "interrupted" and report["culprit"] == ["inline", 0], report["summary"]
+    assert "did not stop within watchdog.stop_grace_s=3 s" in report["summary"]
+    assert "faults.py" in next(w for w in report["workers"] if w["culprit"])["stack"]
+    assert "stopped by SIGINT; there is no checkpoint (none was saved)" in result.stderr
+
+
+def test_sigterm_on_a_healthy_run_checkpoints_and_names_the_checkpoint(tmp_path):
+    with start(tmp_path, "env.id=fleetrl.envs.slow:SlowCartPole") as running:
+        wait_for(running, "a first checkpoint", lambda: list(tmp_path.glob("*/checkpoints/ckpt_*.pt")))
+        running.process.send_signal(signal.SIGTERM)
+        result = running.finish(timeout=60)
+    assert result.code == 143, result.stderr[-3000:]
+    assert result.hang_report is None
+    newest = list_checkpoints(result.run_dir)[-1]
+    assert f"stopped by SIGTERM; the newest intact checkpoint is {newest}\n" in result.stderr
+    assert load_latest(result.run_dir)["iteration"] == int(newest.stem.split("_")[1])
+
+
+def test_a_simulator_that_crashes_once_costs_one_restart_not_the_run(tmp_path):
+    marker = tmp_path / "crashed"
+    runs = tmp_path / "runs"
+    result = train(
+        CONFIG,
+        *SMALL,
+        "env.id=tests.supervisor_envs:CrashOnce",
+        f"env.kwargs={{marker: {marker}, at_step: 60}}",
+        "runner.max_restarts=2",
+        "runner.target_return=25",
+        "runner.total_env_steps=30000",
+        runs=runs,
+        timeout=180,
+    ).succeeded()
+    summary = result.summary
+    assert marker.exists()
+    assert summary["restarts"] == 1 and summary["restart_causes"] == ["worker_exception"], summary
+    assert summary["target_reached"], summary
+    assert len(summary["restart_s"]) == 1 and 0 < summary["restart_s"][0] < 120, summary
+    kept = (result.run_dir / "hang_report-1.json").read_text()
+    assert "the simulator crashed" in kept
+    assert [r["restarts"] for r in result.metrics if "restarts" in r] == [1]
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [("[interrupted]", "'interrupted' never restarts"), ("[worker_dyed]", "did you mean 'worker_died'?")],
+)
+def test_restart_on_names_the_causes_that_can_restart(capsys, value, words):
+    assert main(["train", CONFIG, f"runner.restart_on={value}", "--dry-run"]) == 2
+    error = capsys.readouterr().err
+    assert "config error at 'runner.restart_on'" in error and words in error, error
+    assert "worker_died" in error and "disk_full" not in error.split("expected", 1)[1].split(".", 1)[0]
