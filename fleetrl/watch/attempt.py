@@ -14,13 +14,16 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from fleetrl.checkpoint import list_checkpoints, newest_intact
 from fleetrl.controller import Orders
 from fleetrl.watch import link
+from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
+from fleetrl.watch.stack_requests import ANSWER_BEATS, ask_stacks
 from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident, Watchdog, describe, readable, where
@@ -55,6 +58,8 @@ class Attempt:
         self.incidents: queue.Queue[Incident] = queue.Queue()
         self.watchdog: Watchdog | None = None
         self.watch([self.controller_key])
+        advertise(self.run_dir, "127.0.0.1", self.store.port)  # for `fleetrl top` / `fleetrl stack`
+        publish_run(self.store.server, self.workers, self.config.watchdog)
         resume = (
             str(self.run_dir) if list_checkpoints(self.run_dir) and (restart or self.config.runner.resume) else None
         )
@@ -78,7 +83,7 @@ class Attempt:
             return
         self.watchdog = Watchdog(self.config.watchdog, self.read_watched, keys, self.incidents.put)
         if old is not None:
-            self.watchdog.timeline = old.timeline
+            self.watchdog.timeline, self.watchdog.seen = old.timeline, old.seen
         self.watchdog.start()
 
     def run(self) -> tuple[int, Incident | None]:
@@ -97,6 +102,7 @@ class Attempt:
             if self.watchdog is not None:
                 self.watchdog.stop()
             kill_own_children()
+            (self.run_dir / WATCH_FILE).unlink(missing_ok=True)
 
     def next_incident(self, code: int | None) -> Incident | None:
         """The controller's death, an incident it sent, or one the watchdog saw — in that order."""
@@ -118,6 +124,7 @@ class Attempt:
             others = [w for w in published if (w["component"], w["rank"]) != self.controller_key]
             self.workers = [*others, *self.workers]  # workers first: named before the controller waiting on them
             self.watch([(w["component"], w["rank"]) for w in self.workers])
+            publish_run(server, self.workers, self.config.watchdog)
         if link.peek(server, link.STOPPING) is not None and link.peek(server, link.STOPPING_SEEN) is None:
             self.watch([self.controller_key])
             link.put(server, link.STOPPING_SEEN, True)
@@ -126,7 +133,8 @@ class Attempt:
         """Every watched process's latest heartbeat record that is readable (a broken one is the
         watchdog's to name)."""
         records = self.store.read([(w["component"], w["rank"]) for w in self.workers])
-        return {key: record for key, record in records.items() if is_readable(record)}
+        records = {key: record for key, record in records.items() if is_readable(record)}
+        return self.watchdog.observe(records) if self.watchdog is not None else records
 
     def read_watched(self, keys: list[tuple[str, int]]) -> dict:
         """The watchdog's view: inside a declared start-up deadline the controller counts as
@@ -136,8 +144,8 @@ class Attempt:
         controller = records.get(self.controller_key)
         if controller is None:
             return records
-        if link.peek(self.store.server, link.DEADLINE) is not None:
-            records[self.controller_key] = controller = {**controller, "time": time.time()}
+        if link.peek(self.store.server, link.DEADLINE) is not None:  # a beat now, as the watchdog counts beats
+            records[self.controller_key] = controller = {**controller, "beat": ("declared step", time.monotonic())}
         if len(keys) > 1 and controller.get("phase") in link.CONTROLLER_WAITS:
             records[self.controller_key] = {**controller, "phase": None, "phase_started": None}
         return records
@@ -154,7 +162,7 @@ class Attempt:
     def controller_died(self, code: int) -> Incident:
         record = self.records().get(self.controller_key, {})
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-        was = f"; it was {where(record, record['time'])}" if record else " before its first heartbeat"
+        was = f"; it was {where(record)}" if record else " before its first heartbeat"
         return Incident(
             "worker_died",
             f"{describe(self.controller_key)} (the controller, pid {self.controller.pid}) died: {how}{was}",
@@ -180,6 +188,8 @@ class Attempt:
         if self.watchdog is not None and not incident.timeline:
             incident.timeline = list(self.watchdog.timeline)
         responder = Responder(self.run_dir)
+        interval_s = self.config.watchdog.heartbeat_interval_s
+        responder.ask_stacks = partial(ask_stacks, self.store.server, timeout_s=ANSWER_BEATS * interval_s)
         responder.add_report_hook(self.attach_in_controller, self.config.runner.tracker_timeout_s + 2)
         bound = RESPONSE_BOUND_S + self.config.runner.tracker_timeout_s + 2
 
@@ -228,13 +238,13 @@ class Attempt:
         return code
 
     def interrupted(self, with_signal: str, grace: float, seen: Incident | None, asked_at: float) -> Incident:
-        records, now = self.records(), time.time()
+        records = self.records()
         if seen is not None and seen.culprit in records:
             culprit, why = seen.culprit, f"{seen.cause}: {seen.summary}"
         else:  # the worker in the oldest phase holds the others up
             busy = {key: r for key, r in records.items() if r.get("phase_started")}
             culprit = min(busy, key=lambda key: busy[key]["phase_started"], default=self.controller_key)
-            why = f"{describe(culprit)} was {where(records[culprit], now)}" if culprit in records else "no heartbeat"
+            why = f"{describe(culprit)} was {where(records[culprit])}" if culprit in records else "no heartbeat"
         return Incident(
             "interrupted",
             f"stopped by {with_signal}: the controller did not stop within watchdog.stop_grace_s={grace:g} s; {why}",

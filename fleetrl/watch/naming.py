@@ -15,7 +15,8 @@ def where(record: dict) -> str:
     phase = record.get("phase")
     if not phase:
         return "idle between calls"
-    return f"in {phase} for {record['phase_age_s']:.1f} s"
+    age = record.get("phase_age_s")  # None: a record the watchdog has not seen (it is off)
+    return f"in {phase}" if age is None else f"in {phase} for {age:.1f} s"
 
 
 def collective_name(collective: dict) -> str:
