@@ -1,7 +1,8 @@
 """The Ray backend: connect to (or start) a Ray cluster and run each worker as a pinned Ray actor.
 
 `cluster.simulate_nodes: N` starts N raylets on this machine (`ray.cluster_utils.Cluster`), all on
-`cluster.node_ip` (127.0.0.1 by default), so a multi-node placement can be rehearsed on a laptop.
+`cluster.node_ip` (127.0.0.1 by default), so a multi-node placement can be rehearsed on a laptop;
+with `cluster.simulate_isolation: namespaces` each in namespaces of its own (`isolated_nodes.py`).
 Every worker process gets `FLEETRL_COMPONENT`, `FLEETRL_RANK`, `FLEETRL_WORLD_SIZE`,
 `FLEETRL_NODE_RANK`, its `CUDA_VISIBLE_DEVICES`, its thread count and `cluster.env_vars`.
 """
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from fleetrl.cluster.groups import RayGroup
+from fleetrl.cluster.isolated_nodes import IsolatedNodes
 from fleetrl.cluster.placement import Assignment
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
@@ -71,7 +73,8 @@ class RayCluster:
     incident response needs to end them (`watch.session.RemoteWorkers`)."""
 
     def __init__(self, config: ClusterConfig, devices_per_node: int, deadline: Deadline, connect_timeout_s: float = 60):
-        if config.ray_address is None and is_loopback(config.node_ip):
+        isolated = config.simulate_nodes > 1 and config.simulate_isolation == "namespaces"
+        if config.ray_address is None and is_loopback(config.node_ip) and not isolated:
             keep_ray_on_loopback()
         import ray
 
@@ -84,6 +87,9 @@ class RayCluster:
         with deadline(connect_timeout_s, f"connecting to Ray ({config.ray_address or 'a new local cluster'})"):
             if config.ray_address is not None:
                 ray.init(address=config.ray_address)
+            elif isolated:
+                self.simulated = IsolatedNodes(config.simulate_nodes, devices_per_node, skews(config))
+                ray.init(address=self.simulated.address, _node_ip_address=self.simulated.host_address)
             elif config.simulate_nodes > 1:
                 self.simulated = start_simulated_cluster(config.simulate_nodes, devices_per_node, config.node_ip)
                 ray.init(address=self.simulated.address, _node_ip_address=config.node_ip)
@@ -225,9 +231,15 @@ def start_simulated_cluster(num_nodes: int, cpus_per_node: int, node_ip: str):
     return cluster
 
 
+def skews(config: ClusterConfig) -> dict[int, float]:
+    return {int(node): float(seconds) for node, seconds in config.simulate_clock_skew_s.items()}
+
+
 def ordered_node_ids(simulated) -> list[str]:
     """Node index → Ray node id: the simulated nodes in the order they were added; on a real
     cluster the head first, then the others by address."""
+    if isinstance(simulated, IsolatedNodes):
+        return simulated.node_ids()
     if simulated is not None:
         return [node.node_id for node in simulated.list_all_nodes()]
     import ray
