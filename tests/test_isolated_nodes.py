@@ -1,0 +1,79 @@
+"""Simulated nodes that share nothing but the kernel (`cluster.simulate_isolation: namespaces`):
+real Ray nodes in their own network, PID, mount and UTS namespaces, joined over a private bridge.
+Each run is checked for anything of it left behind: namespaces, links, folders, processes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.incidents import fault
+from tests.isolation import TWO_ISOLATED_NODES, leftovers, namespace_of, namespaced_pids, needs_isolation
+from tests.support import train
+
+pytestmark = needs_isolation
+
+
+@pytest.fixture
+def probe_folder():
+    """A folder the nodes can write to: not under /tmp, which each node has of its own."""
+    folder = Path(tempfile.mkdtemp(prefix="fleetrl-probe-", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_two_isolated_nodes_train_and_leave_nothing(tmp_path, probe_folder):
+    before = namespaced_pids()
+    run = train(
+        "configs/ppo_cartpole.yaml",
+        *TWO_ISOLATED_NODES,
+        "env.id=tests.isolation_envs:NodeProbe",
+        f"env.kwargs={{folder: {probe_folder}}}",
+        "runner.total_env_steps=128",
+        runs=tmp_path,
+        timeout=400,
+    ).succeeded()
+    assert (run.summary["iterations"], run.summary["global_step"]) == (4, 128), run.summary  # 2 envs x 16 steps
+    seen = {s["node"]: s for s in map(json.loads, map(Path.read_text, probe_folder.glob("[01]-*.json")))}
+    assert set(seen) == {"0", "1"}, seen
+    assert [seen[n]["hostname"] for n in "01"] == ["fleetrl-n0", "fleetrl-n1"]
+    for kind in ("pid_namespace", "net_namespace"):
+        assert seen["0"][kind] != seen["1"][kind], seen
+        assert namespace_of("self", kind.split("_")[0]) not in (seen["0"][kind], seen["1"][kind]), seen
+    addresses = [seen[n]["addresses"] for n in "01"]
+    assert len(addresses[0]) == len(addresses[1]) == 1 and addresses[0] != addresses[1], addresses
+    assert addresses[0][0].rsplit(".", 1)[0] == addresses[1][0].rsplit(".", 1)[0], addresses  # one /24
+    for node, other in ("01", "10"):  # each /tmp holds its own Ray and its own probe's marker only
+        assert {"ray", f"fleetrl-probe-fleetrl-n{node}"} <= set(seen[node]["tmp"]), seen[node]
+        assert f"fleetrl-probe-fleetrl-n{other}" not in seen[node]["tmp"], seen[node]
+    assert not list(Path("/tmp").glob("fleetrl-probe-fleetrl-n*"))
+    assert leftovers(run_pid(run), before) == []
+
+
+def run_pid(run) -> int:
+    """The driver's pid, as the log line of the isolated nodes' namespaces names it."""
+    line = next(line for line in run.stderr.splitlines() if "simulated node 0:" in line)
+    return int(line.split(" in fleetrl-")[1].split("-")[0])
+
+
+@pytest.mark.slow
+def test_a_killed_remote_worker_is_worker_died_and_its_nodes_are_removed(tmp_path):
+    """SIGKILL of node 1's env rank on its first step: the cause names it, and the incident's
+    teardown removes both namespaced nodes."""
+    before = namespaced_pids()
+    run = train(
+        "configs/ppo_cartpole.yaml",
+        *TWO_ISOLATED_NODES,
+        fault("kill", "env", 1, 1),
+        "--skip-doctor",
+        runs=tmp_path,
+        timeout=400,
+    )
+    assert run.code == 4, run.stderr[-3000:]
+    assert run.hang_report["cause"] == "worker_died", run.hang_report["summary"]
+    assert run.hang_report["culprit"] == ["env", 1], run.hang_report["summary"]
+    assert leftovers(run_pid(run), before) == []
