@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -72,3 +73,13 @@ def node_init(driver_pid: int, node: int) -> psutil.Process:
         except (psutil.Error, IndexError):
             continue
     raise AssertionError(f"no running simulated node {node} of driver {driver_pid}")
+
+
+def wait_for_output(running, text: str, timeout_s: float) -> None:
+    """Until the run's stderr shows `text`; fail (the run is then killed by its `with`) if it
+    ends or `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while text not in running.stderr_so_far():
+        if running.process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the run never printed {text!r}; stderr:\n{running.stderr_so_far()[-3000:]}", pytrace=False)
+        time.sleep(0.5)

@@ -12,8 +12,16 @@ from pathlib import Path
 import pytest
 
 from tests.incidents import fault
-from tests.isolation import TWO_ISOLATED_NODES, leftovers, namespace_of, namespaced_pids, needs_isolation
-from tests.support import train
+from tests.isolation import (
+    TWO_ISOLATED_NODES,
+    leftovers,
+    namespace_of,
+    namespaced_pids,
+    needs_isolation,
+    node_init,
+    wait_for_output,
+)
+from tests.support import Fleetrl, train
 
 pytestmark = needs_isolation
 
@@ -77,3 +85,25 @@ def test_a_killed_remote_worker_is_worker_died_and_its_nodes_are_removed(tmp_pat
     assert run.hang_report["cause"] == "worker_died", run.hang_report["summary"]
     assert run.hang_report["culprit"] == ["env", 1], run.hang_report["summary"]
     assert leftovers(run_pid(run), before) == []
+
+
+def test_node_1_crashing_is_node_lost_naming_it_and_its_workers(tmp_path):
+    """Every process of node 1 killed at once (its PID namespace's init: the machine is gone)
+    once training runs: `node_lost` naming node 1 and both workers it held, within the heartbeat
+    timeout plus a loaded host's margin; then nothing of either node is left."""
+    before = namespaced_pids()
+    overrides = [*TWO_ISOLATED_NODES, "runner.total_env_steps=10000000", "watchdog.heartbeat_timeout_s=3"]
+    with Fleetrl(
+        "train", "configs/ppo_cartpole.yaml", f"runner.run_dir={tmp_path}", *overrides, "--skip-doctor", runs=tmp_path
+    ) as running:
+        wait_for_output(running, "| steps ", timeout_s=300)
+        node_init(running.process.pid, 1).kill()
+        run = running.finish(timeout=120)
+    report = run.hang_report
+    assert run.code == 4 and report is not None, run.stderr[-3000:]
+    assert report["cause"] == "node_lost", report["summary"]
+    assert report["culprit"] in (["env", 1], ["actor", 1]), report["summary"]
+    assert "node 1 (fleetrl-n1) is lost" in report["summary"], report["summary"]
+    assert "(actor rank 1, env rank 1)" in report["summary"], report["summary"]
+    assert report["detected_after_s"] <= 3 + 30, report["detected_after_s"]
+    assert leftovers(running.process.pid, before) == []

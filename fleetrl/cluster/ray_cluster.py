@@ -24,6 +24,7 @@ from fleetrl.errors import ConfigError
 from fleetrl.parallel.net import free_port, is_loopback
 from fleetrl.watch.faults import FaultPlan
 from fleetrl.watch.host import RecordedCalls, WatchSpec, start_watching
+from fleetrl.watch.node_loss import RAYLET_VARIABLE
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children
@@ -98,6 +99,7 @@ class RayCluster:
                     address="local", num_cpus=devices_per_node, _node_ip_address=config.node_ip, include_dashboard=False
                 )
         self.node_ids = ordered_node_ids(self.simulated)
+        self.raylets = raylet_addresses(self.node_ids)
         if len(self.node_ids) < config.num_nodes:
             self.shutdown()
             raise ConfigError(
@@ -150,6 +152,7 @@ class RayCluster:
             "FLEETRL_RANK": str(assignment.rank),
             "FLEETRL_WORLD_SIZE": str(assignment.world_size),
             "FLEETRL_NODE_RANK": str(assignment.node),
+            RAYLET_VARIABLE: self.raylets[assignment.node],
             "CUDA_VISIBLE_DEVICES": assignment.visible_devices,
             "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",  # fleetrl's placement decides
             "OMP_NUM_THREADS": str(assignment.cpu_threads),
@@ -175,9 +178,12 @@ class RayCluster:
 
     def kill_remote_workers(self) -> None:
         """After an incident on a cluster fleetrl did not start: ask Ray to end our actors.
-        (A cluster fleetrl started dies with this process's children.)"""
+        (A cluster fleetrl started dies with this process's children; isolated simulated nodes
+        are removed here, as namespaces and links outlive the processes in them.)"""
         import ray
 
+        if isinstance(self.simulated, IsolatedNodes):
+            self.simulated.shutdown()
         if self.owned:
             return
         for _, handle in self.workers:
@@ -233,6 +239,14 @@ def start_simulated_cluster(num_nodes: int, cpus_per_node: int, node_ip: str):
 
 def skews(config: ClusterConfig) -> dict[int, float]:
     return {int(node): float(seconds) for node, seconds in config.simulate_clock_skew_s.items()}
+
+
+def raylet_addresses(node_ids: list[str]) -> list[str]:
+    """host:port of each node's raylet, by node index: what tells a lost node (watch/node_loss.py)."""
+    import ray
+
+    by_id = {n["NodeID"]: f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}" for n in ray.nodes()}
+    return [by_id[node_id] for node_id in node_ids]
 
 
 def ordered_node_ids(simulated) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from fleetrl.checkpoint import causes, full_disk
 from fleetrl.watch.host import WorkerError
+from fleetrl.watch.node_loss import node_lost_summary
 from fleetrl.watch.watchdog import Incident, describe
 
 DISK_FULL_HINT = (
@@ -37,6 +38,9 @@ def incident_from_error(
         key = actor_ranks.get(getattr(error, "actor_id", None))
         who = describe(key) if key else "a worker"
         last_beat = records.get(key, {}).get("time", now)
+        lost = node_lost_summary(records, key, now) if key in records else None
+        if lost is not None:
+            return Incident("node_lost", lost, last_beat, key, str(error))
         return Incident(
             "worker_died",
             f"{who} died (Ray lost its process): {str(error).splitlines()[0]}",

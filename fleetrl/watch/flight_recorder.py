@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from fleetrl.watch.node_loss import RAYLET_VARIABLE
+
 HEARTBEAT_PREFIX = "fleetrl/heartbeat/"
 
 
@@ -35,6 +37,7 @@ class Recorder:
             "node": node,
             "pid": os.getpid(),
             "host": socket.gethostname(),
+            "raylet": os.environ.get(RAYLET_VARIABLE),  # watch/node_loss.py
         }
         self.phase: str | None = None
         self.phase_started: float | None = None

@@ -2,7 +2,8 @@
 
 It runs as a thread of the controller, polling the heartbeat store. In order of precedence it
 raises an `Incident` for: a worker process that is gone (`worker_died`); a worker that stopped
-beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never returns); actor ranks
+beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never returns; `node_lost`
+when its whole node no longer runs Ray, watch/node_loss.py); actor ranks
 waiting in a collective that another rank entered differently (`collective_mismatch`) or never
 entered (`rank_missing_from_collective`); a phase over its deadline (`phase_timeout`). An
 exception in the watchdog's own poll (a record it cannot read, a store that fails) is an incident
@@ -30,6 +31,7 @@ import psutil
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.watch.flight_recorder import join_unless_current
+from fleetrl.watch.node_loss import node_lost_summary
 
 CAUSES = (
     "worker_died",
@@ -38,6 +40,7 @@ CAUSES = (
     "rank_missing_from_collective",
     "phase_timeout",
     "process_frozen",
+    "node_lost",
     "peer_unreachable",
     "disk_full",
     "interrupted",
@@ -202,6 +205,9 @@ class Watchdog(threading.Thread):
             age = now - record["time"]
             if age <= self.config.heartbeat_timeout_s:
                 continue
+            lost = node_lost_summary(records, key, now)
+            if lost is not None:
+                return Incident("node_lost", lost, record["time"], key)
             state = self.process_state(record)
             return Incident(
                 "process_frozen",
