@@ -83,3 +83,15 @@ def wait_for_output(running, text: str, timeout_s: float) -> None:
         if running.process.poll() is not None or time.monotonic() > deadline:
             pytest.fail(f"the run never printed {text!r}; stderr:\n{running.stderr_so_far()[-3000:]}", pytrace=False)
         time.sleep(0.5)
+
+
+def fill_node_tmp(init_pid: int, used_percent: float) -> None:
+    """Fill the /tmp of the node whose PID-namespace init is `init_pid` (inside its own mount
+    namespace) until `used_percent` of it is used: the seed's '/tmp/ray ... is over 95% full'."""
+    inside = ["nsenter", f"--target={init_pid}", "--mount", "--"]
+    df = subprocess.run(
+        [*inside, "df", "-B1", "--output=size,avail", "/tmp"], capture_output=True, text=True, check=True
+    )
+    size, avail = map(int, df.stdout.split()[-2:])
+    ballast = avail - int(size * (100 - used_percent) / 100)
+    subprocess.run([*inside, "fallocate", "-l", str(ballast), "/tmp/ballast"], check=True)

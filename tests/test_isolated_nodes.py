@@ -5,15 +5,18 @@ Each run is checked for anything of it left behind: namespaces, links, folders, 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from fleetrl.cluster.isolated_nodes import IsolatedNodes
 from tests.incidents import fault
 from tests.isolation import (
     TWO_ISOLATED_NODES,
+    fill_node_tmp,
     leftovers,
     namespace_of,
     namespaced_pids,
@@ -21,7 +24,7 @@ from tests.isolation import (
     node_init,
     wait_for_output,
 )
-from tests.support import Fleetrl, train
+from tests.support import Fleetrl, fleetrl, train
 
 pytestmark = needs_isolation
 
@@ -107,3 +110,31 @@ def test_node_1_crashing_is_node_lost_naming_it_and_its_workers(tmp_path):
     assert "(actor rank 1, env rank 1)" in report["summary"], report["summary"]
     assert report["detected_after_s"] <= 3 + 30, report["detected_after_s"]
     assert leftovers(running.process.pid, before) == []
+
+
+@pytest.mark.slow
+def test_node_1_ray_temp_nearly_full_fails_the_doctor_there_and_train_does_not_start(tmp_path):
+    """The seed's full /tmp/ray, on the node that is not the driver's: two isolated nodes started
+    as a user starts a real cluster, node 1's /tmp filled to 97% from inside its own mount
+    namespace; the doctor (run on every node through Ray) names node 1, its host and the path,
+    and `fleetrl train` on that cluster refuses to start (exit 3) with nothing of it left."""
+    before = namespaced_pids()
+    with IsolatedNodes(2, 1) as cluster:
+        cluster.wait_started()
+        fill_node_tmp(cluster.nodes[1].init_pid(), used_percent=97)
+        on_cluster = [
+            "cluster.simulate_nodes=0",
+            f"cluster.ray_address={cluster.address}",
+            f"runner.run_dir={tmp_path}",
+        ]
+        doctor = fleetrl("doctor", "configs/ppo_cartpole_2nodes.yaml", *on_cluster, "--only", "ray", "--only", "disk")
+        run = train("configs/ppo_cartpole_2nodes.yaml", *on_cluster, runs=tmp_path)
+    lines = {line.split()[1]: line for line in doctor.stdout.splitlines() if line.startswith(("PASS", "FAIL"))}
+    assert doctor.code != 0, doctor.stdout
+    assert lines["disk.ray_temp.node0"].startswith("PASS"), doctor.stdout
+    node1 = lines["disk.ray_temp.node1"]
+    assert node1.startswith("FAIL") and f"node 1 ({cluster.nodes[1].address}), host fleetrl-n1" in node1, node1
+    assert "Ray temp directory /tmp/ray:" in node1 and "97% used" in node1, node1
+    assert run.code == 3 and run.run_dir is None, run.stderr[-3000:]
+    assert "disk.ray_temp.node1" in run.stderr and "not starting, a preflight check failed" in run.stderr
+    assert leftovers(os.getpid(), before) == []

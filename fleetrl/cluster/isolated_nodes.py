@@ -42,7 +42,6 @@ LINK_PATTERN = re.compile(r"^frl(\d+)[bh]\d*$")
 WORK_DIR_PATTERN = re.compile(r"^fleetrl-iso-(\d+)$")
 SUBNET_PREFIX = "10.213"  # one /24 of 10.213.0.0/16 per run: 10.213.<k>.0/24
 FAKETIME_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-NODE_TMPFS = "size=2g"  # each node's /tmp and /dev/shm (tmpfs takes memory only as it is written)
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 REQUIRED_TOOLS = ("ip", "unshare")
 
@@ -79,7 +78,10 @@ class IsolatedNodes:
     """The running isolated cluster: `address` is the head's GCS, `host_address` the controller's
     address on the bridge, `nodes[i]` simulated node i."""
 
-    def __init__(self, num_nodes: int, cpus_per_node: int, clock_skew_s: dict[int, float] | None = None):
+    def __init__(
+        self, num_nodes: int, cpus_per_node: int, clock_skew_s: dict[int, float] | None = None, tmp_size: str = "2g"
+    ):
+        """`tmp_size`: each node's /tmp and /dev/shm tmpfs (memory is taken only as it is written)."""
         self.tag = str(os.getpid())
         self.work_dir = Path("/tmp") / f"fleetrl-iso-{self.tag}"
         self.nodes: list[IsolatedNode] = []
@@ -100,7 +102,9 @@ class IsolatedNodes:
             self.start_head(port)
             for index, address in enumerate(addresses):
                 skew = (clock_skew_s or {}).get(index, 0.0)
-                self.nodes.append(self.start_node(index, address, subnet.prefixlen, cpus_per_node, hosts, skew))
+                self.nodes.append(
+                    self.start_node(index, address, subnet.prefixlen, cpus_per_node, hosts, skew, tmp_size)
+                )
             self.undo = self.undo.pop_all()  # keep all of it until shutdown()
 
     def make_bridge(self, subnet: ipaddress.IPv4Network) -> None:
@@ -140,7 +144,7 @@ class IsolatedNodes:
         wait_for_port(self.host_address, port, self.head, self.work_dir / "head.log")
 
     def start_node(
-        self, index: int, address: str, prefixlen: int, cpus: int, hosts: Path, skew_s: float
+        self, index: int, address: str, prefixlen: int, cpus: int, hosts: Path, skew_s: float, tmp_size: str
     ) -> IsolatedNode:
         netns, host_end = f"fleetrl-{self.tag}-n{index}", f"frl{self.tag}h{index}"
         ip("netns", "add", netns)
@@ -161,8 +165,8 @@ class IsolatedNodes:
             f"--object-store-memory={OBJECT_STORE_BYTES}",
         ]
         inside = (
-            f"mount --bind {hosts} /etc/hosts && mount -t tmpfs -o {NODE_TMPFS} fleetrl-tmp /tmp && "
-            f"mount -t tmpfs -o {NODE_TMPFS} fleetrl-shm /dev/shm && hostname {hostname} && exec " + " ".join(ray)
+            f"mount --bind {hosts} /etc/hosts && mount -t tmpfs -o size={tmp_size} fleetrl-tmp /tmp && "
+            f"mount -t tmpfs -o size={tmp_size} fleetrl-shm /dev/shm && hostname {hostname} && exec " + " ".join(ray)
         )
         command = ["ip", "netns", "exec", netns, "unshare", "--pid", "--fork", "--mount-proc", "--uts"]
         command += ["--kill-child", "sh", "-c", inside]
@@ -201,8 +205,25 @@ class IsolatedNodes:
                 )
             time.sleep(0.2)
 
+    def wait_started(self, timeout_s: float = 120) -> None:
+        """Until every node's `ray start` says its runtime started (for a caller not connected
+        to Ray, e.g. a test that then points fleetrl at `address` as at a real cluster)."""
+        deadline = time.monotonic() + timeout_s
+        for node in self.nodes:
+            log_path = self.work_dir / f"n{node.index}.log"
+            while "Ray runtime started" not in log_path.read_text(errors="replace"):
+                if node.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"simulated node {node.index} did not start; see {log_path}")
+                time.sleep(0.2)
+
     def shutdown(self) -> None:
         self.undo.close()
+
+    def __enter__(self) -> IsolatedNodes:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.shutdown()
 
 
 def wait_for_port(address: str, port: int, process: subprocess.Popen, log_path: Path, timeout_s: float = 60) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.isolated_nodes import IsolatedNodes
+from fleetrl.cluster.node_order import in_node_order
 from fleetrl.cluster.placement import Assignment
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
@@ -251,13 +252,11 @@ def raylet_addresses(node_ids: list[str]) -> list[str]:
 
 def ordered_node_ids(simulated) -> list[str]:
     """Node index → Ray node id: the simulated nodes in the order they were added; on a real
-    cluster the head first, then the others by address."""
+    cluster the head first, then the others by address (`node_order.py`)."""
     if isinstance(simulated, IsolatedNodes):
         return simulated.node_ids()
     if simulated is not None:
         return [node.node_id for node in simulated.list_all_nodes()]
     import ray
 
-    alive = [n for n in ray.nodes() if n["Alive"]]
-    alive.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeManagerAddress"], n["NodeID"]))
-    return [n["NodeID"] for n in alive]
+    return [n["NodeID"] for n in in_node_order(ray.nodes())]
