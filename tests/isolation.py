@@ -7,16 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from fleetrl.cluster.isolated_nodes import why_not_isolated
+from fleetrl.cluster.isolated_nodes import WORK_ROOT, why_not_isolated
 
-needs_isolation = pytest.mark.skipif(
-    why_not_isolated(clock_skew=False) is not None, reason=f"needs {why_not_isolated(clock_skew=False)}"
-)
+needs_isolation = pytest.mark.skipif(why_not_isolated() is not None, reason=f"needs {why_not_isolated()}")
 
 # Two 1-slot nodes joined over the bridge: the actor's two DDP ranks on different nodes (Gloo
 # across the bridge), the rollout worker on node 0, an env rank on each node.
@@ -58,7 +55,7 @@ def leftovers(driver_pid: int, before: set[int]) -> list[str]:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     found = [line.split()[0] for line in netns.splitlines() if line.startswith(f"fleetrl-{driver_pid}-")]
     found += [name for name in psutil.net_if_addrs() if name.startswith(f"frl{driver_pid}")]
-    found += [str(p) for p in [Path(f"/tmp/fleetrl-iso-{driver_pid}")] if p.exists()]
+    found += [str(p) for p in [WORK_ROOT / f"fleetrl-iso-{driver_pid}"] if p.exists()]
     found += [f"pid {pid}" for pid in namespaced_pids() - before if psutil.pid_exists(pid)]
     return found
 

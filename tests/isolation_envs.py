@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -13,7 +14,7 @@ import psutil
 
 class NodeProbe(gym.Wrapper):
     """CartPole that writes what its process sees of its machine into `<folder>/<node>-<pid>.json`:
-    host name, namespaces, addresses, and /tmp after leaving a marker of its own there."""
+    host name, namespaces, addresses, wall clock, and /tmp after leaving a marker of its own there."""
 
     def __init__(self, folder: str):
         super().__init__(gym.make("CartPole-v1"))
@@ -22,6 +23,7 @@ class NodeProbe(gym.Wrapper):
         seen = {
             "node": os.environ.get("FLEETRL_NODE_RANK"),
             "hostname": hostname,
+            "time": time.time(),  # on this node's wall clock
             "pid": os.getpid(),
             "pid_namespace": os.readlink("/proc/self/ns/pid"),
             "net_namespace": os.readlink("/proc/self/ns/net"),

@@ -138,3 +138,25 @@ def test_node_1_ray_temp_nearly_full_fails_the_doctor_there_and_train_does_not_s
     assert run.code == 3 and run.run_dir is None, run.stderr[-3000:]
     assert "disk.ray_temp.node1" in run.stderr and "not starting, a preflight check failed" in run.stderr
     assert leftovers(os.getpid(), before) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("skew_s", [-30, 30])
+def test_node_1_clock_off_by_30_s_is_no_stall(tmp_path, probe_folder, skew_s):
+    """Node 1's wall clock (every Python process of the node) 30 s behind or ahead of the
+    controller's: heartbeat ages and phase durations are measured where they are received, so
+    the run trains to its end with no incident."""
+    train(
+        "configs/ppo_cartpole.yaml",
+        *TWO_ISOLATED_NODES,
+        f"cluster.simulate_clock_skew_s={{1: {skew_s}}}",
+        "env.id=tests.isolation_envs:NodeProbe",
+        f"env.kwargs={{folder: {probe_folder}}}",
+        "runner.total_env_steps=256",
+        "--skip-doctor",
+        runs=tmp_path,
+        timeout=400,
+    ).succeeded()
+    for path in probe_folder.glob("[01]-*.json"):  # the node's clock against the file's (the kernel's) time
+        off_by = json.loads(path.read_text())["time"] - path.stat().st_mtime
+        assert abs(off_by - (skew_s if path.name.startswith("1-") else 0)) < 5, (path.name, off_by)

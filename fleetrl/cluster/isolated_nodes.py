@@ -4,13 +4,13 @@ Each simulated node is a `ray start --block` inside its own network namespace (o
 private bridge: its own address and interface names, no route anywhere else), its own PID
 namespace (its init is the node: kill it and the whole "machine" is gone), its own mount
 namespace (a private tmpfs on /tmp and /dev/shm, its own /etc/hosts), its own UTS hostname, and
-optionally a wall clock offset (Debian's libfaketime, the monotonic clock left alone as on a real
-machine). The Ray head runs in the root namespace on the bridge's own address with no CPUs: the
+optionally a wall clock offset (`skewed_clock`: every Python process of the node, Ray's and
+fleetrl's, reads a wall clock that far off). The Ray head runs in the root namespace on the bridge's own address with no CPUs: the
 controller's node, reached by the workers the way a real cluster reaches its head.
 
 Traffic stays on one private /24 that only this bridge holds. Everything made here carries the
 controller's pid in its name (`fleetrl-<pid>-n<i>` namespaces, `frl<pid>...` links,
-`/tmp/fleetrl-iso-<pid>`), is undone in reverse on success and on any failure, and a later start
+`/var/tmp/fleetrl-iso-<pid>`, outside the nodes' private /tmp), is undone in reverse on success and on any failure, and a later start
 sweeps what a killed run left behind.
 """
 
@@ -41,7 +41,7 @@ NETNS_PATTERN = re.compile(r"^fleetrl-(\d+)-n\d+$")
 LINK_PATTERN = re.compile(r"^frl(\d+)[bh]\d*$")
 WORK_DIR_PATTERN = re.compile(r"^fleetrl-iso-(\d+)$")
 SUBNET_PREFIX = "10.213"  # one /24 of 10.213.0.0/16 per run: 10.213.<k>.0/24
-FAKETIME_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+WORK_ROOT = Path("/var/tmp")  # the run's folder: hosts file, logs, clocks, the head's Ray temp dir
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 REQUIRED_TOOLS = ("ip", "unshare")
 
@@ -53,6 +53,7 @@ class IsolatedNode:
     address: str
     hostname: str
     process: subprocess.Popen  # `unshare` in the root PID namespace; its one child is the node's init
+    clock: Path | None = None  # a skewed clock's sitecustomize folder: first on its processes' PYTHONPATH
 
     def init_pid(self) -> int:
         """The root-namespace pid of the node's PID-namespace init (`ray start --block`)."""
@@ -62,15 +63,13 @@ class IsolatedNode:
         return children[0].pid
 
 
-def why_not_isolated(clock_skew: bool) -> str | None:
+def why_not_isolated() -> str | None:
     """What this machine lacks to isolate simulated nodes, or None."""
     if os.geteuid() != 0:
         return "running as root (network, PID and mount namespaces need it); run as root or use 'none'"
     missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
     if missing:
         return f"the command(s) {', '.join(missing)} (iproute2, util-linux)"
-    if clock_skew and not FAKETIME_LIBRARY.exists():
-        return f"libfaketime at {FAKETIME_LIBRARY} for cluster.simulate_clock_skew_s (apt-get install faketime)"
     return None
 
 
@@ -83,7 +82,7 @@ class IsolatedNodes:
     ):
         """`tmp_size`: each node's /tmp and /dev/shm tmpfs (memory is taken only as it is written)."""
         self.tag = str(os.getpid())
-        self.work_dir = Path("/tmp") / f"fleetrl-iso-{self.tag}"
+        self.work_dir = WORK_ROOT / f"fleetrl-iso-{self.tag}"
         self.nodes: list[IsolatedNode] = []
         self.head: subprocess.Popen | None = None
         self.undo = contextlib.ExitStack()
@@ -156,6 +155,7 @@ class IsolatedNodes:
             ip("-n", netns, *args)
         ip("-n", netns, "link", "set", "lo", "up")
         hostname = f"fleetrl-n{index}"
+        clock = skewed_clock(self.work_dir / f"clock-n{index}", skew_s) if skew_s else None
         ray = [
             *ray_command(),
             f"--address={self.address}",
@@ -172,14 +172,14 @@ class IsolatedNodes:
         command += ["--kill-child", "sh", "-c", inside]
         process = subprocess.Popen(
             command,
-            env=ray_environment(skew_s),
+            env=ray_environment(clock),
             start_new_session=True,
             stdout=self.log_file(f"n{index}"),
             stderr=subprocess.STDOUT,
         )
         self.undo.callback(stop_process_tree, process)
         log.info("simulated node %d: %s in %s, hostname %s%s", index, address, netns, hostname, skew_note(skew_s))
-        return IsolatedNode(index, netns, address, hostname, process)
+        return IsolatedNode(index, netns, address, hostname, process, clock)
 
     def log_file(self, name: str):
         handle = open(self.work_dir / f"{name}.log", "wb")  # noqa: SIM115 (closed with the cluster)
@@ -236,10 +236,13 @@ def wait_for_port(address: str, port: int, process: subprocess.Popen, log_path: 
     raise RuntimeError(f"the simulated cluster's Ray head did not start at {address}:{port}; see {log_path}")
 
 
-def ray_environment(skew_s: float = 0.0) -> dict[str, str]:
+def ray_environment(clock: Path | None = None) -> dict[str, str]:
     """The environment of a node's Ray daemons. Ray turns token authentication on for a cluster
     on a non-loopback address; these nodes reach only each other, so it stays off as on 127.0.0.1."""
-    return {**os.environ, "RAY_AUTH_MODE": "disabled", **faketime_env(skew_s)}
+    variables = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    if clock is not None:  # its sitecustomize first on the path of the node's daemons
+        variables["PYTHONPATH"] = os.pathsep.join(filter(None, [str(clock), os.environ.get("PYTHONPATH")]))
+    return variables
 
 
 def ray_command() -> list[str]:
@@ -247,16 +250,20 @@ def ray_command() -> list[str]:
     return [str(ray), "start", "--block", "--disable-usage-stats"]
 
 
-def faketime_env(skew_s: float) -> dict[str, str]:
-    """Every clock of the node `skew_s` seconds off (its monotonic clock too: libfaketime's sleeps
-    fail with EINVAL when only the wall clock moves; a monotonic origin is arbitrary anyway)."""
-    if not skew_s:
-        return {}
-    return {
-        "LD_PRELOAD": str(FAKETIME_LIBRARY),
-        "FAKETIME": f"{skew_s:+g}s",
-        "FAKETIME_DONT_RESET": "1",
-    }
+def skewed_clock(folder: Path, skew_s: float) -> Path:
+    """A folder holding a `sitecustomize` that puts every Python process that has it on its path
+    `skew_s` seconds off on the wall clock (time.time, time.time_ns), the monotonic clock left
+    alone, as on a real machine whose clock is off. (Debian's libfaketime 0.9.10 cannot serve:
+    under it Python 3.11's sleeps fail with EINVAL or its timed waits hang.)"""
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(
+        "import time\n"
+        f"_skew_s = {float(skew_s)!r}\n"
+        "_time, _time_ns = time.time, time.time_ns\n"
+        "time.time = lambda: _time() + _skew_s\n"
+        "time.time_ns = lambda: _time_ns() + int(_skew_s * 1e9)\n"
+    )
+    return folder
 
 
 def skew_note(skew_s: float) -> str:
@@ -319,7 +326,7 @@ def sweep_stale() -> list[str]:
         if (match := LINK_PATTERN.match(name)) and not psutil.pid_exists(int(match[1])):
             ip("link", "del", name, check=False)
             swept.append(name)
-    for folder in Path("/tmp").glob("fleetrl-iso-*"):
+    for folder in WORK_ROOT.glob("fleetrl-iso-*"):
         if (match := WORK_DIR_PATTERN.match(folder.name)) and not psutil.pid_exists(int(match[1])):
             for process in psutil.process_iter(["cmdline"]):
                 if str(folder) in " ".join(process.info["cmdline"] or []):

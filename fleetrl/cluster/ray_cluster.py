@@ -129,7 +129,7 @@ class RayCluster:
         handles = []
         for assignment in assignments:
             strategy = NodeAffinitySchedulingStrategy(self.node_ids[assignment.node], soft=False)
-            env_vars = {**self.worker_env_vars(assignment), "PYTHONPATH": self.python_path}
+            env_vars = self.worker_env_vars(assignment)
             handles.append(
                 host.options(
                     num_cpus=0,
@@ -149,6 +149,7 @@ class RayCluster:
         return {
             **shared,
             **{k: str(v) for k, v in per_node.items()},
+            "PYTHONPATH": os.pathsep.join(filter(None, [self.node_clock(assignment.node), self.python_path])),
             "FLEETRL_COMPONENT": assignment.component,
             "FLEETRL_RANK": str(assignment.rank),
             "FLEETRL_WORLD_SIZE": str(assignment.world_size),
@@ -158,6 +159,12 @@ class RayCluster:
             "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",  # fleetrl's placement decides
             "OMP_NUM_THREADS": str(assignment.cpu_threads),
         }
+
+    def node_clock(self, node: int) -> str | None:
+        """An isolated simulated node's skewed clock (a sitecustomize folder), if it has one."""
+        if isinstance(self.simulated, IsolatedNodes) and self.simulated.nodes[node].clock is not None:
+            return str(self.simulated.nodes[node].clock)
+        return None
 
     def node_ip(self, node: int) -> str:
         import ray

@@ -167,7 +167,7 @@ class ClusterConfig:
     )
     simulate_clock_skew_s: dict = field(
         default_factory=dict
-    )  # {node index: seconds} a simulated node's clock is off by (needs simulate_isolation: namespaces and libfaketime)
+    )  # {node index: seconds} a simulated node's clock is off by (its Python processes' wall clock; needs simulate_isolation: namespaces)
     ray_address: str | None = None  # an existing Ray cluster (as after `ray start`); None: start one
     node_ip: Annotated[str, IPAddress] = "127.0.0.1"  # the address a locally started Ray advertises
     env_vars: dict = field(

@@ -68,7 +68,7 @@ def validate_cluster(config: Config) -> None:
 
 def validate_isolation(cluster: ClusterConfig) -> None:
     """`cluster.simulate_isolation` and its clock skews: only for simulated nodes, on a machine
-    that can isolate them (root, iproute2, util-linux; libfaketime for a skew)."""
+    that can isolate them (root, iproute2, util-linux)."""
     for node, seconds in cluster.simulate_clock_skew_s.items():
         index = int(node) if str(node).isdigit() else -1
         if not 0 <= index < cluster.num_nodes or isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
@@ -91,7 +91,7 @@ def validate_isolation(cluster: ClusterConfig) -> None:
             cluster.simulate_isolation,
             "'none' unless cluster.simulate_nodes is above 1 (it isolates simulated nodes)",
         )
-    missing = why_not_isolated(clock_skew=bool(cluster.simulate_clock_skew_s))
+    missing = why_not_isolated()
     if missing:
         raise ConfigError(
             "cluster.simulate_isolation", cluster.simulate_isolation, f"'none' on a machine without {missing}"

@@ -32,6 +32,7 @@ import psutil
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.watch.flight_recorder import join_unless_current
 from fleetrl.watch.node_loss import node_lost_summary
+from fleetrl.watch.received_clock import ReceivedClock
 
 CAUSES = (
     "worker_died",
@@ -102,7 +103,8 @@ class Watchdog(threading.Thread):
         self.hostname = socket.gethostname()
         self.incident: Incident | None = None
         self.stopping = threading.Event()
-        self.records: dict = {}
+        self.records: dict = {}  # the last poll's, their times on this clock (received_clock.py)
+        self.clock = ReceivedClock()
         # (time, {"component/rank": phase or None}) for the last minute: the report's timeline
         self.timeline: deque = deque(maxlen=int(60 / config.poll_interval_s))
 
@@ -119,8 +121,8 @@ class Watchdog(threading.Thread):
                 return
 
     def poll(self) -> Incident | None:
-        self.records = self.read_records(self.workers)
         now = time.time()
+        self.records = self.clock.received(self.read_records(self.workers), now)
         self.timeline.append((now, {f"{k[0]}/{k[1]}": r.get("phase") for k, r in self.records.items()}))
         incident = self.inspect(self.records, now)
         if incident is not None:
@@ -138,7 +140,7 @@ class Watchdog(threading.Thread):
                     records[key] = readable(record)
             except Exception as reason:  # report what can be read, name the rest
                 unreadable.append(f"{describe(key)}: {type(reason).__name__}: {reason}")
-        return records, unreadable
+        return self.clock.received(records, time.time()), unreadable
 
     def failed(self, error: Exception) -> Incident:
         """The `watchdog_error` incident for an exception in the poll, with every worker's record
