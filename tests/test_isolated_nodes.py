@@ -160,3 +160,19 @@ def test_node_1_clock_off_by_30_s_is_no_stall(tmp_path, probe_folder, skew_s):
     for path in probe_folder.glob("[01]-*.json"):  # the node's clock against the file's (the kernel's) time
         off_by = json.loads(path.read_text())["time"] - path.stat().st_mtime
         assert abs(off_by - (skew_s if path.name.startswith("1-") else 0)) < 5, (path.name, off_by)
+
+
+@pytest.mark.slow
+def test_seed_placement_trains_cartpole_to_475_on_two_isolated_nodes(tmp_path):
+    """The seed report's layout scaled to CPU slots (actor 0-1 and rollout 0 on node 0, env 2-3
+    on node 1), each node in its own namespaces: trained to the target, nothing left behind."""
+    before = namespaced_pids()
+    run = train(
+        "configs/ppo_cartpole_2nodes.yaml",
+        "runner.tensorboard=false",
+        "cluster.simulate_isolation=namespaces",
+        runs=tmp_path,
+        timeout=900,
+    ).succeeded()
+    assert run.summary["target_reached"] and run.summary["episode_return_last100"] >= 475, run.summary
+    assert leftovers(run_pid(run), before) == []
