@@ -20,19 +20,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import _runkit as kit  # noqa: E402
 
+from tests.isolation import TWO_ISOLATED_NODES  # noqa: E402
+
 CONFIG = "configs/ppo_cartpole.yaml"
-JOB = [
-    "cluster.backend=ray",
-    "cluster.num_nodes=2",
-    "cluster.simulate_nodes=2",
-    "cluster.devices_per_node=1",
-    "cluster.component_placement={actor: 0-1, rollout: 0, env: 0-1}",
-    "env.num_envs=2",
-    "algorithm.num_steps=16",
-    "algorithm.minibatch_size=16",
-    "algorithm.update_epochs=1",
+# tests/isolation.py's job without its isolation line (added per mode below), trained until the fault
+JOB = [o for o in TWO_ISOLATED_NODES if "simulate_isolation" not in o] + [
     "runner.total_env_steps=1000000",
     "runner.target_return=null",
 ]

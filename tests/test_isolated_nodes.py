@@ -176,3 +176,30 @@ def test_seed_placement_trains_cartpole_to_475_on_two_isolated_nodes(tmp_path):
     ).succeeded()
     assert run.summary["target_reached"] and run.summary["episode_return_last100"] >= 475, run.summary
     assert leftovers(run_pid(run), before) == []
+
+
+@pytest.mark.slow
+def test_node_1_gloo_on_loopback_is_named_by_the_doctor_run_on_node_1(tmp_path):
+    """Node 1's Gloo bound to loopback (GLOO_SOCKET_IFNAME=lo in cluster.env_vars.1) while the
+    actor's ranks span the nodes: the doctor, run on node 1 with node 1's variables, names node 1,
+    the interface and what to set instead (node 1's own eth0); node 0 fails nothing."""
+    before = namespaced_pids()
+    with IsolatedNodes(2, 1) as cluster:
+        cluster.wait_started()
+        on_cluster = [
+            *(o for o in TWO_ISOLATED_NODES if "simulate" not in o),
+            f"cluster.ray_address={cluster.address}",
+            "cluster.env_vars={1: {GLOO_SOCKET_IFNAME: lo}}",
+            f"runner.run_dir={tmp_path}",
+        ]
+        doctor = fleetrl("doctor", "configs/ppo_cartpole.yaml", *on_cluster, "--only", "ray", "--only", "network")
+    lines = doctor.stdout.splitlines()
+    advertised = next(line for line in lines if "network.advertised_address.node1 " in line)
+    assert doctor.code != 0 and advertised.startswith("FAIL"), doctor.stdout
+    assert f"node 1 ({cluster.nodes[1].address})" in advertised and "interface lo" in advertised, advertised
+    fix = lines[lines.index(advertised) + 1]
+    assert "set GLOO_SOCKET_IFNAME" in fix and f"eth0 ({cluster.nodes[1].address})" in fix, fix
+    node0 = [line for line in lines if ".node0 " in line]
+    assert node0 and not any(line.startswith("FAIL") for line in node0), doctor.stdout
+    assert next(line for line in node0 if "network.advertised_address" in line).startswith("PASS"), node0
+    assert leftovers(os.getpid(), before) == []

@@ -208,7 +208,8 @@ class RayCluster:
             kill_own_children()
             os._exit(EXIT_INCIDENT)
 
-        self.kill_remote_workers()
+        if not isinstance(self.simulated, IsolatedNodes):  # isolated nodes go in shutdown(), after the driver
+            self.kill_remote_workers()
         with expire_after(30, expire):
             self.shutdown()
 

@@ -119,7 +119,7 @@ def check_disk(context: Context) -> list[Check]:
     return checks
 
 
-def node_temp_usage() -> tuple[str, Usage]:
+def node_temp_usage(_node: int) -> tuple[str, Usage]:
     """Runs on a node: its host name, and its Ray temp directory (as its own Ray has it) measured there."""
     import socket
 

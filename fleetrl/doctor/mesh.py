@@ -17,7 +17,7 @@ from fleetrl.doctor.result import Check, failed, passed, skipped
 NAME = "network.mesh"
 
 
-def probe_all(targets: list[tuple[int, str, int]], timeout: float) -> list[dict]:
+def probe_all(_node: int, targets: list[tuple[int, str, int]], timeout: float) -> list[dict]:
     """Runs on one node: one TCP connect to each (node, host, port)."""
     results = []
     for node, host, port in targets:

@@ -36,14 +36,17 @@ def live_nodes() -> list[dict]:
 
 
 def on_every_node(nodes: list[dict], function: Callable, args: tuple, deadline_s: float) -> list[NodeOutcome]:
-    """`function(*args)` run on each of `nodes` (entries of `live_nodes()`), within `deadline_s`."""
+    """`function(node index, *args)` run on each of `nodes` (entries of `live_nodes()`), within
+    `deadline_s`."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     task = ray.remote(num_cpus=0, max_retries=0)(function)
     refs = [
-        task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(*args)
-        for node in nodes
+        task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
+            index, *args
+        )
+        for index, node in enumerate(nodes)
     ]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline_s)
     outcomes = []

@@ -75,7 +75,7 @@ class Responder:
         self.report = {"cause": incident.cause, "summary": incident.summary}
         try:
             stacks = capture_stacks(
-                [{**w, "pid": incident.records.get((w["component"], w["rank"]), {}).get("pid")} for w in workers],
+                [{**w, **pid_and_host(incident.records.get((w["component"], w["rank"]), {}))} for w in workers],
                 self.run_dir / "stacks",
             )
             self.report = build_hang_report(incident, workers, stacks, time.time())
@@ -93,3 +93,8 @@ class Responder:
                 os._exit(EXIT_INCIDENT)
             self.done.set()
         raise IncidentStop(self.report)
+
+
+def pid_and_host(record: dict) -> dict:
+    """A worker's pid and the host it is a pid on (capture_stacks signals only local ones)."""
+    return {"pid": record.get("pid"), "host": record.get("host")}

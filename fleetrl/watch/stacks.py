@@ -11,6 +11,7 @@ from __future__ import annotations
 import faulthandler
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -38,6 +39,9 @@ def capture_stacks(workers: list[dict], stack_dir: Path, py_spy_timeout_s: float
     for worker in workers:
         key = (worker["component"], worker["rank"])
         pid = worker.get("pid")
+        if worker.get("host") not in (None, socket.gethostname()):  # its pid means another process here
+            stacks[key] = f"(on {worker['host']}: not signalled from here, the pid is of that machine)"
+            continue
         if not pid or not psutil.pid_exists(pid):
             stacks[key] = "(process is gone)"
             continue
