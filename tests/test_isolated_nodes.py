@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetrl.cluster.isolated_nodes import IsolatedNodes
+from fleetrl.cluster.isolated_nodes import IsolatedNodes, sweep_stale
 from tests.incidents import fault
 from tests.isolation import (
     TWO_ISOLATED_NODES,
@@ -203,3 +203,26 @@ def test_node_1_gloo_on_loopback_is_named_by_the_doctor_run_on_node_1(tmp_path):
     assert node0 and not any(line.startswith("FAIL") for line in node0), doctor.stdout
     assert next(line for line in node0 if "network.advertised_address" in line).startswith("PASS"), node0
     assert leftovers(os.getpid(), before) == []
+
+
+@pytest.mark.slow
+def test_what_a_killed_controller_left_is_swept_by_the_next_start(tmp_path):
+    """`kill -9` of `fleetrl train` (and of every process it started) mid-run leaves its
+    namespaces, links and folder, which outlive processes; the next isolated start removes them."""
+    before = namespaced_pids()
+    with Fleetrl(
+        "train",
+        "configs/ppo_cartpole.yaml",
+        f"runner.run_dir={tmp_path}",
+        *TWO_ISOLATED_NODES,
+        "runner.total_env_steps=10000000",
+        "--skip-doctor",
+        runs=tmp_path,
+    ) as running:
+        wait_for_output(running, "| steps ", timeout_s=300)
+        running.kill()
+    left = leftovers(running.process.pid, before)
+    assert f"fleetrl-{running.process.pid}-n1" in left, left
+    swept = sweep_stale()  # (a veth may go with its namespace before it is named here)
+    assert {f"fleetrl-{running.process.pid}-n0", f"fleetrl-{running.process.pid}-n1"} <= set(swept), swept
+    assert leftovers(running.process.pid, before) == []
