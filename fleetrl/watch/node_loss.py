@@ -37,3 +37,18 @@ def node_lost_summary(records: dict, key: tuple[str, int], now: float) -> str | 
         f"node {record['node']} ({record.get('host', '?')}) is lost: its Ray node manager at {raylet} "
         f"does not answer, and its workers ({workers}) stopped {now - record['time']:.1f} s ago"
     )
+
+
+def lost_node(records: dict, now: float) -> tuple[tuple[str, int], str] | None:
+    """The first worker (by key) whose node no longer runs Ray, with the `node_lost` summary;
+    None while every node's raylet answers. Each raylet is asked once."""
+    asked = set()
+    for key in sorted(records):
+        raylet = records[key].get("raylet")
+        if not raylet or raylet in asked:
+            continue
+        asked.add(raylet)
+        summary = node_lost_summary(records, key, now)
+        if summary is not None:
+            return key, summary
+    return None
