@@ -36,6 +36,7 @@ SEMANTIC_BAD = {
     "env.kwargs": ({"no_such_arg": 1}, "checked against the env's signature"),
     "model.id": ("mlpp", "'mlp' or a module:attr entry point"),
     "model.kwargs": ({"depth": 3}, "{} with the built-in MLP"),
+    "cluster.simulate_clock_skew_s": ({"5": 30}, "node indices below cluster.num_nodes with seconds"),
     "runner.resume": ("/nonexistent/fleetrl-run", "a run directory holding a checkpoint"),
     "cluster.component_placement": ({"actor": "0-99"}, "resolved against the cluster"),
     "cluster.env_vars": ({"NCCL_DEBUG": [1]}, "names with scalar values"),
@@ -207,6 +208,11 @@ CROSS_FIELD = {
     "simulated nodes and a Ray address": (
         "cluster.simulate_nodes",
         ["cluster.num_nodes=2", "cluster.simulate_nodes=2", "cluster.ray_address=10.0.0.1:6379"],
+    ),
+    "isolation without simulated nodes": ("cluster.simulate_isolation", ["cluster.simulate_isolation=namespaces"]),
+    "clock skew without isolation": (
+        "cluster.simulate_clock_skew_s",
+        ["cluster.num_nodes=2", "cluster.simulate_nodes=2", "cluster.simulate_clock_skew_s={1: 30}"],
     ),
     "per-node env var that is not a scalar": (
         "cluster.env_vars.1.NCCL_DEBUG",

@@ -496,7 +496,7 @@ class TestOutput:
         assert document["fast"] is True
         assert set(document["counts"]) == {"pass", "fail", "warn", "skip"}
         names = [check["name"] for check in document["checks"]]
-        assert names[:2] == ["disk.run_dir", "disk.ray_temp"]
+        assert names[:3] == ["ray.cluster", "disk.run_dir", "disk.ray_temp"]  # joined first (skipped: no ray_address)
         assert "env.reset_step" in names and "placement" in names
         assert not any(name.startswith(("gloo", "nccl", "network.reach")) for name in names)
         for check in document["checks"]:

@@ -1,7 +1,8 @@
 """The Ray backend: connect to (or start) a Ray cluster and run each worker as a pinned Ray actor.
 
 `cluster.simulate_nodes: N` starts N raylets on this machine (`ray.cluster_utils.Cluster`), all on
-`cluster.node_ip` (127.0.0.1 by default), so a multi-node placement can be rehearsed on a laptop.
+`cluster.node_ip` (127.0.0.1 by default), so a multi-node placement can be rehearsed on a laptop;
+with `cluster.simulate_isolation: namespaces` each in namespaces of its own (`isolated_nodes.py`).
 Every worker process gets `FLEETRL_COMPONENT`, `FLEETRL_RANK`, `FLEETRL_WORLD_SIZE`,
 `FLEETRL_NODE_RANK`, its `CUDA_VISIBLE_DEVICES`, its thread count and `cluster.env_vars`.
 """
@@ -16,12 +17,15 @@ import threading
 from collections.abc import Callable, Sequence
 
 from fleetrl.cluster.groups import RayGroup
+from fleetrl.cluster.isolated_nodes import IsolatedNodes
+from fleetrl.cluster.node_order import in_node_order
 from fleetrl.cluster.placement import Assignment
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.net import free_port, is_loopback
 from fleetrl.watch.faults import FaultPlan
 from fleetrl.watch.host import RecordedCalls, WatchSpec, start_watching
+from fleetrl.watch.node_loss import RAYLET_VARIABLE
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children
@@ -73,7 +77,8 @@ class RayCluster:
     incident response needs to end them (`watch.session.RemoteWorkers`)."""
 
     def __init__(self, config: ClusterConfig, devices_per_node: int, deadline: Deadline, connect_timeout_s: float = 60):
-        if config.ray_address is None and is_loopback(config.node_ip):
+        isolated = config.simulate_nodes > 1 and config.simulate_isolation == "namespaces"
+        if config.ray_address is None and is_loopback(config.node_ip) and not isolated:
             keep_ray_on_loopback()
         import ray
 
@@ -86,6 +91,9 @@ class RayCluster:
         with deadline(connect_timeout_s, f"connecting to Ray ({config.ray_address or 'a new local cluster'})"):
             if config.ray_address is not None:
                 ray.init(address=config.ray_address)
+            elif isolated:
+                self.simulated = IsolatedNodes(config.simulate_nodes, devices_per_node, skews(config))
+                ray.init(address=self.simulated.address, _node_ip_address=self.simulated.host_address)
             elif config.simulate_nodes > 1:
                 self.simulated = start_simulated_cluster(config.simulate_nodes, devices_per_node, config.node_ip)
                 ray.init(address=self.simulated.address, _node_ip_address=config.node_ip)
@@ -94,6 +102,7 @@ class RayCluster:
                     address="local", num_cpus=devices_per_node, _node_ip_address=config.node_ip, include_dashboard=False
                 )
         self.node_ids = ordered_node_ids(self.simulated)
+        self.raylets = raylet_addresses(self.node_ids)
         if len(self.node_ids) < config.num_nodes:
             self.shutdown()
             raise ConfigError(
@@ -122,7 +131,7 @@ class RayCluster:
         handles = []
         for assignment in assignments:
             strategy = NodeAffinitySchedulingStrategy(self.node_ids[assignment.node], soft=False)
-            env_vars = {**self.worker_env_vars(assignment), "PYTHONPATH": self.python_path}
+            env_vars = self.worker_env_vars(assignment)
             handles.append(
                 host.options(
                     num_cpus=0,
@@ -142,14 +151,22 @@ class RayCluster:
         return {
             **shared,
             **{k: str(v) for k, v in per_node.items()},
+            "PYTHONPATH": os.pathsep.join(filter(None, [self.node_clock(assignment.node), self.python_path])),
             "FLEETRL_COMPONENT": assignment.component,
             "FLEETRL_RANK": str(assignment.rank),
             "FLEETRL_WORLD_SIZE": str(assignment.world_size),
             "FLEETRL_NODE_RANK": str(assignment.node),
+            RAYLET_VARIABLE: self.raylets[assignment.node],
             "CUDA_VISIBLE_DEVICES": assignment.visible_devices,
             "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",  # fleetrl's placement decides
             "OMP_NUM_THREADS": str(assignment.cpu_threads),
         }
+
+    def node_clock(self, node: int) -> str | None:
+        """An isolated simulated node's skewed clock (a sitecustomize folder), if it has one."""
+        if isinstance(self.simulated, IsolatedNodes) and self.simulated.nodes[node].clock is not None:
+            return str(self.simulated.nodes[node].clock)
+        return None
 
     def node_ip(self, node: int) -> str:
         import ray
@@ -171,9 +188,12 @@ class RayCluster:
 
     def kill_remote_workers(self) -> None:
         """After an incident on a cluster fleetrl did not start: ask Ray to end our actors.
-        (A cluster fleetrl started dies with this process's children.)"""
+        (A cluster fleetrl started dies with this process's children; isolated simulated nodes
+        are removed here, as namespaces and links outlive the processes in them.)"""
         import ray
 
+        if isinstance(self.simulated, IsolatedNodes):
+            self.simulated.shutdown()
         if self.owned:
             return
         for _, handle in self.workers:
@@ -190,7 +210,8 @@ class RayCluster:
             kill_own_children()
             os._exit(EXIT_INCIDENT)
 
-        self.kill_remote_workers()
+        if not isinstance(self.simulated, IsolatedNodes):  # isolated nodes go in shutdown(), after the driver
+            self.kill_remote_workers()
         with expire_after(30, expire):
             self.shutdown()
 
@@ -227,13 +248,25 @@ def start_simulated_cluster(num_nodes: int, cpus_per_node: int, node_ip: str):
     return cluster
 
 
+def skews(config: ClusterConfig) -> dict[int, float]:
+    return {int(node): float(seconds) for node, seconds in config.simulate_clock_skew_s.items()}
+
+
+def raylet_addresses(node_ids: list[str]) -> list[str]:
+    """host:port of each node's raylet, by node index: what tells a lost node (watch/node_loss.py)."""
+    import ray
+
+    by_id = {n["NodeID"]: f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}" for n in ray.nodes()}
+    return [by_id[node_id] for node_id in node_ids]
+
+
 def ordered_node_ids(simulated) -> list[str]:
     """Node index → Ray node id: the simulated nodes in the order they were added; on a real
-    cluster the head first, then the others by address."""
+    cluster the head first, then the others by address (`node_order.py`)."""
+    if isinstance(simulated, IsolatedNodes):
+        return simulated.node_ids()
     if simulated is not None:
         return [node.node_id for node in simulated.list_all_nodes()]
     import ray
 
-    alive = [n for n in ray.nodes() if n["Alive"]]
-    alive.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeManagerAddress"], n["NodeID"]))
-    return [n["NodeID"] for n in alive]
+    return [n["NodeID"] for n in in_node_order(ray.nodes())]

@@ -175,6 +175,12 @@ class ClusterConfig:
     simulate_nodes: Annotated[int, NonNegative] = (
         0  # >1: rehearse num_nodes (equal to it) on this machine as a local multi-raylet Ray cluster
     )
+    simulate_isolation: Literal["none", "namespaces"] = (
+        "none"  # namespaces: each simulated node its own network, PIDs, /tmp and hostname (root; README: 'Rehearsing a cluster in isolation')
+    )
+    simulate_clock_skew_s: dict = field(
+        default_factory=dict
+    )  # {node index: seconds} a simulated node's clock is off by (its Python processes' wall clock; needs simulate_isolation: namespaces)
     ray_address: str | None = None  # an existing Ray cluster (as after `ray start`); None: start one
     node_ip: Annotated[str, IPAddress] = "127.0.0.1"  # the address a locally started Ray advertises
     env_vars: dict = field(

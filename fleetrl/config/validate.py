@@ -13,8 +13,9 @@ The rules on an algorithm's own keys live with the algorithm and run through its
 from __future__ import annotations
 
 from fleetrl.algos.registry import algorithm_spec
+from fleetrl.cluster.isolated_nodes import why_not_isolated
 from fleetrl.cluster.placement import PLACEMENT_KEY, Placement
-from fleetrl.config.schema import BUILTIN_MODELS, Config
+from fleetrl.config.schema import BUILTIN_MODELS, ClusterConfig, Config
 from fleetrl.errors import ConfigError
 from fleetrl.run_dir import resume_dir
 from fleetrl.watch.faults import check_fault
@@ -55,6 +56,7 @@ def validate_cluster(config: Config) -> None:
             cluster.simulate_nodes,
             f"0 with cluster.ray_address set ({cluster.ray_address!r}): either join a cluster or simulate one",
         )
+    validate_isolation(cluster)
     for name, value in cluster.env_vars.items():
         node = isinstance(name, int) and not isinstance(name, bool) or isinstance(name, str) and name.isdigit()
         entries = value.items() if node and isinstance(value, dict) else [(name, value)]
@@ -64,6 +66,38 @@ def validate_cluster(config: Config) -> None:
                 raise ConfigError(
                     where, item, "a variable name with a string or number value, or a node index with a mapping of them"
                 )
+
+
+def validate_isolation(cluster: ClusterConfig) -> None:
+    """`cluster.simulate_isolation` and its clock skews: only for simulated nodes, on a machine
+    that can isolate them (root, iproute2, util-linux)."""
+    for node, seconds in cluster.simulate_clock_skew_s.items():
+        index = int(node) if str(node).isdigit() else -1
+        if not 0 <= index < cluster.num_nodes or isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise ConfigError(
+                f"cluster.simulate_clock_skew_s.{node}",
+                seconds,
+                f"a node index below cluster.num_nodes ({cluster.num_nodes}) with a number of seconds",
+            )
+    if cluster.simulate_clock_skew_s and cluster.simulate_isolation != "namespaces":
+        raise ConfigError(
+            "cluster.simulate_clock_skew_s",
+            cluster.simulate_clock_skew_s,
+            "{} unless cluster.simulate_isolation is 'namespaces' (only isolated nodes have clocks of their own)",
+        )
+    if cluster.simulate_isolation == "none":
+        return
+    if cluster.simulate_nodes <= 1:
+        raise ConfigError(
+            "cluster.simulate_isolation",
+            cluster.simulate_isolation,
+            "'none' unless cluster.simulate_nodes is above 1 (it isolates simulated nodes)",
+        )
+    missing = why_not_isolated()
+    if missing:
+        raise ConfigError(
+            "cluster.simulate_isolation", cluster.simulate_isolation, f"'none' on a machine without {missing}"
+        )
 
 
 def validate_watchdog(config: Config) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetrl.doctor.context import Context
+from fleetrl.doctor.live import ray_connected
+from fleetrl.doctor.on_nodes import START_UP_S, live_nodes, on_every_node
 from fleetrl.doctor.options import DoctorOptions
 from fleetrl.doctor.result import Check, failed, passed, warned
 
@@ -61,7 +63,13 @@ def check_directory(name: str, role: str, path: str | os.PathLike, options: Doct
             f"{role} {path}: cannot read its filesystem: {error}",
             f"make {path} (or its parent) readable, or {remedy_hint}",
         )
-    where = str(path) if usage.measured == str(path) else f"{path} (on {usage.measured})"
+    return judge(name, role, usage, options, remedy_hint)
+
+
+def judge(name: str, role: str, usage: Usage, options: DoctorOptions, remedy_hint: str) -> Check:
+    """A measured directory against the thresholds (`check_directory`, or measured on a node)."""
+    path = usage.path
+    where = path if usage.measured == path else f"{path} (on {usage.measured})"
     detail = f"{role} {where}: {human(usage.free)} free of {human(usage.total)}, {usage.used_percent:.0f}% used"
     remedy = (
         f"free space on the filesystem of {usage.measured} (delete old runs, old "
@@ -95,6 +103,8 @@ def check_disk(context: Context) -> list[Check]:
             "`ray start --temp-dir`) on every node",
         ),
     ]
+    if ray_connected():
+        checks += check_node_temp_dirs(options)
     for index, spill_dir in enumerate(view.ray_spill_dirs()):
         suffix = "" if index == 0 else f".{index}"
         checks.append(
@@ -106,4 +116,29 @@ def check_disk(context: Context) -> list[Check]:
                 "point Ray's object spilling at a larger disk (object_spilling_config directory_path)",
             )
         )
+    return checks
+
+
+def node_temp_usage(_node: int) -> tuple[str, Usage]:
+    """Runs on a node: its host name, and its Ray temp directory (as its own Ray has it) measured there."""
+    import socket
+
+    from ray._private.worker import global_worker
+
+    return socket.gethostname(), measure(global_worker.node.get_temp_dir_path())
+
+
+def check_node_temp_dirs(options: DoctorOptions) -> list[Check]:
+    """Every node's own Ray temp directory, measured on that node (`on_nodes.py`): the seed's
+    full /tmp/ray was on the node that was not the driver's."""
+    checks = []
+    for outcome in on_every_node(live_nodes(), node_temp_usage, (), START_UP_S):
+        name = f"disk.ray_temp.node{outcome.index}"
+        if outcome.error:
+            remedy = f"check that {outcome.source} is healthy (`ray status`) and can start workers"
+            checks.append(failed(name, f"{outcome.source}: {outcome.error}", remedy))
+            continue
+        hostname, usage = outcome.result
+        remedy = f"restart Ray on {outcome.source} with a temp dir on a larger disk (`ray start --temp-dir`)"
+        checks.append(judge(name, f"{outcome.source}, host {hostname}: Ray temp directory", usage, options, remedy))
     return checks

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import psutil
 
 from fleetrl.doctor.context import Context
+from fleetrl.doctor.live import ray_connected
+from fleetrl.doctor.on_nodes import START_UP_S, live_nodes, on_every_node
+from fleetrl.doctor.options import DoctorOptions
 from fleetrl.doctor.result import Check, failed, passed, skipped, warned
 from fleetrl.parallel.net import free_port, is_loopback
 
@@ -223,8 +227,37 @@ def check_ifname(context: Context, variable: str, table: dict[str, Interface]) -
 
 
 def check_network(context: Context) -> list[Check]:
+    """Here, or, on a joined Ray cluster, on every node with that node's `cluster.env_vars`."""
+    if ray_connected():
+        return check_network_on_nodes(context)
+    return check_network_here(context)
+
+
+def check_network_here(context: Context) -> list[Check]:
     table = interfaces()
     return [
         check_advertised(context),
         *(check_ifname(context, variable, table) for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")),
     ]
+
+
+def network_checks_on_node(node: int, config: Any, options: DoctorOptions) -> list[Check]:
+    """Runs on node `node`: its interfaces, host name and configured variables."""
+    return check_network_here(Context(config, replace(options, node=node)))
+
+
+def check_network_on_nodes(context: Context) -> list[Check]:
+    """What each node will advertise and bind, found on that node (`on_nodes.py`): a node with
+    its own interfaces and /etc/hosts is invisible from the driver's machine."""
+    checks = []
+    nodes = live_nodes()
+    for outcome in on_every_node(nodes, network_checks_on_node, (context.config, context.options), START_UP_S):
+        if outcome.error:
+            remedy = f"check that {outcome.source} is healthy (`ray status`) and can start workers"
+            checks.append(failed(f"network.node{outcome.index}", f"{outcome.source}: {outcome.error}", remedy))
+            continue
+        for check in outcome.result:
+            checks.append(
+                replace(check, name=f"{check.name}.node{outcome.index}", detail=f"{outcome.source}: {check.detail}")
+            )
+    return checks

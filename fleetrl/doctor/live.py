@@ -10,6 +10,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from fleetrl.cluster.node_order import in_node_order
+
 
 @dataclass(frozen=True)
 class LiveNode:
@@ -51,15 +53,11 @@ def live_cluster(count_gpus: bool) -> LiveCluster:
     if ray_connected():
         import ray
 
-        alive = [node for node in ray.nodes() if node.get("Alive")]
-        alive.sort(
-            key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeManagerAddress"], n["NodeID"])
-        )  # fleetrl's node order
         nodes = [
             LiveNode(
                 node["NodeManagerAddress"], int(node["Resources"].get("CPU", 0)), int(node["Resources"].get("GPU", 0))
             )
-            for node in alive
+            for node in in_node_order(ray.nodes())
         ]
         return LiveCluster("the Ray cluster", tuple(nodes))
     gpus = gpu_count() if count_gpus else 0

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from fleetrl.doctor.context import Context
 from fleetrl.doctor.live import ray_connected
+from fleetrl.doctor.on_nodes import START_UP_S, live_nodes, on_every_node
 from fleetrl.doctor.reachability import probe
 from fleetrl.doctor.result import Check, failed, passed, skipped
 
 NAME = "network.mesh"
-START_UP_S = 20.0  # a task's worker process may need to start (import torch and all) first
 
 
-def probe_all(targets: list[tuple[int, str, int]], timeout: float) -> list[dict]:
+def probe_all(_node: int, targets: list[tuple[int, str, int]], timeout: float) -> list[dict]:
     """Runs on one node: one TCP connect to each (node, host, port)."""
     results = []
     for node, host, port in targets:
@@ -34,15 +34,6 @@ def probe_all(targets: list[tuple[int, str, int]], timeout: float) -> list[dict]
     return results
 
 
-def live_nodes() -> list[dict]:
-    """Ray's alive nodes in fleetrl's node order: the head first, then by address."""
-    import ray
-
-    alive = [node for node in ray.nodes() if node.get("Alive")]
-    alive.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeManagerAddress"], n["NodeID"]))
-    return alive
-
-
 def check_mesh(context: Context) -> list[Check]:
     if not ray_connected():
         if context.view.remote_peers:
@@ -54,46 +45,22 @@ def check_mesh(context: Context) -> list[Check]:
                 )
             ]
         return [skipped(NAME, "one machine: no pair of nodes to try")]
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     nodes = live_nodes()
     targets = [(index, node["NodeManagerAddress"], int(node["NodeManagerPort"])) for index, node in enumerate(nodes)]
     timeout = context.options.connect_timeout
-    task = ray.remote(num_cpus=0, max_retries=0)(probe_all)
-    refs = [
-        task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
-            targets, timeout
-        )
-        for node in nodes
-    ]
-    deadline = START_UP_S + timeout * len(targets)
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline)
     checks, worst = [], 0.0
-    for index, ref in enumerate(refs):
-        source = f"node {index} ({targets[index][1]})"
-        if ref not in ready:
-            ray.cancel(ref, force=True)
+    for outcome in on_every_node(nodes, probe_all, (targets, timeout), START_UP_S + timeout * len(targets)):
+        source = outcome.source
+        if outcome.error:
             checks.append(
                 failed(
                     NAME,
-                    f"{source} did not run its probe within {deadline:g} s",
+                    f"{source}: {outcome.error}",
                     f"check that {source} is healthy (`ray status`) and can start workers",
                 )
             )
             continue
-        try:
-            results = ray.get(ref)
-        except Exception as error:  # noqa: BLE001 — a probe that cannot run is the finding
-            checks.append(
-                failed(
-                    NAME,
-                    f"{source}: the probe failed: {type(error).__name__}: {error}",
-                    f"check the Ray workers on {source}",
-                )
-            )
-            continue
-        for result in results:
+        for result in outcome.result:
             worst = max(worst, result["ms"])
             if not result["ok"]:
                 checks.append(

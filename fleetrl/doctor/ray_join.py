@@ -1,7 +1,8 @@
 """Join the Ray cluster the config names, so the other checks see every live node.
 
-Only the full doctor joins (never the preflight, which runs before `fleetrl train` starts Ray its
-own way). The head's port is tried with a plain TCP connect first, so an unreachable head fails in
+The preflight joins too, first, so that the checks that run on every node (a node's full Ray
+temp directory) stop `fleetrl train` before it starts; it leaves again, and the run joins its own
+way. Without cluster.ray_address nothing is joined (fleetrl starts its own Ray). The head's port is tried with a plain TCP connect first, so an unreachable head fails in
 seconds instead of inside `ray.init`. A cluster the doctor joined, it leaves when it is done.
 """
 

@@ -32,12 +32,19 @@ class CheckSpec:
 
 
 CHECKS: tuple[CheckSpec, ...] = (
-    CheckSpec("disk", check_disk, True, "free space in the run directory and Ray's temp and spill directories"),
+    CheckSpec(
+        "ray", check_ray, True, "join cluster.ray_address, so that the checks after it see (and run on) every node"
+    ),
+    CheckSpec(
+        "disk",
+        check_disk,
+        True,
+        "free space in the run directory, and Ray's temp (on every node) and spill directories",
+    ),
     CheckSpec(
         "network", check_network, True, "the address this node advertises; GLOO/NCCL_SOCKET_IFNAME name real interfaces"
     ),
     CheckSpec("cuda", check_cuda, True, "the GPUs visible here against the config's devices"),
-    CheckSpec("ray", check_ray, False, "join cluster.ray_address, so that placement and mesh see every live node"),
     CheckSpec(
         "placement", check_placement, True, "cluster.component_placement resolved and held against the live resources"
     ),

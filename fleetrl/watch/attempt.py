@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from fleetrl.checkpoint import list_checkpoints, newest_intact
+from fleetrl.cluster.isolated_nodes import sweep_stale
 from fleetrl.controller import Orders
 from fleetrl.watch import link
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
@@ -102,6 +103,8 @@ class Attempt:
             if self.watchdog is not None:
                 self.watchdog.stop()
             kill_own_children()
+            if self.config.cluster.simulate_isolation == "namespaces":  # they outlive the processes killed
+                sweep_stale()
             (self.run_dir / WATCH_FILE).unlink(missing_ok=True)
 
     def next_incident(self, code: int | None) -> Incident | None:

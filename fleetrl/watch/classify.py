@@ -12,6 +12,7 @@ from pathlib import Path
 
 from fleetrl.checkpoint import causes, full_disk
 from fleetrl.watch.host import WorkerError
+from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.watchdog import Incident, describe
 
 DISK_FULL_HINT = (
@@ -27,8 +28,13 @@ def incident_from_error(
     (component, rank). A worker's exception arrives as a `WorkerError` naming its raiser (on Ray
     inside a RayTaskError, possibly after travelling as another call's argument); a dead Ray
     worker as a RayActorError carrying its actor id; the controller's own ENOSPC is `disk_full`
-    naming the file (else `run_dir`) and the bytes left there."""
+    naming the file (else `run_dir`) and the bytes left there. Any of these while a worker's node
+    no longer runs Ray is that node's loss (`node_lost`), the error its echo."""
     now = time.time()
+    lost = lost_node(records, now)
+    if lost is not None:  # a dead actor, a peer's reset connection: echoes of the node that is gone
+        key, summary = lost
+        return Incident("node_lost", summary, records[key]["time"], key, str(error))
     try:
         from ray.exceptions import RayActorError
     except ImportError:  # the inline backend without Ray installed

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 
 from fleetrl.watch.collectives import DEFAULT_GROUP, CollectiveLog
+from fleetrl.watch.node_loss import RAYLET_VARIABLE
 
 HEARTBEAT_PREFIX = "fleetrl/heartbeat/"
 
@@ -45,6 +46,7 @@ class Recorder:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "machine": machine_identity(),
+            "raylet": os.environ.get(RAYLET_VARIABLE),  # watch/node_loss.py
         }
         self.phase: str | None = None
         self.phase_started: float | None = None

@@ -2,7 +2,8 @@
 
 It runs as a thread of the controller, polling the heartbeat store. In order of precedence it
 raises an `Incident` for: a worker process that is gone (`worker_died`); a worker that stopped
-beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never returns); actor ranks
+beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never returns; `node_lost`
+when its whole node no longer runs Ray, watch/node_loss.py); actor ranks
 waiting in a collective that another rank entered differently (`collective_mismatch`) or never
 entered (`rank_missing_from_collective`) — the ranks lined up by collective sequence number, so
 the rank that is behind is named and not the ones waiting for it (watch/alignment.py); a phase
@@ -41,6 +42,7 @@ from fleetrl.watch import alignment
 from fleetrl.watch.flight_recorder import join_unless_current
 from fleetrl.watch.judgement import BUSY, Judgement, Seen
 from fleetrl.watch.naming import collective_text, describe, where  # noqa: F401 (the report's names too)
+from fleetrl.watch.node_loss import node_lost_summary
 
 log = logging.getLogger("fleetrl")
 
@@ -51,6 +53,7 @@ CAUSES = (
     "rank_missing_from_collective",
     "phase_timeout",
     "process_frozen",
+    "node_lost",
     "peer_unreachable",
     "disk_full",
     "interrupted",
@@ -217,6 +220,9 @@ class Watchdog(threading.Thread):
             age = record["heartbeat_age_s"]
             if age <= self.config.heartbeat_timeout_s:
                 continue
+            lost = node_lost_summary(records, key, now)
+            if lost is not None:
+                return Incident("node_lost", lost, now - age, key)
             state = self.process_state(record)
             return Incident(
                 "process_frozen",

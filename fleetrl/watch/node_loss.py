@@ -1,0 +1,54 @@
+"""A lost node: a whole machine gone at once, told apart from one frozen or dead process.
+
+A worker on another machine cannot be looked up by pid from here. What can be asked from here is
+whether its node still runs Ray: each worker's heartbeat names its node's raylet (`raylet`,
+from `FLEETRL_RAYLET` that the Ray backend sets), and a raylet that refuses or ignores a TCP
+connection means the node is down — a crash, a power loss, a kernel panic, all its processes at
+once. A stopped or busy process still has a raylet that answers, so it stays `process_frozen`.
+"""
+
+from __future__ import annotations
+
+import socket
+
+RAYLET_VARIABLE = "FLEETRL_RAYLET"  # host:port of the worker's node manager, set per worker by the Ray backend
+
+
+def raylet_answers(address: str, timeout_s: float = 1.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def node_lost_summary(records: dict, key: tuple[str, int], now: float) -> str | None:
+    """The summary of a `node_lost` incident when the node of worker `key` no longer runs Ray
+    (naming the node and every worker it held); None while its raylet answers, or when the
+    worker's record names no raylet (inline workers, runs before this field)."""
+    record = records[key]
+    raylet = record.get("raylet")
+    if not raylet or raylet_answers(raylet):
+        return None
+    held = sorted(k for k, r in records.items() if r.get("raylet") == raylet)
+    workers = ", ".join(f"{component} rank {rank}" for component, rank in held)
+    return (
+        f"node {record['node']} ({record.get('host', '?')}) is lost: its Ray node manager at {raylet} "
+        f"does not answer, and its workers ({workers}) stopped {now - record['time']:.1f} s ago"
+    )
+
+
+def lost_node(records: dict, now: float) -> tuple[tuple[str, int], str] | None:
+    """The first worker (by key) whose node no longer runs Ray, with the `node_lost` summary;
+    None while every node's raylet answers. Each raylet is asked once."""
+    asked = set()
+    for key in sorted(records):
+        raylet = records[key].get("raylet")
+        if not raylet or raylet in asked:
+            continue
+        asked.add(raylet)
+        summary = node_lost_summary(records, key, now)
+        if summary is not None:
+            return key, summary
+    return None

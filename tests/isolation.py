@@ -1,0 +1,94 @@
+"""What the isolated-node tests share: the run's small CartPole on two namespaced nodes, what a
+run may leave behind (namespaces, links, work folders, processes in other namespaces), and how
+to crash a simulated node from outside."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from fleetrl.cluster.isolated_nodes import WORK_ROOT, why_not_isolated
+
+needs_isolation = pytest.mark.skipif(why_not_isolated() is not None, reason=f"needs {why_not_isolated()}")
+
+# Two 1-slot nodes joined over the bridge: the actor's two DDP ranks on different nodes (Gloo
+# across the bridge), the rollout worker on node 0, an env rank on each node.
+TWO_ISOLATED_NODES = [
+    "runner.tensorboard=false",
+    "cluster.backend=ray",
+    "cluster.num_nodes=2",
+    "cluster.simulate_nodes=2",
+    "cluster.simulate_isolation=namespaces",
+    "cluster.devices_per_node=1",
+    "cluster.component_placement={actor: 0-1, rollout: 0, env: 0-1}",
+    "env.num_envs=2",
+    "algorithm.num_steps=16",
+    "algorithm.minibatch_size=16",
+    "algorithm.update_epochs=1",
+]
+
+
+def namespace_of(pid: int | str, kind: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return None
+
+
+def namespaced_pids() -> set[int]:
+    """Processes in a PID or network namespace other than this test's."""
+    ours = namespace_of("self", "pid"), namespace_of("self", "net")
+    return {
+        p.pid
+        for p in psutil.process_iter()
+        if namespace_of(p.pid, "pid") not in (ours[0], None) or namespace_of(p.pid, "net") not in (ours[1], None)
+    }
+
+
+def leftovers(driver_pid: int, before: set[int]) -> list[str]:
+    """Everything of the run of `driver_pid` still there: its namespaces, links, work folder and
+    processes in other namespaces that were not there `before`."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    found = [line.split()[0] for line in netns.splitlines() if line.startswith(f"fleetrl-{driver_pid}-")]
+    found += [name for name in psutil.net_if_addrs() if name.startswith(f"frl{driver_pid}")]
+    found += [str(p) for p in [WORK_ROOT / f"fleetrl-iso-{driver_pid}"] if p.exists()]
+    found += [f"pid {pid}" for pid in namespaced_pids() - before if psutil.pid_exists(pid)]
+    return found
+
+
+def node_init(driver_pid: int, node: int) -> psutil.Process:
+    """The root-namespace process of simulated node `node`'s PID-namespace init (its `unshare`'s child)."""
+    mark = f"hostname fleetrl-n{node} "  # in the node's start-up script (`ip netns exec` has exec'd unshare)
+    for process in psutil.Process(driver_pid).children(recursive=True):
+        try:
+            if process.name() == "unshare" and any(mark in arg for arg in process.cmdline()):
+                return process.children()[0]
+        except (psutil.Error, IndexError):
+            continue
+    raise AssertionError(f"no running simulated node {node} of driver {driver_pid}")
+
+
+def wait_for_output(running, text: str, timeout_s: float) -> None:
+    """Until the run's stderr shows `text`; fail (the run is then killed by its `with`) if it
+    ends or `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while text not in running.stderr_so_far():
+        if running.process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the run never printed {text!r}; stderr:\n{running.stderr_so_far()[-3000:]}", pytrace=False)
+        time.sleep(0.5)
+
+
+def fill_node_tmp(init_pid: int, used_percent: float) -> None:
+    """Fill the /tmp of the node whose PID-namespace init is `init_pid` (inside its own mount
+    namespace) until `used_percent` of it is used: the seed's '/tmp/ray ... is over 95% full'."""
+    inside = ["nsenter", f"--target={init_pid}", "--mount", "--"]
+    df = subprocess.run(
+        [*inside, "df", "-B1", "--output=size,avail", "/tmp"], capture_output=True, text=True, check=True
+    )
+    size, avail = map(int, df.stdout.split()[-2:])
+    ballast = avail - int(size * (100 - used_percent) / 100)
+    subprocess.run([*inside, "fallocate", "-l", str(ballast), "/tmp/ballast"], check=True)

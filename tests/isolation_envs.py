@@ -1,0 +1,38 @@
+"""Simulators for the isolated-node tests (`tests.isolation_envs:...` entry points)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import psutil
+
+
+class NodeProbe(gym.Wrapper):
+    """CartPole that writes what its process sees of its machine into `<folder>/<node>-<pid>.json`:
+    host name, namespaces, addresses, wall clock, and /tmp after leaving a marker of its own there."""
+
+    def __init__(self, folder: str):
+        super().__init__(gym.make("CartPole-v1"))
+        hostname = socket.gethostname()
+        Path("/tmp", f"fleetrl-probe-{hostname}").touch()
+        seen = {
+            "node": os.environ.get("FLEETRL_NODE_RANK"),
+            "hostname": hostname,
+            "time": time.time(),  # on this node's wall clock
+            "pid": os.getpid(),
+            "pid_namespace": os.readlink("/proc/self/ns/pid"),
+            "net_namespace": os.readlink("/proc/self/ns/net"),
+            "addresses": sorted(
+                a.address
+                for addresses in psutil.net_if_addrs().values()
+                for a in addresses
+                if a.family == socket.AF_INET and not a.address.startswith("127.")
+            ),
+            "tmp": sorted(os.listdir("/tmp")),
+        }
+        Path(folder, f"{seen['node']}-{os.getpid()}.json").write_text(json.dumps(seen))
