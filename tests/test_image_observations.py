@@ -252,10 +252,10 @@ def test_the_minigrid_transformer_config_trains_and_resumes_from_its_checkpoint(
     assert [r["global_step"] for r in resumed.metrics if r["iteration"] > 2] == [192, 256]
 
 
-def test_a_model_key_that_does_not_fit_the_images_is_a_config_error(tmp_path, capsys):
+def test_a_model_key_that_does_not_fit_the_images_is_a_config_error(tmp_path, capfd):
     config = write_config(tmp_path / "config.yaml", dict_obs=True, model={"id": "mlp"})
     code = main(["train", str(config), f"runner.run_dir={tmp_path}", "model.image_encoder=nature_cnn", "--skip-doctor"])
-    message = capsys.readouterr().err
+    message = capfd.readouterr().err  # the controller process says it (the env's spaces are known there)
     assert code == 2, message[-3000:]
     assert "config error at 'model.image_encoder': got 'nature_cnn'" in message
     assert "one of 'auto', 'grid_cnn', 'flatten'" in message and "images are 7×7" in message

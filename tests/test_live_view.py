@@ -48,7 +48,7 @@ def test_top_and_stack_show_a_live_ray_job_that_then_finishes(tmp_path):
         assert top.code == 0, top.stderr
         rows = {tuple(line.split()[:2]): line.split() for line in top.stdout.splitlines()[1:] if line.strip()}
         assert rows[("component", "rank")][4] == "phase", top.stdout  # the header
-        for worker in (("env", "0"), ("rollout", "0"), ("actor", "0")):
+        for worker in (("env", "0"), ("rollout", "0"), ("actor", "0"), ("controller", "0")):
             assert worker in rows, top.stdout
         assert rows[("env", "0")][4] in ("env.step", "idle"), top.stdout  # phase
         assert all(row[3].isdigit() for key, row in rows.items() if key[0] in ("env", "rollout", "actor"))
@@ -56,10 +56,13 @@ def test_top_and_stack_show_a_live_ray_job_that_then_finishes(tmp_path):
         stack = fleetrl("stack", str(run_dir), timeout=120)
         assert stack.code == 0, stack.stderr
         sections = dict(part.split(" ===\n", 1) for part in stack.stdout.split("=== ")[1:])
-        assert [title.split(" (")[0] for title in sections] == ["env rank 0", "rollout rank 0", "actor rank 0"]
-        for text in sections.values():
-            assert '"MainThread"' in text and "in main_loop" in text, text  # the Ray worker's task loop
+        titles = [title.split(" (")[0] for title in sections]
+        assert titles == ["env rank 0", "rollout rank 0", "actor rank 0", "controller rank 0"], stack.stdout
+        for title, text in sections.items():
             assert '"fleetrl-heartbeat" (taking these stacks)' in text, text  # it answered itself
+            if not title.startswith("controller"):
+                assert '"MainThread"' in text and "in main_loop" in text, text  # the Ray worker's task loop
+        assert "runner.py" in sections[next(t for t in sections if t.startswith("controller"))]  # the training loop
 
         # mid-step, the env worker's stack shows the step (it spends all but the gaps between
         # steps there: ask until an answer lands inside one)

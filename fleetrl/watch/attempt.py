@@ -22,6 +22,7 @@ from fleetrl.cluster.isolated_nodes import sweep_stale
 from fleetrl.controller import Orders
 from fleetrl.watch import link
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
+from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
 from fleetrl.watch.stack_requests import ANSWER_BEATS, ask_stacks
@@ -174,10 +175,15 @@ class Attempt:
         )
 
     def from_controller(self, incident: Incident) -> Incident:
-        """A dead worker shows up at the controller as errors of the others: name the dead one."""
+        """A dead worker — or a whole node lost — shows up at the controller as errors of the
+        others: name the dead one (the node)."""
         if self.watchdog is None:
             return incident
-        dead = self.watchdog.check_alive(self.records(), time.time())
+        records, now = self.records(), time.time()
+        dead = self.watchdog.check_alive(records, now)
+        if dead is None and (lost := lost_node(records, now)) is not None:
+            key, summary = lost
+            dead = Incident("node_lost", summary, now - records[key]["heartbeat_age_s"], key)
         if dead is None:
             return incident
         dead.detail = f"seen by the others as: {incident.summary}"

@@ -22,7 +22,7 @@ from fleetrl.watch.watchdog import Incident
 
 # The controller's phases that wait on its workers (runner.py): with workers of their own
 # (Ray, fused), those are watched, and the wait is not judged by a deadline of its own.
-CONTROLLER_WAITS = ("weight_sync", "collect_and_train", "evaluation")
+CONTROLLER_WAITS = ("startup.backend", "startup.load_state", "weight_sync", "collect_and_train", "evaluation")
 WORKERS = "fleetrl/link/workers"
 DEADLINE = "fleetrl/link/deadline"
 STOPPING = "fleetrl/link/stopping"

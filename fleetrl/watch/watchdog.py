@@ -76,11 +76,12 @@ class Incident:
 
 # Methods that are steps of a worker's start-up (the `construct` phase is the worker host's):
 # never seen finishing, they get `startup_step_allowance_s`, and a stall in one is `startup_timeout`.
+# The controller's own start-up phases (`startup.backend`, `startup.resume`, ...: runner.py) too.
 STARTUP_STEPS = ("construct", "spaces", "reset", "init_distributed", "build_learner")
 
 
 def startup_step(phase: str) -> bool:
-    return phase.rsplit(".", 1)[-1] in STARTUP_STEPS
+    return phase.startswith("startup.") or phase.rsplit(".", 1)[-1] in STARTUP_STEPS
 
 
 def readable(record) -> dict:
