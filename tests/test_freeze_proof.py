@@ -97,7 +97,8 @@ def test_head_without_gradient_is_named_not_a_hang(tmp_path):
 
 
 def test_wrong_interface_is_peer_unreachable_in_seconds(tmp_path):
-    started = time.monotonic()
+    """The process-group join fails after actor.dist_timeout_s (5 s), not Gloo's 30 minutes, and the
+    failure is reported at once; the run's own start-up time is the machine's, not bounded here."""
     result = run_fault(
         tmp_path,
         *RAY_TWO_ACTORS,
@@ -108,7 +109,7 @@ def test_wrong_interface_is_peer_unreachable_in_seconds(tmp_path):
     report = result.hang_report
     assert result.code == 4 and report["cause"] == "peer_unreachable", report["summary"]
     assert "nosuchif0" in report["summary"] + report["detail"]
-    assert time.monotonic() - started < 60
+    assert report["detected_after_s"] < 10, report["detected_after_s"]
 
 
 @pytest.mark.parametrize(
