@@ -21,6 +21,7 @@ import ipaddress
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -164,8 +165,9 @@ class IsolatedNodes:
             "--temp-dir=/tmp/ray",
             f"--object-store-memory={OBJECT_STORE_BYTES}",
         ]
+        private_tmp = private_tmp_commands(self.work_dir / f"host-tmp-n{index}", tmp_size)
         inside = (
-            f"mount --bind {hosts} /etc/hosts && mount -t tmpfs -o size={tmp_size} fleetrl-tmp /tmp && "
+            f"mount --bind {hosts} /etc/hosts && {private_tmp} && "
             f"mount -t tmpfs -o size={tmp_size} fleetrl-shm /dev/shm && hostname {hostname} && exec " + " ".join(ray)
         )
         command = ["ip", "netns", "exec", netns, "unshare", "--pid", "--fork", "--mount-proc", "--uts"]
@@ -224,6 +226,25 @@ class IsolatedNodes:
 
     def __exit__(self, *exc_info) -> None:
         self.shutdown()
+
+
+def private_tmp_commands(stash: Path, tmp_size: str) -> str:
+    """Shell commands, inside a node's mount namespace, that give it a /tmp of its own while keeping
+    what the node's processes must still read from this machine's /tmp: the Python environment and
+    the code on sys.path, when they live there (a checkout or venv under /tmp, as CI may have). Each
+    such top-level entry is bind-mounted aside, the private tmpfs mounted, and the entry bound back."""
+    kept = sorted(
+        {
+            real.parts[2]
+            for path in (sys.prefix, sys.executable, os.getcwd(), *sys.path)
+            if path and (real := Path(os.path.realpath(path))).parts[:2] == ("/", "tmp") and len(real.parts) > 2
+        }
+    )
+    aside = [f"mkdir -p {shlex.quote(str(stash / name))}" for name in kept]
+    aside += [f"mount --bind {shlex.quote('/tmp/' + name)} {shlex.quote(str(stash / name))}" for name in kept]
+    back = [f"mkdir -p {shlex.quote('/tmp/' + name)}" for name in kept]
+    back += [f"mount --bind {shlex.quote(str(stash / name))} {shlex.quote('/tmp/' + name)}" for name in kept]
+    return " && ".join([*aside, f"mount -t tmpfs -o size={tmp_size} fleetrl-tmp /tmp", *back])
 
 
 def wait_for_port(address: str, port: int, process: subprocess.Popen, log_path: Path, timeout_s: float = 60) -> None:
