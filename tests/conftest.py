@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -35,6 +36,17 @@ def no_leftover_processes():
     before = {p.pid for p in own_children()}
     yield
     end_leftovers([p for p in own_children() if p.pid not in before], "test")
+
+
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """Undo what a test's in-process run wrote into this process's environment (a loopback Ray
+    run's RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, a Gloo run's GLOO_SOCKET_IFNAME, a run token): every
+    later test's subprocess would inherit it and run on a different machine than its own test says."""
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)
 
 
 @pytest.fixture

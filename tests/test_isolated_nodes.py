@@ -47,6 +47,10 @@ def test_two_isolated_nodes_train_and_leave_nothing(tmp_path, probe_folder):
         "runner.total_env_steps=128",
         runs=tmp_path,
         timeout=400,
+        # what a loopback-only run leaves in its process's environment (a sweep, a library user's
+        # earlier Trainer): inherited, it made the driver register at 127.0.0.1 and Ray drop the
+        # remote workers it owned at creation ("all references to the actor were removed")
+        env={"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
     ).succeeded()
     assert (run.summary["iterations"], run.summary["global_step"]) == (4, 128), run.summary  # 2 envs x 16 steps
     seen = {s["node"]: s for s in map(json.loads, map(Path.read_text, probe_folder.glob("[01]-*.json")))}

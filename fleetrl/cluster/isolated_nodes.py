@@ -261,6 +261,7 @@ def ray_environment(clock: Path | None = None) -> dict[str, str]:
     """The environment of a node's Ray daemons. Ray turns token authentication on for a cluster
     on a non-loopback address; these nodes reach only each other, so it stays off as on 127.0.0.1."""
     variables = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    variables.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # set for loopback-only runs: not for nodes
     if clock is not None:  # its sitecustomize first on the path of the node's daemons
         variables["PYTHONPATH"] = os.pathsep.join(filter(None, [str(clock), os.environ.get("PYTHONPATH")]))
     return variables

@@ -78,7 +78,9 @@ class RayCluster:
 
     def __init__(self, config: ClusterConfig, devices_per_node: int, deadline: Deadline, connect_timeout_s: float = 60):
         isolated = config.simulate_nodes > 1 and config.simulate_isolation == "namespaces"
-        if config.ray_address is None and is_loopback(config.node_ip) and not isolated:
+        if isolated:  # real nodes on a bridge: whatever an earlier run in this process set
+            let_ray_leave_loopback()
+        elif config.ray_address is None and is_loopback(config.node_ip):
             keep_ray_on_loopback()
         import ray
 
@@ -234,6 +236,17 @@ def keep_ray_on_loopback() -> None:
         from ray._private import ray_constants
 
         ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def let_ray_leave_loopback() -> None:
+    """Undo `keep_ray_on_loopback` (an earlier run in this process, or a parent that inherited it):
+    a cluster whose nodes are on other addresses must resolve 'this node' to its real address, or
+    the driver registers at 127.0.0.1 and the remote workers it owns are dropped at creation."""
+    os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    if "ray" in sys.modules:
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = not ray_constants.IS_WINDOWS_OR_OSX
 
 
 def start_simulated_cluster(num_nodes: int, cpus_per_node: int, node_ip: str):
