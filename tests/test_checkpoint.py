@@ -46,7 +46,9 @@ save_checkpoint(run_dir, 1, {"iteration": 1, "weights": torch.full((4,), 1.0)}, 
 marker = run_dir / "saving"
 
 def hang(stage):
-    marker.write_text(stage)
+    written = marker.with_name("saving.tmp")  # renamed into place: the test never reads it half-written
+    written.write_text(stage)
+    written.rename(marker)
     time.sleep(600)
 
 class HangWhilePickled:
