@@ -4,7 +4,7 @@ resume identically in 2 ranks or in 1; bfloat16 computes in bfloat16 and reduces
 float32; gradient checkpointing recomputes one block at a time.
 
 One spawned process group runs every scenario of `tests.fsdp_transformer_ranks` (spawning costs
-seconds, a scenario about one).
+seconds per process; the scenarios together take a few).
 """
 
 from __future__ import annotations
