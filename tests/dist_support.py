@@ -18,6 +18,7 @@ import torch
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
+from fleetrl.observations import leaf_spaces, map_obs
 from fleetrl.parallel.net import free_port
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_worker import ActorWorker
@@ -107,17 +108,32 @@ def synthetic_trajectory(
     policy = Policy.from_config(config.model, observation_space, action_space)
     generator = torch.Generator().manual_seed(1000 + iteration)
     steps, envs = config.algorithm.num_steps, config.env.num_envs
-    obs = torch.randn(steps, envs, *observation_space.shape, generator=generator)
+    obs = random_obs(observation_space, (steps, envs), generator)
     torch.manual_seed(2000 + iteration)
-    actions, logprobs, values = policy.act(obs.flatten(0, 1))
+    actions, logprobs, values = policy.act(map_obs(lambda x: x.flatten(0, 1), obs))
     actions = actions.reshape(steps, envs, *actions.shape[1:])
     logprobs, values = logprobs.reshape(steps, envs, *logprobs.shape[1:]), values.reshape(steps, envs)
     rewards = 1.0 + 0.5 * torch.randn(steps, envs, generator=generator)
     terminated = torch.rand(steps, envs, generator=generator) < terminate_p
     dones = terminated | (torch.rand(steps, envs, generator=generator) < truncate_p)
-    last = policy.value(torch.randn(1, envs, *observation_space.shape, generator=generator).flatten(0, 1))
+    last = policy.value(random_obs(observation_space, (envs,), generator))
     next_values = torch.cat([values[1:], last[None]])
     return Trajectory(obs, actions, logprobs, values, rewards, terminated, dones, next_values)
+
+
+def random_obs(space: gym.Space, leading: tuple, generator: torch.Generator):
+    """Observations of `space` with leading axes `leading`, per key for a Dict: standard normal
+    floats, uint8 pixels in 0..10 (a MiniGrid view's range), token ids (0 the padding)."""
+
+    def leaf(box: gym.spaces.Box) -> torch.Tensor:
+        shape = (*leading, *box.shape)
+        if box.dtype == np.uint8:
+            return torch.randint(0, 11, shape, generator=generator, dtype=torch.uint8)
+        if np.dtype(box.dtype).kind in "iu":
+            return torch.randint(0, int(box.high.max()) + 1, shape, generator=generator)
+        return torch.randn(shape, generator=generator)
+
+    return map_obs(leaf, leaf_spaces(space))
 
 
 def train_reference(name: str, iterations: int = len(PROGRESS)) -> dict:

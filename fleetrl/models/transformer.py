@@ -1,7 +1,8 @@
 """`model.id: transformer` — a small vision-language-action transformer.
 
-One sequence per sample, read by a stack of pre-norm transformer blocks (`blocks`, a ModuleList
-so that each block can later be wrapped — sharded, checkpointed — on its own):
+One sequence per sample, read by a stack of pre-norm transformer blocks (`blocks`, named by
+`wrap_units()` so that each block is wrapped on its own: its own FSDP unit, all-gathered only
+while it runs, and with `actor.gradient_checkpointing` recomputed on its own in backward):
 
     [image patches] [instruction tokens] [other keys, one token each] [action queries] [value query]
 
@@ -51,7 +52,8 @@ class ImagePatches(nn.Module):
         self.count = (height // patch) * (width // patch)
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, None]:
-        x = self.project(channels_first(images, self.channels_last, self.scale))
+        pixels = channels_first(images, self.channels_last, self.scale)
+        x = self.project(pixels.to(self.project.weight.dtype))  # bfloat16 under FSDP mixed precision
         return x.flatten(2).transpose(1, 2), None
 
 
@@ -76,7 +78,7 @@ class VectorToken(nn.Module):
         self.count = 1
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return self.project(x.flatten(1).float()).unsqueeze(1), None
+        return self.project(x.flatten(1).to(self.project.weight.dtype)).unsqueeze(1), None
 
 
 def tokenizer(space: gym.Space, dim: int, patch_size: int | None) -> nn.Module:
@@ -127,6 +129,11 @@ class TransformerPolicy(nn.Module):
         nn.init.orthogonal_(self.action_head.weight, 0.01)  # near-uniform initial policy, as the MLP's
         nn.init.zeros_(self.action_head.bias)
 
+    def wrap_units(self) -> list[nn.Module]:
+        """The blocks, each sharded (FSDP) and checkpointed on its own (parallel/wrap.py); the
+        tokenizers, embeddings, final norm and heads stay with the root unit."""
+        return list(self.blocks)
+
     def forward(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.keyed:
             obs = {"obs": obs}
@@ -143,4 +150,6 @@ class TransformerPolicy(nn.Module):
         for block in self.blocks:
             x = block(x, src_key_padding_mask=padding)
         x = self.norm(x[:, -(self.queries + 1) :])
-        return self.action_head(x[:, :-1]).flatten(1), self.value_head(x[:, -1]).squeeze(-1)
+        # float32 out whatever the compute dtype: the policy's log-softmax, log-probs and
+        # entropies in full precision (under FSDP mixed precision the blocks compute in bfloat16)
+        return self.action_head(x[:, :-1]).flatten(1).float(), self.value_head(x[:, -1]).squeeze(-1).float()

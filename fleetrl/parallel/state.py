@@ -63,7 +63,7 @@ def load_model_state(module: nn.Module, state: dict, sharded: bool) -> None:
         return
     from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
-    set_model_state_dict(module, state, options=_options())
+    set_model_state_dict(module, _copy(state), options=_options())  # it may keep or replace what it is given
 
 
 def _parameter_names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
@@ -92,6 +92,10 @@ def optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, sharded
 
 
 def load_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, state: dict, sharded: bool) -> None:
+    """Load a full optimizer state. Optimizers keep the tensors they are given (Adam's `step`
+    then counts up in the caller's checkpoint; under FSDP the loader also puts its shards in the
+    given dicts): they get a copy, so that `state` stays what was saved."""
+    state = _copy(state)
     if not sharded:
         optimizer.load_state_dict(state)
         return

@@ -19,7 +19,9 @@ global gradient norm.
   are cast back to float32 so the loss is computed in full precision) and CPU offload.
 - `local`: one rank, nothing wrapped, no collective.
 
-Gradient checkpointing (any strategy) recomputes the network's activations during backward.
+Gradient checkpointing (any strategy) recomputes the network's activations during backward —
+block by block where the network names its blocks (`wrap_units()`, the transformer's): the same
+units FSDP shards, so a block is all-gathered, recomputed and differentiated in one go.
 """
 
 from __future__ import annotations
@@ -77,20 +79,29 @@ def local_loss_path(policy: nn.Module) -> LossPath:
     return LossPath(policy, policy, "local", contextlib.nullcontext)
 
 
+def checkpoint_units(network: nn.Module) -> list[nn.Module]:
+    """What gradient checkpointing recomputes, each on its own: the network's `wrap_units()` if
+    it names them (a transformer's blocks: only each block's input is kept for backward, and one
+    block's activations are recomputed at a time), else the whole network (only its input kept)."""
+    return list(network.wrap_units()) if hasattr(network, "wrap_units") else [network]
+
+
 def enable_gradient_checkpointing(network: nn.Module) -> None:
-    """Recompute `network`'s activations during backward instead of keeping them (non-reentrant
-    checkpointing, which composes with DDP and FSDP2). Only while gradients are on: inference is
-    untouched."""
+    """Recompute the activations of each of `network`'s `checkpoint_units` during backward
+    instead of keeping them (non-reentrant checkpointing, which composes with DDP and FSDP2: a
+    unit that is also an FSDP unit is recomputed after its backward all-gather). Only while
+    gradients are on: inference is untouched."""
     from torch.utils.checkpoint import checkpoint
 
-    original = network.forward
+    for unit in checkpoint_units(network):
+        original = unit.forward
 
-    def forward(*args, **kwargs):
-        if torch.is_grad_enabled():
-            return checkpoint(original, *args, use_reentrant=False, **kwargs)
-        return original(*args, **kwargs)
+        def forward(*args, _original=original, **kwargs):
+            if torch.is_grad_enabled():
+                return checkpoint(_original, *args, use_reentrant=False, **kwargs)
+            return _original(*args, **kwargs)
 
-    network.forward = forward
+        unit.forward = forward
 
 
 def wrap_policy(policy: nn.Module, config: ActorConfig, device: torch.device) -> LossPath:
@@ -133,12 +144,12 @@ def fsdp_no_sync(module):
 
 def fsdp_units(policy: nn.Module) -> list[nn.Module]:
     """The blocks to shard separately (each all-gathered only while it runs): what the network
-    names in `fsdp_units()` if it defines it, else each parameter-holding child of the network,
-    ModuleLists expanded into their elements. The Policy itself becomes the root unit (heads,
-    log std, whatever is left)."""
+    names in `wrap_units()` if it defines it (a transformer's blocks), else each
+    parameter-holding child of the network, ModuleLists expanded into their elements. The Policy
+    itself becomes the root unit (embeddings, heads, log std, whatever is left)."""
     network = policy.network
-    if hasattr(network, "fsdp_units"):
-        return list(network.fsdp_units())
+    if hasattr(network, "wrap_units"):
+        return list(network.wrap_units())
     units = []
     for child in network.children():
         children = list(child) if isinstance(child, (nn.ModuleList, nn.Sequential)) else [child]
@@ -199,16 +210,20 @@ def shard_with_fsdp2(policy: nn.Module, config: ActorConfig, device: torch.devic
 
     param_dtype = DTYPES[config.fsdp_param_dtype] if config.fsdp_param_dtype else None
     reduce_dtype = DTYPES[config.fsdp_reduce_dtype] if config.fsdp_reduce_dtype else None
-    mixed = MixedPrecisionPolicy(
-        param_dtype=param_dtype, reduce_dtype=reduce_dtype, output_dtype=torch.float32 if param_dtype else None
-    )
+    full = torch.float32 if param_dtype else None
+    # The Policy's outputs are float32 (the loss in full precision), and so are those of the
+    # network's children it shards by default (each next one casts its input again). A network's
+    # declared blocks (a transformer's) hand on in param_dtype: to the next block, or to the
+    # root's own layers (final norm, heads), which compute in it too.
+    block_output = None if hasattr(policy.network, "wrap_units") else full
     offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if config.fsdp_cpu_offload else OffloadPolicy()
     options = {
         "mesh": device_mesh(config, device),
-        "mp_policy": mixed,
         "offload_policy": offload,
         "reshard_after_forward": config.fsdp_sharding_strategy != "shard_grad_op",
     }
-    for unit in [*fsdp_units(policy), policy]:
-        fully_shard(unit, **options)
+    units = [(unit, block_output) for unit in fsdp_units(policy)] + [(policy, full)]
+    for unit, output_dtype in units:
+        mixed = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, output_dtype=output_dtype)
+        fully_shard(unit, mp_policy=mixed, **options)
         record_fsdp_collectives(unit)
