@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 import types
 import typing
 from pathlib import Path
@@ -25,7 +27,7 @@ from fleetrl.cli import main
 from fleetrl.config.constraints import Check, Range
 from fleetrl.config.loader import coerce
 from fleetrl.config.schema import SECTION_TYPES
-from tests.support import REPO, train
+from tests.support import FLEETRL, REPO, subprocess_env, train
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 
@@ -311,3 +313,23 @@ def test_bad_key_in_a_fresh_process(tmp_path, override, key):
     assert result.code == 2, result.stderr
     assert result.stderr.startswith(f"fleetrl: config error at '{key}'"), result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_isolated_nodes_without_root_is_a_config_error_saying_so(tmp_path):
+    """Run as a user without root (a fresh user namespace maps none: the uid reads 65534 and no
+    namespace of the machine can be made), the isolated simulation is refused before anything starts."""
+    as_user = ["unshare", "--user"] if os.geteuid() == 0 else []
+    done = subprocess.run(
+        [*as_user, *FLEETRL, "train", "configs/ppo_cartpole.yaml", f"runner.run_dir={tmp_path}"]
+        + ["cluster.backend=ray", "cluster.num_nodes=2", "cluster.simulate_nodes=2"]
+        + ["cluster.simulate_isolation=namespaces"],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "'cluster.simulate_isolation'" in done.stderr and "got 'namespaces'" in done.stderr, done.stderr
+    assert "need root" in done.stderr and "runs as uid" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not list(tmp_path.iterdir())

@@ -67,10 +67,10 @@ class IsolatedNode:
 def why_not_isolated() -> str | None:
     """What this machine lacks to isolate simulated nodes, or None."""
     if os.geteuid() != 0:
-        return "running as root (network, PID and mount namespaces need it); run as root or use 'none'"
+        return f"root (network, PID and mount namespaces need it; this process runs as uid {os.geteuid()})"
     missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
     if missing:
-        return f"the command(s) {', '.join(missing)} (iproute2, util-linux)"
+        return f"the command(s) {', '.join(missing)} (Debian's iproute2, util-linux)"
     return None
 
 

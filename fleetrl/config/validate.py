@@ -96,7 +96,7 @@ def validate_isolation(cluster: ClusterConfig) -> None:
     missing = why_not_isolated()
     if missing:
         raise ConfigError(
-            "cluster.simulate_isolation", cluster.simulate_isolation, f"'none' on a machine without {missing}"
+            "cluster.simulate_isolation", cluster.simulate_isolation, f"'none' here: isolated simulated nodes need {missing}"
         )
 
 
