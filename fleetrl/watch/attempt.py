@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 from fleetrl.checkpoint import list_checkpoints, newest_intact
@@ -25,7 +24,7 @@ from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
-from fleetrl.watch.stack_requests import ANSWER_BEATS, ask_stacks
+from fleetrl.watch.stack_requests import stack_asker
 from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident, Watchdog, describe, readable, where
@@ -197,8 +196,7 @@ class Attempt:
         if self.watchdog is not None and not incident.timeline:
             incident.timeline = list(self.watchdog.timeline)
         responder = Responder(self.run_dir)
-        interval_s = self.config.watchdog.heartbeat_interval_s
-        responder.ask_stacks = partial(ask_stacks, self.store.server, timeout_s=ANSWER_BEATS * interval_s)
+        responder.ask_stacks = stack_asker(self.store.server, self.config.watchdog.heartbeat_interval_s)
         responder.add_report_hook(self.attach_in_controller, self.config.runner.tracker_timeout_s + 2)
         bound = RESPONSE_BOUND_S + self.config.runner.tracker_timeout_s + 2
 

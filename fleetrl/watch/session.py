@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from functools import partial
 from pathlib import Path
 from typing import NoReturn, Protocol
 
@@ -37,7 +36,7 @@ from fleetrl.watch.flight_recorder import Recorder
 from fleetrl.watch.host import WatchSpec
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.respond import EXIT_INCIDENT, Responder
-from fleetrl.watch.stack_requests import ANSWER_BEATS, StackAnswerer, ask_stacks
+from fleetrl.watch.stack_requests import StackAnswerer, stack_asker
 from fleetrl.watch.stacks import register_stack_dump, stack_file
 from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.teardown import kill_own_children
@@ -81,9 +80,7 @@ class WatchSession:
         """Host the heartbeat store at `host` (an address every worker reaches); what a worker
         needs to be watched."""
         self.store = HeartbeatStore(host)
-        self.responder.ask_stacks = partial(
-            ask_stacks, self.store.server, timeout_s=ANSWER_BEATS * self.config.heartbeat_interval_s
-        )
+        self.responder.ask_stacks = stack_asker(self.store.server, self.config.heartbeat_interval_s)
         advertise(self.run_dir, host, self.store.port)  # for `fleetrl top` / `fleetrl stack`
         return WatchSpec(
             host, self.store.port, self.config.heartbeat_interval_s, str(self.run_dir / "stacks"), self.fault

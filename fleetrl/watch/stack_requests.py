@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
+from functools import partial
 
 REQUEST_PREFIX = "fleetrl/stack-request/"
 REPLY_PREFIX = "fleetrl/stack-reply/"
@@ -70,6 +72,11 @@ def connect_answerer(host: str, port: int, component: str, rank: int) -> StackAn
     from fleetrl.watch.store import CONNECT_TIMEOUT
 
     return StackAnswerer(TCPStore(host, port, is_master=False, timeout=CONNECT_TIMEOUT), component, rank)
+
+
+def stack_asker(store, heartbeat_interval_s: float) -> Callable[[list[tuple[str, int]]], dict[tuple[str, int], str]]:
+    """`ask_stacks` on `store`, waiting as long as a worker takes to answer (ANSWER_BEATS beats)."""
+    return partial(ask_stacks, store, timeout_s=ANSWER_BEATS * heartbeat_interval_s)
 
 
 def ask_stacks(store, workers: list[tuple[str, int]], timeout_s: float) -> dict[tuple[str, int], str]:
