@@ -33,7 +33,9 @@ class GymAtari(gym.Env):
     def __init__(self, gymnasium_id: str):
         self.game = gymnasium.make(gymnasium_id, disable_env_checker=True).unwrapped
         self.ale = self.game.ale  # SB3's EpisodicLifeEnv reads the lives here
-        self.observation_space = gym.spaces.Box(0, 255, self.game.observation_space.shape, self.game.observation_space.dtype)
+        self.observation_space = gym.spaces.Box(
+            0, 255, self.game.observation_space.shape, self.game.observation_space.dtype
+        )
         self.action_space = gym.spaces.Discrete(int(self.game.action_space.n))
         self.next_seed: int | None = None
 

@@ -51,7 +51,9 @@ def run_cleanrl(python: Path, script: str, iterations: int, threads: int, cwd: P
     env = {**kit.subprocess_env(), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     started, ends = time.monotonic(), []
     with kit.ForeignLoad() as load:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         output = []
         for line in process.stdout:  # ends when the process closes its stdout (exits)
             output.append(line)
