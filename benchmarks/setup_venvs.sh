@@ -88,20 +88,21 @@ EOF
 # ppo_atari.py (cleanrl 1.2.0) imports the Atari wrappers of stable-baselines3 1.2.0 (the version
 # cleanrl pins; the gym-0.23 API, installed --no-deps: SB3 1.2 asks for gym 0.19) and OpenCV, and
 # makes its envs with gym 0.23. Its Atari extra's ale-py 0.7.4 has no Python 3.11 wheel and
-# fetches ROMs at install time, so the emulator is ale-py 0.12 (ROMs in the wheel), the one
-# fleetrl's `atari` extra installs, put behind gym 0.23's API by benchmarks/_cleanrl_atari.py.
+# fetches ROMs at install time, so the emulator is ale-py 0.12 (ROMs in the wheel) on Gymnasium 1.4, as
+# fleetrl runs it, put behind gym 0.23's API by benchmarks/_cleanrl_atari.py.
 setup_cleanrl_atari() {
     setup_cleanrl
     local v="$VENVS/cleanrl"
     echo "== cleanrl venv, Atari: $v"
     pipi "$v/bin/python" --no-deps "stable-baselines3==1.2.0"
     pipi "$v/bin/python" "$TORCH_PIN" "numpy<2" "cloudpickle" "pandas<3" "matplotlib<4" \
-        "opencv-python-headless>=4.9,<4.11" "ale-py>=0.12,<0.13"
+        "opencv-python-headless>=4.9,<4.11" "ale-py>=0.12,<0.13" "gymnasium==1.4.0"
     "$v/bin/python" - <<'EOF'
-import ale_py, cv2, gym, numpy, stable_baselines3
+import ale_py, cv2, gym, gymnasium, numpy, stable_baselines3
 from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv  # noqa: F401
 print("cleanrl atari ok: stable-baselines3", stable_baselines3.__version__, "| ale-py", ale_py.__version__,
-      "| opencv", cv2.__version__, "| gym", gym.__version__, "| numpy", numpy.__version__)
+      "| opencv", cv2.__version__, "| gym", gym.__version__, "| gymnasium", gymnasium.__version__,
+      "| numpy", numpy.__version__)
 EOF
 }
 
