@@ -10,7 +10,9 @@ Measured: env steps per second of training after the first iteration (start-up a
 iteration, where torch warms up, left out), the same way for both — fleetrl from its
 metrics.jsonl (`wall_s` at the end of each iteration), CleanRL from the moment each of its
 per-iteration "SPS:" lines is printed. Each side gets `--threads` torch threads (fleetrl:
-runner.torch_threads; CleanRL: OMP_NUM_THREADS, which torch's default follows).
+runner.torch_threads; CleanRL: OMP_NUM_THREADS, which torch's default follows). On a shared,
+loaded machine a job's wall-clock rate is mostly its share of the cores, so each job's CPU cost
+is recorded too: env steps per CPU-second of its whole process tree, start-up included.
 
     .venv/bin/python benchmarks/atari_vs_cleanrl.py [--iterations 6] [--reps 2] [--threads 1]
 
@@ -65,6 +67,7 @@ def run_cleanrl(python: Path, script: str, iterations: int, threads: int, cwd: P
         process.wait()
     (cwd / "output.txt").write_text("".join(output))
     run = {"command": command, "code": process.returncode, "iteration_end_s": ends, "foreign_cores": load.cores}
+    run["steps_per_cpu_s"] = steps / load.children_cpu_s
     if process.returncode == 0 and len(ends) == iterations:
         run["steps_per_s"] = (iterations - 1) * STEPS_PER_ITERATION / (ends[-1] - ends[0])
     else:
@@ -77,6 +80,7 @@ def run_fleetrl(iterations: int, threads: int, parent: Path, timeout: float) -> 
     run = kit.run_fleetrl(CONFIG, overrides, parent, timeout=timeout)
     if run["code"] == 0:
         run["steps_per_s"] = kit.steady(run["metrics"], warmup=1)["steps_per_s"]
+        run["steps_per_cpu_s"] = iterations * STEPS_PER_ITERATION / (run["own_cores"] * run["wall_s"])
     else:
         log(f"  fleetrl FAILED (exit {run['code']}): {run['stderr_tail'][-800:]}")
     return run
@@ -105,18 +109,28 @@ def main() -> None:
             else:
                 run = run_cleanrl(python, script, args.iterations, args.threads, out / f"cleanrl-{rep}", args.timeout)
             if "steps_per_s" in run:
-                log(f"  {run['steps_per_s']:.1f} env steps/s; other load {run['foreign_cores']:.2f} cores")
+                log(
+                    f"  {run['steps_per_s']:.1f} env steps/s, {run['steps_per_cpu_s']:.1f} per CPU-second; "
+                    f"other load {run['foreign_cores']:.2f} cores"
+                )
             runs[side].append(run)
     sps = {side: [r["steps_per_s"] for r in rs if "steps_per_s" in r] for side, rs in runs.items()}
+    per_cpu = {side: [r["steps_per_cpu_s"] for r in rs if "steps_per_s" in r] for side, rs in runs.items()}
     load = {side: [r["foreign_cores"] for r in rs] for side, rs in runs.items()}
     versions = kit.venv_versions({"fleetrl": (sys.executable, "fleetrl"), "cleanrl": (python, "cleanrl")})
     kit.write_json(out / "results.json", {"args": vars(args), "machine": machine, "versions": versions, "runs": runs})
     print(f"Machine: {kit.machine_line(machine)}; torch threads per side: {args.threads}\n")
-    print("| | env steps/s (median, range) | other load, cores | fleetrl / CleanRL |")
-    print("|---|---|---|---|")
-    for side, name in (("fleetrl", f"fleetrl {CONFIG}"), ("cleanrl", "CleanRL ppo_atari.py (cleanrl 1.2.0)")):
-        share = kit.ratio(kit.med(sps["fleetrl"]), kit.med(sps["cleanrl"])) if side == "fleetrl" else ""
-        print(f"| {name} | {kit.cell(sps[side])} | {kit.cell(load[side], 2)} | {share} |")
+    print(
+        "| | env steps/s (median, range) | fleetrl / CleanRL | env steps per CPU-s | fleetrl / CleanRL | other load, cores |"
+    )
+    print("|---|---|---|---|---|---|")
+    rate = kit.ratio(kit.med(sps["fleetrl"]), kit.med(sps["cleanrl"]))
+    cost = kit.ratio(kit.med(per_cpu["fleetrl"]), kit.med(per_cpu["cleanrl"]))
+    rows = {"fleetrl": (f"fleetrl {CONFIG}", rate, cost), "cleanrl": ("CleanRL ppo_atari.py (cleanrl 1.2.0)", "", "")}
+    for side, (name, rate, cost) in rows.items():
+        print(
+            f"| {name} | {kit.cell(sps[side])} | {rate} | {kit.cell(per_cpu[side])} | {cost} | {kit.cell(load[side], 2)} |"
+        )
     print(f"\ncommand: {' '.join(sys.argv)}; results: {out.relative_to(ROOT)}/results.json")
 
 
