@@ -12,8 +12,9 @@ or an `ALE/...-v5` id with `env.kwargs: {frameskip: 1}`):
 5. Gymnasium's `FrameStackObservation`: the last 4 frames, (4, 84, 84) uint8, channels first.
 
 The same order as CleanRL's wrappers (NoopReset, MaxAndSkip, EpisodicLife, FireReset, ClipReward,
-Resize, GrayScale, FrameStack); the one difference is that the max-pool comes before the
-resize and grayscale here (Gymnasium pools grayscale frames), which changes no pixel's meaning.
+Resize, GrayScale, FrameStack); the one difference is inside the first step: Gymnasium
+max-pools grayscale frames and then resizes, CleanRL max-pools RGB frames, resizes, then turns
+them gray — a pixel's value may differ by rounding, not what the frame shows.
 
 An episode in fleetrl's counters (`episode_return_*`, `episode_length_*`) is therefore one life,
 its return the clipped one: what the agent optimises, not the game's score that CleanRL plots
