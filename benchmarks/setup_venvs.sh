@@ -3,6 +3,8 @@
 #
 #   benchmarks/.venvs/sb3      stable-baselines3 2.9.2 + gymnasium 1.x + torch 2.13.0 (CPU)
 #   benchmarks/.venvs/cleanrl  cleanrl 1.2.0 (PyPI, --no-deps) + what its ppo.py imports
+#                              (+ with the `atari` target: what its ppo_atari.py imports, for
+#                              benchmarks/atari_vs_cleanrl.py)
 #
 # torch is ALWAYS pinned to 2.13.0: that is the CPU wheel lying on local disk
 # (pip's find-links); an unpinned torch would pull a multi-GB CUDA build.
@@ -21,7 +23,7 @@
 #     so the first release with one, >=2.1.3, is used). No gymnasium / tyro
 #     are needed by ppo.py.
 #
-# Usage: bash benchmarks/setup_venvs.sh [sb3|cleanrl ...]   (default: both)
+# Usage: bash benchmarks/setup_venvs.sh [sb3|cleanrl|atari ...]   (default: sb3 cleanrl)
 # Re-running is idempotent (existing venvs are reused, pins re-applied).
 set -euo pipefail
 
@@ -83,12 +85,34 @@ assert torch.__version__.startswith("2.13.0"), torch.__version__
 EOF
 }
 
+# ppo_atari.py (cleanrl 1.2.0) imports the Atari wrappers of stable-baselines3 1.2.0 (the version
+# cleanrl pins; the gym-0.23 API, installed --no-deps: SB3 1.2 asks for gym 0.19) and OpenCV, and
+# makes its envs with gym 0.23. Its Atari extra's ale-py 0.7.4 has no Python 3.11 wheel and
+# fetches ROMs at install time, so the emulator is ale-py 0.12 (ROMs in the wheel) on Gymnasium 1.4, as
+# fleetrl runs it, put behind gym 0.23's API by benchmarks/_cleanrl_atari.py.
+setup_cleanrl_atari() {
+    setup_cleanrl
+    local v="$VENVS/cleanrl"
+    echo "== cleanrl venv, Atari: $v"
+    pipi "$v/bin/python" --no-deps "stable-baselines3==1.2.0"
+    pipi "$v/bin/python" "$TORCH_PIN" "numpy<2" "cloudpickle" "pandas<3" "matplotlib<4" \
+        "opencv-python-headless>=4.9,<4.11" "ale-py>=0.12,<0.13" "gymnasium==1.4.0"
+    "$v/bin/python" - <<'EOF'
+import ale_py, cv2, gym, gymnasium, numpy, stable_baselines3
+from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv  # noqa: F401
+print("cleanrl atari ok: stable-baselines3", stable_baselines3.__version__, "| ale-py", ale_py.__version__,
+      "| opencv", cv2.__version__, "| gym", gym.__version__, "| gymnasium", gymnasium.__version__,
+      "| numpy", numpy.__version__)
+EOF
+}
+
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(sb3 cleanrl)
 for t in "${targets[@]}"; do
     case "$t" in
         sb3) setup_sb3 ;;
         cleanrl) setup_cleanrl ;;
-        *) echo "unknown venv: $t (expected sb3 or cleanrl)" >&2; exit 2 ;;
+        atari) setup_cleanrl_atari ;;
+        *) echo "unknown venv: $t (expected sb3, cleanrl or atari)" >&2; exit 2 ;;
     esac
 done

@@ -15,7 +15,6 @@ from fleetrl.config.constraints import (
     AtLeastOne,
     Finite,
     IPAddress,
-    NonEmpty,
     NonNegative,
     Note,
     Positive,
@@ -48,6 +47,9 @@ class EnvConfig:
     clip_reward: Annotated[float, PositiveOrInf] = 10.0  # clip normalised rewards likewise
     action_chunk: Annotated[int, AtLeastOne] = (
         1  # Box actions: each policy step emits this many consecutive actions, executed in order until the episode ends (README: 'Token-level policies')
+    )
+    wrappers: Literal["none", "atari"] = (
+        "none"  # a preset of standard wrappers around each simulator; atari: CleanRL's Atari preprocessing (envs/atari.py)
     )
 
 
@@ -91,7 +93,9 @@ class ModelConfig:
     kwargs: dict = field(
         default_factory=dict
     )  # passed to a custom model's constructor ({} with 'mlp', which reads the keys below)
-    hidden_sizes: Annotated[list[Annotated[int, Positive]], NonEmpty] = field(default_factory=lambda: [64, 64])
+    hidden_sizes: list[Annotated[int, Positive]] = field(
+        default_factory=lambda: [64, 64]
+    )  # mlp: hidden layers of the trunk ([]: the heads read the observation, or its encoder's features, directly)
     activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
     shared_trunk: bool = False  # one trunk for policy and value, or one each
     init_log_std: Annotated[float, Finite] = 0.0  # initial log std of the Gaussian policy (Box actions)

@@ -8,6 +8,7 @@ That is what bootstrapping truncated episodes needs, and it wastes no step on re
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -17,6 +18,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from fleetrl.config.schema import EnvConfig
 from fleetrl.entry_points import check_keyword_arguments, resolve_entry_point
+from fleetrl.envs.atari import atari_wrappers
 from fleetrl.envs.text import ArrayObservations, needs_conversion
 from fleetrl.errors import ConfigError, nearest
 
@@ -28,6 +30,8 @@ def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
 
     def make() -> gym.Env:
         env = simulator()
+        if config.wrappers == "atari":
+            env = atari_wrappers(env, config.id)
         return ArrayObservations(env, config.id) if needs_conversion(env.observation_space) else env
 
     return make
@@ -78,19 +82,23 @@ def simulator_factory(config: EnvConfig) -> Callable[[], gym.Env]:
 
 
 # Packages that register their Gymnasium ids when imported (none of them does it through an
-# entry point), by id prefix: importing one is what `gym.make("MiniGrid-...")` needs first.
-ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid"}
+# entry point), by id pattern: importing one is what `gym.make("MiniGrid-...")` needs first.
+# Pattern → (package, fleetrl's extra that installs it).
+ENV_PACKAGES = {
+    r"(MiniGrid|BabyAI)-": ("minigrid", "minigrid"),
+    r"ALE/|\w+NoFrameskip-v4$": ("ale_py", "atari"),  # ale-py's ALE/Pong-v5 and PongNoFrameskip-v4
+}
 
 
 def register_env_package(env_id: str) -> None:
     """Import the package that registers `env_id`, when it is one of `ENV_PACKAGES`' and installed."""
-    for prefix, package in ENV_PACKAGES.items():
-        if env_id.startswith(prefix) and env_id not in gym.envs.registry:
+    for pattern, (package, extra) in ENV_PACKAGES.items():
+        if re.match(pattern, env_id) and env_id not in gym.envs.registry:
             try:
                 importlib.import_module(package)
             except ImportError as error:
                 raise ConfigError(
-                    "env.id", env_id, f"an installed env package: pip install 'fleetrl[{package}]'", str(error)
+                    "env.id", env_id, f"an installed env package: pip install 'fleetrl[{extra}]'", str(error)
                 ) from None
 
 

@@ -79,6 +79,11 @@ class ActorCriticMLP(nn.Module):
         super().__init__()
         # An image or Dict observation is encoded first (models/encoders.py); a flat one is the input.
         self.encoder = encoder
+        if encoder is not None and ortho_init:  # as the Nature-CNN's baselines (CleanRL, SB3) initialise it
+            for layer in encoder.modules():
+                if isinstance(layer, nn.Conv2d | nn.Linear):
+                    nn.init.orthogonal_(layer.weight, math.sqrt(2))
+                    nn.init.zeros_(layer.bias)
         obs_dim = encoder.out_features if encoder is not None else int(np.prod(observation_space.shape))
         groups = 1 if shared_trunk else 2
         sizes = [obs_dim, *hidden_sizes]
@@ -101,8 +106,12 @@ class ActorCriticMLP(nn.Module):
                 nn.init.zeros_(self.aux_value_head.bias)
 
     def features(self, obs) -> torch.Tensor:
-        """The trunk's output: (groups, B, hidden), policy features first, value features last."""
+        """The trunk's output: (groups, B, hidden), policy features first, value features last;
+        with no hidden layers (`model.hidden_sizes: []`) the heads read the input (or the
+        encoder's features, as CleanRL's Atari agent does) directly: (1, B, features)."""
         x = self.encoder(obs) if self.encoder is not None else obs.flatten(1).float()
+        if not self.trunk:
+            return x.unsqueeze(0)
         for layer in self.trunk:
             x = self.activation(layer(x))
         return x

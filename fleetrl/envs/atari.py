@@ -1,0 +1,105 @@
+"""`env.wrappers: atari`: the standard Atari preprocessing, as CleanRL's `ppo_atari.py` applies it.
+
+From the inside out, on an ALE simulator that skips no frames itself (`BreakoutNoFrameskip-v4`,
+or an `ALE/...-v5` id with `env.kwargs: {frameskip: 1}`):
+
+1. Gymnasium's `AtariPreprocessing`: up to 30 no-op actions after each reset, each action
+   repeated 4 frames with the last two max-pooled, the frame resized to 84×84 grayscale (uint8);
+2. `EpisodicLife`: losing a life ends the episode for the learner (no bootstrap past it), but
+   the game goes on: the next "reset" only steps a no-op unless the game is really over;
+3. `FireReset`: games that wait for FIRE (Breakout) get FIRE, then action 2, after each reset;
+4. rewards clipped to their sign (−1, 0, 1);
+5. Gymnasium's `FrameStackObservation`: the last 4 frames, (4, 84, 84) uint8, channels first.
+
+The same order as CleanRL's wrappers (NoopReset, MaxAndSkip, EpisodicLife, FireReset, ClipReward,
+Resize, GrayScale, FrameStack); the one difference is inside the first step: Gymnasium
+max-pools grayscale frames and then resizes, CleanRL max-pools RGB frames, resizes, then turns
+them gray — a pixel's value may differ by rounding, not what the frame shows.
+
+An episode in fleetrl's counters (`episode_return_*`, `episode_length_*`) is therefore one life,
+its return the clipped one: what the agent optimises, not the game's score that CleanRL plots
+(its RecordEpisodeStatistics sits inside the wrappers and counts whole games, unclipped).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TransformReward
+
+from fleetrl.errors import ConfigError
+
+NOOP_MAX = 30
+FRAME_SKIP = 4
+SCREEN_SIZE = 84
+FRAME_STACK = 4
+
+
+def atari_wrappers(env: gym.Env, env_id: str) -> gym.Env:
+    """`env` (one ALE simulator) wrapped as the module docstring says."""
+    if not hasattr(env.unwrapped, "ale"):
+        raise ConfigError(
+            "env.wrappers",
+            "atari",
+            "an ALE env.id (ale-py: BreakoutNoFrameskip-v4, ALE/Pong-v5, ...)",
+            f"env.id {env_id!r} is no Atari game",
+        )
+    frameskip = getattr(env.unwrapped, "_frameskip", 1)
+    if frameskip != 1:
+        raise ConfigError(
+            "env.wrappers",
+            "atari",
+            f"an env that skips no frames itself: a *NoFrameskip-v4 id, or env.kwargs {{frameskip: 1}} for {env_id!r}",
+            f"its frameskip is {frameskip}; the preset skips {FRAME_SKIP} and max-pools",
+        )
+    try:
+        env = AtariPreprocessing(env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SCREEN_SIZE)
+    except gym.error.DependencyNotInstalled as missing:  # its resize needs OpenCV
+        raise ConfigError(
+            "env.wrappers", "atari", "installed Atari dependencies: pip install 'fleetrl[atari]'", str(missing)
+        ) from None
+    env = EpisodicLife(env)
+    if "FIRE" in env.unwrapped.get_action_meanings():
+        env = FireReset(env)
+    env = TransformReward(env, np.sign)
+    return FrameStackObservation(env, FRAME_STACK)
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life terminates the episode; the game is reset only when it is over."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives, self.game_over = 0, True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:  # a life was lost: go on from where it was lost
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:  # the no-op ended the game after all
+                obs, info = self.env.reset(**kwargs)
+        self.game_over = False
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """Presses FIRE (then action 2) after each reset, for games that wait for it to start."""
+
+    def reset(self, **kwargs):
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                self.env.reset(**kwargs)
+        return obs, info
