@@ -96,7 +96,9 @@ def validate_isolation(cluster: ClusterConfig) -> None:
     missing = why_not_isolated()
     if missing:
         raise ConfigError(
-            "cluster.simulate_isolation", cluster.simulate_isolation, f"'none' here: isolated simulated nodes need {missing}"
+            "cluster.simulate_isolation",
+            cluster.simulate_isolation,
+            f"'none' here: isolated simulated nodes need {missing}",
         )
 
 
