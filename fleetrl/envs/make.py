@@ -79,7 +79,7 @@ def simulator_factory(config: EnvConfig) -> Callable[[], gym.Env]:
 
 # Packages that register their Gymnasium ids when imported (none of them does it through an
 # entry point), by id prefix: importing one is what `gym.make("MiniGrid-...")` needs first.
-ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid"}
+ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid", "fleetrl/": "fleetrl.envs.burn"}
 
 
 def register_env_package(env_id: str) -> None:
