@@ -466,3 +466,23 @@ def throughput_table(
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- before/after in child processes
+
+
+def per_call_us(function, calls: int) -> float:
+    """CPU time of this process (all its threads) per call: on a loaded host, wall time mostly
+    measures the wait for a core."""
+    function()  # warm-up
+    started = time.process_time()
+    for _ in range(calls):
+        function()
+    return (time.process_time() - started) / calls * 1e6
+
+
+def base_tree(ref: str, into: Path) -> Path:
+    """`ref`'s `fleetrl` package extracted under `into` (for PYTHONPATH=into): the 'before'."""
+    archive = subprocess.run(["git", "archive", ref, "fleetrl"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into

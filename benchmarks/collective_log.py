@@ -30,21 +30,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _runkit import base_tree, per_call_us  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 MEASURES = ("mark_us", "per_bucket_us", "all_reduce_us", "record_us")
-
-
-def per_call_us(function, calls: int) -> float:
-    """CPU time of this process (all its threads: Gloo's and the callbacks they run too) per
-    call: on a loaded host, wall time mostly measures the wait for a core."""
-    function()  # warm-up
-    started = time.process_time()
-    for _ in range(calls):
-        function()
-    return (time.process_time() - started) / calls * 1e6
 
 
 def measure(buckets: int) -> dict:
@@ -93,12 +85,6 @@ def measure(buckets: int) -> dict:
     }
     process_group.destroy_process_group()
     return results
-
-
-def base_tree(ref: str, into: Path) -> Path:
-    archive = subprocess.run(["git", "archive", ref, "fleetrl"], cwd=REPO, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 def run_child(tree: Path, buckets: int) -> dict:
