@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -53,16 +50,6 @@ def measure(calls: int) -> dict:
     }
 
 
-def run_child(tree: Path, calls: int) -> dict:
-    code = (
-        f"import json, sys; sys.path.insert(0, {str(kit.BENCH)!r}); import recorder_hot_path as r; "
-        f"print(json.dumps(r.measure({calls})))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", default="main", help="the commit to compare against (default: main)")
@@ -70,12 +57,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200_000)
     args = parser.parse_args()
     info = kit.machine()
-    with tempfile.TemporaryDirectory() as folder:
-        trees = {"before": kit.base_tree(args.base, Path(folder)), "after": kit.ROOT}
-        runs: dict[str, list[dict]] = {"before": [], "after": []}
-        for _ in range(args.rounds):
-            for name, tree in trees.items():
-                runs[name].append(run_child(tree, args.calls))
+    runs = kit.before_after(args.base, args.rounds, "recorder_hot_path", f"measure({args.calls})")
     print(f"Machine: {kit.machine_line(info)}\n")
     print(f"Command: `.venv/bin/python benchmarks/recorder_hot_path.py --base {args.base} --rounds {args.rounds}`\n")
     print("| CPU µs per call (median of rounds) | before | after | after/before | rounds before | rounds after |")
