@@ -6,8 +6,9 @@ server (the dashboard process, which with `include_dashboard=False` still loads 
 module) and the autoscaler's monitor, and `ray.init` waits until the API server has come up.
 fleetrl uses neither (no dashboard, no job submission, no state API, no autoscaling: its workers
 are pinned to fixed nodes), and on a busy 2-core machine the two Python processes cost seconds of
-start-up, the wait alone ~2.6 s (benchmarks/ray_startup.py). Everything else is Ray's own start-up
-(GCS, raylets with their agents, the log monitor that forwards worker output to the driver).
+start-up, the wait alone ~2.6 s (benchmarks/ray_startup.py); nor the idle workers Ray prestarts
+(`NO_PRESTARTED_WORKERS`). Everything else is Ray's own start-up (GCS, raylets with their agents,
+the log monitor that forwards worker output to the driver).
 
 The nodes are children of this process: `shutdown` ends them, and an incident's teardown
 (`kill_own_children`) or the run's janitor ends them too.
@@ -26,6 +27,10 @@ from ray._private.parameter import RayParams
 from ray._private.services import wait_for_node
 
 NODE_JOIN_TIMEOUT_S = 60
+# Ray starts one idle Python worker per CPU slot when the first driver connects, for tasks;
+# fleetrl's workers are actors with a runtime_env of their own and never reuse them, so they are
+# only processes importing Ray on the cores the run's own workers start on.
+NO_PRESTARTED_WORKERS = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
 SIMULATED_OBJECT_STORE_BYTES = 150 * 1024 * 1024  # per simulated node, as `ray.cluster_utils.Cluster`
 
 
@@ -46,7 +51,7 @@ class LocalRay:
         common = {"num_cpus": cpus_per_node, "node_ip_address": node_ip, "include_dashboard": False}
         if num_nodes > 1:  # several object stores in one machine's memory
             common["object_store_memory"] = SIMULATED_OBJECT_STORE_BYTES
-        head = RayParams(**common, no_monitor=True)
+        head = RayParams(**common, no_monitor=True, _system_config=NO_PRESTARTED_WORKERS)
         self.nodes: list[Node] = [HeadWithoutApiServer(head, head=True, shutdown_at_exit=True, spawn_reaper=True)]
         self.address: str = self.nodes[0].address
         for _ in range(num_nodes - 1):
