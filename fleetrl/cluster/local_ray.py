@@ -25,6 +25,7 @@ from ray._private.authentication.authentication_token_setup import (
 from ray._private.node import Node
 from ray._private.parameter import RayParams
 from ray._private.services import wait_for_node
+from ray._private.utils import write_ray_address
 
 NODE_JOIN_TIMEOUT_S = 60
 # Ray starts one idle Python worker per CPU slot when the first driver connects, for tasks;
@@ -59,6 +60,8 @@ class LocalRay:
             node = Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
             wait_for_node(self.address, node.plasma_store_socket_name, NODE_JOIN_TIMEOUT_S)  # in order
             self.nodes.append(node)
+        if num_nodes > 1:  # as `ray.cluster_utils.Cluster` did (the janitor forgets it after a kill -9)
+            write_ray_address(self.address)
 
     def list_all_nodes(self) -> list[Node]:
         """Every node, in the order they were started (node index order)."""
