@@ -466,3 +466,48 @@ def throughput_table(
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- before/after in child processes
+
+
+def per_call_us(function, calls: int) -> float:
+    """CPU time of this process (all its threads) per call: on a loaded host, wall time mostly
+    measures the wait for a core."""
+    function()  # warm-up
+    started = time.process_time()
+    for _ in range(calls):
+        function()
+    return (time.process_time() - started) / calls * 1e6
+
+
+def base_tree(ref: str, into: Path) -> Path:
+    """`ref`'s `fleetrl` package extracted under `into` (for PYTHONPATH=into): the 'before'."""
+    archive = subprocess.run(["git", "archive", ref, "fleetrl"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def before_after(base: str, rounds: int, module: str, call: str, drop_env: tuple = ()) -> dict[str, list[dict]]:
+    """`{"before": [...], "after": [...]}`: `module.call` (a function call in benchmarks/<module>.py
+    returning JSON-able data) run `rounds` times in child processes, alternating between `base`'s
+    fleetrl and this tree's, without the variables `drop_env`."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        trees = {"before": base_tree(base, Path(folder)), "after": ROOT}
+        runs: dict[str, list[dict]] = {"before": [], "after": []}
+        for _ in range(rounds):
+            for name, tree in trees.items():
+                env = {k: v for k, v in os.environ.items() if k not in drop_env}
+                code = f"import json, sys; sys.path.insert(0, {str(BENCH)!r}); import {module} as m; print(json.dumps(m.{call}))"
+                done = subprocess.run(
+                    [sys.executable, "-c", code],
+                    cwd=tree,
+                    env={**env, "PYTHONPATH": str(tree)},
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return runs

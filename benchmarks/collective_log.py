@@ -25,26 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _runkit import before_after, per_call_us  # noqa: E402
+
 MEASURES = ("mark_us", "per_bucket_us", "all_reduce_us", "record_us")
-
-
-def per_call_us(function, calls: int) -> float:
-    """CPU time of this process (all its threads: Gloo's and the callbacks they run too) per
-    call: on a loaded host, wall time mostly measures the wait for a core."""
-    function()  # warm-up
-    started = time.process_time()
-    for _ in range(calls):
-        function()
-    return (time.process_time() - started) / calls * 1e6
 
 
 def measure(buckets: int) -> dict:
@@ -95,32 +83,13 @@ def measure(buckets: int) -> dict:
     return results
 
 
-def base_tree(ref: str, into: Path) -> Path:
-    archive = subprocess.run(["git", "archive", ref, "fleetrl"], cwd=REPO, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
-
-
-def run_child(tree: Path, buckets: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    env.pop("TORCH_FR_BUFFER_SIZE", None)
-    code = f"import json, sys; sys.path.insert(0, {str(REPO / 'benchmarks')!r}); import collective_log as c; print(json.dumps(c.measure({buckets})))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", default="main", help="the commit to compare against (default: main)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--buckets", type=int, default=8)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        trees = {"before": base_tree(args.base, Path(folder)), "after": REPO}
-        runs: dict[str, list[dict]] = {"before": [], "after": []}
-        for _ in range(args.rounds):
-            for name, tree in trees.items():
-                runs[name].append(run_child(tree, args.buckets))
+    runs = before_after(args.base, args.rounds, "collective_log", f"measure({args.buckets})", ("TORCH_FR_BUFFER_SIZE",))
     print(f"{'measure':<16}{'before':>12}{'after':>12}{'after/before':>14}")
     for measure_name in MEASURES:
         before = statistics.median(r[measure_name] for r in runs["before"])

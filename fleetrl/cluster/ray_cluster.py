@@ -80,11 +80,11 @@ class RayCluster:
         isolated = config.simulate_nodes > 1 and config.simulate_isolation == "namespaces"
         if isolated:  # real nodes on a bridge: whatever an earlier run in this process set
             let_ray_leave_loopback()
-        elif config.ray_address is None and is_loopback(config.node_ip):
+        elif is_loopback(config.node_ip) if config.ray_address is None else joins_loopback(config.ray_address):
             keep_ray_on_loopback()
         import ray
 
-        self.simulated = None
+        self.started = None  # the Ray nodes this process started (LocalRay, IsolatedNodes); None when joining
         self.owned: bool = config.ray_address is None
         self.workers: list[tuple[Assignment, object]] = []  # every worker created: (assignment, handle)
         # Workers import `module:attr` entry points the way the driver does: from its cwd first.
@@ -93,17 +93,14 @@ class RayCluster:
         with deadline(connect_timeout_s, f"connecting to Ray ({config.ray_address or 'a new local cluster'})"):
             if config.ray_address is not None:
                 ray.init(address=config.ray_address)
+                log.info("joined the running Ray instance at %s", config.ray_address)
             elif isolated:
-                self.simulated = IsolatedNodes(config.simulate_nodes, devices_per_node, skews(config))
-                ray.init(address=self.simulated.address, _node_ip_address=self.simulated.host_address)
-            elif config.simulate_nodes > 1:
-                self.simulated = start_simulated_cluster(config.simulate_nodes, devices_per_node, config.node_ip)
-                ray.init(address=self.simulated.address, _node_ip_address=config.node_ip)
-            else:  # "local": a new instance, never some other session's running cluster
-                ray.init(
-                    address="local", num_cpus=devices_per_node, _node_ip_address=config.node_ip, include_dashboard=False
-                )
-        self.node_ids = ordered_node_ids(self.simulated)
+                self.started = IsolatedNodes(config.simulate_nodes, devices_per_node, skews(config))
+                ray.init(address=self.started.address, _node_ip_address=self.started.host_address)
+            else:  # a new instance (N simulated nodes, or one), never some other session's running cluster
+                self.started = start_local_ray(max(config.simulate_nodes, 1), devices_per_node, config.node_ip)
+                ray.init(address=self.started.address, _node_ip_address=config.node_ip)
+        self.node_ids = ordered_node_ids(self.started)
         self.raylets = raylet_addresses(self.node_ids)
         if len(self.node_ids) < config.num_nodes:
             self.shutdown()
@@ -166,8 +163,8 @@ class RayCluster:
 
     def node_clock(self, node: int) -> str | None:
         """An isolated simulated node's skewed clock (a sitecustomize folder), if it has one."""
-        if isinstance(self.simulated, IsolatedNodes) and self.simulated.nodes[node].clock is not None:
-            return str(self.simulated.nodes[node].clock)
+        if isinstance(self.started, IsolatedNodes) and self.started.nodes[node].clock is not None:
+            return str(self.started.nodes[node].clock)
         return None
 
     def node_ip(self, node: int) -> str:
@@ -194,8 +191,8 @@ class RayCluster:
         are removed here, as namespaces and links outlive the processes in them.)"""
         import ray
 
-        if isinstance(self.simulated, IsolatedNodes):
-            self.simulated.shutdown()
+        if isinstance(self.started, IsolatedNodes):
+            self.started.shutdown()
         if self.owned:
             return
         for _, handle in self.workers:
@@ -212,7 +209,7 @@ class RayCluster:
             kill_own_children()
             os._exit(EXIT_INCIDENT)
 
-        if not isinstance(self.simulated, IsolatedNodes):  # isolated nodes go in shutdown(), after the driver
+        if not isinstance(self.started, IsolatedNodes):  # isolated nodes go in shutdown(), after the driver
             self.kill_remote_workers()
         with expire_after(30, expire):
             self.shutdown()
@@ -221,9 +218,14 @@ class RayCluster:
         import ray
 
         ray.shutdown()
-        if self.simulated is not None:
-            self.simulated.shutdown()
-            self.simulated = None
+        if self.started is not None:
+            self.started.shutdown()
+            self.started = None
+
+
+def joins_loopback(ray_address: str) -> bool:
+    """Whether `cluster.ray_address` (host:port) is a Ray instance on this machine's loopback."""
+    return is_loopback(ray_address.rpartition(":")[0].strip("[]"))
 
 
 def keep_ray_on_loopback() -> None:
@@ -249,16 +251,12 @@ def let_ray_leave_loopback() -> None:
         ray_constants.ENABLE_RAY_CLUSTER = not ray_constants.IS_WINDOWS_OR_OSX
 
 
-def start_simulated_cluster(num_nodes: int, cpus_per_node: int, node_ip: str):
-    from ray.cluster_utils import Cluster
+def start_local_ray(num_nodes: int, cpus_per_node: int, node_ip: str):
+    from fleetrl.cluster.local_ray import LocalRay  # imports Ray: after keep_ray_on_loopback
 
-    log.info("starting a simulated %d-node Ray cluster on %s", num_nodes, node_ip)
-    node_args = {"num_cpus": cpus_per_node, "node_ip_address": node_ip, "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args=node_args)
-    for _ in range(num_nodes - 1):
-        cluster.add_node(num_cpus=cpus_per_node, node_ip_address=node_ip)
-    cluster.wait_for_nodes()
-    return cluster
+    if num_nodes > 1:
+        log.info("starting a simulated %d-node Ray cluster on %s", num_nodes, node_ip)
+    return LocalRay(num_nodes, cpus_per_node, node_ip)
 
 
 def skews(config: ClusterConfig) -> dict[int, float]:
@@ -273,13 +271,13 @@ def raylet_addresses(node_ids: list[str]) -> list[str]:
     return [by_id[node_id] for node_id in node_ids]
 
 
-def ordered_node_ids(simulated) -> list[str]:
-    """Node index → Ray node id: the simulated nodes in the order they were added; on a real
+def ordered_node_ids(started) -> list[str]:
+    """Node index → Ray node id: the nodes this process started, in the order it added them; on a real
     cluster the head first, then the others by address (`node_order.py`)."""
-    if isinstance(simulated, IsolatedNodes):
-        return simulated.node_ids()
-    if simulated is not None:
-        return [node.node_id for node in simulated.list_all_nodes()]
+    if isinstance(started, IsolatedNodes):
+        return started.node_ids()
+    if started is not None:
+        return [node.node_id for node in started.list_all_nodes()]
     import ray
 
     return [n["NodeID"] for n in in_node_order(ray.nodes())]

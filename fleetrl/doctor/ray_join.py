@@ -45,6 +45,10 @@ def check_ray(context: Context) -> list[Check]:
                     f"or fix cluster.ray_address / RAY_ADDRESS",
                 )
             ]
+    from fleetrl.cluster.ray_cluster import joins_loopback, keep_ray_on_loopback
+
+    if joins_loopback(view.ray_address):
+        keep_ray_on_loopback()  # before Ray is imported: else it rewrites 127.0.0.1 and never connects
     import ray
 
     try:

@@ -87,6 +87,7 @@ def simulator_factory(config: EnvConfig) -> Callable[[], gym.Env]:
 ENV_PACKAGES = {
     r"(MiniGrid|BabyAI)-": ("minigrid", "minigrid"),
     r"ALE/|\w+NoFrameskip-v4$": ("ale_py", "atari"),  # ale-py's ALE/Pong-v5 and PongNoFrameskip-v4
+    r"fleetrl/": ("fleetrl.envs.burn", "test"),  # fleetrl's own stand-ins: always installed
 }
 
 

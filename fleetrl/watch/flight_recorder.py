@@ -37,6 +37,21 @@ def heartbeat_key(component: str, rank: int) -> str:
     return f"{HEARTBEAT_PREFIX}{component}/{rank}"
 
 
+_now, _thread_id = time.time, threading.get_ident  # bound once: the phase marks run per env step
+
+
+class PhaseStats:
+    """One phase's counters, updated in place by each call: calls entered, the longest finished
+    call (seconds; None before one has finished) and the collectives the last finished call made."""
+
+    __slots__ = ("name", "calls", "longest_s", "collectives")
+
+    def __init__(self, name: str):
+        self.name, self.calls = name, 0
+        self.longest_s: float | None = None
+        self.collectives: int | None = None
+
+
 class Recorder:
     def __init__(self, component: str, rank: int, node: int):
         self.identity = {
@@ -48,33 +63,48 @@ class Recorder:
             "machine": machine_identity(),
             "raylet": os.environ.get(RAYLET_VARIABLE),  # watch/node_loss.py
         }
-        self.phase: str | None = None
+        self.current: PhaseStats | None = None  # the phase running now
         self.phase_started: float | None = None
         self.phase_thread: int = threading.get_ident()  # the thread running the phase
         self.beats = 0
-        self.phase_counts: dict[str, int] = {}
-        self.phase_max_s: dict[str, float] = {}  # longest finished duration of each phase
+        self.phases: dict[str, PhaseStats] = {}
         self.collectives = CollectiveLog()
         self.call_base = 0  # collectives.count when the current phase call began
-        self.call_collectives: dict[str, int] = {}  # phase → collectives its last finished call made
         self.publisher: threading.Thread | None = None
         self.stopped = threading.Event()
 
-    def enter_phase(self, name: str) -> tuple:
-        """Start phase `name`; returns what `exit_phase` needs to restore the enclosing one.
-        (Plain calls rather than a context manager: this runs twice per env step.)"""
-        outer = (self.phase, self.phase_started, self.phase_thread, self.call_base)
-        self.phase, self.phase_started = name, time.time()
-        self.phase_thread, self.call_base = threading.get_ident(), self.collectives.count
-        self.phase_counts[name] = self.phase_counts.get(name, 0) + 1
+    @property
+    def phase(self) -> str | None:
+        current = self.current
+        return None if current is None else current.name
+
+    def stats(self, name: str) -> PhaseStats:
+        """Phase `name`'s counters (made on first use); a caller that runs it often keeps them."""
+        stats = self.phases.get(name)
+        if stats is None:
+            stats = self.phases.setdefault(name, PhaseStats(name))
+        return stats
+
+    def enter(self, stats: PhaseStats) -> tuple:
+        """Start the phase of `stats`; returns what `exit_phase` needs to restore the enclosing
+        one. This runs twice per env step: it updates fields in place, one clock read, one
+        tuple (plain calls rather than a context manager)."""
+        outer = (self.current, self.phase_started, self.phase_thread, self.call_base)
+        stats.calls += 1
+        self.current, self.phase_started = stats, _now()
+        self.phase_thread, self.call_base = _thread_id(), self.collectives.count
         return outer
 
+    def enter_phase(self, name: str) -> tuple:
+        return self.enter(self.stats(name))
+
     def exit_phase(self, outer: tuple) -> None:
-        name, duration = self.phase, time.time() - self.phase_started
-        if duration > self.phase_max_s.get(name, 0.0):
-            self.phase_max_s[name] = duration
-        self.call_collectives[name] = self.collectives.count - self.call_base
-        self.phase, self.phase_started, self.phase_thread, self.call_base = outer
+        stats, duration = self.current, _now() - self.phase_started
+        longest = stats.longest_s
+        if longest is None or duration > longest:
+            stats.longest_s = duration
+        stats.collectives = self.collectives.count - self.call_base
+        self.current, self.phase_started, self.phase_thread, self.call_base = outer
 
     @contextlib.contextmanager
     def in_phase(self, name: str):
@@ -94,22 +124,25 @@ class Recorder:
             self.collectives.complete(entry)
 
     def record(self) -> dict:
+        """The heartbeat: read here, in the publishing thread, from what the phases keep in place."""
         self.beats += 1
-        now, phase_started, thread = time.time(), self.phase_started, self.phase_thread
+        now, current, phase_started, thread = time.time(), self.current, self.phase_started, self.phase_thread
+        phases = list(self.phases.values())  # one C-level copy: the main thread may add a phase meanwhile
+        finished = [stats for stats in phases if stats.longest_s is not None]
         return {
             **self.identity,
             "time": now,
             "beat": self.beats,
-            "phase": self.phase,
+            "phase": None if current is None else current.name,
             "phase_started": phase_started,
             "phase_elapsed_s": None if phase_started is None else now - phase_started,
             "cpu_s": time.process_time(),
             "thread_cpu_s": thread_cpu_s(thread),
             "stack_signature": stack_signature(thread),
-            "phase_counts": dict(self.phase_counts),
-            "phase_max_s": dict(self.phase_max_s),
-            "call_collectives": dict(self.call_collectives),
-            "collectives_in_call": self.collectives.count - self.call_base if self.phase else None,
+            "phase_counts": {stats.name: stats.calls for stats in phases},
+            "phase_max_s": {stats.name: stats.longest_s for stats in finished},
+            "call_collectives": {stats.name: stats.collectives for stats in finished},
+            "collectives_in_call": self.collectives.count - self.call_base if current else None,
             **self.collectives.record(),
         }
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fleetrl.watch import flight_recorder
 from fleetrl.watch.faults import FaultPlan, block_in_forward, inject_before, inject_extra_collective
-from fleetrl.watch.flight_recorder import Recorder
+from fleetrl.watch.flight_recorder import PhaseStats, Recorder
 from fleetrl.watch.stack_requests import connect_answerer
 from fleetrl.watch.stacks import register_stack_dump, stack_file
 from fleetrl.watch.store import connect_publisher
@@ -72,22 +72,28 @@ class RecordedCalls:
         self.worker, self.component, self.rank = worker, component, rank
         self.recorder, self.faults = recorder, faults
         self.process = process or component
+        self.phases: dict[str, PhaseStats] = {}  # method → its phase's counters, made once
 
     def __call__(self, method: str, *args):
-        phase = f"{self.component}.{method}"
-        outer = self.recorder.enter_phase(phase)
+        stats = self.phases.get(method) or self.phase_of(method)
+        outer = self.recorder.enter(stats)
         try:
             if self.faults.armed and self.faults.fires(method):
-                return self.run_with_fault(phase, method, *args)
+                return self.run_with_fault(stats.name, method, *args)
             return getattr(self.worker, method)(*args)
         except (WorkerError, KeyboardInterrupt):
             raise
         except Exception as error:
+            phase = stats.name
             raise WorkerError(
                 self.process, self.rank, phase, type(error).__name__, str(error), traceback.format_exc(), time.time()
             ) from None
         finally:
             self.recorder.exit_phase(outer)
+
+    def phase_of(self, method: str) -> PhaseStats:
+        stats = self.phases[method] = self.recorder.stats(f"{self.component}.{method}")
+        return stats
 
     def run_with_fault(self, phase: str, method: str, *args):
         inject_before(self.faults.kind, phase)
