@@ -1,0 +1,165 @@
+"""What one env ⇄ rollout exchange costs on Ray: compiled graph vs plain actor calls vs inline.
+
+Part 1, the exchange alone: a no-op policy (`act` returns its input) and a no-op env (`step`
+returns it), each a Ray actor that dispatches `call(name, *args)` like fleetrl's WorkerHost, and
+one lane driven T steps per epoch the three ways fleetrl can:
+
+  inline            both objects in this process (the floor: Python dispatch only);
+  Ray plain calls   fleetrl's classic exchange: per step `act.remote` then `step.remote`, futures
+                    passed along, nothing waited for until the epoch's end (collect.QueuedCalls);
+  Ray plain, waited the same two calls, each step's outcome waited for (a round trip per step);
+  Ray compiled      one Ray Compiled Graph act → step, executed per step, outcome read each time
+                    (cluster/compiled_exchange.py).
+
+Per exchange = per act+step pair, median over --reps epochs of --steps steps, variants interleaved.
+
+Part 2, training: PPO CartPole (configs/ppo_cartpole.yaml, fixed env-step budget, target off) with
+actor, rollout and 2 env ranks (2 pipeline stages each) as Ray actors, cluster.exchange compiled
+vs classic, and the inline backend; env steps per training second, ratios to inline.
+
+    .venv/bin/python benchmarks/exchange_overhead.py [--reps 5] [--steps 200] [--train-reps 2] [--train-steps 20480]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _runkit as kit  # noqa: E402
+
+CONFIG = "configs/ppo_cartpole.yaml"
+RAY_FOUR_LANES = [
+    "cluster.backend=ray",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor: 0, env: 0-1, rollout: 0}",
+    "rollout.pipeline_stage_num=2",
+]
+TRAIN_VARIANTS = {
+    "inline": ["cluster.backend=inline"],
+    "Ray classic calls": [*RAY_FOUR_LANES, "cluster.exchange=classic"],
+    "Ray compiled graph": [*RAY_FOUR_LANES, "cluster.exchange=compiled"],
+}
+
+
+class NoOp:
+    """The policy and the env at once: every method returns what it is given."""
+
+    def call(self, name: str, *args):
+        return getattr(self, name)(*args)
+
+    def act(self, lane: int, t: int, outcome):
+        return outcome
+
+    def step(self, actions, stage: int):
+        return actions
+
+
+def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
+    """Seconds per exchange (act + step) of each variant, one value per epoch."""
+    import numpy as np
+    import ray
+    from ray.dag import InputNode
+
+    outcome = np.zeros((4, 4), np.float32)  # 4 CartPole observations
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    try:
+        host = ray.remote(num_cpus=0)(NoOp)
+        rollout, env = host.remote(), host.remote()
+        ray.get([rollout.call.remote("act", 0, 0, 0), env.call.remote("step", 0, 0)])
+        with InputNode() as inputs:
+            graph = env.call.bind("step", rollout.call.bind("act", 0, inputs[0], inputs[1]), 0).experimental_compile()
+        local = NoOp()
+
+        def inline() -> None:
+            value = outcome
+            for t in range(steps):
+                value = local.call("step", local.call("act", 0, t, value), 0)
+
+        def queued() -> None:
+            value = outcome
+            for t in range(steps):
+                value = env.call.remote("step", rollout.call.remote("act", 0, t, value), 0)
+            ray.get(value)
+
+        def waited() -> None:
+            value = outcome
+            for t in range(steps):
+                value = ray.get(env.call.remote("step", rollout.call.remote("act", 0, t, value), 0))
+
+        def compiled() -> None:
+            value = outcome
+            for t in range(steps):
+                value = graph.execute(t, value).get(timeout=-1).copy()
+
+        variants = {"inline": inline, "Ray plain calls": queued, "Ray plain, waited": waited, "Ray compiled": compiled}
+        for run in variants.values():  # warm-up
+            run()
+        costs: dict[str, list[float]] = {name: [] for name in variants}
+        names = list(variants)
+        for rep in range(reps):
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                started = time.perf_counter()
+                variants[name]()
+                costs[name].append((time.perf_counter() - started) / steps)
+        graph.teardown()
+        return costs
+    finally:
+        ray.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--train-reps", type=int, default=2)
+    parser.add_argument("--train-steps", type=int, default=20480)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    info = kit.machine()
+    out = kit.results_dir("exchange_overhead")
+    load_before = os.getloadavg()
+    costs = exchange_costs(args.reps, args.steps)
+    overrides = {
+        name: [*kit.FIXED_WORK, f"runner.total_env_steps={args.train_steps}", *extra]
+        for name, extra in TRAIN_VARIANTS.items()
+    }
+    threads = {name: kit.placement_threads(CONFIG, o) for name, o in overrides.items()}
+    runs = kit.run_interleaved(CONFIG, overrides, args.train_reps, out, args.warmup) if args.train_reps else {}
+    kit.write_json(
+        out / "results.json",
+        {
+            "machine": info,
+            "args": vars(args),
+            "load_before": load_before,
+            "costs": costs,
+            "threads": threads,
+            "runs": runs,
+        },
+    )
+
+    print(f"Machine: {kit.machine_line(info)}; load average before: {load_before[0]:.2f}\n")
+    print(
+        f"Command: `.venv/bin/python benchmarks/exchange_overhead.py --reps {args.reps} --steps {args.steps} "
+        f"--train-reps {args.train_reps} --train-steps {args.train_steps} --warmup {args.warmup}`; raw: "
+        f"`{out.relative_to(kit.ROOT)}/results.json`\n"
+    )
+    compiled = statistics.median(costs["Ray compiled"])
+    print("| exchange (no-op act + no-op step, 1 lane) | µs per exchange, median (range) | vs Ray compiled |")
+    print("|---|---|---|")
+    for name, values in costs.items():
+        micro = [v * 1e6 for v in values]
+        print(
+            f"| {name} | {statistics.median(micro):.1f} ({kit.spread(micro)}) | {statistics.median(values) / compiled:.2f}× |"
+        )
+    if runs:
+        print()
+        print(kit.throughput_table(runs, threads, "inline"))
+
+
+if __name__ == "__main__":
+    main()
