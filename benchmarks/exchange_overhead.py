@@ -8,8 +8,9 @@ one lane driven T steps per epoch the three ways fleetrl can:
   Ray plain calls   fleetrl's classic exchange: per step `act.remote` then `step.remote`, futures
                     passed along, nothing waited for until the epoch's end (collect.QueuedCalls);
   Ray plain, waited the same two calls, each step's outcome waited for (a round trip per step);
-  Ray compiled      one Ray Compiled Graph act → step, executed per step, outcome read each time
-                    (cluster/compiled_exchange.py).
+  Ray compiled, U   one Ray Compiled Graph of U chained act → step pairs, executed T/U times, the
+                    outcome read after each execution: U = 1 (a controller barrier every step) and
+                    U = 8 (what cluster/compiled_exchange.py compiles for T = 32, 1 lane).
 
 Per exchange = per act+step pair, median over --reps epochs of --steps steps, variants interleaved.
 
@@ -27,12 +28,14 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _runkit as kit  # noqa: E402
 
 CONFIG = "configs/ppo_cartpole.yaml"
+UNROLLS = (1, 8)  # steps per compiled-graph execution
 RAY_FOUR_LANES = [
     "cluster.backend=ray",
     "cluster.devices_per_node=2",
@@ -71,8 +74,13 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
         host = ray.remote(num_cpus=0)(NoOp)
         rollout, env = host.remote(), host.remote()
         ray.get([rollout.call.remote("act", 0, 0, 0), env.call.remote("step", 0, 0)])
-        with InputNode() as inputs:
-            graph = env.call.bind("step", rollout.call.bind("act", 0, inputs[0], inputs[1]), 0).experimental_compile()
+        graphs = {}
+        for unroll in UNROLLS:
+            with InputNode() as inputs:  # inputs[k]: step index; inputs[unroll]: the last outcome
+                value = inputs[unroll]
+                for k in range(unroll):
+                    value = env.call.bind("step", rollout.call.bind("act", 0, inputs[k], value), 0)
+            graphs[unroll] = value.experimental_compile()
         local = NoOp()
 
         def inline() -> None:
@@ -91,12 +99,13 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
             for t in range(steps):
                 value = ray.get(env.call.remote("step", rollout.call.remote("act", 0, t, value), 0))
 
-        def compiled() -> None:
+        def compiled(unroll: int) -> None:
             value = outcome
-            for t in range(steps):
-                value = graph.execute(t, value).get(timeout=-1).copy()
+            for first in range(0, steps, unroll):
+                value = graphs[unroll].execute(*range(first, first + unroll), value).get(timeout=-1).copy()
 
-        variants = {"inline": inline, "Ray plain calls": queued, "Ray plain, waited": waited, "Ray compiled": compiled}
+        variants = {"inline": inline, "Ray plain calls": queued, "Ray plain, waited": waited}
+        variants.update({f"Ray compiled, U = {u}": partial(compiled, u) for u in UNROLLS})
         for run in variants.values():  # warm-up
             run()
         costs: dict[str, list[float]] = {name: [] for name in variants}
@@ -106,7 +115,8 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
                 started = time.perf_counter()
                 variants[name]()
                 costs[name].append((time.perf_counter() - started) / steps)
-        graph.teardown()
+        for graph in graphs.values():
+            graph.teardown()
         return costs
     finally:
         ray.shutdown()
@@ -115,7 +125,7 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=200, help="steps per epoch, a multiple of 8")
     parser.add_argument("--train-reps", type=int, default=2)
     parser.add_argument("--train-steps", type=int, default=20480)
     parser.add_argument("--warmup", type=int, default=3)
@@ -148,13 +158,13 @@ def main() -> None:
         f"--train-reps {args.train_reps} --train-steps {args.train_steps} --warmup {args.warmup}`; raw: "
         f"`{out.relative_to(kit.ROOT)}/results.json`\n"
     )
-    compiled = statistics.median(costs["Ray compiled"])
-    print("| exchange (no-op act + no-op step, 1 lane) | µs per exchange, median (range) | vs Ray compiled |")
+    plain = statistics.median(costs["Ray plain calls"])
+    print("| exchange (no-op act + no-op step, 1 lane) | µs per exchange, median (range) | vs Ray plain calls |")
     print("|---|---|---|")
     for name, values in costs.items():
         micro = [v * 1e6 for v in values]
         print(
-            f"| {name} | {statistics.median(micro):.1f} ({kit.spread(micro)}) | {statistics.median(values) / compiled:.2f}× |"
+            f"| {name} | {statistics.median(micro):.1f} ({kit.spread(micro)}) | {statistics.median(values) / plain:.2f}× |"
         )
     if runs:
         print()

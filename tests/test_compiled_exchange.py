@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fleetrl.checkpoint import load_latest
+from fleetrl.cluster.compiled_exchange import unroll_for
 from fleetrl.cluster.layout import resolve_layout
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
@@ -19,7 +20,7 @@ FOUR_LANES = [
     "cluster.component_placement={actor: 0, env: 0-1, rollout: 0}",
     "rollout.pipeline_stage_num=2",
 ]
-COMPILED_LINE = "[fleetrl] env⇄rollout exchange: compiled graph (4 lanes"
+COMPILED_LINE = "[fleetrl] env⇄rollout exchange: compiled graph (4 lanes, 8 steps per execution)"
 # A Ray setting that makes every compiled graph fail to build (its context rejects it): the
 # compile raises for real, as on a Ray that cannot serve the layout.
 BROKEN_GRAPHS = {"RAY_CGRAPH_read_iteration_timeout_s": "100"}
@@ -36,7 +37,7 @@ def cartpole(runs, *overrides: str) -> list[str]:
         "algorithm.num_steps=16",
         "algorithm.minibatch_size=64",
         "algorithm.update_epochs=2",
-        "runner.total_env_steps=512",  # 4 iterations, each a weight sync and 16 executions
+        "runner.total_env_steps=512",  # 4 iterations, each a weight sync and 2 executions of 8 steps
         "runner.tensorboard=false",
         "--skip-doctor",
         *overrides,
@@ -104,3 +105,10 @@ def test_compiled_exchange_where_env_and_rollout_share_a_process_is_a_config_err
         resolve_layout(load_config("configs/ppo_cartpole.yaml", [*overrides, "cluster.exchange=compiled"]))
     assert (caught.value.key, caught.value.value) == ("cluster.exchange", "compiled")
     assert caught.value.valid == "'auto' or 'classic' on this layout" and process in caught.value.hint
+
+
+@pytest.mark.parametrize(
+    ("steps", "lanes", "unroll"), [(32, 4, 8), (16, 1, 8), (12, 1, 6), (13, 1, 1), (32, 16, 2), (30, 64, 1)]
+)
+def test_steps_per_execution_divide_the_epoch_and_bound_the_channels(steps, lanes, unroll):
+    assert unroll_for(steps, lanes) == unroll

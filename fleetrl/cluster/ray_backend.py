@@ -65,7 +65,9 @@ class RayBackend(Backend):
         )
         evaluator = start_evaluator(config, layout, create, undo)
         join_actor_ranks(cluster, actor)
-        exchange = choose_exchange(config.cluster.exchange, session.interrupt, cluster.before_shutdown.append)
+        exchange = choose_exchange(
+            config.cluster.exchange, config.algorithm.num_steps, session.interrupt, cluster.before_shutdown.append
+        )
         collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps, exchange)
         return cls(
             session, Workers(env, rollout, actor, spaces, evaluator), CollectThenTrain(collector, actor), cluster
