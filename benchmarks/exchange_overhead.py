@@ -72,14 +72,17 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
         host = ray.remote(num_cpus=0)(NoOp)
-        rollout, env = host.remote(), host.remote()
-        ray.get([rollout.call.remote("act", 0, 0, 0), env.call.remote("step", 0, 0)])
+        # A pair of actors per graph: an actor serves one compiled graph at a time.
+        pairs = {name: (host.remote(), host.remote()) for name in ("plain", *UNROLLS)}
+        ray.get([actor.call.remote("act", 0, 0, 0) for pair in pairs.values() for actor in pair])
+        rollout, env = pairs["plain"]
         graphs = {}
         for unroll in UNROLLS:
             with InputNode() as inputs:  # inputs[k]: step index; inputs[unroll]: the last outcome
                 value = inputs[unroll]
                 for k in range(unroll):
-                    value = env.call.bind("step", rollout.call.bind("act", 0, inputs[k], value), 0)
+                    act = pairs[unroll][0].call.bind("act", 0, inputs[k], value)
+                    value = pairs[unroll][1].call.bind("step", act, 0)
             graphs[unroll] = value.experimental_compile()
         local = NoOp()
 
