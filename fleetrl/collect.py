@@ -36,9 +36,6 @@ class Exchange(Protocol):
         """From each lane's last env outcome in `pending` (a value or a future), run `steps` steps;
         leave each lane's newest outcome in `pending`."""
 
-    def close(self) -> None:
-        """Release what the exchange holds (before its workers go)."""
-
 
 class QueuedCalls:
     """The classic exchange: two calls per lane and step, queued by the controller with futures
@@ -53,9 +50,6 @@ class QueuedCalls:
             for lane in self.lanes:
                 actions = rollout.call(lane.rollout_rank, act, lane.index, t, pending[lane])
                 pending[lane] = env.call(lane.env_rank, step, actions, lane.stage)
-
-    def close(self) -> None:
-        """Nothing held: the calls are the workers' own."""
 
 
 ExchangeFactory = Callable[[WorkerGroup, WorkerGroup, list[Lane]], Exchange]
