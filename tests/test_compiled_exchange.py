@@ -71,8 +71,7 @@ def test_compiled_graph_trains_exactly_as_the_classic_calls_and_the_fallback_say
 def test_env_step_hung_on_its_first_call_inside_the_graph_is_named(tmp_path):
     """The very first `env.step` of env rank 1 never returns, inside the graph's loop: the worker's
     heartbeat thread still publishes its phase, so the report names env rank 1 in env.step after
-    the first-call bound (3 s here), and the run ends with nothing left (the graph's teardown is
-    not waited on for a loop no cancellation reaches)."""
+    the first-call bound (3 s here), and the run ends with no process left (`Fleetrl.finish`)."""
     result = run_fault(
         tmp_path,
         *FOUR_LANES,
