@@ -27,7 +27,8 @@ BROKEN_GRAPHS = {"RAY_CGRAPH_read_iteration_timeout_s": "100"}
 TIMING = ("wall_s", "steps_per_s", "time_weight_sync_s", "time_collect_s", "time_update_s")
 
 
-def cartpole(runs, *overrides: str) -> list[str]:
+def cartpole(runs, *overrides: str, iterations: int = 4) -> list[str]:
+    """`fleetrl train` of `iterations` iterations, each a weight sync and 2 executions of 8 steps."""
     return [
         "train",
         "configs/ppo_cartpole.yaml",
@@ -37,13 +38,25 @@ def cartpole(runs, *overrides: str) -> list[str]:
         "algorithm.num_steps=16",
         "algorithm.minibatch_size=64",
         "algorithm.update_epochs=2",
-        "runner.total_env_steps=512",  # 4 iterations, each a weight sync and 2 executions of 8 steps
+        f"runner.total_env_steps={iterations * 128}",
         "runner.tensorboard=false",
         "--skip-doctor",
         *overrides,
     ]
 
 
+def test_compiled_graph_collects_every_lane_s_steps(tmp_path):
+    """The CI representative (one Ray run): the graph is built for the 4 lanes, and 2 iterations
+    collect their 128 env steps each through it (the env workers' own counters, summed)."""
+    runs = tmp_path / "runs"
+    with Fleetrl(*cartpole(runs, "cluster.exchange=compiled", iterations=2), runs=runs) as compiled:
+        result = compiled.finish(timeout=400).succeeded()
+    assert COMPILED_LINE in result.stderr, result.stderr[-3000:]
+    assert [m["global_step"] for m in result.metrics] == [128, 256]
+    assert result.summary["global_step"] == 256
+
+
+@pytest.mark.slow  # two Ray runs side by side: 77-124 s on the loaded 2-core host
 def test_compiled_graph_trains_exactly_as_the_classic_calls_and_the_fallback_says_why(tmp_path):
     """Same seed, same calls in the same order: every iteration's metrics (losses, returns,
     global_step) and the final weights are bitwise equal. The classic run is `auto` on a Ray whose
@@ -67,7 +80,7 @@ def test_compiled_graph_trains_exactly_as_the_classic_calls_and_the_fallback_say
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
 
 
-@pytest.mark.slow  # a third Ray run (~25-75 s here); tests/test_freeze_proof.py's env.step hang on 2 env workers runs through the graph in CI
+@pytest.mark.slow  # 75-85 s on the loaded host; tests/test_freeze_proof.py's env.step hang on 2 env workers runs through the graph in CI
 def test_env_step_hung_on_its_first_call_inside_the_graph_is_named(tmp_path):
     """The very first `env.step` of env rank 1 never returns, inside the graph's loop: the worker's
     heartbeat thread still publishes its phase, so the report names env rank 1 in env.step after
