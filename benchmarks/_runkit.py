@@ -28,6 +28,9 @@ RESULTS = BENCH / "results"
 VENVS = BENCH / ".venvs"  # the comparison libraries' venvs (setup_venvs.sh)
 FLEETRL = [sys.executable, "-m", "fleetrl"]
 RAY_DAEMONS = ("raylet", "gcs_server")
+# Overrides for runs that compare throughput: the same fixed work in every run (no stop at the
+# target return, no checkpoints or console lines inside the measured iterations).
+FIXED_WORK = ["runner.checkpoint_interval=100000", "runner.log_interval=1000", "runner.target_return=null"]
 
 
 def log(message: str) -> None:

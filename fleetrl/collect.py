@@ -1,10 +1,12 @@
 """Env ⇄ rollout for T steps, pipelined over lanes.
 
 A *lane* is one pipeline stage of one env worker, served by one rollout worker. For every step
-the controller queues `rollout.act(lane, t, step)` then `env.step(actions, stage)` for each lane,
+each lane runs `rollout.act(lane, t, step)` then `env.step(actions, stage)`. How those calls
+travel is the collector's *exchange*: by default (`QueuedCalls`) the controller queues them,
 passing futures rather than waiting for results; each worker runs its calls in order as inputs
 arrive, so while an env worker steps stage i, its rollout worker is already inferring stage i+1.
-On the inline backend the same calls simply run one after another.
+On the inline backend the same calls simply run one after another. On Ray the backend may
+exchange through a compiled graph instead (cluster/compiled_exchange.py): same calls, same order.
 
 `CollectThenTrain` is one iteration — collect, then train the actor group on it — wherever the
 collecting process is: the controller (inline and Ray backends) or a fused rank's own process.
@@ -13,6 +15,7 @@ collecting process is: the controller (inline and Ray backends) or a fused rank'
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -26,11 +29,45 @@ from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 
 
+class Exchange(Protocol):
+    """How env ⇄ rollout calls travel for steps 0..T-1 of every lane."""
+
+    def run(self, pending: dict[Lane, object], steps: int) -> None:
+        """From each lane's last env outcome in `pending` (a value or a future), run `steps` steps;
+        leave each lane's newest outcome in `pending`."""
+
+
+class QueuedCalls:
+    """The classic exchange: two calls per lane and step, queued by the controller with futures
+    as arguments (no waiting), run by each worker in submission order."""
+
+    def __init__(self, env: WorkerGroup, rollout: WorkerGroup, lanes: list[Lane]):
+        self.env, self.rollout, self.lanes = env, rollout, lanes
+
+    def run(self, pending: dict[Lane, object], steps: int) -> None:
+        rollout, env, act, step = self.rollout, self.env, RolloutWorker.act, EnvWorker.step
+        for t in range(steps):
+            for lane in self.lanes:
+                actions = rollout.call(lane.rollout_rank, act, lane.index, t, pending[lane])
+                pending[lane] = env.call(lane.env_rank, step, actions, lane.stage)
+
+
+ExchangeFactory = Callable[[WorkerGroup, WorkerGroup, list[Lane]], Exchange]
+
+
 class Collector:
-    def __init__(self, env_group: WorkerGroup, rollout_group: WorkerGroup, stages: int, steps: int):
+    def __init__(
+        self,
+        env_group: WorkerGroup,
+        rollout_group: WorkerGroup,
+        stages: int,
+        steps: int,
+        exchange: ExchangeFactory = QueuedCalls,
+    ):
         self.env, self.rollout, self.steps, self.stages = env_group, rollout_group, steps, stages
         self.lanes: list[Lane] = plan_lanes(env_group.world_size, rollout_group.world_size, stages)
-        self.pending: dict[Lane, object] = {}  # each lane's latest env outcome (a future)
+        self.pending: dict[Lane, object] = {}  # each lane's latest env outcome (a value or a future)
+        self.exchange: Exchange = exchange(env_group, rollout_group, self.lanes)
 
     def start(self, epoch: int) -> None:
         """Reset every env worker; the reset observations open each lane."""
@@ -42,11 +79,8 @@ class Collector:
             self.pending[lane] = StepResult.initial(stage_obs)
 
     def collect(self) -> Trajectory:
-        rollout, env, act, step = self.rollout, self.env, RolloutWorker.act, EnvWorker.step
-        for t in range(self.steps):
-            for lane in self.lanes:
-                actions = rollout.call(lane.rollout_rank, act, lane.index, t, self.pending[lane])
-                self.pending[lane] = env.call(lane.env_rank, step, actions, lane.stage)
+        rollout, act = self.rollout, RolloutWorker.act
+        self.exchange.run(self.pending, self.steps)
         closing = [
             rollout.call(lane.rollout_rank, act, lane.index, self.steps, self.pending[lane]) for lane in self.lanes
         ]

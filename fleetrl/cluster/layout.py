@@ -78,6 +78,14 @@ def resolve_layout(config: Config) -> Layout:
     if backend == "ray" and cluster.fuse_collocated:
         check_fusable(config, placement)
         backend = FUSED
+    if cluster.exchange == "compiled" and backend != "ray":
+        raise ConfigError(
+            "cluster.exchange",
+            "compiled",
+            "'auto' or 'classic' on this layout",
+            f"A compiled graph links env and rollout workers that are Ray actors of their own; here they share "
+            f"one process ({'a fused rank' if backend == FUSED else 'the inline backend'})",
+        )
     return Layout(placement, backend)
 
 

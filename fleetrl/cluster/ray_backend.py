@@ -5,7 +5,8 @@ first, over every worker the layout places (each one's start-up steps — its co
 spaces, the process-group join — are watched phases, so a constructor that hangs is reported);
 then env workers, so the env's spaces are checked (`check_spaces`) before any learner is built;
 then actor and rollout workers (and the eval worker, when the run evaluates: a Ray actor of its
-own, so that its episodes run while training goes on); last the actor ranks' process group. `connect`,
+own, so that its episodes run while training goes on); then the actor ranks' process group; last
+the env ⇄ rollout exchange (a compiled graph where one can be built: cluster/compiled_exchange.py). `connect`,
 `start_evaluator` and `join_actor_ranks` are shared with the fused backend (cluster/fused.py).
 """
 
@@ -18,6 +19,7 @@ from functools import partial
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.backend import Backend, Workers, close_envs, close_evaluator
+from fleetrl.cluster.compiled_exchange import choose_exchange
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.layout import Layout, env_worker_args
 from fleetrl.cluster.placement import EVAL, Assignment
@@ -63,7 +65,10 @@ class RayBackend(Backend):
         )
         evaluator = start_evaluator(config, layout, create, undo)
         join_actor_ranks(cluster, actor)
-        collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps)
+        exchange = choose_exchange(
+            config.cluster.exchange, config.algorithm.num_steps, session.interrupt, cluster.before_shutdown.append
+        )
+        collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps, exchange)
         return cls(
             session, Workers(env, rollout, actor, spaces, evaluator), CollectThenTrain(collector, actor), cluster
         )

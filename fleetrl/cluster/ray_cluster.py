@@ -90,6 +90,8 @@ class RayCluster:
         # Workers import `module:attr` entry points the way the driver does: from its cwd first.
         self.python_path: str = os.pathsep.join([os.getcwd(), *sys.path[1:]])
         self.env_vars: dict = config.env_vars
+        # Run first by `shutdown`, e.g. a compiled graph's teardown: before Ray ends its actors.
+        self.before_shutdown: list[Callable[[], None]] = []
         with deadline(connect_timeout_s, f"connecting to Ray ({config.ray_address or 'a new local cluster'})"):
             if config.ray_address is not None:
                 ray.init(address=config.ray_address)
@@ -217,6 +219,8 @@ class RayCluster:
     def shutdown(self) -> None:
         import ray
 
+        while self.before_shutdown:
+            self.before_shutdown.pop()()
         ray.shutdown()
         if self.started is not None:
             self.started.shutdown()
