@@ -21,6 +21,7 @@ from fleetrl.checkpoint import list_checkpoints, newest_intact
 from fleetrl.cluster.isolated_nodes import sweep_stale
 from fleetrl.controller import Orders
 from fleetrl.watch import link
+from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
@@ -170,16 +171,23 @@ class Attempt:
         return Incident(
             "worker_died",
             f"{describe(self.controller_key)} (the controller, pid {self.controller.pid}) died: {how}{was}",
-            record.get("time", time.time()),
+            time.time() - record.get("heartbeat_age_s", 0.0),  # its last beat, on this clock
             self.controller_key,
         )
 
     def from_controller(self, incident: Incident) -> Incident:
         """A dead worker — or a whole node lost — shows up at the controller as errors of the
-        others: name the dead one (the node)."""
+        others: name the dead one (the node). An incident that starts on a worker's clock
+        (`Incident.clock`) is moved onto this one's, through that worker's heartbeats as seen
+        here (its arrival, if none were)."""
+        records, now = self.records(), time.time()
+        if incident.clock is not None:
+            record = records.get(incident.clock)
+            seen = record is not None and "heartbeat_age_s" in record
+            incident.started = on_watcher_clock(record, incident.started, now) if seen else now
+            incident.clock = None
         if self.watchdog is None:
             return incident
-        records, now = self.records(), time.time()
         dead = self.watchdog.check_alive(records, now)
         if dead is None and (lost := lost_node(records, now)) is not None:
             key, summary = lost
