@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fleetrl.config.schema import WatchdogConfig
+from tests.incidents import SMALL
 
 KINDS = ("kill", "sigstop", "gil", "hang", "exception", "extra_collective", "skip_forward")
 WHERE = ("env", "rollout", "actor", "controller")
@@ -35,19 +36,9 @@ METHOD = {
     "rollout": {"startup": ("configure_lanes", 1), "first_call": ("act", 1), "steady": ("act", 40)},
     "actor": {"startup": ("init_distributed", 1), "first_call": ("train", 1), "steady": ("train", 3)},
 }
-# A small CartPole run trained until the fault (tests/incidents.py's SMALL, without the watchdog
+# A small CartPole run trained until the fault (tests/incidents.py's SMALL, without its watchdog
 # change: the matrix runs with the default thresholds).
-JOB = (
-    "env.num_envs=4",
-    "algorithm.num_steps=16",
-    "algorithm.minibatch_size=32",
-    "algorithm.update_epochs=2",
-    "runner.checkpoint_interval=1",
-    "runner.tensorboard=false",
-    "runner.total_env_steps=1000000",
-    "runner.target_return=null",
-    "--skip-doctor",
-)
+JOB = (*(o for o in SMALL if not o.startswith("watchdog.")), "runner.target_return=null")
 PLACEMENT = {
     "inline": (),
     "ray": (
