@@ -13,6 +13,8 @@ SIGSTOP): at start-up once it has run 2 s, in steady state once 3 iterations are
         [--kind hang] [--timeout 240]
 
 Writes benchmarks/results/fault_matrix-<time>/results.json and table.md (and prints the table).
+`--report DIR...` runs nothing: it prints the table of every cell from the runs those results
+folders hold (a later folder's run of a cell replaces an earlier one's).
 """
 
 from __future__ import annotations
@@ -128,17 +130,20 @@ def verdict(cell: Cell, run: dict | None) -> str:
     return "right" if right else "**wrong**"
 
 
-def table(cells: list[Cell], runs: dict[str, dict]) -> str:
+def table(cells: list[Cell], runs: dict[str, dict], only_run: bool = False) -> str:
+    """Every cell's row (`only_run`: the cells that ran, and the infeasible ones grouped by why)."""
     lines = [
         "| kind | where | when | backend | expected | reported | detected s (bound) | teardown s | left | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for cell in cells:
         head = f"| {cell.kind} | {cell.where} | {cell.when} | {cell.backend} "
+        run = runs.get(cell.name)
+        if only_run and (cell.infeasible or run is None):
+            continue
         if cell.infeasible:
             lines.append(head + f"| infeasible: {cell.infeasible} | | | | | |")
             continue
-        run = runs.get(cell.name)
         want = f"{cell.cause} {list(cell.culprit)}"
         if run is None:
             lines.append(head + f"| {want} | | | | | not run |")
@@ -152,7 +157,29 @@ def table(cells: list[Cell], runs: dict[str, dict]) -> str:
             head + f"| {want} | {got} | {detected_text} (≤ {cell.bound_s:g}) | {teardown} | {left} | "
             f"{verdict(cell, run)} |"
         )
+    if only_run:
+        reasons: dict[str, int] = {}
+        for cell in cells:
+            if cell.infeasible:
+                reasons[cell.infeasible] = reasons.get(cell.infeasible, 0) + 1
+        lines += ["", "Infeasible cells:", *(f"- {why}: {count} cells" for why, count in reasons.items())]
     return "\n".join(lines)
+
+
+def print_report(cells: list[Cell], folders: list[Path]) -> None:
+    runs: dict[str, dict] = {}
+    for folder in folders:
+        runs |= json.loads((folder / "results.json").read_text())["runs"]
+    feasible = [cell for cell in cells if not cell.infeasible]
+    counts = {v: sum(verdict(c, runs.get(c.name)) == v for c in feasible) for v in ("right", "not run")}
+    print(
+        f"{counts['right']} of {len(feasible) - counts['not run']} feasible cells run are right; "
+        f"{counts['not run']} feasible cells not run; {len(cells) - len(feasible)} infeasible\n"
+    )
+    print(table(cells, runs, only_run=True))
+    not_run = [c.name for c in feasible if c.name not in runs]
+    if not_run:
+        print(f"\nNot run ({len(not_run)}): " + ", ".join(not_run))
 
 
 def main() -> None:
@@ -162,8 +189,12 @@ def main() -> None:
     parser.add_argument("--where", choices=WHERE)
     parser.add_argument("--kind", choices=KINDS)
     parser.add_argument("--timeout", type=float, default=240.0, help="per cell: no incident by then is a miss")
+    parser.add_argument("--report", nargs="+", type=Path, help="results folders to tabulate, running nothing")
     args = parser.parse_args()
     cells = select(all_cells(), backend=args.backend, when=args.when, where=args.where, kind=args.kind)
+    if args.report:
+        print_report(cells, args.report)
+        return
     out = kit.results_dir("fault_matrix")
     info = kit.machine()
     runs: dict[str, dict] = {}

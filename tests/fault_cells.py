@@ -108,10 +108,7 @@ def why_infeasible(kind: str, where: str, when: str, backend: str) -> str:
     if kind in COLLECTIVE and when == "startup":
         return "the start-up join makes no training collective to add or skip"
     if where == "controller" and kind not in ("kill", "sigstop"):
-        return (
-            "debug.fault targets worker methods; the controller's own loop has none (inline, every "
-            "worker fault strikes the controller's process: see the env/rollout/actor rows)"
-        )
+        return "debug.fault hits worker methods, the controller runs none (inline: see env/rollout/actor)"
     if where == "controller" and when == "first_call":
         return "a signal from outside cannot aim at the controller's first iteration"
     if where == "actor" and when == "startup" and backend == "inline":
