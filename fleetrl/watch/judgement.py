@@ -14,11 +14,12 @@ between two beats of the worker's own clock, so skew cancels out.
 One wait uses CPU: a loop that polls (`while not ready: time.sleep(0)`, a non-blocking socket
 read until data comes). It is *spinning*, and treated as blocked, when on every beat of the
 window its stack is at the same lines, its thread uses CPU with at least `SPIN_SYSTEM_SHARE` of
-it in the kernel (system calls that return at once: watch/thread_activity.py), the thread reads
-and writes no bytes and takes (almost) no page faults, and the rest of the process does not compute (a thread polling for a
-simulator's threads to finish waits on real work: busy). A computation at one line — a Python
-loop, a long numpy or torch kernel — spends its CPU in user space: busy. A loop that polls a
-pure-Python flag (`while not ready: pass`) looks exactly like a computation and is judged busy.
+it in the kernel (system calls that return at once: watch/thread_activity.py), the thread's
+progress counters stand still (no byte read or written, (almost) no page fault), and the rest of
+the process does not compute (a thread polling for a simulator's threads to finish waits on real
+work: busy). A computation at one line — a Python loop, a long numpy or torch kernel — spends its
+CPU in user space: busy. A loop that polls a pure-Python flag (`while not ready: pass`) looks
+exactly like a computation and is judged busy.
 """
 
 from __future__ import annotations
