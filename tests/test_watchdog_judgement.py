@@ -12,12 +12,15 @@ import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.watch.attempt import RUN_MARK
+from fleetrl.watch.flight_recorder import Recorder
+from fleetrl.watch.judgement import Seen
 from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.watchdog import Watchdog
 from tests.incidents import SMALL, assert_incident, fault, run_fault
@@ -214,3 +217,45 @@ def test_workers_with_a_skewed_clock_give_no_false_stall_and_a_true_detection_ti
     assert (report["cause"], report["culprit"]) == ("worker_exception", ["env", 0]), report["summary"]
     assert "InjectedFault in env.step" in report["summary"]
     assert 0 <= report["detected_after_s"] <= 3, report["detected_after_s"]
+
+
+def spin_sleeping(flag: list) -> None:
+    while not flag[0]: time.sleep(0)  # noqa: E701 (one line: the stack stays there)  # fmt: skip
+
+
+def allocating(flag: list) -> None:
+    while not flag[0]: bytearray(10**8)  # noqa: E701 (one line: the stack stays there)  # fmt: skip
+
+
+def computing(flag: list) -> None:
+    while not flag[0]: sum(range(10_000))  # noqa: E701 (one line: the stack stays there)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("loop", "state"),
+    [(spin_sleeping, "spinning"), (allocating, "busy"), (computing, "busy")],
+    ids=["sleep(0)", "allocating", "computing"],
+)
+def test_a_loop_at_one_line_is_spinning_only_when_it_waits(loop, state):
+    """Real loops in a thread of this process, its recorder's beats judged as the watchdog judges
+    them: all three use CPU at one line, the first two mostly in the kernel. time.sleep(0)'s
+    system calls move nothing (spinning); allocating 100 MB at a time is page faults for new memory
+    (busy: a computation filling buffers); sum's CPU is in user space (busy)."""
+    recorder, flag, seen = Recorder("env", 0, 0), [False], Seen()
+
+    def call() -> None:
+        with recorder.in_phase("env.step"):
+            loop(flag)
+
+    thread = threading.Thread(target=call, name="judged-call")
+    thread.start()
+    try:
+        for _ in range(8):
+            time.sleep(0.4)
+            seen.update(recorder.record(), time.monotonic())
+        judgement = seen.judge(time.monotonic(), window_s=4.0)
+    finally:
+        flag[0] = True
+        thread.join(30)
+    assert judgement is not None and not judgement.stack_moved, judgement
+    assert judgement.state == state, judgement.text()

@@ -36,7 +36,7 @@ MIN_SAMPLES = 3  # beats in the window needed to tell
 # Kernel share of a spinning thread's CPU: measured here 80 % for time.sleep(0), 53 % for a
 # zero-timeout select, 35 % for a non-blocking recv; 1-3 % for Python, numpy and torch loops.
 SPIN_SYSTEM_SHARE = 0.2
-SPIN_MAX_FAULTS_PER_S = 10  # a polling loop takes none; a loop allocating large arrays ~10^5/s
+SPIN_MAX_FAULTS_PER_S = 10  # a polling loop takes none; a loop allocating large buffers 10^3-10^5/s
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ with a zero timeout — uses CPU and sits at the same line on every heartbeat, a
 computation does. What tells them apart is where the CPU goes: a wait that polls spends much of
 it in system calls that return at once, having moved no data and touched no new memory; a
 computation spends it in user space (a loop over Python, numpy or torch kernels: ~1-3 % kernel
-time), or, when it allocates large arrays over and over, in page faults (~20 % kernel time, a
-hundred thousand faults a second: counted, so it is not taken for a wait). Read from Linux's
+time), or, when it allocates large buffers over and over, in page faults (up to ~95 % kernel
+time, thousands to a hundred thousand faults a second: counted, so it is not taken for a wait). Read from Linux's
 per-thread accounting (/proc/self/task/<tid>/stat and io) once per heartbeat, about 30 us;
 elsewhere the fields are absent and no call is judged spinning.
 """
