@@ -99,6 +99,7 @@ def test_kill_9_of_the_controller_is_worker_died_and_nothing_is_left(tmp_path, b
     assert f"(the controller, pid {controller.pid}) died: killed by SIGKILL" in result.hang_report["summary"]
 
 
+@pytest.mark.slow  # ~20 s on a loaded host; CI's time budget goes to the fault-matrix cell and the clocks
 def test_a_controller_stopped_before_its_first_heartbeat_is_process_frozen_not_a_300_s_wait(tmp_path):
     """SIGSTOP of the controller the moment it exists, while it still imports (before any
     heartbeat, when the watchdog would wait startup_allowance_s for one): the supervisor, its
