@@ -214,9 +214,11 @@ class Attempt:
         records, now = self.records(), time.time()
         if incident.clock is not None:
             record = records.get(incident.clock)
-            seen = record is not None and "heartbeat_age_s" in record
+            seen = record is not None and record.get("clock_offset_s") is not None
             incident.started = on_watcher_clock(record, incident.started, now) if seen else now
             incident.clock = None
+        if incident.cause == "worker_died" and incident.culprit in records:  # (Ray lost it): its last beat
+            incident.started = now - records[incident.culprit]["heartbeat_age_s"]
         if self.watchdog is None:
             return incident
         dead = self.watchdog.check_alive(records, now)

@@ -86,7 +86,7 @@ def raised_on_watcher_clock(raised: WorkerError, records: dict, now: float) -> t
     """(when `raised` was raised, the process whose clock that is): on this watcher's clock (None)
     where it sees that process's heartbeats, else on the raiser's own."""
     record = records.get(raised.clock)
-    if record is not None and "heartbeat_age_s" in record:
+    if record is not None and record.get("clock_offset_s") is not None:
         return on_watcher_clock(record, raised.raised_at, now), None
     return raised.raised_at, raised.clock
 

@@ -24,6 +24,7 @@ exactly like a computation and is judged busy.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -81,13 +82,10 @@ class Judgement:
 
 
 def on_watcher_clock(record: dict, worker_time: float, now: float) -> float:
-    """`worker_time`, a moment on the clock of the worker that published `record` (annotated with
-    the watcher's `heartbeat_age_s`), as a moment on the watcher's wall clock `now`: when the
-    watcher saw that beat, moved by the worker's own elapsed time from the moment to the beat.
-    Only differences of the worker's clock are used, so its offset cancels out; the beat's transit
-    (up to one poll interval) makes the moment that much later, never earlier."""
-    seen_beat_at = now - record["heartbeat_age_s"]
-    return min(now, seen_beat_at - (record["time"] - worker_time))
+    """`worker_time`, a moment on the clock of the worker that published `record`, as a moment on
+    the watcher's wall clock `now`, through the record's `clock_offset_s` (the watcher's
+    `Watchdog.observe` annotates it: `Seen.clock_offset`). Never later than `now`."""
+    return min(now, worker_time + record["clock_offset_s"])
 
 
 class Seen:
@@ -97,12 +95,18 @@ class Seen:
         self.beat: int | None = None
         self.changed_at: float | None = None  # watcher's monotonic clock
         self.samples: deque[Sample] = deque(maxlen=64)
+        # The watcher's wall clock minus the worker's, as small as any beat has shown it: a beat
+        # is seen some time after it is published (up to a poll interval, more on a loaded host),
+        # and the smallest difference is the one with the least of that delay in it.
+        self.clock_offset: float | None = None
 
     def update(self, record: dict, now: float) -> None:
         """`record` read at `now` (monotonic); a beat counter it has not shown before is a new beat."""
         if record.get("beat") == self.beat and self.changed_at is not None:
             return
         self.beat, self.changed_at = record.get("beat"), now
+        offset = time.time() - (time.monotonic() - now) - record["time"]
+        self.clock_offset = offset if self.clock_offset is None else min(self.clock_offset, offset)
         self.samples.append(
             Sample(
                 now,

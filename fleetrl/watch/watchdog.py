@@ -139,12 +139,14 @@ class Watchdog(threading.Thread):
 
     def observe(self, records: dict) -> dict:
         """Note each record's beat on this process's clock; annotate `records` with the ages
-        measured on it (`heartbeat_age_s`, `phase_age_s`)."""
+        measured on it (`heartbeat_age_s`, `phase_age_s`) and with the offset of its clock from
+        the worker's (`clock_offset_s`: judgement.on_watcher_clock)."""
         now = time.monotonic()
         for key, record in records.items():
             seen = self.seen.setdefault(key, Seen())
             seen.update(record, now)
             record["heartbeat_age_s"], record["phase_age_s"] = seen.heartbeat_age(now), seen.phase_age(record, now)
+            record["clock_offset_s"] = seen.clock_offset
         return records
 
     def readable_records(self) -> tuple[dict, list[str]]:
