@@ -148,8 +148,8 @@ class Trainer:
             self.live_progress,
             algorithm_spec(config.algorithm.name).console_metrics,
         )
-        self.backend.collector.start(self.iteration)
         try:
+            self.backend.collector.start(self.iteration)  # the first resets: a worker's error here is an incident too
             while self.global_step < total and not self.stop_for_target():
                 record = self.run_iteration()
                 trackers.log_metrics(record, record["global_step"])

@@ -99,6 +99,29 @@ def test_kill_9_of_the_controller_is_worker_died_and_nothing_is_left(tmp_path, b
     assert f"(the controller, pid {controller.pid}) died: killed by SIGKILL" in result.hang_report["summary"]
 
 
+@pytest.mark.slow  # ~20 s on a loaded host; CI's time budget goes to the fault-matrix cell and the clocks
+def test_a_controller_stopped_before_its_first_heartbeat_is_process_frozen_not_a_300_s_wait(tmp_path):
+    """SIGSTOP of the controller the moment it exists, while it still imports (before any
+    heartbeat, when the watchdog would wait startup_allowance_s for one): the supervisor, its
+    parent, sees it stopped and reports it after heartbeat_timeout_s."""
+    with start(tmp_path) as running:
+        controller = None
+        deadline = time.monotonic() + 60
+        while controller is None and time.monotonic() < deadline and running.process.poll() is None:
+            controller = controller_of(running)
+            time.sleep(0.01)
+        assert controller is not None, running.stderr_so_far()[-3000:]
+        controller.send_signal(signal.SIGSTOP)
+        result = running.finish(timeout=120)
+    report = result.hang_report  # (no pid in its worker entry: it never published one)
+    assert result.code == 4 and (report["cause"], report["culprit"]) == ("process_frozen", ["inline", 0]), report
+    assert report["detected_after_s"] <= HEARTBEAT_TIMEOUT_S + 5, report["detected_after_s"]
+    assert (
+        f"(the controller, pid {controller.pid}) is stopped (SIGSTOP or a debugger) before its first heartbeat"
+        in (report["summary"])
+    )
+
+
 def test_sigint_while_the_controller_is_stuck_ends_within_the_grace_with_a_report(tmp_path):
     """Ctrl-C while the env holds the GIL at its first step (the watchdog's own bound set far
     away): the controller cannot honour it, so after watchdog.stop_grace_s the supervisor

@@ -1,7 +1,9 @@
 """The watchdog's judgement: a call that is blocked is an incident in seconds, even the first one;
 a call that is busy is a "slow" warning, not an incident; a hang in a worker's start-up is a
 `startup_timeout` naming the step; a worker whose clock is off by ±30 s is neither frozen by
-mistake nor missed when it really freezes. Faults are real (a sleeping call, a spinning one, a
+mistake nor missed when it really freezes, and a controller and workers whose clocks are 30 s off
+give no false stall and a true detection time; a call that waits by polling (CPU moving, its stack
+not) is *spinning*, a stall. Faults are real (a sleeping call, a spinning one, a
 hanging constructor inside a Ray worker, SIGSTOP), through the real heartbeat store."""
 
 from __future__ import annotations
@@ -10,15 +12,19 @@ import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from fleetrl.config.schema import WatchdogConfig
+from fleetrl.watch.attempt import RUN_MARK
+from fleetrl.watch.flight_recorder import Recorder
+from fleetrl.watch.judgement import Seen
 from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.watchdog import Watchdog
 from tests.incidents import SMALL, assert_incident, fault, run_fault
-from tests.support import REPO, subprocess_env, train
+from tests.support import REPO, TWO_ACTOR_RANKS_ON_RAY, subprocess_env, train
 
 RAY_TWO_ENV_RANKS = [
     "cluster.backend=ray",
@@ -146,3 +152,112 @@ def test_a_worker_with_a_skewed_clock_is_not_frozen_by_mistake_and_its_freeze_is
         watchdog.stop()
         worker.kill()
         worker.wait(timeout=30)
+
+
+@pytest.mark.parametrize("poll", ["sleep", pytest.param("socket", marks=pytest.mark.slow)])  # the same rule twice
+def test_a_first_call_that_spins_waiting_is_reported_spinning_not_busy(tmp_path, poll):
+    """The first env step waits forever by polling (`time.sleep(0)` in a loop, or a non-blocking
+    socket read): CPU moves, the stack does not. Busy would wait for busy_allowance_s (600 s);
+    spinning is a stall, reported once the first-call bound has passed."""
+    result = train(
+        "configs/ppo_cartpole.yaml",
+        *SMALL,
+        "env.id=tests.watchdog_envs:SpinningFirstStep",
+        f"env.kwargs={{poll: {poll}}}",
+        "watchdog.first_call_bound_s=2",
+        runs=tmp_path,
+        timeout=120,
+    )
+    judging_window_s = max(2.0, 4 * WatchdogConfig().heartbeat_interval_s)
+    assert_incident(result, "phase_timeout", ["inline", 0], 2 + judging_window_s + 5)
+    report = result.hang_report
+    assert report["state"] == "spinning", report["summary"]
+    assert "is spinning: its stack did not move" in report["summary"] and "watchdog_envs.py" in report["summary"]
+
+
+def clock_off_under_the_supervisor(folder, skew_s: float) -> dict:
+    """An environment whose Python processes under the supervisor — the controller and every
+    worker, which carry its mark — read a wall clock `skew_s` off; the supervisor (the watcher)
+    reads the true one. Only time.time and time.time_ns move, as on a machine whose clock is off."""
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(
+        "import os, time\n"
+        f"if '{RUN_MARK}' in os.environ:\n"
+        f"    _skew_s, _time, _time_ns = {float(skew_s)!r}, time.time, time.time_ns\n"
+        "    time.time = lambda: _time() + _skew_s\n"
+        "    time.time_ns = lambda: _time_ns() + int(_skew_s * 1e9)\n"
+    )
+    return {"PYTHONPATH": f"{folder}:{subprocess_env()['PYTHONPATH']}"}
+
+
+@pytest.mark.parametrize(
+    ("skew_s", "placement"),
+    [
+        (30.0, ()),
+        pytest.param(-30.0, TWO_ACTOR_RANKS_ON_RAY, marks=pytest.mark.slow),  # ~45 s: a Ray cluster's start-up
+    ],
+    ids=["inline-ahead", "ray-behind"],
+)
+def test_workers_with_a_skewed_clock_give_no_false_stall_and_a_true_detection_time(tmp_path, skew_s, placement):
+    """The controller and its workers 30 s off the supervisor's clock, training until env rank 0
+    raises on its 40th step. Inline, 30 s ahead: the exception's time, on the raiser's clock, would
+    put the fault in the future. On Ray, 30 s behind with 2 DDP ranks: every collective a rank is
+    in would look 30 s old (a stall whenever its peer is a moment behind), and the exception 30 s
+    old when reported."""
+    env = clock_off_under_the_supervisor(tmp_path / "clock", skew_s)
+    result = train(
+        "configs/ppo_cartpole.yaml",
+        *SMALL,
+        *placement,
+        fault("exception", "env", 0, 40),
+        runs=tmp_path / "runs",
+        timeout=240,
+        env=env,
+    )
+    report = result.hang_report
+    assert result.code == 4 and report is not None, result.stderr[-3000:]
+    assert (report["cause"], report["culprit"]) == ("worker_exception", ["env", 0]), report["summary"]
+    assert "InjectedFault in env.step" in report["summary"]
+    assert 0 <= report["detected_after_s"] <= 3, report["detected_after_s"]
+
+
+def spin_sleeping(flag: list) -> None:
+    while not flag[0]: time.sleep(0)  # noqa: E701 (one line: the stack stays there)  # fmt: skip
+
+
+def allocating(flag: list) -> None:
+    while not flag[0]: bytearray(10**8)  # noqa: E701 (one line: the stack stays there)  # fmt: skip
+
+
+def computing(flag: list) -> None:
+    while not flag[0]: sum(range(10_000))  # noqa: E701 (one line: the stack stays there)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("loop", "state"),
+    [(spin_sleeping, "spinning"), (allocating, "busy"), (computing, "busy")],
+    ids=["sleep(0)", "allocating", "computing"],
+)
+def test_a_loop_at_one_line_is_spinning_only_when_it_waits(loop, state):
+    """Real loops in a thread of this process, its recorder's beats judged as the watchdog judges
+    them: all three use CPU at one line, the first two mostly in the kernel. time.sleep(0)'s
+    system calls move nothing (spinning); allocating 100 MB at a time is page faults for new memory
+    (busy: a computation filling buffers); sum's CPU is in user space (busy)."""
+    recorder, flag, seen = Recorder("env", 0, 0), [False], Seen()
+
+    def call() -> None:
+        with recorder.in_phase("env.step"):
+            loop(flag)
+
+    thread = threading.Thread(target=call, name="judged-call")
+    thread.start()
+    try:
+        for _ in range(8):
+            time.sleep(0.4)
+            seen.update(recorder.record(), time.monotonic())
+        judgement = seen.judge(time.monotonic(), window_s=4.0)
+    finally:
+        flag[0] = True
+        thread.join(30)
+    assert judgement is not None and not judgement.stack_moved, judgement
+    assert judgement.state == state, judgement.text()

@@ -5,10 +5,13 @@ store (its recorder's pid becomes text), a record the controller's watchdog cann
 `RaisingLate` sleeps in a step, writes the wall time to a file and raises right after.
 For tests/test_watchdog_judgement.py: `HangingConstructor` never returns from its constructor (a
 simulator waiting for a licence server); `BusyFirstStep` computes for `busy_s` in the first step
-its process makes (a scene loaded on the first auto-reset, a JIT warm-up), then is CartPole."""
+its process makes (a scene loaded on the first auto-reset, a JIT warm-up), then is CartPole;
+`SpinningFirstStep` waits forever in its first step by polling (a spin-wait: CPU, one line)."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
 from pathlib import Path
 
@@ -62,4 +65,30 @@ class BusyFirstStep(CartPoleEnv):
             deadline = time.monotonic() + self.busy_s
             while time.monotonic() < deadline:
                 sum(range(10_000))  # pure computation: CPU in the calling thread
+        return super().step(action)
+
+
+class SpinningFirstStep(CartPoleEnv):
+    """The first step waits for something that never comes by polling: `time.sleep(0)` in a loop
+    (`poll: sleep`) or a non-blocking socket read (`poll: socket`), using CPU at one line."""
+
+    spin_in_this_process = True  # once per process, not once per sub-env of the vector env
+
+    def __init__(self, poll: str = "sleep", **kwargs):
+        super().__init__(**kwargs)
+        self.poll = poll
+
+    def step(self, action):
+        if SpinningFirstStep.spin_in_this_process:
+            SpinningFirstStep.spin_in_this_process = False
+            ready = False
+            if self.poll == "sleep":
+                while not ready:
+                    time.sleep(0)
+            else:
+                never, _peer = socket.socketpair()  # nothing is ever sent on it
+                never.setblocking(False)
+                while not ready:
+                    with contextlib.suppress(BlockingIOError):
+                        ready = bool(never.recv(1))
         return super().step(action)

@@ -15,6 +15,10 @@ rank's heartbeat says, per group, the last number it entered (watch/collectives.
    right; with as many on each side the waiting rank is named and the summary says it may be
    the other way round.
 3. A peer inside #n with another op or other shapes: `collective_mismatch`.
+
+How long a rank has waited is measured as the watcher measures heartbeat ages (watch/judgement.py),
+never by subtracting the rank's clock from the watcher's: the rank's own elapsed time from entering
+the collective to its last beat, plus the age of that beat on the watcher's clock.
 """
 
 from __future__ import annotations
@@ -87,6 +91,16 @@ def last_entered_text(record: dict, group: str) -> str:
     return f"its last collective is {collective_name(last) if last else f'#{seq}'}"
 
 
+def waited_s(record: dict, entry: dict, now: float) -> float:
+    """How long the rank of `record` has been in collective `entry`, on the watcher's clock. A
+    record the watcher has not annotated (no `heartbeat_age_s`) is read on its own clock against
+    `now`, which must then be the rank's."""
+    age = record.get("heartbeat_age_s")
+    if age is None or "time" not in record:
+        return now - entry["started"]
+    return record["time"] - entry["started"] + age
+
+
 def behind_peers(records: dict, key: Key) -> list[Key]:
     """The ranks of the group that `key`'s oldest collective in flight waits for (none if it has
     none in flight)."""
@@ -104,12 +118,13 @@ def diagnose(records: dict, now: float, timeout_s: float) -> Finding | None:
         for key, record in sorted(records.items())
         if key[0] in PROCESS_GROUP_MEMBERS
         and (waiting := oldest_in_flight(record))
-        and now - waiting["started"] > timeout_s
+        and waited_s(record, waiting, now) > timeout_s
     }
     if not stalled:
         return None
     key, waiting = min(stalled.items(), key=lambda item: (item[1]["seq"], item[0]))
     group, seq = waiting["group"], waiting["seq"]
+    began = now - waited_s(records[key], waiting, now)  # on the watcher's clock
     ranks = members(records, group)
     waiters = tuple(k for k, r in ranks.items() if in_flight(r, group, seq))
     behind = [k for k, r in ranks.items() if entered(r, group) < seq]
@@ -120,12 +135,12 @@ def diagnose(records: dict, now: float, timeout_s: float) -> Finding | None:
             return Finding(
                 "rank_missing_from_collective",
                 f"{describe(peer)} is behind: {last_entered_text(record, group)}, and it is {where(record)}; {waits}",
-                waiting["started"],
+                began,
                 peer,
                 waiters,
             )
     if behind:
-        return finished_peer(records, key, waiting, waiters, behind, waits)
+        return finished_peer(records, key, waiting, waiters, behind, waits, began)
     for peer, record in ranks.items():
         theirs = entry(record, group, seq)
         if theirs and (theirs["op"], theirs["shapes"]) != (waiting["op"], waiting["shapes"]):
@@ -133,7 +148,7 @@ def diagnose(records: dict, now: float, timeout_s: float) -> Finding | None:
                 "collective_mismatch",
                 f"actor ranks disagree on collective #{seq}: {describe(key)} is in {collective_text(waiting)}, "
                 f"{describe(peer)} in {collective_text(theirs)}",
-                max(waiting["started"], theirs["started"]),
+                max(began, now - waited_s(record, theirs, now)),
                 peer,
                 (key,),
             )
@@ -141,9 +156,10 @@ def diagnose(records: dict, now: float, timeout_s: float) -> Finding | None:
 
 
 def finished_peer(
-    records: dict, key: Key, waiting: dict, waiters: tuple[Key, ...], behind: list[Key], waits: str
+    records: dict, key: Key, waiting: dict, waiters: tuple[Key, ...], behind: list[Key], waits: str, began: float
 ) -> Finding:
-    """Rule 2: the peers in `behind` finished their call without entering `waiting`."""
+    """Rule 2: the peers in `behind` finished their call without entering `waiting` (at `began`,
+    on the watcher's clock)."""
     record, peer = records[key], behind[0]
     phase, made = record.get("phase"), record.get("collectives_in_call")
     before = record.get("call_collectives", {}).get(phase)  # its previous call of the same phase
@@ -163,7 +179,7 @@ def finished_peer(
         return Finding(
             "rank_missing_from_collective",
             f"{describe(peer)} is behind: {how} ({last_entered_text(peer_record, waiting['group'])}); {waits}",
-            waiting["started"],
+            began,
             peer,
             waiters,
         )
@@ -178,7 +194,7 @@ def finished_peer(
         f"{describe(key)} waits in {collective_text(waiting)}, which no other rank will enter: "
         f"{describe(peer)} finished its call after collective #{entered(peer_record, waiting['group'])}. "
         f"{describe(key)} made more collectives (or optimisation steps) than the others ({why})",
-        waiting["started"],
+        began,
         key,
         tuple(behind),
     )

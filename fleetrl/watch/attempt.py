@@ -16,10 +16,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
+
 from fleetrl.checkpoint import list_checkpoints, newest_intact
 from fleetrl.cluster.isolated_nodes import sweep_stale
 from fleetrl.controller import Orders
 from fleetrl.watch import link
+from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
@@ -56,6 +59,8 @@ class Attempt:
         self.controller_key = (supervisor.component, 0)
         self.workers: list[dict] = [{"component": supervisor.component, "rank": 0, "node": 0}]
         self.workers_taken = False  # the controller's published workers are watched
+        self.stopped_since: float | None = None  # when the controller was first seen stopped (monotonic)
+        self.controller_beat = False  # the controller has published a heartbeat
         self.incidents: queue.Queue[Incident] = queue.Queue()
         self.watchdog: Watchdog | None = None
         self.watch([self.controller_key])
@@ -115,7 +120,34 @@ class Attempt:
         if failure is not None:
             return self.from_controller(link.incident_from_fields(failure))
         self.follow_controller()
-        return self.overdue_step() or (None if self.incidents.empty() else self.incidents.get())
+        return (
+            self.overdue_step()
+            or self.stopped_before_first_beat()
+            or (None if self.incidents.empty() else self.incidents.get())
+        )
+
+    def stopped_before_first_beat(self) -> Incident | None:
+        """The controller stopped (SIGSTOP, a debugger) for heartbeat_timeout_s before it ever
+        published a heartbeat: the watchdog would wait startup_allowance_s (300 s) for a first
+        beat, but this process is its parent and sees it stopped."""
+        self.controller_beat = self.controller_beat or self.controller_key in self.store.read([self.controller_key])
+        if self.controller_beat:
+            return None  # the watchdog tells a stopped process from its beats
+        try:
+            stopped = psutil.Process(self.controller.pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            return None  # gone: `controller_died` on the next poll
+        now = time.monotonic()
+        self.stopped_since = (self.stopped_since or now) if stopped else None
+        if self.stopped_since is None or now - self.stopped_since < self.config.watchdog.heartbeat_timeout_s:
+            return None
+        return Incident(
+            "process_frozen",
+            f"{describe(self.controller_key)} (the controller, pid {self.controller.pid}) is stopped "
+            "(SIGSTOP or a debugger) before its first heartbeat",
+            time.time() - (now - self.stopped_since),
+            self.controller_key,
+        )
 
     def follow_controller(self) -> None:
         """Watch the workers the controller published; stop watching them when it says it is
@@ -169,16 +201,25 @@ class Attempt:
         return Incident(
             "worker_died",
             f"{describe(self.controller_key)} (the controller, pid {self.controller.pid}) died: {how}{was}",
-            record.get("time", time.time()),
+            time.time() - record.get("heartbeat_age_s", 0.0),  # its last beat, on this clock
             self.controller_key,
         )
 
     def from_controller(self, incident: Incident) -> Incident:
         """A dead worker — or a whole node lost — shows up at the controller as errors of the
-        others: name the dead one (the node)."""
+        others: name the dead one (the node). An incident that starts on a worker's clock
+        (`Incident.clock`) is moved onto this one's, through that worker's heartbeats as seen
+        here (its arrival, if none were)."""
+        records, now = self.records(), time.time()
+        if incident.clock is not None:
+            record = records.get(incident.clock)
+            seen = record is not None and record.get("clock_offset_s") is not None
+            incident.started = on_watcher_clock(record, incident.started, now) if seen else now
+            incident.clock = None
+        if incident.cause == "worker_died" and incident.culprit in records:  # (Ray lost it): its last beat
+            incident.started = now - records[incident.culprit]["heartbeat_age_s"]
         if self.watchdog is None:
             return incident
-        records, now = self.records(), time.time()
         dead = self.watchdog.check_alive(records, now)
         if dead is None and (lost := lost_node(records, now)) is not None:
             key, summary = lost

@@ -1,7 +1,9 @@
 """An exception that reached the controller → the incident it stands for.
 
 The incident starts at the fault's first sign, not when the controller classifies it: a worker's
-exception when it was raised (`WorkerError.raised_at`), a dead Ray worker at its last heartbeat."""
+exception when it was raised (`WorkerError.raised_at`), a dead Ray worker at its last heartbeat —
+on the watcher's clock: where the raiser's heartbeats are seen here, moved onto it now, else left
+on the raiser's clock and named (`Incident.clock`) for the watcher that sees them."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from fleetrl.checkpoint import causes, full_disk
 from fleetrl.watch.host import WorkerError
+from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.watchdog import Incident, describe
 
@@ -34,7 +37,7 @@ def incident_from_error(
     lost = lost_node(records, now)
     if lost is not None:  # a dead actor, a peer's reset connection: echoes of the node that is gone
         key, summary = lost
-        return Incident("node_lost", summary, records[key]["time"], key, str(error))
+        return Incident("node_lost", summary, now - records[key].get("heartbeat_age_s", 0.0), key, str(error))
     try:
         from ray.exceptions import RayActorError
     except ImportError:  # the inline backend without Ray installed
@@ -62,19 +65,30 @@ def incident_from_error(
             "".join(traceback.format_exception(error)),
         )
     key = (raised.component, raised.rank)
+    started, clock = raised_on_watcher_clock(raised, records, now)
     message = raised.message.strip().splitlines()[0] if raised.message.strip() else ""
     said = f"{describe(key)} raised {raised.error_type} in {raised.phase}: {message}"
     if raised.error_type == "JoinError":
         return Incident(
             "peer_unreachable",
             f"{describe(key)} could not reach its peers: {message}",
-            raised.raised_at,
+            started,
             key,
             raised.trace,
+            clock=clock,
         )
     if "No space left on device" in raised.message:
-        return Incident("disk_full", said, raised.raised_at, key, raised.trace)
-    return Incident("worker_exception", said, raised.raised_at, key, raised.trace)
+        return Incident("disk_full", said, started, key, raised.trace, clock=clock)
+    return Incident("worker_exception", said, started, key, raised.trace, clock=clock)
+
+
+def raised_on_watcher_clock(raised: WorkerError, records: dict, now: float) -> tuple[float, tuple | None]:
+    """(when `raised` was raised, the process whose clock that is): on this watcher's clock (None)
+    where it sees that process's heartbeats, else on the raiser's own."""
+    record = records.get(raised.clock)
+    if record is not None and record.get("clock_offset_s") is not None:
+        return on_watcher_clock(record, raised.raised_at, now), None
+    return raised.raised_at, raised.clock
 
 
 def disk_full_summary(error: BaseException, run_dir: Path | None) -> str:

@@ -4,7 +4,7 @@ the rank that is behind, or the one that made an extra collective, shows at a gl
 
 from __future__ import annotations
 
-from fleetrl.watch.alignment import PROCESS_GROUP_MEMBERS, collectives, entered
+from fleetrl.watch.alignment import PROCESS_GROUP_MEMBERS, collectives, entered, waited_s
 from fleetrl.watch.naming import describe
 
 
@@ -12,7 +12,10 @@ def cell(record: dict, group: str, seq: int, found: dict | None) -> dict:
     if found is None:
         return {"state": "not entered" if entered(record, group) < seq else "(not kept)"}
     state = "done" if found.get("finished") else "in flight"
-    return {key: found.get(key) for key in ("op", "call_site", "started", "finished")} | {"state": state}
+    fields = {key: found.get(key) for key in ("op", "call_site", "started", "finished")} | {"state": state}
+    if state == "in flight" and "heartbeat_age_s" in record:  # how long, on the watcher's clock
+        fields["waited_s"] = waited_s(record, found, record["time"])
+    return fields
 
 
 def aligned_collectives(records: dict) -> dict:
@@ -56,7 +59,8 @@ def render_table(table: dict, now: float) -> list[str]:
 def cell_text(found: dict, now: float) -> str:
     state = found["state"]
     if state == "in flight":
-        state = f"IN FLIGHT {now - found['started']:.1f} s"
+        waited = found.get("waited_s", now - found["started"])  # (a report written before waited_s)
+        state = f"IN FLIGHT {waited:.1f} s"
     return f"{found['op']} {state}" if found.get("op") else state
 
 

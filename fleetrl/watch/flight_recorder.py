@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from fleetrl.watch.collectives import DEFAULT_GROUP, CollectiveLog
 from fleetrl.watch.node_loss import RAYLET_VARIABLE
+from fleetrl.watch.thread_activity import thread_activity
 
 HEARTBEAT_PREFIX = "fleetrl/heartbeat/"
 
@@ -139,6 +140,7 @@ class Recorder:
             "cpu_s": time.process_time(),
             "thread_cpu_s": thread_cpu_s(thread),
             "stack_signature": stack_signature(thread),
+            **thread_activity(thread),  # thread_sys_s, thread_io_bytes: a spinning wait (watch/judgement.py)
             "phase_counts": {stats.name: stats.calls for stats in phases},
             "phase_max_s": {stats.name: stats.longest_s for stats in finished},
             "call_collectives": {stats.name: stats.collectives for stats in finished},

@@ -48,14 +48,26 @@ class WorkerError(RuntimeError):
     """An exception inside a worker, labelled with who raised it, where and when (`raised_at`,
     epoch seconds: the incident starts there, not when the controller learns of it), and its
     traceback as text — it survives pickling through Ray and being passed along as another call's
-    argument."""
+    argument. `raised_at` is on the clock of the watched process that raised it, `clock`
+    (component, rank: `inline rank 0` for an inline worker, `fused rank r` for a fused one); the
+    watcher moves it onto its own clock through that process's heartbeats (watch/judgement.py
+    `on_watcher_clock`): machines' clocks differ."""
 
     def __init__(
-        self, component: str, rank: int, phase: str, error_type: str, message: str, trace: str, raised_at: float
+        self,
+        component: str,
+        rank: int,
+        phase: str,
+        error_type: str,
+        message: str,
+        trace: str,
+        raised_at: float,
+        clock: tuple[str, int] | None = None,
     ):
-        super().__init__(component, rank, phase, error_type, message, trace, raised_at)
+        super().__init__(component, rank, phase, error_type, message, trace, raised_at, clock)
         self.component, self.rank, self.phase = component, rank, phase
         self.error_type, self.message, self.trace, self.raised_at = error_type, message, trace, raised_at
+        self.clock = tuple(clock) if clock else None
 
     def __str__(self) -> str:
         return f"{self.component} rank {self.rank} raised {self.error_type} in {self.phase}: {self.message}"
@@ -86,7 +98,14 @@ class RecordedCalls:
         except Exception as error:
             phase = stats.name
             raise WorkerError(
-                self.process, self.rank, phase, type(error).__name__, str(error), traceback.format_exc(), time.time()
+                self.process,
+                self.rank,
+                phase,
+                type(error).__name__,
+                str(error),
+                traceback.format_exc(),
+                time.time(),
+                (self.recorder.identity["component"], self.recorder.identity["rank"]),
             ) from None
         finally:
             self.recorder.exit_phase(outer)

@@ -10,19 +10,34 @@ thread using CPU, the process using CPU (a simulator computing in threads of its
 thread's stack moving between beats means *busy* — the call works and is only slow; none of these
 means *blocked* — a sleep, a lock, a socket or a peer that will not answer. CPU shares are taken
 between two beats of the worker's own clock, so skew cancels out.
+
+One wait uses CPU: a loop that polls (`while not ready: time.sleep(0)`, a non-blocking socket
+read until data comes). It is *spinning*, and treated as blocked, when on every beat of the
+window its stack is at the same lines, its thread uses CPU with at least `SPIN_SYSTEM_SHARE` of
+it in the kernel (system calls that return at once: watch/thread_activity.py), the thread's
+progress counters stand still (no byte read or written, (almost) no page fault), and the rest of
+the process does not compute (a thread polling for a simulator's threads to finish waits on real
+work: busy). A computation at one line — a Python loop, a long numpy or torch kernel — spends its
+CPU in user space: busy. A loop that polls a pure-Python flag (`while not ready: pass`) looks
+exactly like a computation and is judged busy.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 
-BLOCKED, BUSY = "blocked", "busy"
+BLOCKED, BUSY, SPINNING = "blocked", "busy", "spinning"
 # The phase's thread used at least this share of a core: it computes. A blocked thread uses ~0; a
 # computing one on a loaded host may get far less than a whole core.
 THREAD_BUSY = 0.05
 PROCESS_BUSY = 0.50  # the process used at least half a core (more than its idle threads ever do)
 MIN_SAMPLES = 3  # beats in the window needed to tell
+# Kernel share of a spinning thread's CPU: measured here 80 % for time.sleep(0), 53 % for a
+# zero-timeout select, 35 % for a non-blocking recv; 1-3 % for Python, numpy and torch loops.
+SPIN_SYSTEM_SHARE = 0.2
+SPIN_MAX_FAULTS_PER_S = 10  # a polling loop takes none; a loop allocating large buffers 10^3-10^5/s
 
 
 @dataclass(frozen=True)
@@ -33,22 +48,44 @@ class Sample:
     thread_cpu_s: float | None
     cpu_s: float
     stack_signature: int | None
+    thread_sys_s: float | None = None  # kernel CPU seconds of the phase's thread (Linux)
+    thread_io_bytes: int | None = None  # bytes the phase's thread read and wrote (Linux)
+    thread_faults: int | None = None  # page faults of the phase's thread (Linux)
 
 
 @dataclass(frozen=True)
 class Judgement:
-    state: str  # BLOCKED or BUSY
+    state: str  # BLOCKED, BUSY or SPINNING
     window_s: float  # the worker's seconds between the first and last beat judged
     thread_cpu: float  # share of a core used by the phase's thread
     process_cpu: float  # share of a core used by the whole process
     stack_moved: bool
+    system_share: float | None = None  # of the thread's CPU, the share spent in the kernel
+
+    @property
+    def stalled(self) -> bool:
+        """Blocked, or spinning (a wait that burns CPU): an incident once past the deadline."""
+        return self.state != BUSY
 
     def text(self) -> str:
         cpu = f"{self.thread_cpu:.0%} CPU in its thread, {self.process_cpu:.0%} in its process"
+        if self.state == SPINNING:
+            return (
+                f"spinning: its stack did not move, and its thread used {self.thread_cpu:.0%} CPU, "
+                f"{self.system_share:.0%} of it in system calls that moved no data (a wait that polls), "
+                f"over the last {self.window_s:.1f} s"
+            )
         if self.state == BLOCKED:
             return f"blocked: its stack did not move and it used {cpu} over the last {self.window_s:.1f} s"
         moved = "its stack moves" if self.stack_moved else "its stack did not move"
         return f"busy: {moved}, {cpu} over the last {self.window_s:.1f} s"
+
+
+def on_watcher_clock(record: dict, worker_time: float, now: float) -> float:
+    """`worker_time`, a moment on the clock of the worker that published `record`, as a moment on
+    the watcher's wall clock `now`, through the record's `clock_offset_s` (the watcher's
+    `Watchdog.observe` annotates it: `Seen.clock_offset`). Never later than `now`."""
+    return min(now, worker_time + record["clock_offset_s"])
 
 
 class Seen:
@@ -58,12 +95,18 @@ class Seen:
         self.beat: int | None = None
         self.changed_at: float | None = None  # watcher's monotonic clock
         self.samples: deque[Sample] = deque(maxlen=64)
+        # The watcher's wall clock minus the worker's, as small as any beat has shown it: a beat
+        # is seen some time after it is published (up to a poll interval, more on a loaded host),
+        # and the smallest difference is the one with the least of that delay in it.
+        self.clock_offset: float | None = None
 
     def update(self, record: dict, now: float) -> None:
         """`record` read at `now` (monotonic); a beat counter it has not shown before is a new beat."""
         if record.get("beat") == self.beat and self.changed_at is not None:
             return
         self.beat, self.changed_at = record.get("beat"), now
+        offset = time.time() - (time.monotonic() - now) - record["time"]
+        self.clock_offset = offset if self.clock_offset is None else min(self.clock_offset, offset)
         self.samples.append(
             Sample(
                 now,
@@ -72,6 +115,9 @@ class Seen:
                 record.get("thread_cpu_s"),
                 record.get("cpu_s", 0.0),
                 record.get("stack_signature"),
+                record.get("thread_sys_s"),
+                record.get("thread_io_bytes"),
+                record.get("thread_faults"),
             )
         )
 
@@ -104,4 +150,22 @@ class Seen:
         process = (last.cpu_s - first.cpu_s) / span
         moved = len({s.stack_signature for s in recent}) > 1
         busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved
-        return Judgement(BUSY if busy else BLOCKED, span, thread, process, moved)
+        system = spin_share(first, last, span, thread, process, moved)
+        state = SPINNING if system is not None else BUSY if busy else BLOCKED
+        return Judgement(state, span, thread, process, moved, system)
+
+
+def spin_share(first: Sample, last: Sample, span: float, thread: float, process: float, moved: bool) -> float | None:
+    """The kernel's share of the thread's CPU if the beats from `first` to `last` show a wait
+    that polls (the module's rule), else None."""
+    if moved or thread < THREAD_BUSY or process - thread >= PROCESS_BUSY:
+        return None
+    counters = (first.thread_sys_s, last.thread_sys_s, first.thread_io_bytes, last.thread_io_bytes)
+    if None in (*counters, first.thread_faults, last.thread_faults):
+        return None
+    if last.thread_io_bytes != first.thread_io_bytes:
+        return None  # it moves data: reading a file, receiving a stream
+    if last.thread_faults - first.thread_faults > SPIN_MAX_FAULTS_PER_S * span:
+        return None  # it touches new memory: a computation allocating arrays
+    share = (last.thread_sys_s - first.thread_sys_s) / span / thread
+    return share if share >= SPIN_SYSTEM_SHARE else None

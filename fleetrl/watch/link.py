@@ -48,9 +48,11 @@ def incident_fields(incident: Incident) -> dict:
         "started": incident.started,
         "culprit": list(incident.culprit) if incident.culprit else None,
         "detail": incident.detail,
+        "clock": list(incident.clock) if incident.clock else None,
     }
 
 
 def incident_from_fields(fields: dict) -> Incident:
     culprit = tuple(fields["culprit"]) if fields["culprit"] else None
-    return Incident(fields["cause"], fields["summary"], fields["started"], culprit, fields["detail"])
+    clock = tuple(fields["clock"]) if fields.get("clock") else None
+    return Incident(fields["cause"], fields["summary"], fields["started"], culprit, fields["detail"], clock=clock)

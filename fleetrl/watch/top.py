@@ -64,7 +64,7 @@ def collective(record: dict) -> str:
 
 
 def rows(run: LiveRun, sampler: Sampler, judge: Watchdog) -> list[tuple[str, ...]]:
-    records, now = run.records(), time.time()
+    records = judge.observe(run.records())  # ages on this clock, never a worker's (watch/judgement.py)
     found = []
     for worker in run.workers:
         record = records.get((worker["component"], worker["rank"]))
@@ -73,10 +73,10 @@ def rows(run: LiveRun, sampler: Sampler, judge: Watchdog) -> list[tuple[str, ...
             found.append((*identity, "-", "(no heartbeat yet)", *["-"] * 7))
             continue
         phase = record.get("phase")
-        in_phase = f"{now - record['phase_started']:.1f} s" if phase else "-"
+        in_phase = f"{record['phase_age_s']:.1f} s" if phase else "-"
         deadline = f"{judge.deadline(record, phase):.0f} s" if phase else "-"
         cpu, rss = sampler.sample(record)
-        beat_age = f"{now - record['time']:.1f} s"
+        beat_age = f"{record['heartbeat_age_s']:.1f} s"
         state = str(record.get("state") or "-")
         found.append(
             (

@@ -20,7 +20,8 @@ Deadlines are learned: a phase may take `deadline_factor` × the longest time it
 clamped to [min_deadline_s, max_deadline_s]. A phase never seen finishing gets
 `startup_step_allowance_s` if it is a start-up step (`STARTUP_STEPS`: its stall is a
 `startup_timeout`), otherwise `first_call_bound_s`. Past its deadline a call is judged from its
-recent beats: *blocked* (no CPU, a stack that does not move) is an incident at once; *busy* is
+recent beats: *blocked* (no CPU, a stack that does not move) or *spinning* (a wait that polls:
+CPU spent in system calls at a stack that does not move) is an incident at once; *busy* is
 one "slow" warning in the log, and an incident only past `busy_allowance_s`. A worker that never
 published a heartbeat gets `startup_allowance_s` from the start of watching.
 """
@@ -71,7 +72,10 @@ class Incident:
     detail: str = ""  # e.g. the worker's traceback
     records: dict = field(default_factory=dict)  # (component, rank) → last heartbeat record
     timeline: list = field(default_factory=list)  # (time, {"component/rank": phase}) before it
-    state: str | None = None  # a stalled call's judgement: "blocked" or "busy"
+    state: str | None = None  # a stalled call's judgement: "blocked", "spinning" or "busy"
+    # The watched process (component, rank) whose clock `started` is on, until the watcher has
+    # moved it onto its own (a worker's exception classified where its heartbeats are not seen)
+    clock: tuple[str, int] | None = None
 
 
 # Methods that are steps of a worker's start-up (the `construct` phase is the worker host's):
@@ -135,12 +139,14 @@ class Watchdog(threading.Thread):
 
     def observe(self, records: dict) -> dict:
         """Note each record's beat on this process's clock; annotate `records` with the ages
-        measured on it (`heartbeat_age_s`, `phase_age_s`)."""
+        measured on it (`heartbeat_age_s`, `phase_age_s`) and with the offset of its clock from
+        the worker's (`clock_offset_s`: judgement.on_watcher_clock)."""
         now = time.monotonic()
         for key, record in records.items():
             seen = self.seen.setdefault(key, Seen())
             seen.update(record, now)
             record["heartbeat_age_s"], record["phase_age_s"] = seen.heartbeat_age(now), seen.phase_age(record, now)
+            record["clock_offset_s"] = seen.clock_offset
         return records
 
     def readable_records(self) -> tuple[dict, list[str]]:
@@ -265,7 +271,8 @@ class Watchdog(threading.Thread):
                 continue
             collective = alignment.oldest_in_flight(record)
             if collective and (
-                now - collective["started"] <= self.config.collective_timeout_s or alignment.behind_peers(records, key)
+                alignment.waited_s(record, collective, now) <= self.config.collective_timeout_s
+                or alignment.behind_peers(records, key)
             ):
                 continue  # waiting for peers: check_collectives names the one behind
             age, limit = record["phase_age_s"], self.deadline(record, phase)
@@ -275,7 +282,7 @@ class Watchdog(threading.Thread):
             judgement = self.seen[key].judge(time.monotonic(), window_s)
             if judgement is None:
                 continue  # too few fresh beats to tell yet; beats that stopped are check_beating's
-            if judgement.state == BUSY and age <= max(limit, self.config.busy_allowance_s):
+            if not judgement.stalled and age <= max(limit, self.config.busy_allowance_s):
                 self.warn_slow(key, record, limit, judgement)
                 continue
             return self.overdue(key, record, limit, judgement, now)

@@ -1,0 +1,53 @@
+"""A representative few cells of the fault matrix (benchmarks/fault_matrix.py runs them all), from
+the same cell table (tests/fault_cells.py): each a real `fleetrl train` with the fault injected,
+whose report must name the cell's cause and culprit within a bound derived from the watchdog's
+thresholds, and leave no process behind (`Fleetrl.finish` fails the test otherwise)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetrl.config.schema import WatchdogConfig
+from tests.fault_cells import Cell, make_cell
+from tests.support import train
+
+CONFIG = WatchdogConfig()
+JUDGING_WINDOW_S = max(2.0, 4 * CONFIG.heartbeat_interval_s)  # beats a stalled call is judged from
+MARGIN_S = 5.0  # a loaded host's scheduling and the incident response's first steps; never the bound's core
+FIRST_CALL_BOUND_S = 5.0  # shorter than the default 15 s, to keep the run short; the mechanism is the same
+
+
+def run_cell(tmp_path, cell: Cell):
+    return train("configs/ppo_cartpole.yaml", *cell.overrides, runs=tmp_path, timeout=240)
+
+
+def assert_named(result, cell: Cell, within_s: float) -> None:
+    report = result.hang_report
+    assert result.code == 4 and report is not None, result.stderr[-3000:]
+    assert (report["cause"], report["culprit"]) == (cell.cause, list(cell.culprit)), report["summary"]
+    assert 0 <= report["detected_after_s"] <= within_s, (report["detected_after_s"], report["summary"])
+
+
+def test_an_exception_in_the_first_env_reset_inline_is_named_at_once(tmp_path):
+    """Start-up, inline: the env's first reset raises, before the training loop has begun."""
+    cell = make_cell("exception", "env", "startup", "inline")
+    result = run_cell(tmp_path, cell)
+    assert_named(result, cell, cell.bound_s)
+    assert "InjectedFault in env.reset" in result.hang_report["summary"]
+
+
+@pytest.mark.slow  # ~45 s: a Ray cluster's start-up
+def test_a_first_call_hang_of_an_env_rank_on_ray_is_a_blocked_phase_timeout(tmp_path):
+    cell = make_cell("hang", "env", "first_call", "ray").with_overrides(
+        f"watchdog.first_call_bound_s={FIRST_CALL_BOUND_S}"
+    )
+    result = run_cell(tmp_path, cell)
+    assert_named(result, cell, FIRST_CALL_BOUND_S + JUDGING_WINDOW_S + MARGIN_S)
+    assert result.hang_report["state"] == "blocked", result.hang_report["summary"]
+
+
+@pytest.mark.slow  # ~45 s: a Ray cluster's start-up
+def test_a_fused_rank_killed_in_steady_state_is_named_within_the_poll(tmp_path):
+    cell = make_cell("kill", "actor", "steady", "fused")
+    result = run_cell(tmp_path, cell)
+    assert_named(result, cell, CONFIG.poll_interval_s + MARGIN_S)
