@@ -45,7 +45,7 @@ ONE_NODE = [
     "cluster.component_placement={actor: 0, rollout: 0, env: 0}",
 ]
 # Ray's token authentication stated, as a driver of a running instance that uses it must; 127.0.0.1
-# kept as the instance's address (fleetrl/cluster/ray_cluster.py keep_ray_on_loopback).
+# kept as the instance's address (fleetrl/cluster/ray_cluster.py set_ray_loopback).
 RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 INIT_CHILD = """

@@ -78,10 +78,8 @@ class RayCluster:
 
     def __init__(self, config: ClusterConfig, devices_per_node: int, deadline: Deadline, connect_timeout_s: float = 60):
         isolated = config.simulate_nodes > 1 and config.simulate_isolation == "namespaces"
-        if isolated:  # real nodes on a bridge: whatever an earlier run in this process set
-            let_ray_leave_loopback()
-        elif is_loopback(config.node_ip) if config.ray_address is None else joins_loopback(config.ray_address):
-            keep_ray_on_loopback()
+        on_loopback = is_loopback(config.node_ip) if config.ray_address is None else joins_loopback(config.ray_address)
+        set_ray_loopback(on_loopback and not isolated)  # isolated nodes: real addresses on a bridge
         import ray
 
         self.started = None  # the Ray nodes this process started (LocalRay, IsolatedNodes); None when joining
@@ -232,31 +230,26 @@ def joins_loopback(ray_address: str) -> bool:
     return is_loopback(ray_address.rpartition(":")[0].strip("[]"))
 
 
-def keep_ray_on_loopback() -> None:
-    """Make Ray resolve 'this node' to the loopback address, in this process and the raylets and
-    workers it starts (they inherit the variable). Without it Ray rewrites 127.0.0.1 in a cluster
-    address to the machine's external address, where no raylet listens, and `ray.init` waits
-    forever. The variable is read when Ray is imported: set it before."""
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+def set_ray_loopback(on: bool) -> None:
+    """Whether Ray resolves 'this node' to the loopback address, in this process and the raylets
+    and workers it starts (they inherit the variable); set on every start, whatever an earlier run
+    in this process (or a parent) chose. On: without it Ray rewrites 127.0.0.1 in a cluster address
+    to the machine's external address, where no raylet listens, and `ray.init` waits forever. Off:
+    a cluster whose nodes are on other addresses must resolve this node to its real address, or the
+    driver registers at 127.0.0.1 and the remote workers it owns are dropped at creation. The
+    variable is read when Ray is imported: set it before (an imported Ray is set directly)."""
+    if on:
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    else:
+        os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     if "ray" in sys.modules:
         from ray._private import ray_constants
 
-        ray_constants.ENABLE_RAY_CLUSTER = False
-
-
-def let_ray_leave_loopback() -> None:
-    """Undo `keep_ray_on_loopback` (an earlier run in this process, or a parent that inherited it):
-    a cluster whose nodes are on other addresses must resolve 'this node' to its real address, or
-    the driver registers at 127.0.0.1 and the remote workers it owns are dropped at creation."""
-    os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    if "ray" in sys.modules:
-        from ray._private import ray_constants
-
-        ray_constants.ENABLE_RAY_CLUSTER = not ray_constants.IS_WINDOWS_OR_OSX
+        ray_constants.ENABLE_RAY_CLUSTER = not on and not ray_constants.IS_WINDOWS_OR_OSX
 
 
 def start_local_ray(num_nodes: int, cpus_per_node: int, node_ip: str):
-    from fleetrl.cluster.local_ray import LocalRay  # imports Ray: after keep_ray_on_loopback
+    from fleetrl.cluster.local_ray import LocalRay  # imports Ray: after set_ray_loopback
 
     if num_nodes > 1:
         log.info("starting a simulated %d-node Ray cluster on %s", num_nodes, node_ip)

@@ -45,10 +45,9 @@ def check_ray(context: Context) -> list[Check]:
                     f"or fix cluster.ray_address / RAY_ADDRESS",
                 )
             ]
-    from fleetrl.cluster.ray_cluster import joins_loopback, keep_ray_on_loopback
+    from fleetrl.cluster.ray_cluster import joins_loopback, set_ray_loopback
 
-    if joins_loopback(view.ray_address):
-        keep_ray_on_loopback()  # before Ray is imported: else it rewrites 127.0.0.1 and never connects
+    set_ray_loopback(joins_loopback(view.ray_address))  # before Ray is imported: else it rewrites 127.0.0.1
     import ray
 
     try:

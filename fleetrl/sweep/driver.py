@@ -177,9 +177,9 @@ def start_ray(address: str | None) -> None:
     if address is not None:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         return
-    from fleetrl.cluster.ray_cluster import keep_ray_on_loopback
+    from fleetrl.cluster.ray_cluster import set_ray_loopback
 
-    keep_ray_on_loopback()
+    set_ray_loopback(True)
     # Ray would SIGKILL a stopped Tune worker's children at once; a trial gets SIGTERM instead
     # (lifetime.py) and stops cleanly, and this process waits for it (end_everything).
     os.environ["RAY_kill_child_processes_on_worker_exit"] = "0"
