@@ -132,12 +132,14 @@ class Trainer:
         total = config.runner.total_env_steps
         startup_s = time.time() - psutil.Process().create_time()
         log.info(
-            "run directory %s; %s, %d envs, batch %d, %s backend",
+            "run directory %s; %s, %d envs, batch %d, %s backend, actor on %s, rollout on %s",
             self.run_dir,
             config.env.id,
             config.env.num_envs,
             config.batch_size,
             self.layout.runs_on,
+            config.actor.device,
+            config.rollout.device,
         )
         install_stop_handlers()
         trackers = self.start_trackers()
