@@ -3,6 +3,8 @@ process, unlike a test module's locals)."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from fleetrl.parallel import process_group, reduce
@@ -19,10 +21,17 @@ def nccl_rank(rank: int, world: int, repeats: int) -> dict:
         tensor = torch.full((10_000,), float(rank + 1), device="cuda:0")
         values.append(reduce.all_reduce_sum(tensor)[0].item())  # .item() waits for the kernel
     torch.cuda.synchronize()
-    trace = torch_trace.TorchTrace()
+    entries = [torch_trace.as_entry(e) for e in torch_trace.dump(entries=True)["entries"]]
+    # torch's counters learn of a completion when its watchdog retires the work (every ~100 ms);
+    # the heartbeat reads them as they are, so wait for them as it would
+    trace, deadline = torch_trace.TorchTrace(), time.monotonic() + 30
+    summary = trace.summary()
+    while summary["completed"] != summary["entered"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+        summary = trace.summary()
     return {
         "backend": backend,
         "values": values,
-        "summary": trace.summary(),
-        "ops": [entry["op"] for entry in (torch_trace.as_entry(e) for e in torch_trace.dump(entries=True)["entries"])],
+        "summary": summary,
+        "entries": [(entry["op"], entry["finished"] is not None) for entry in entries],
     }

@@ -43,10 +43,15 @@ def enabled() -> bool:
 
 
 def dump(entries: bool) -> dict:
-    """torch's recorder, as torch documents the dump (never its stack traces)."""
-    from torch._C._distributed_c10d import _dump_fr_trace
+    """torch's recorder, as torch documents the dump (never its stack traces). NCCL's groups keep
+    theirs apart, timed by CUDA events (`_dump_nccl_trace`; `_dump_fr_trace` holds the other
+    backends' and is empty under NCCL — seen on an H100 with torch 2.11)."""
+    import torch.distributed as dist
+    from torch._C import _distributed_c10d as c10d
 
-    return pickle.loads(_dump_fr_trace(includeCollectives=entries, includeStackTraces=False, onlyActive=False))
+    nccl = dist.is_initialized() and dist.get_backend() == "nccl"
+    dumper = c10d._dump_nccl_trace if nccl else c10d._dump_fr_trace
+    return pickle.loads(dumper(includeCollectives=entries, includeStackTraces=False, onlyActive=False))
 
 
 def group_name(pg_id: str) -> str:
@@ -100,7 +105,14 @@ class TorchTrace:
         self.first_seen = {(e["group"], e["seq"]): e["started"] for e in in_flight}
         if any(now - entry["started"] >= DETAIL_AFTER_S and entry["op"] == "?" for entry in in_flight):
             self.fetch_detail(in_flight)
-            in_flight = [self.in_flight(e["group"], e["seq"], now) for e in in_flight]
+            # NCCL's counters learn of a completion only when torch's watchdog retires the work; an
+            # entry's state is read from its CUDA event at the dump
+            done = {key for key, entry in self.detail.items() if entry["finished"] is not None}
+            for group, seq in done:
+                completed[group] = max(completed[group], seq)
+            in_flight = [
+                self.in_flight(e["group"], e["seq"], now) for e in in_flight if (e["group"], e["seq"]) not in done
+            ]
         return {
             "authoritative": authoritative,
             "entered": entered,
