@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 import torch
+import torch.distributed as dist
 
-from fleetrl.parallel import process_group, reduce
+from fleetrl.parallel import process_group
 from fleetrl.parallel.net import free_port
 from fleetrl.watch import torch_trace
 
@@ -19,7 +20,8 @@ def nccl_rank(rank: int, world: int, repeats: int) -> dict:
     values = []
     for _ in range(repeats):
         tensor = torch.full((10_000,), float(rank + 1), device="cuda:0")
-        values.append(reduce.all_reduce_sum(tensor)[0].item())  # .item() waits for the kernel
+        dist.all_reduce(tensor)  # not reduce.all_reduce_sum: it issues nothing with one rank
+        values.append(tensor[0].item())  # waits for the kernel
     torch.cuda.synchronize()
     entries = [torch_trace.as_entry(e) for e in torch_trace.dump(entries=True)["entries"]]
     # torch's counters learn of a completion when its watchdog retires the work (every ~100 ms);
