@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import psutil
 import pytest
@@ -226,6 +228,24 @@ def test_close_ends_async_env_processes():
     children = [p for p in psutil.Process().children(recursive=True) if not is_interpreter_helper(p)]
     assert len(children) == 2
     worker.close()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == []
+
+
+def test_close_ends_async_env_processes_when_a_stop_interrupted_a_step():
+    """SIGINT to the controller alone raises in its main thread wherever it is — often inside an
+    async step, after some subprocesses' answers were read: the rest never come (seen on a GPU
+    machine: Ctrl-C by pid hung 30 s in env.close, then a hang report)."""
+    worker = make_worker(vectorization="async")
+    worker.reset()
+    (vector,) = worker.stages
+    children = [p for p in psutil.Process().children(recursive=True) if not is_interpreter_helper(p)]
+    vector.step_async(np.zeros(2, np.int64))
+    vector.parent_pipes[0].recv()  # env 0's answer read, then the stop: env 1's never is
+    closing = threading.Thread(target=worker.close, daemon=True)
+    closing.start()
+    closing.join(timeout=60)  # the close waits ASYNC_CLOSE_TIMEOUT_S (5 s) at most, then terminates
+    assert not closing.is_alive(), "close is still waiting for the interrupted step"
     _, alive = psutil.wait_procs(children, timeout=10)
     assert alive == []
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AsyncVectorEnv
 
 from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.make import make_vector_env
 from fleetrl.envs.normalize import RewardNormalizer, observation_normalizer
 from fleetrl.observations import map_obs, obs_len, stack_obs
 from fleetrl.trajectory import StepResult
+
+ASYNC_CLOSE_TIMEOUT_S = 5.0  # an async vector env's subprocesses get this long to answer a pending call at close
 
 
 class EnvWorker:
@@ -152,4 +155,10 @@ class EnvWorker:
 
     def close(self) -> None:
         for vector in self.stages:
-            vector.close()
+            if isinstance(vector, AsyncVectorEnv):
+                # A stop (SIGINT/SIGTERM raise in the main thread) that lands inside a step leaves
+                # the subprocesses' answers half read: gymnasium's close would wait for the rest
+                # forever; with a timeout it terminates them once it has waited that long.
+                vector.close(timeout=ASYNC_CLOSE_TIMEOUT_S)
+            else:
+                vector.close()
