@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
+from fleetrl.cluster.early_ray import take_early
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.isolated_nodes import IsolatedNodes
 from fleetrl.cluster.node_order import in_node_order
@@ -249,6 +250,11 @@ def set_ray_loopback(on: bool) -> None:
 
 
 def start_local_ray(num_nodes: int, cpus_per_node: int, node_ip: str):
+    """A new local instance: the one the controller started at its start (cluster/early_ray.py),
+    if it has this shape, else one started now."""
+    early = take_early(num_nodes, cpus_per_node, node_ip)
+    if early is not None:
+        return early
     from fleetrl.cluster.local_ray import LocalRay  # imports Ray: after set_ray_loopback
 
     if num_nodes > 1:
