@@ -45,11 +45,12 @@ def cartpole(runs, *overrides: str, iterations: int = 4) -> list[str]:
     ]
 
 
-def test_compiled_graph_collects_every_lane_s_steps(tmp_path):
-    """The CI representative (one Ray run): the graph is built for the 4 lanes, and 2 iterations
-    collect their 128 env steps each through it (the env workers' own counters, summed)."""
+def test_compiled_graph_is_the_default_and_collects_every_lane_s_steps(tmp_path):
+    """The CI representative (one Ray run, `cluster.exchange` left at its default, `auto`): the
+    graph is built for the 4 lanes, and 2 iterations collect their 128 env steps each through it
+    (the env workers' own counters, summed)."""
     runs = tmp_path / "runs"
-    with Fleetrl(*cartpole(runs, "cluster.exchange=compiled", iterations=2), runs=runs) as compiled:
+    with Fleetrl(*cartpole(runs, iterations=2), runs=runs) as compiled:
         result = compiled.finish(timeout=400).succeeded()
     assert COMPILED_LINE in result.stderr, result.stderr[-3000:]
     assert [m["global_step"] for m in result.metrics] == [128, 256]

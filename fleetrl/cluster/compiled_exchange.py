@@ -23,8 +23,10 @@ host at load 4-10, and took 1.2× their time at load 20 (`benchmarks/exchange_ov
 Resets, weight sync, the closing act, trajectories and checkpoints stay ordinary actor calls: they
 run between executions, while the graph's loops wait on their channels.
 
-`cluster.exchange` chooses: `classic`, `compiled` (an error where no graph can be built), or
-`auto` (the graph, or the classic calls with the reason logged when it cannot be compiled).
+`cluster.exchange` chooses: `auto` (the default: the graph, or the classic calls with the reason
+logged when it cannot be compiled), `compiled` (an error where no graph can be built), or `classic`.
+The controller never waits on the graph without a bound: it reads each execution's outcomes on a
+thread of its own (`OutcomeReader`) and gives up as soon as the watchdog reports.
 """
 
 from __future__ import annotations
