@@ -127,18 +127,22 @@ class OutcomeReader:
 
     def __init__(self, interrupt: threading.Event):
         self.interrupt: threading.Event = interrupt
+        self.reads: int = 0  # reads asked for; a result of an earlier one (given up on) is dropped
         self.requests: queue.SimpleQueue = queue.SimpleQueue()
         self.results: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self.serve, name="fleetrl-graph-read", daemon=True).start()
 
     def __call__(self, refs: list) -> list:
-        self.requests.put(refs)
+        self.reads += 1
+        self.requests.put((self.reads, refs))
         while True:
             try:
-                outcomes, error = self.results.get(timeout=READ_SLICE_S)
+                read, outcomes, error = self.results.get(timeout=READ_SLICE_S)
             except queue.Empty:
                 if self.interrupt.is_set():
                     raise Interrupted("the watchdog raised an incident") from None
+                continue
+            if read != self.reads:
                 continue
             if error is not None:
                 raise error
@@ -148,11 +152,11 @@ class OutcomeReader:
         """The reading thread. The arrays read are views of the graph's shared memory, valid
         until its next write (and a crash to touch once it is torn down): copied."""
         while True:
-            refs = self.requests.get()
+            read, refs = self.requests.get()
             try:
-                self.results.put(([copy.deepcopy(ref.get(timeout=-1)) for ref in refs], None))
+                self.results.put((read, [copy.deepcopy(ref.get(timeout=-1)) for ref in refs], None))
             except BaseException as error:  # handed to the waiting thread, raised there
-                self.results.put((None, error))
+                self.results.put((read, None, error))
 
 
 def register_outcome_reads(graph) -> None:
