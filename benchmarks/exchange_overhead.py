@@ -10,7 +10,10 @@ one lane driven T steps per epoch the three ways fleetrl can:
   Ray plain, waited the same two calls, each step's outcome waited for (a round trip per step);
   Ray compiled, U   one Ray Compiled Graph of U chained act → step pairs, executed T/U times, the
                     outcome read after each execution: U = 1 (a controller barrier every step) and
-                    U = 8 (what cluster/compiled_exchange.py compiles for T = 32, 1 lane).
+                    U = 8 (what cluster/compiled_exchange.py compiles for T = 32, 1 lane);
+                    and U = 8 exchanging what fleetrl's workers do (a StepResult, an action
+                    array) instead of one array: what serialisation adds, with Ray's default
+                    serialisation and with fleetrl's (`pack_step_results`).
 
 Per exchange = per act+step pair, median over --reps epochs of --steps steps, variants interleaved.
 
@@ -24,6 +27,7 @@ vs classic, and the inline backend; env steps per training second, ratios to inl
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import sys
@@ -36,6 +40,8 @@ import _runkit as kit  # noqa: E402
 
 CONFIG = "configs/ppo_cartpole.yaml"
 UNROLLS = (1, 8)  # steps per compiled-graph execution
+REAL = "fleetrl's payload"  # the U = 8 graph exchanging StepResults and action arrays (RealPayload)
+PACKED = "fleetrl's payload, one pickle"  # the same, StepResults packed as fleetrl does (PackedPayload)
 RAY_FOUR_LANES = [
     "cluster.backend=ray",
     "cluster.devices_per_node=2",
@@ -62,28 +68,60 @@ class NoOp:
         return actions
 
 
+class RealPayload(NoOp):
+    """What fleetrl's workers exchange instead, for 4 CartPole envs: `act` answers an action
+    array, `step` a `StepResult` (observations, rewards, flags, truncation index, final
+    observations: 6 arrays in a dataclass): the serialisation cost above a single array."""
+
+    def act(self, lane: int, t: int, outcome):
+        import numpy as np
+
+        return np.zeros(len(outcome.reward), np.int64)
+
+    def step(self, actions, stage: int):
+        import numpy as np
+
+        from fleetrl.trajectory import StepResult
+
+        return StepResult.initial(np.zeros((len(actions), 4), np.float32))
+
+
+class PackedPayload(RealPayload):
+    """The same, with the StepResult sent as one pickle, as fleetrl's processes do
+    (cluster/ray_cluster.py `pack_step_results`)."""
+
+    def __init__(self):
+        from fleetrl.cluster.ray_cluster import pack_step_results
+
+        pack_step_results()
+
+
 def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
     """Seconds per exchange (act + step) of each variant, one value per epoch."""
     import numpy as np
     import ray
     from ray.dag import InputNode
 
+    from fleetrl.cluster.ray_cluster import pack_step_results
+    from fleetrl.trajectory import StepResult
+
     outcome = np.zeros((4, 4), np.float32)  # 4 CartPole observations
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
-        host = ray.remote(num_cpus=0)(NoOp)
+        host, real, packed = (ray.remote(num_cpus=0)(c) for c in (NoOp, RealPayload, PackedPayload))
         # A pair of actors per graph: an actor serves one compiled graph at a time.
         pairs = {name: (host.remote(), host.remote()) for name in ("plain", *UNROLLS)}
-        ray.get([actor.call.remote("act", 0, 0, 0) for pair in pairs.values() for actor in pair])
+        pairs[REAL], pairs[PACKED] = (real.remote(), real.remote()), (packed.remote(), packed.remote())
+        ray.get([actor.__ray_ready__.remote() for pair in pairs.values() for actor in pair])
         rollout, env = pairs["plain"]
         graphs = {}
-        for unroll in UNROLLS:
+        for graph, unroll in [*((u, u) for u in UNROLLS), (REAL, UNROLLS[-1]), (PACKED, UNROLLS[-1])]:
             with InputNode() as inputs:  # inputs[k]: step index; inputs[unroll]: the last outcome
                 value = inputs[unroll]
                 for k in range(unroll):
-                    act = pairs[unroll][0].call.bind("act", 0, inputs[k], value)
-                    value = pairs[unroll][1].call.bind("step", act, 0)
-            graphs[unroll] = value.experimental_compile()
+                    act = pairs[graph][0].call.bind("act", 0, inputs[k], value)
+                    value = pairs[graph][1].call.bind("step", act, 0)
+            graphs[graph] = value.experimental_compile()
         local = NoOp()
 
         def inline() -> None:
@@ -102,13 +140,28 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
             for t in range(steps):
                 value = ray.get(env.call.remote("step", rollout.call.remote("act", 0, t, value), 0))
 
-        def compiled(unroll: int) -> None:
-            value = outcome
+        def compiled(unroll: int, graph=None, first_outcome=outcome) -> None:
+            value = first_outcome
             for first in range(0, steps, unroll):
-                value = graphs[unroll].execute(*range(first, first + unroll), value).get(timeout=-1).copy()
+                value = copy.deepcopy(
+                    graphs[graph or unroll].execute(*range(first, first + unroll), value).get(timeout=-1)
+                )
 
         variants = {"inline": inline, "Ray plain calls": queued, "Ray plain, waited": waited}
         variants.update({f"Ray compiled, U = {u}": partial(compiled, u) for u in UNROLLS})
+
+        def packed_here(run) -> None:  # this process packs StepResults too, for that variant only
+            pack_step_results()
+            try:
+                run()
+            finally:
+                ray.util.deregister_serializer(StepResult)
+
+        initial = StepResult.initial(outcome)
+        variants[f"Ray compiled, U = {UNROLLS[-1]}, {REAL}"] = partial(compiled, UNROLLS[-1], REAL, initial)
+        variants[f"Ray compiled, U = {UNROLLS[-1]}, {PACKED}"] = partial(
+            packed_here, partial(compiled, UNROLLS[-1], PACKED, initial)
+        )
         for run in variants.values():  # warm-up
             run()
         costs: dict[str, list[float]] = {name: [] for name in variants}
@@ -162,7 +215,7 @@ def main() -> None:
         f"`{out.relative_to(kit.ROOT)}/results.json`\n"
     )
     plain = statistics.median(costs["Ray plain calls"])
-    print("| exchange (no-op act + no-op step, 1 lane) | µs per exchange, median (range) | vs Ray plain calls |")
+    print("| exchange (no-op act + step, 1 lane) | µs per exchange, median (range) | vs Ray plain calls |")
     print("|---|---|---|")
     for name, values in costs.items():
         micro = [v * 1e6 for v in values]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from fleetrl.cluster.early_ray import close_early, start_early
 from fleetrl.config.schema import Config
 from fleetrl.watch.host import WatchSpec, start_watching
 
@@ -50,6 +51,7 @@ def die_with(parent_pid: int) -> None:
 def main() -> int:
     orders: Orders = pickle.load(sys.stdin.buffer)
     die_with(orders.supervisor_pid)
+    start_early(orders.config.cluster)  # Ray's daemons start while this process imports and checks
     from torch.distributed import TCPStore
 
     from fleetrl.errors import UserError
@@ -79,6 +81,7 @@ def main() -> int:
     except IncidentStop:
         return 4
     finally:
+        close_early()  # a config error stopped the run before its backend took the instance
         recorder.stop()
 
 

@@ -45,11 +45,12 @@ def cartpole(runs, *overrides: str, iterations: int = 4) -> list[str]:
     ]
 
 
-def test_compiled_graph_collects_every_lane_s_steps(tmp_path):
-    """The CI representative (one Ray run): the graph is built for the 4 lanes, and 2 iterations
-    collect their 128 env steps each through it (the env workers' own counters, summed)."""
+def test_compiled_graph_is_the_default_and_collects_every_lane_s_steps(tmp_path):
+    """The CI representative (one Ray run, `cluster.exchange` left at its default, `auto`): the
+    graph is built for the 4 lanes, and 2 iterations collect their 128 env steps each through it
+    (the env workers' own counters, summed)."""
     runs = tmp_path / "runs"
-    with Fleetrl(*cartpole(runs, "cluster.exchange=compiled", iterations=2), runs=runs) as compiled:
+    with Fleetrl(*cartpole(runs, iterations=2), runs=runs) as compiled:
         result = compiled.finish(timeout=400).succeeded()
     assert COMPILED_LINE in result.stderr, result.stderr[-3000:]
     assert [m["global_step"] for m in result.metrics] == [128, 256]
@@ -96,6 +97,19 @@ def test_env_step_hung_on_its_first_call_inside_the_graph_is_named(tmp_path):
     assert COMPILED_LINE in result.stderr, result.stderr[-3000:]
     assert_incident(result, "phase_timeout", ["env", 1], 3 + 10)
     assert "env.step" in result.hang_report["summary"], result.hang_report["summary"]
+
+
+def test_env_worker_killed_on_its_first_step_inside_the_graph_is_named(tmp_path):
+    """Env rank 1's process is killed (SIGKILL) as its very first `env.step` starts, inside the
+    graph's loop: the controller's wait for the outcomes ends (no freeze) and the report names
+    env rank 1 as `worker_died`, not the controller (Ray's failure monitor used to abort the
+    controller when it closed the outcome channels, cluster/compiled_exchange.py
+    `register_outcome_reads`), and the run ends with no process left (`Fleetrl.finish`)."""
+    result = run_fault(
+        tmp_path, *FOUR_LANES, "cluster.exchange=compiled", fault("kill", "env", 1, 1), checkpointed=False
+    )
+    assert COMPILED_LINE in result.stderr, result.stderr[-3000:]
+    assert_incident(result, "worker_died", ["env", 1], 3)
 
 
 @pytest.mark.parametrize(

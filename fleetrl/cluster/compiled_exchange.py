@@ -23,14 +23,17 @@ host at load 4-10, and took 1.2× their time at load 20 (`benchmarks/exchange_ov
 Resets, weight sync, the closing act, trajectories and checkpoints stay ordinary actor calls: they
 run between executions, while the graph's loops wait on their channels.
 
-`cluster.exchange` chooses: `classic`, `compiled` (an error where no graph can be built), or
-`auto` (the graph, or the classic calls with the reason logged when it cannot be compiled).
+`cluster.exchange` chooses: `auto` (the default: the graph, or the classic calls with the reason
+logged when it cannot be compiled), `compiled` (an error where no graph can be built), or `classic`.
+The controller never waits on the graph without a bound: it reads each execution's outcomes on a
+thread of its own (`OutcomeReader`) and gives up as soon as the watchdog reports.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import queue
 import threading
 from collections.abc import Callable
 
@@ -48,6 +51,7 @@ EXCHANGE_KEY = "cluster.exchange"
 # cancelled, and Ray would wait 30 s per stuck loop before killing.
 TEARDOWN_GRACE_S = 3.0
 MAX_UNROLL = 8  # steps per execution
+READ_SLICE_S = 0.2  # how often a wait for outcomes checks whether the watchdog has reported
 MAX_BOUND_STEPS = 32  # lanes × steps per execution: each a channel (Ray's default buffer: 1 MB)
 
 
@@ -67,9 +71,11 @@ class CompiledExchange:
                     actions = rollout.handles[lane.rollout_rank].call.bind(act, lane.index, inputs[k], outcomes[i])
                     outcomes[i] = env.handles[lane.env_rank].call.bind(step, actions, lane.stage)
         self.graph = MultiOutputNode(outcomes).experimental_compile()
+        register_outcome_reads(self.graph)
         self.actors: list = [*env.handles, *rollout.handles]
         self.env: RayGroup = env
         self.in_flight: bool = False  # an execution was fed and its outcomes not all read yet
+        self.read: OutcomeReader = OutcomeReader(interrupt)
 
     def run(self, pending: dict[Lane, object], steps: int) -> None:
         self.finish_earlier_calls()
@@ -78,12 +84,7 @@ class CompiledExchange:
                 raise Interrupted("the watchdog raised an incident")
             self.in_flight = True
             refs = self.graph.execute(*range(first, first + self.unroll), *(pending[lane] for lane in self.lanes))
-            # No timeout: a step takes what the simulator takes; a stuck one is the watchdog's
-            # to report, and the incident response ends this process (or Ctrl-C interrupts). The
-            # arrays read are views of the graph's shared memory, valid until its next write
-            # (and a crash to touch once it is torn down): copied.
-            for lane, ref in zip(self.lanes, refs):
-                pending[lane] = copy.deepcopy(ref.get(timeout=-1))
+            pending.update(zip(self.lanes, self.read(refs)))
             self.in_flight = False
 
     def finish_earlier_calls(self) -> None:
@@ -114,6 +115,58 @@ class CompiledExchange:
             for actor in self.actors:
                 ray.kill(actor, no_restart=True)
             teardown.join(TEARDOWN_GRACE_S)
+
+
+class OutcomeReader:
+    """Reads an execution's outcomes on a thread of its own while the caller waits in slices of
+    READ_SLICE_S, as `RayGroup.get` does: the wait gives up (`Interrupted`) once the watchdog
+    reports — a stuck step is its to diagnose and name — and a worker's failure (an env worker
+    killed mid-step: Ray's `ActorDiedError` once the graph's monitor has closed the channels)
+    is raised here as soon as the read fails, for the incident path to name the worker. A read
+    cannot itself be sliced: a timed-out graph read drops the outcomes already read."""
+
+    def __init__(self, interrupt: threading.Event):
+        self.interrupt: threading.Event = interrupt
+        self.reads: int = 0  # reads asked for; a result of an earlier one (given up on) is dropped
+        self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.results: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self.serve, name="fleetrl-graph-read", daemon=True).start()
+
+    def __call__(self, refs: list) -> list:
+        self.reads += 1
+        self.requests.put((self.reads, refs))
+        while True:
+            try:
+                read, outcomes, error = self.results.get(timeout=READ_SLICE_S)
+            except queue.Empty:
+                if self.interrupt.is_set():
+                    raise Interrupted("the watchdog raised an incident") from None
+                continue
+            if read != self.reads:
+                continue
+            if error is not None:
+                raise error
+            return outcomes
+
+    def serve(self) -> None:
+        """The reading thread. The arrays read are views of the graph's shared memory, valid
+        until its next write (and a crash to touch once it is torn down): copied."""
+        while True:
+            read, refs = self.requests.get()
+            try:
+                self.results.put((read, [copy.deepcopy(ref.get(timeout=-1)) for ref in refs], None))
+            except BaseException as error:  # handed to the waiting thread, raised there
+                self.results.put((read, None, error))
+
+
+def register_outcome_reads(graph) -> None:
+    """Register this process as the reader of every buffer of the graph's output channels now,
+    while their writers live. Ray registers each buffer on its first read, and closing a channel
+    registers the rest: after a worker died on its first step, the graph's own failure monitor
+    closed them, Ray could no longer find the dead writer's buffers, and its check aborted this
+    process (the report named the controller, not the dead env worker)."""
+    for channel in graph._dag_output_fetcher._input_channels:
+        channel.ensure_registered_as_reader()
 
 
 def nothing(worker_host) -> None:

@@ -16,6 +16,7 @@ The nodes are children of this process: `shutdown` ends them, and an incident's 
 
 from __future__ import annotations
 
+import atexit
 import os
 
 from ray._private.authentication.authentication_token_setup import (
@@ -35,7 +36,17 @@ NO_PRESTARTED_WORKERS = {"prestart_worker_first_driver": False, "enable_worker_p
 SIMULATED_OBJECT_STORE_BYTES = 150 * 1024 * 1024  # per simulated node, as `ray.cluster_utils.Cluster`
 
 
-class HeadWithoutApiServer(Node):
+class NodeWithoutSignalHandler(Node):
+    """A node that leaves signals to fleetrl. Ray's sets a SIGTERM handler that ends the node's
+    processes and exits 1, replacing the controller's own (watch/signals.py: a SIGTERM asks for a
+    checkpoint first), and a handler can only be set on the main thread (cluster/early_ray.py
+    starts the nodes on another). Ray's cleanup at interpreter exit stays."""
+
+    def _register_shutdown_hooks(self) -> None:
+        atexit.register(self.kill_all_processes, check_alive=False, allow_graceful=True)
+
+
+class HeadWithoutApiServer(NodeWithoutSignalHandler):
     """A head node that starts no API server (see the module docstring)."""
 
     def start_api_server(self, *, include_dashboard: bool | None, raise_on_failure: bool) -> None:
@@ -57,7 +68,7 @@ class LocalRay:
         self.address: str = self.nodes[0].address
         for _ in range(num_nodes - 1):
             params = RayParams(**common, gcs_address=self.address, include_log_monitor=False, node_manager_port=0)
-            node = Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
+            node = NodeWithoutSignalHandler(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
             wait_for_node(self.address, node.plasma_store_socket_name, NODE_JOIN_TIMEOUT_S)  # in order
             self.nodes.append(node)
         if num_nodes > 1:  # as `ray.cluster_utils.Cluster` did (the janitor forgets it after a kill -9)
