@@ -94,12 +94,16 @@ class TextEncoder(nn.Module):
 
 
 class Flatten(nn.Module):
-    def __init__(self, space: gym.spaces.Box):
+    """A key as one float vector; an image's uint8 values scaled as a CNN would (`pixel_scale`)."""
+
+    def __init__(self, space: gym.spaces.Box, scale: float = 1.0):
         super().__init__()
         self.out_features = int(np.prod(space.shape))
+        self.scale = scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(1).float()
+        x = x.flatten(1).float()
+        return x.mul_(self.scale) if self.scale != 1.0 else x
 
 
 def image_encoder_kind(space: gym.spaces.Box, choice: str) -> str:
@@ -123,7 +127,7 @@ def image_encoder_kind(space: gym.spaces.Box, choice: str) -> str:
 def leaf_encoder(space: gym.Space, image_encoder: str, embed_dim: int) -> nn.Module:
     if is_image(space):
         kind = image_encoder_kind(space, image_encoder)
-        return Flatten(space) if kind == "flatten" else ImageCNN(space, kind)
+        return Flatten(space, pixel_scale(space)) if kind == "flatten" else ImageCNN(space, kind)
     if is_tokens(space):
         return TextEncoder(int(space.high.max()) + 1, embed_dim)
     return Flatten(space)
