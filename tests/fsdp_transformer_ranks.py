@@ -8,7 +8,8 @@ tests), so the claims are the same ones: rank r trains on its env columns of exa
 single process trains on. For CI's budget the model is small (width 16, 2 blocks) and an
 iteration is one epoch of 4 minibatches (4 optimizer steps); every block parameter's first
 dimension is even, so 2 ranks hold exactly half of each. Scenario `dict_blocks` trains a user
-network (`DictBlocksNet`) instead, whose blocks sit in ModuleDicts.
+network (`DictBlocksNet`) instead, whose blocks sit in ModuleDicts, and `mlp_bf16` the built-in
+MLP over the same observations (its encoders: a CNN, a GRU) in bfloat16.
 """
 
 from __future__ import annotations
@@ -48,12 +49,23 @@ SCENARIOS = {
     ],
     "bf16": ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16", "actor.fsdp_reduce_dtype=float32"],
     "dict_blocks": ["actor.strategy=fsdp"],
+    "mlp_bf16": ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16", "actor.fsdp_reduce_dtype=float32"],
 }
-ITERATIONS = {"f32": 2, "checkpointing_offload": 1, "bf16": 1, "dict_blocks": 1}  # f32: a checkpoint between the two
-MODELS = {"dict_blocks": ["model.id=tests.fsdp_transformer_ranks:DictBlocksNet"]}  # the others: TRANSFORMER
+ITERATIONS = {
+    "f32": 2,
+    "checkpointing_offload": 1,
+    "bf16": 1,
+    "dict_blocks": 1,
+    "mlp_bf16": 1,
+}  # f32: a checkpoint between the two
+MODELS = {  # the others: TRANSFORMER
+    "dict_blocks": ["model.id=tests.fsdp_transformer_ranks:DictBlocksNet"],
+    "mlp_bf16": ["model.id=mlp"],  # the grid CNN on the image, a GRU on the mission, then the MLP
+}
 # The units each scenario's network is sharded into, by their names in it (the Policy is the root).
 UNITS = {
     "dict_blocks": ("blocks.embed", "blocks.hidden", "heads.pi", "heads.v"),
+    "mlp_bf16": ("encoder", "trunk.0", "trunk.1", "policy_head", "value_head"),
     **{name: ("blocks.0", "blocks.1") for name in ("f32", "checkpointing_offload", "bf16")},
 }
 

@@ -2,7 +2,8 @@
 train exactly what one process trains; their checkpoints are the single-process layout, and
 resume identically in 2 ranks or in 1; bfloat16 computes in bfloat16 and reduces gradients in
 float32; gradient checkpointing recomputes one block at a time. A user network whose blocks sit
-in ModuleDicts is sharded per block too, and trains what one process trains.
+in ModuleDicts is sharded per block too, and trains what one process trains; the MLP over the
+image's CNN trains in bfloat16 too.
 
 One spawned process group runs every scenario of `tests.fsdp_transformer_ranks` (spawning costs
 seconds per process; the scenarios together take a few).
@@ -105,6 +106,17 @@ def test_bfloat16_computes_in_bfloat16_and_reduces_gradients_in_float32(runs, re
     # the master weights (and so checkpoints and the rollout's weights) stay float32
     assert {value.dtype for value in result["weights"].values()} == {torch.float32}
     assert max_difference(result["weights"], reference["states"][0]["policy"]) > 0  # not float32 throughout
+
+
+def test_the_image_mlp_trains_in_bfloat16_as_one_float32_process_does(runs, references):
+    """The built-in MLP with its encoders (the 7×7 image's grid CNN, whose uint8 input becomes
+    float inside its FSDP unit and must become bfloat16 there, the mission's GRU): one iteration
+    in bfloat16 on 2 ranks lands within bfloat16's precision of one float32 process."""
+    for run in runs:
+        assert all(unit["fsdp"] for unit in run["mlp_bf16"]["shapes"].values())
+    result, reference = runs[0]["mlp_bf16"], references["mlp_bf16"]["states"][0]
+    assert_close_state(result["state"], reference, BF16)
+    assert max_difference(result["weights"], reference["policy"]) > 0  # not float32 throughout
 
 
 def test_a_two_rank_checkpoint_resumes_identically_in_two_ranks_and_in_one(runs, references):

@@ -75,7 +75,8 @@ class ImageCNN(nn.Module):
         self.out_features = 512 if kind == "nature_cnn" else flat
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.layers(channels_first(images, self.channels_last, self.scale)))
+        pixels = channels_first(images, self.channels_last, self.scale)
+        return self.head(self.layers(pixels.to(self.layers[0].weight.dtype)))  # bfloat16 under FSDP mixed precision
 
 
 class TextEncoder(nn.Module):
