@@ -40,6 +40,8 @@ SPACES = (
 )
 TRANSFORMER = ["model.id=transformer", "model.embed_dim=16", "model.num_heads=2", "model.num_layers=2"]
 UPDATES = ["algorithm.update_epochs=1"]  # 4 minibatches (optimizer steps) per iteration
+# compute in bfloat16, reduce gradients in float32
+BFLOAT16 = ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16", "actor.fsdp_reduce_dtype=float32"]
 SCENARIOS = {
     "f32": ["actor.strategy=fsdp"],
     "checkpointing_offload": [
@@ -47,17 +49,18 @@ SCENARIOS = {
         "actor.gradient_checkpointing=true",
         "actor.fsdp_cpu_offload=true",
     ],
-    "bf16": ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16", "actor.fsdp_reduce_dtype=float32"],
+    "bf16": BFLOAT16,
     "dict_blocks": ["actor.strategy=fsdp"],
-    "mlp_bf16": ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16", "actor.fsdp_reduce_dtype=float32"],
+    "mlp_bf16": BFLOAT16,
 }
+# iterations per scenario (f32: a checkpoint between the two)
 ITERATIONS = {
     "f32": 2,
     "checkpointing_offload": 1,
     "bf16": 1,
     "dict_blocks": 1,
     "mlp_bf16": 1,
-}  # f32: a checkpoint between the two
+}
 MODELS = {  # the others: TRANSFORMER
     "dict_blocks": ["model.id=tests.fsdp_transformer_ranks:DictBlocksNet"],
     "mlp_bf16": ["model.id=mlp"],  # the grid CNN on the image, a GRU on the mission, then the MLP

@@ -11,8 +11,9 @@ Chosen from the observation space (`ObservationEncoder`), key by key:
 - anything else (a float vector, a one-hot direction) → flattened as it is.
 
 The features of all keys are concatenated in key order. Images arrive as uint8 and become float
-here, in the model's first layer: camera images scaled to [0, 1], grid codes (small integers:
-object, colour, state) as they are.
+here, in the model's first layer (in its parameters' dtype: bfloat16 under FSDP mixed
+precision): camera images scaled to [0, 1], grid codes (small integers: object, colour, state)
+as they are.
 """
 
 from __future__ import annotations
