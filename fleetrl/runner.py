@@ -208,7 +208,7 @@ class Trainer:
         interval = self.config.runner.param_check_interval
         if interval and self.iteration % interval == 0:  # raises ReplicaDivergenceError naming tensors and ranks
             self.backend.actor.get(self.backend.actor.call_all(ActorBase.verify_replicas))
-        returns, lengths = self.gather_env_reports()
+        returns, lengths, games = self.gather_env_reports()
         record = {
             "iteration": self.iteration,
             "global_step": self.global_step,
@@ -217,6 +217,7 @@ class Trainer:
             "episode_return_mean": float(np.mean(returns)) if returns else None,
             "episode_return_last100": self.mean_recent_return(),
             "episode_length_last100": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
+            **({"game_return_mean": float(np.mean(games)), "games": len(games)} if games else {}),
             "steps_per_s": (self.global_step - steps_before) / (updated - started),
             "time_weight_sync_s": synced - started,
             "time_collect_s": collect_s,
@@ -243,8 +244,9 @@ class Trainer:
         weights = backend.actor.call_all(ActorBase.policy_weights)[0]
         backend.rollout.call_all(RolloutWorker.load_weights, weights)
 
-    def gather_env_reports(self) -> tuple[list[float], list[int]]:
-        """Sum the counters of all env workers (global steps and episodes); merge episodes."""
+    def gather_env_reports(self) -> tuple[list[float], list[int], list[float]]:
+        """Sum the counters of all env workers (global steps and episodes); merge episodes, and
+        the raw scores of whole games where the env reports them (Atari: an episode is a life)."""
         env = self.backend.env
         reports = env.get(env.call_all(EnvWorker.report))
         self.env_counters = [{"env_steps": r["env_steps"], "episodes": r["episodes"]} for r in reports]
@@ -254,7 +256,7 @@ class Trainer:
         lengths = [x for r in reports for x in r["lengths"]]
         self.recent_returns.extend(returns)
         self.recent_lengths.extend(lengths)
-        return returns, lengths
+        return returns, lengths, [x for r in reports for x in r["game_returns"]]
 
     def mean_recent_return(self) -> float | None:
         return float(np.mean(self.recent_returns)) if self.recent_returns else None

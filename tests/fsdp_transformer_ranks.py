@@ -7,7 +7,9 @@ The trajectories and hyperparameters are those of `tests.dist_support` (the MLP'
 tests), so the claims are the same ones: rank r trains on its env columns of exactly what the
 single process trains on. For CI's budget the model is small (width 16, 2 blocks) and an
 iteration is one epoch of 4 minibatches (4 optimizer steps); every block parameter's first
-dimension is even, so 2 ranks hold exactly half of each.
+dimension is even, so 2 ranks hold exactly half of each. Scenario `dict_blocks` trains a user
+network (`DictBlocksNet`) instead, whose blocks sit in ModuleDicts, and `mlp_bf16` the built-in
+MLP over the same observations (its encoders: a CNN, a GRU) in bfloat16.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import copy
 
 import gymnasium as gym
 import numpy as np
+import torch
 import torch.distributed as dist
+from torch import nn
 
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
@@ -36,6 +40,8 @@ SPACES = (
 )
 TRANSFORMER = ["model.id=transformer", "model.embed_dim=16", "model.num_heads=2", "model.num_layers=2"]
 UPDATES = ["algorithm.update_epochs=1"]  # 4 minibatches (optimizer steps) per iteration
+# compute in bfloat16, reduce gradients in float32
+BFLOAT16 = ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16", "actor.fsdp_reduce_dtype=float32"]
 SCENARIOS = {
     "f32": ["actor.strategy=fsdp"],
     "checkpointing_offload": [
@@ -43,14 +49,51 @@ SCENARIOS = {
         "actor.gradient_checkpointing=true",
         "actor.fsdp_cpu_offload=true",
     ],
-    "bf16": ["actor.strategy=fsdp", "actor.fsdp_param_dtype=bfloat16", "actor.fsdp_reduce_dtype=float32"],
+    "bf16": BFLOAT16,
+    "dict_blocks": ["actor.strategy=fsdp"],
+    "mlp_bf16": BFLOAT16,
 }
-ITERATIONS = {"f32": 2, "checkpointing_offload": 1, "bf16": 1}  # f32: a checkpoint between the two
+# iterations per scenario (f32: a checkpoint between the two)
+ITERATIONS = {
+    "f32": 2,
+    "checkpointing_offload": 1,
+    "bf16": 1,
+    "dict_blocks": 1,
+    "mlp_bf16": 1,
+}
+MODELS = {  # the others: TRANSFORMER
+    "dict_blocks": ["model.id=tests.fsdp_transformer_ranks:DictBlocksNet"],
+    "mlp_bf16": ["model.id=mlp"],  # the grid CNN on the image, a GRU on the mission, then the MLP
+}
+# The units each scenario's network is sharded into, by their names in it (the Policy is the root).
+UNITS = {
+    "dict_blocks": ("blocks.embed", "blocks.hidden", "heads.pi", "heads.v"),
+    "mlp_bf16": ("encoder", "trunk.0", "trunk.1", "policy_head", "value_head"),
+    **{name: ("blocks.0", "blocks.1") for name in ("f32", "checkpointing_offload", "bf16")},
+}
+
+
+class DictBlocksNet(nn.Module):
+    """A user network (`model.id: module:attr`) whose blocks and heads sit in ModuleDicts (which
+    have no forward of their own: the network calls `self.blocks["embed"]`), with a
+    ParameterDict beside them."""
+
+    def __init__(self, observation_space: gym.spaces.Dict, num_action_params: int):
+        super().__init__()
+        inputs = int(np.prod(observation_space["image"].shape)) + observation_space["direction"].shape[0]
+        self.blocks = nn.ModuleDict({"embed": nn.Linear(inputs, 16), "hidden": nn.Linear(16, 16)})
+        self.heads = nn.ModuleDict({"pi": nn.Linear(16, num_action_params), "v": nn.Linear(16, 1)})
+        self.scales = nn.ParameterDict({"hidden": nn.Parameter(torch.ones(16))})
+
+    def forward(self, obs: dict):
+        x = torch.cat([obs["image"].flatten(1).float() / 255, obs["direction"]], dim=1)
+        x = torch.tanh(self.blocks["hidden"](torch.tanh(self.blocks["embed"](x))) * self.scales["hidden"])
+        return self.heads["pi"](x), self.heads["v"](x).squeeze(-1)
 
 
 def config_for(name: str) -> Config:
     """The scenario's config (one process ignores the fsdp_* keys: nothing to shard)."""
-    return load_config(None, BASE + TRANSFORMER + UPDATES + SCENARIOS[name])
+    return load_config(None, BASE + MODELS.get(name, TRANSFORMER) + UPDATES + SCENARIOS[name])
 
 
 def trajectory(config: Config, iteration: int):
@@ -78,20 +121,20 @@ def sharded_worker(name: str, rank: int, world: int) -> ActorWorker:
     return worker
 
 
-def shard_shapes(worker: ActorWorker) -> dict:
-    """Per unit (each block, then the root's own parameters): whether it is an FSDP module, and
-    each parameter's (shape on this rank, full shape)."""
+def shard_shapes(worker: ActorWorker, name: str) -> dict:
+    """Per unit (each of the scenario's `UNITS`, then the root's own parameters): whether it is
+    an FSDP module, and each parameter's (shape on this rank, full shape)."""
     from torch.distributed.fsdp import FSDPModule
 
     policy = worker.policy
-    units = {f"blocks.{i}": block for i, block in enumerate(policy.network.blocks)}
+    units = {unit: policy.network.get_submodule(unit) for unit in UNITS[name]}
     in_blocks = {id(p) for block in units.values() for p in block.parameters()}
     shapes = {
-        name: {
+        unit: {
             "fsdp": isinstance(block, FSDPModule),
             "params": {n: (tuple(p.to_local().shape), tuple(p.shape)) for n, p in block.named_parameters()},
         }
-        for name, block in units.items()
+        for unit, block in units.items()
     }
     shapes["root"] = {
         "fsdp": isinstance(policy, FSDPModule),
@@ -135,7 +178,7 @@ def train_rank(name: str, rank: int, world: int) -> dict:
     `bf16` one probed step."""
     config = config_for(name)
     worker = sharded_worker(name, rank, world)
-    result = {"shapes": shard_shapes(worker), "metrics": train(worker, config, range(1), rank, world)}
+    result = {"shapes": shard_shapes(worker, name), "metrics": train(worker, config, range(1), rank, world)}
     if ITERATIONS[name] == 2:
         result["checkpoint"] = worker.state_dict()
         result["metrics"] += train(worker, config, range(1, 2), rank, world)

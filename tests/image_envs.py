@@ -1,5 +1,6 @@
 """A deterministic simulator with image and Dict observations for the tests
-(`tests.image_envs:CountingImages`)."""
+(`tests.image_envs:CountingImages`), and a real Breakout whose raw rewards the tests can read
+(`tests.image_envs:RecordedBreakout`)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,24 @@ def expected_image(index: int, episode: int, t: int, size: int = 7, channels_las
     pixel = np.array([index, episode, t], np.uint8)
     image = np.broadcast_to(pixel, (size, size, 3))
     return np.ascontiguousarray(image if channels_last else image.transpose(2, 0, 1))
+
+
+class RecordedBreakout(gym.Wrapper):
+    """ale-py's BreakoutNoFrameskip-v4 as it is, keeping every reward it returns, one list per
+    game (`games`, a new one at each reset): what a whole game scored, seen below every wrapper."""
+
+    def __init__(self):
+        import ale_py
+
+        gym.register_envs(ale_py)
+        super().__init__(gym.make("BreakoutNoFrameskip-v4"))
+        self.games: list[list[float]] = []
+
+    def reset(self, **kwargs):
+        self.games.append([])
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.games[-1].append(float(reward))
+        return obs, reward, terminated, truncated, info

@@ -1,10 +1,13 @@
 """Atari (issue 13): `env.wrappers: atari` builds CleanRL's preprocessing around a real ALE game
 (4 stacked 84×84 uint8 frames, sign-clipped rewards, FIRE on reset, a lost life ends the episode
-while the game goes on), the model of configs/ppo_atari.yaml is CleanRL's Atari agent, the
-config trains, and a preset fleetrl does not know, or one that does not fit the env, is a
-config error naming the key."""
+while the game goes on), the game's score is reported beside the per-life clipped returns (the
+raw sum over the whole game, what CleanRL and SB3 report), the model of configs/ppo_atari.yaml
+is CleanRL's Atari agent, the config trains and logs whole games, and a preset fleetrl does not
+know, or one that does not fit the env, is a config error naming the key."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.make import make_vector_env
 from fleetrl.models.policy import Policy
 from fleetrl.workers.env_worker import EnvWorker
+from tests.image_envs import RecordedBreakout
 from tests.support import REPO, train
 
 pytest.importorskip("ale_py")
@@ -22,6 +26,7 @@ pytest.importorskip("ale_py")
 CONFIG = REPO / "configs" / "ppo_atari.yaml"
 BREAKOUT = EnvConfig(id="BreakoutNoFrameskip-v4", wrappers="atari", num_envs=1)
 BREAKOUT_LIVES = 5
+RIGHT, LEFT = 2, 3  # Breakout's actions: NOOP, FIRE, RIGHT, LEFT
 # CleanRL ppo_atari.py's Agent on Breakout (4 actions): three convolutions, 3136 → 512, the two heads.
 CLEANRL_AGENT_PARAMETERS = (
     (4 * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64) + (3136 * 512 + 512) + 4 * 513 + 513
@@ -53,6 +58,32 @@ def test_the_atari_preset_stacks_84x84_frames_fires_and_ends_an_episode_per_life
         vector.close()
 
 
+def test_the_reported_game_return_is_the_whole_game_s_raw_score_beside_per_life_clipped_returns():
+    """One game of a real Breakout, played by following the ball (so that it hits the 4-point
+    bricks); `RecordedBreakout` keeps the rewards the simulator itself returned."""
+    worker = EnvWorker(replace(BREAKOUT, id="tests.image_envs:RecordedBreakout"), 0.99, seed=0)
+    try:
+        breakout = worker.stages[0].envs[0]
+        while not isinstance(breakout, RecordedBreakout):
+            breakout = breakout.env
+        ram = breakout.unwrapped.ale.getRAM
+        worker.reset()
+        returns, games, steps = [], [], 0
+        while not games:
+            paddle_x, ball_x = int(ram()[72]), int(ram()[99])  # Breakout's RAM
+            worker.step(np.array([RIGHT if ball_x > paddle_x + 8 else LEFT]))
+            report = worker.report()
+            returns, games, steps = returns + report["returns"], games + report["game_returns"], steps + 1
+            assert steps < 5000, "the game never ended"
+        raw = breakout.games[0]  # the first game, every frame of it, the preset's own steps included
+        assert max(raw) > 1, "no brick above the bottom rows was hit: raw and clipped would agree"
+        assert games == [sum(raw)]
+        assert len(returns) == BREAKOUT_LIVES  # one episode per life, each return clipped
+        assert sum(returns) == sum(1 for reward in raw if reward) < sum(raw)
+    finally:
+        worker.close()
+
+
 def test_the_atari_config_s_model_is_cleanrl_s_agent():
     config = load_config(CONFIG, [])
     env = EnvWorker(config.env, 0.99, seed=0, num_envs=1)
@@ -68,12 +99,16 @@ def test_the_atari_config_s_model_is_cleanrl_s_agent():
         assert np.allclose((rows @ rows.T).detach().numpy(), 2 * np.eye(len(rows)), atol=1e-4)
 
 
-def test_the_atari_config_trains(tmp_path):
-    small = ["env.num_envs=2", "algorithm.num_steps=16", "algorithm.minibatch_size=16", "runner.tensorboard=false"]
-    result = train(CONFIG, *small, "runner.total_env_steps=64", runs=tmp_path / "runs").succeeded()
-    assert [r["global_step"] for r in result.metrics] == [32, 64]
+def test_the_atari_config_trains_and_logs_whole_games(tmp_path):
+    """512 steps per env: an untrained agent's game of Breakout lasts 110 to 290 of them (25 seeds
+    of random play), so whole games end and are logged, each one game of 5 lives (episodes)."""
+    small = ["env.num_envs=2", "algorithm.num_steps=256", "algorithm.update_epochs=1", "runner.tensorboard=false"]
+    result = train(CONFIG, *small, "runner.total_env_steps=1024", runs=tmp_path / "runs").succeeded()
+    assert [r["global_step"] for r in result.metrics] == [512, 1024]
     assert all(np.isfinite(r["policy_loss"]) and np.isfinite(r["value_loss"]) for r in result.metrics)
-    assert all(r["grad_steps"] == 4 * 2 for r in result.metrics)  # 4 epochs of 32 / 16 minibatches
+    assert all(r["grad_steps"] == 1 * 2 for r in result.metrics)  # 1 epoch of 512 / 256 minibatches
+    games = sum(r.get("games", 0) for r in result.metrics)
+    assert games >= 2 and result.metrics[-1]["episodes"] >= BREAKOUT_LIVES * games  # a game: 5 lives
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
 """FSDP2 on the transformer policy: 2 real ranks (Gloo on 127.0.0.1) shard it block by block and
 train exactly what one process trains; their checkpoints are the single-process layout, and
 resume identically in 2 ranks or in 1; bfloat16 computes in bfloat16 and reduces gradients in
-float32; gradient checkpointing recomputes one block at a time.
+float32; gradient checkpointing recomputes one block at a time. A user network whose blocks sit
+in ModuleDicts is sharded per block too, and trains what one process trains; the MLP over the
+image's CNN trains in bfloat16 too.
 
 One spawned process group runs every scenario of `tests.fsdp_transformer_ranks` (spawning costs
 seconds per process; the scenarios together take a few).
@@ -46,20 +48,39 @@ def test_each_block_is_its_own_unit_and_each_rank_holds_half_of_it(runs):
             for param, (local, full) in shapes[name]["params"].items():
                 # sharded on dim 0: half the rows of every block parameter on each rank
                 assert local == (full[0] // 2, *full[1:]), (rank, name, param, local, full)
-    for param, (local0, full) in runs[0]["f32"]["shapes"]["root"]["params"].items():
-        local1 = runs[1]["f32"]["shapes"]["root"]["params"][param][0]
-        # the root's own parameters (embeddings, heads) are sharded too: torch.chunk's split of dim 0
-        assert local0[0] == -(-full[0] // 2) and local0[0] + local1[0] == full[0], (param, local0, local1, full)
+    # the root's own parameters (embeddings, heads) are sharded too
+    assert_split_between_the_ranks(runs, "f32", "root")
     for run in runs:
         # one backward: one reduce-scatter per unit, each block's gradients reduced on their own
         reduced = [op for op, _ in run["f32"]["probe"]["collectives"] if op.startswith("reduce_scatter")]
         assert len(reduced) == len(UNITS)
 
 
-@pytest.mark.parametrize("name", ["f32", "checkpointing_offload"])
+def assert_split_between_the_ranks(runs: list[dict], name: str, unit: str) -> None:
+    """Every parameter of `unit` is split on dim 0 as torch.chunk splits it: rank 0 the first
+    ⌈n/2⌉ rows, rank 1 the rest."""
+    for param, (local0, full) in runs[0][name]["shapes"][unit]["params"].items():
+        local1 = runs[1][name]["shapes"][unit]["params"][param][0]
+        assert local0[0] == -(-full[0] // 2) and local0[0] + local1[0] == full[0], (unit, param, local0, local1, full)
+
+
+def test_a_custom_net_s_blocks_in_a_module_dict_are_each_their_own_unit(runs):
+    """`tests.fsdp_transformer_ranks:DictBlocksNet`: each Linear inside its two ModuleDicts is an
+    FSDP unit (a ModuleDict's own hooks would never run), its ParameterDict stays with the root."""
+    units = ranks.UNITS["dict_blocks"]
+    for run in runs:
+        shapes = run["dict_blocks"]["shapes"]
+        assert set(shapes) == {*units, "root"} and all(unit["fsdp"] for unit in shapes.values())
+        assert set(shapes["root"]["params"]) == {"network.scales.hidden"}
+    for unit in (*units, "root"):
+        assert_split_between_the_ranks(runs, "dict_blocks", unit)
+
+
+@pytest.mark.parametrize("name", ["f32", "checkpointing_offload", "dict_blocks"])
 def test_two_ranks_train_what_one_process_trains(runs, references, name):
     """`checkpointing_offload` adds per-block gradient checkpointing and CPU offload: neither
-    changes the arithmetic, so the same bound holds."""
+    changes the arithmetic, so the same bound holds; `dict_blocks` is the user network with
+    ModuleDict blocks."""
     reference = references[name]
     expected_state = reference["states"][-1]
     for run in runs:  # metrics are global: the same on every rank, and the single process's
@@ -85,6 +106,17 @@ def test_bfloat16_computes_in_bfloat16_and_reduces_gradients_in_float32(runs, re
     # the master weights (and so checkpoints and the rollout's weights) stay float32
     assert {value.dtype for value in result["weights"].values()} == {torch.float32}
     assert max_difference(result["weights"], reference["states"][0]["policy"]) > 0  # not float32 throughout
+
+
+def test_the_image_mlp_trains_in_bfloat16_as_one_float32_process_does(runs, references):
+    """The built-in MLP with its encoders (the 7×7 image's grid CNN, whose uint8 input becomes
+    float inside its FSDP unit and must become bfloat16 there, the mission's GRU): one iteration
+    in bfloat16 on 2 ranks lands within bfloat16's precision of one float32 process."""
+    for run in runs:
+        assert all(unit["fsdp"] for unit in run["mlp_bf16"]["shapes"].values())
+    result, reference = runs[0]["mlp_bf16"], references["mlp_bf16"]["states"][0]
+    assert_close_state(result["state"], reference, BF16)
+    assert max_difference(result["weights"], reference["policy"]) > 0  # not float32 throughout
 
 
 def test_a_two_rank_checkpoint_resumes_identically_in_two_ranks_and_in_one(runs, references):

@@ -17,8 +17,14 @@ max-pools grayscale frames and then resizes, CleanRL max-pools RGB frames, resiz
 them gray — a pixel's value may differ by rounding, not what the frame shows.
 
 An episode in fleetrl's counters (`episode_return_*`, `episode_length_*`) is therefore one life,
-its return the clipped one: what the agent optimises, not the game's score that CleanRL plots
-(its RecordEpisodeStatistics sits inside the wrappers and counts whole games, unclipped).
+its return the clipped one: what the agent optimises. The game's score, what CleanRL and SB3
+report (their RecordEpisodeStatistics/Monitor sits inside EpisodicLife and the clipping), is
+counted by `GameScore` right around step 1: every raw reward of a whole game, the preset's own
+no-op and FIRE steps included; the step that ends the game carries it in `info["game_return"]`,
+which the env worker reports and the trainer logs as `game_return_mean` (and `games`).
+A game whose last life is lost inside the preset's reset steps (the no-op after a lost life, or
+FIRE) is not reported: its info is not the one handed on (in Breakout neither step can lose a
+life: the ball is not in play).
 """
 
 from __future__ import annotations
@@ -58,11 +64,31 @@ def atari_wrappers(env: gym.Env, env_id: str) -> gym.Env:
         raise ConfigError(
             "env.wrappers", "atari", "installed Atari dependencies: pip install 'fleetrl[atari]'", str(missing)
         ) from None
-    env = EpisodicLife(env)
+    env = EpisodicLife(GameScore(env))
     if "FIRE" in env.unwrapped.get_action_meanings():
         env = FireReset(env)
     env = TransformReward(env, np.sign)
     return FrameStackObservation(env, FRAME_STACK)
+
+
+class GameScore(gym.Wrapper):
+    """Sums the raw rewards of a whole game (until the simulator itself ends it); the step that
+    ends it reports the sum in `info["game_return"]`."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.score = 0.0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.score += float(reward)
+        if terminated or truncated:
+            info = {**info, "game_return": self.score}
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        self.score = 0.0
+        return self.env.reset(**kwargs)
 
 
 class EpisodicLife(gym.Wrapper):

@@ -11,8 +11,9 @@ Chosen from the observation space (`ObservationEncoder`), key by key:
 - anything else (a float vector, a one-hot direction) → flattened as it is.
 
 The features of all keys are concatenated in key order. Images arrive as uint8 and become float
-here, in the model's first layer: camera images scaled to [0, 1], grid codes (small integers:
-object, colour, state) as they are.
+here, in the model's first layer (in its parameters' dtype: bfloat16 under FSDP mixed
+precision): camera images scaled to [0, 1], grid codes (small integers: object, colour, state)
+as they are.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class ImageCNN(nn.Module):
         self.out_features = 512 if kind == "nature_cnn" else flat
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.layers(channels_first(images, self.channels_last, self.scale)))
+        pixels = channels_first(images, self.channels_last, self.scale)
+        return self.head(self.layers(pixels.to(self.layers[0].weight.dtype)))  # bfloat16 under FSDP mixed precision
 
 
 class TextEncoder(nn.Module):
@@ -94,12 +96,16 @@ class TextEncoder(nn.Module):
 
 
 class Flatten(nn.Module):
-    def __init__(self, space: gym.spaces.Box):
+    """A key as one float vector; an image's uint8 values scaled as a CNN would (`pixel_scale`)."""
+
+    def __init__(self, space: gym.spaces.Box, scale: float = 1.0):
         super().__init__()
         self.out_features = int(np.prod(space.shape))
+        self.scale = scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(1).float()
+        x = x.flatten(1).float()
+        return x.mul_(self.scale) if self.scale != 1.0 else x
 
 
 def image_encoder_kind(space: gym.spaces.Box, choice: str) -> str:
@@ -123,7 +129,7 @@ def image_encoder_kind(space: gym.spaces.Box, choice: str) -> str:
 def leaf_encoder(space: gym.Space, image_encoder: str, embed_dim: int) -> nn.Module:
     if is_image(space):
         kind = image_encoder_kind(space, image_encoder)
-        return Flatten(space) if kind == "flatten" else ImageCNN(space, kind)
+        return Flatten(space, pixel_scale(space)) if kind == "flatten" else ImageCNN(space, kind)
     if is_tokens(space):
         return TextEncoder(int(space.high.max()) + 1, embed_dim)
     return Flatten(space)

@@ -83,7 +83,7 @@ def checkpoint_units(network: nn.Module) -> list[nn.Module]:
     """What gradient checkpointing recomputes, each on its own: the network's `wrap_units()` if
     it names them (a transformer's blocks: only each block's input is kept for backward, and one
     block's activations are recomputed at a time), else the whole network (only its input kept)."""
-    return list(network.wrap_units()) if hasattr(network, "wrap_units") else [network]
+    return declared_units(network) if hasattr(network, "wrap_units") else [network]
 
 
 def enable_gradient_checkpointing(network: nn.Module) -> None:
@@ -145,15 +145,36 @@ def fsdp_no_sync(module):
 def fsdp_units(policy: nn.Module) -> list[nn.Module]:
     """The blocks to shard separately (each all-gathered only while it runs): what the network
     names in `wrap_units()` if it defines it (a transformer's blocks), else each
-    parameter-holding child of the network, ModuleLists expanded into their elements. The Policy
+    parameter-holding child of the network, Sequentials expanded into their elements. The Policy
     itself becomes the root unit (embeddings, heads, log std, whatever is left)."""
     network = policy.network
     if hasattr(network, "wrap_units"):
-        return list(network.wrap_units())
+        return declared_units(network)
     units = []
     for child in network.children():
-        children = list(child) if isinstance(child, (nn.ModuleList, nn.Sequential)) else [child]
-        units.extend(c for c in children if any(True for _ in c.parameters()))
+        units.extend(callable_units(child.children() if isinstance(child, nn.Sequential) else [child]))
+    return units
+
+
+def declared_units(network: nn.Module) -> list[nn.Module]:
+    """The network's `wrap_units()`: a list of modules, a ModuleList or a ModuleDict."""
+    declared = network.wrap_units()
+    return callable_units([declared] if isinstance(declared, nn.Module) else declared)
+
+
+def callable_units(modules) -> list[nn.Module]:
+    """The parameter-holding modules among `modules` whose forward the network calls: a
+    ModuleList or ModuleDict (a custom net's `self.blocks["encoder"]`) has no forward of its
+    own, so hooks on it would never run (FSDP would never gather its parameters, checkpointing
+    never recompute it): it is replaced by its elements, recursively. A ParameterList or
+    ParameterDict is no unit either; its parameters stay with the root unit, which gathers
+    them for the whole forward."""
+    units = []
+    for module in modules:
+        if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+            units.extend(callable_units(module.children()))
+        elif not isinstance(module, (nn.ParameterList, nn.ParameterDict)) and any(True for _ in module.parameters()):
+            units.append(module)
     return units
 
 

@@ -58,6 +58,7 @@ class EnvWorker:
         self.episode_length = np.zeros(count, np.int64)
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
+        self.finished_games: list[float] = []  # whole games' raw scores (`env.wrappers: atari`)
         self.env_steps = 0
         self.episodes = 0
         if isinstance(self.action_space, gym.spaces.Box):
@@ -90,6 +91,7 @@ class EnvWorker:
         done = terminated | truncated
         envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
         self._count(envs, reward, done)
+        self._count_games(info.get("final_info", {}))
         truncated_index = np.flatnonzero(truncated)
         final_obs = (
             stack_obs(info["final_obs"][truncated_index]) if len(truncated_index) else map_obs(lambda x: x[:0], obs)
@@ -124,13 +126,26 @@ class EnvWorker:
             episode_return[done] = 0
             episode_length[done] = 0
 
+    def _count_games(self, final_info: dict) -> None:
+        """The raw scores of the whole games that ended in this step: in the final infos of the
+        envs that ended an episode, where `fleetrl.envs.atari.GameScore` puts them."""
+        if "game_return" in final_info:
+            self.finished_games.extend(final_info["game_return"][final_info["_game_return"]].tolist())
+
     def spaces(self) -> tuple[gym.Space, gym.Space]:
         return self.observation_space, self.action_space
 
     def report(self) -> dict:
-        """Counters and the episodes finished since the last report (drained)."""
+        """Counters and the episodes (and whole games) finished since the last report (drained)."""
         returns, lengths = self.drain_episodes()
-        return {"env_steps": self.env_steps, "episodes": self.episodes, "returns": returns, "lengths": lengths}
+        games, self.finished_games = self.finished_games, []
+        return {
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "returns": returns,
+            "lengths": lengths,
+            "game_returns": games,
+        }
 
     def drain_episodes(self) -> tuple[list[float], list[int]]:
         """Returns and lengths (raw, unnormalised) of the episodes finished since the last call."""
