@@ -31,8 +31,9 @@ def port_on_node(_node: int, host: str) -> int:
 
 
 def ranks_on_node(node: int, config: Any, payloads: dict[int, list[dict]], timeout: float) -> list[Outcome]:
-    """Runs on node `node`: its ranks' probe processes (`payloads[node]`), with its variables."""
-    env = ClusterView(config, node=node).configured_env_vars()
+    """Runs on node `node`: its ranks' probe processes (`payloads[node]`), with its variables
+    and its index, as an actor rank placed there has them."""
+    env = {**ClusterView(config, node=node).configured_env_vars(), "FLEETRL_NODE_RANK": str(node)}
     return run_probes(MODULE, payloads[node], deadline_s=timeout, env=env)
 
 
