@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetrl.cluster.node_order import in_node_order
+from fleetrl.doctor.result import Check, failed
 
 START_UP_S = 20.0  # a task's worker process may need to start (import torch and all) first
 
@@ -26,6 +27,14 @@ class NodeOutcome:
     @property
     def source(self) -> str:
         return f"node {self.index} ({self.address})"
+
+    def did_not_run(self, name: str) -> Check:
+        """Check `name` failed on this node because the probe itself could not run there."""
+        return failed(
+            name,
+            f"{self.source}: {self.error}",
+            f"check that {self.source} is healthy (`ray status`) and can start workers",
+        )
 
 
 def live_nodes() -> list[dict]:

@@ -18,7 +18,7 @@ from fleetrl.doctor.cluster_view import ClusterView
 from fleetrl.doctor.context import Context
 from fleetrl.doctor.handshake import MODULE, check_gloo_here, rank_payloads, summarize
 from fleetrl.doctor.live import ray_connected
-from fleetrl.doctor.on_nodes import START_UP_S, NodeOutcome, live_nodes, on_every_node
+from fleetrl.doctor.on_nodes import START_UP_S, live_nodes, on_every_node
 from fleetrl.doctor.processes import Outcome, run_probes
 from fleetrl.doctor.result import Check, failed, passed
 from fleetrl.parallel.net import free_port
@@ -45,12 +45,6 @@ def check_gloo(context: Context) -> list[Check]:
     return check_gloo_here(context)
 
 
-def unhealthy(outcome: NodeOutcome) -> list[Check]:
-    return [
-        failed(NAME, f"{outcome.source}: {outcome.error}", f"check that {outcome.source} is healthy (`ray status`)")
-    ]
-
-
 def check_gloo_on_nodes(context: Context, actor: list) -> list[Check]:
     """All nodes' ranks at once (rank 0 hosts the rendezvous the others join)."""
     start = time.monotonic()
@@ -58,7 +52,7 @@ def check_gloo_on_nodes(context: Context, actor: list) -> list[Check]:
     host = nodes[actor[0].node]["NodeManagerAddress"]
     (port,) = on_every_node(nodes, port_on_node, (host,), START_UP_S, only={actor[0].node})
     if port.error:
-        return unhealthy(port)
+        return [port.did_not_run(NAME)]
     timeout = context.options.handshake_timeout
     payloads = rank_payloads(len(actor), "gloo", host, port.result, timeout)
     by_node: dict[int, list[int]] = {}
@@ -70,7 +64,7 @@ def check_gloo_on_nodes(context: Context, actor: list) -> list[Check]:
         nodes, ranks_on_node, (context.config, node_payloads, timeout), START_UP_S + timeout, only=set(by_node)
     ):
         if ran.error:
-            return unhealthy(ran)
+            return [ran.did_not_run(NAME)]
         outcomes.update(zip(by_node[ran.index], ran.result))
     seconds = time.monotonic() - start
     result = summarize([outcomes[r] for r in range(len(actor))], "gloo", len(actor), f"{host}:{port.result}", seconds)
