@@ -157,8 +157,7 @@ def test_node_1s_own_faults_are_named_on_node_1_by_the_doctor_run_there(tmp_path
     97% full, filled from inside its own mount namespace; a simulator whose import fails there
     only (a file in node 1's /tmp); Gloo pinned to a second interface node 0 has no route to. The
     doctor, run on the nodes (disk and env on each, the handshake between the placed actor
-    ranks), names node 1 for each and fails nothing on node 0; from the driver's machine all
-    three would pass."""
+    ranks), names node 1 for each and fails nothing on node 0."""
     node0, node1 = joined_cluster.nodes
     env = "env.id=tests.isolation_envs:BrokenWhereMarked"
     on_cluster = [*joined(joined_cluster, tmp_path), env, "cluster.env_vars={1: {GLOO_SOCKET_IFNAME: unroutable0}}"]
