@@ -4,6 +4,7 @@ to crash a simulated node from outside."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -82,13 +83,31 @@ def wait_for_output(running, text: str, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
+def on_node(init_pid: int, *command: str) -> str:
+    """Run `command` inside the mount and network namespaces of the node whose PID-namespace init
+    is `init_pid` (its own /tmp, its own interfaces); its stdout."""
+    inside = ["nsenter", f"--target={init_pid}", "--mount", "--net", "--"]
+    return subprocess.run([*inside, *command], capture_output=True, text=True, check=True).stdout
+
+
 def fill_node_tmp(init_pid: int, used_percent: float) -> None:
     """Fill the /tmp of the node whose PID-namespace init is `init_pid` (inside its own mount
-    namespace) until `used_percent` of it is used: the seed's '/tmp/ray ... is over 95% full'."""
-    inside = ["nsenter", f"--target={init_pid}", "--mount", "--"]
-    df = subprocess.run(
-        [*inside, "df", "-B1", "--output=size,avail", "/tmp"], capture_output=True, text=True, check=True
-    )
-    size, avail = map(int, df.stdout.split()[-2:])
+    namespace) until `used_percent` of it is used: the seed's '/tmp/ray ... is over 95% full'.
+    `/tmp/ballast` holds it."""
+    size, avail = map(int, on_node(init_pid, "df", "-B1", "--output=size,avail", "/tmp").split()[-2:])
     ballast = avail - int(size * (100 - used_percent) / 100)
-    subprocess.run([*inside, "fallocate", "-l", str(ballast), "/tmp/ballast"], check=True)
+    on_node(init_pid, "fallocate", "-l", str(ballast), "/tmp/ballast")
+
+
+@contextlib.contextmanager
+def unroutable_interface(netns: str, name: str, address: str):
+    """A second interface in namespace `netns` holding `address`, which no other namespace routes
+    to (a veth pair with both ends inside `netns`: this kernel may lack the dummy type); deleted
+    on leaving, its pair with it."""
+    subprocess.run(["ip", "-n", netns, "link", "add", name, "type", "veth", "peer", "name", f"{name}p"], check=True)
+    try:
+        for args in (["addr", "add", f"{address}/32", "dev", name], ["link", "set", name, "up"]):
+            subprocess.run(["ip", "-n", netns, *args], check=True)
+        yield
+    finally:
+        subprocess.run(["ip", "-n", netns, "link", "del", name], check=True)

@@ -36,3 +36,16 @@ class NodeProbe(gym.Wrapper):
             "tmp": sorted(os.listdir("/tmp")),
         }
         Path(folder, f"{seen['node']}-{os.getpid()}.json").write_text(json.dumps(seen))
+
+
+BROKEN_MARKER = "/tmp/fleetrl-broken-simulator"
+
+
+class BrokenWhereMarked(gym.Wrapper):
+    """CartPole whose import of its (pretend) native plugin fails on a machine that has
+    `BROKEN_MARKER` in its /tmp: a node-specific failure that a probe on any other node misses."""
+
+    def __init__(self):
+        if os.path.exists(BROKEN_MARKER):
+            raise ImportError(f"libsimulator.so: cannot open shared object file (this machine has {BROKEN_MARKER})")
+        super().__init__(gym.make("CartPole-v1"))

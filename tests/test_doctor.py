@@ -334,7 +334,10 @@ class TestGlooHandshake:
         for rank in (0, 1):
             assert (
                 f"rank {rank} failed while joining the gloo process group at tcp://127.0.0.1:" in result.detail
-                and f"JoinError: actor rank {rank} of 2 could not join the gloo process group" in result.detail
+                and f"JoinError: actor rank {rank} on node " in result.detail
+                and "at no IPv4 address on interface nosuch0 (GLOO_SOCKET_IFNAME=nosuch0) could not connect to its "
+                "peers after the gloo rendezvous"
+                in result.detail
             ), result.detail
         assert "0.7 x the doctor's --handshake-timeout" in result.detail
         assert "Unable to find address for: nosuch0" in result.detail

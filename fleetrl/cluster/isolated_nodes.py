@@ -54,7 +54,6 @@ class IsolatedNode:
     address: str
     hostname: str
     process: subprocess.Popen  # `unshare` in the root PID namespace; its one child is the node's init
-    clock: Path | None = None  # a skewed clock's sitecustomize folder: first on its processes' PYTHONPATH
 
     def init_pid(self) -> int:
         """The root-namespace pid of the node's PID-namespace init (`ray start --block`)."""
@@ -181,7 +180,7 @@ class IsolatedNodes:
         )
         self.undo.callback(stop_process_tree, process)
         log.info("simulated node %d: %s in %s, hostname %s%s", index, address, netns, hostname, skew_note(skew_s))
-        return IsolatedNode(index, netns, address, hostname, process, clock)
+        return IsolatedNode(index, netns, address, hostname, process)
 
     def log_file(self, name: str):
         handle = open(self.work_dir / f"{name}.log", "wb")  # noqa: SIM115 (closed with the cluster)
@@ -262,7 +261,8 @@ def ray_environment(clock: Path | None = None) -> dict[str, str]:
     on a non-loopback address; these nodes reach only each other, so it stays off as on 127.0.0.1."""
     variables = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     variables.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # set for loopback-only runs: not for nodes
-    if clock is not None:  # its sitecustomize first on the path of the node's daemons
+    if clock is not None:  # its sitecustomize on the path of the node's daemons, and of its workers (fleetrl's
+        # worker environment keeps the node's own PYTHONPATH, as a real node's would be kept)
         variables["PYTHONPATH"] = os.pathsep.join(filter(None, [str(clock), os.environ.get("PYTHONPATH")]))
     return variables
 

@@ -153,7 +153,8 @@ class RayCluster:
         return {
             **shared,
             **{k: str(v) for k, v in per_node.items()},
-            "PYTHONPATH": os.pathsep.join(filter(None, [self.node_clock(assignment.node), self.python_path])),
+            # the driver's paths, then the node's own (Ray expands it there): an isolated node's skewed clock
+            "PYTHONPATH": os.pathsep.join([self.python_path, "${PYTHONPATH}"]),
             "FLEETRL_COMPONENT": assignment.component,
             "FLEETRL_RANK": str(assignment.rank),
             "FLEETRL_WORLD_SIZE": str(assignment.world_size),
@@ -163,12 +164,6 @@ class RayCluster:
             "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",  # fleetrl's placement decides
             "OMP_NUM_THREADS": str(assignment.cpu_threads),
         }
-
-    def node_clock(self, node: int) -> str | None:
-        """An isolated simulated node's skewed clock (a sitecustomize folder), if it has one."""
-        if isinstance(self.started, IsolatedNodes) and self.started.nodes[node].clock is not None:
-            return str(self.started.nodes[node].clock)
-        return None
 
     def node_ip(self, node: int) -> str:
         import ray

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import replace
+from typing import Any
 
+from fleetrl.doctor.cluster_view import ClusterView
 from fleetrl.doctor.context import Context
-from fleetrl.doctor.processes import read_payload, report_phase, report_result, run_probes
+from fleetrl.doctor.live import ray_connected
+from fleetrl.doctor.on_nodes import START_UP_S, live_nodes, on_every_node
+from fleetrl.doctor.processes import Outcome, read_payload, report_phase, report_result, run_probes
 from fleetrl.doctor.result import Check, failed, passed
 
 MODULE = "fleetrl.doctor.env_probe"
@@ -34,12 +39,50 @@ def env_nodes(context: Context) -> str:
 
 
 def check_env(context: Context) -> list[Check]:
-    env_config = context.config.env
+    """Here, or, on a joined Ray cluster, on every node that holds env ranks, with that node's
+    `cluster.env_vars`: an import or a file that only one node lacks fails there, by name."""
+    if ray_connected():
+        return check_env_on_nodes(context)
+    (outcome,) = run_probes(
+        MODULE, [env_payload(context.config)], context.options.env_timeout, env=context.view.configured_env_vars()
+    )
+    return [env_check(context.config.env, outcome, context.options.env_timeout, where=env_nodes(context))]
+
+
+def env_payload(config: Any) -> dict:
+    return {"env": dataclasses.asdict(config.env), "seed": getattr(config.runner, "seed", 0)}
+
+
+def probe_on_node(node: int, config: Any, timeout: float) -> Outcome:
+    """Runs on node `node`: the probe in a process of that node, with the node's variables and
+    its index, as an env worker placed there has them."""
+    env = {**ClusterView(config, node=node).configured_env_vars(), "FLEETRL_NODE_RANK": str(node)}
+    (outcome,) = run_probes(MODULE, [env_payload(config)], timeout, env=env)
+    return outcome
+
+
+def check_env_on_nodes(context: Context) -> list[Check]:
+    try:
+        placement = context.view.placement()
+    except Exception:  # a broken placement is the placement check's to report
+        placement = None
+    env_nodes = placement.nodes_of("env") if placement is not None else None
     timeout = context.options.env_timeout
-    payload = {"env": dataclasses.asdict(env_config), "seed": getattr(context.config.runner, "seed", 0)}
-    (outcome,) = run_probes(MODULE, [payload], deadline_s=timeout, env=context.view.configured_env_vars())
+    checks = []
+    for outcome in on_every_node(
+        live_nodes(), probe_on_node, (context.config, timeout), START_UP_S + timeout, env_nodes
+    ):
+        name = f"env.reset_step.node{outcome.index}"
+        if outcome.error:
+            checks.append(outcome.did_not_run(name))
+            continue
+        check = env_check(context.config.env, outcome.result, timeout)
+        checks.append(replace(check, name=name, detail=f"{outcome.source}: {check.detail}"))
+    return checks
+
+
+def env_check(env_config: Any, outcome: Outcome, timeout: float, where: str = "") -> Check:
     result = outcome.result or {}
-    where = env_nodes(context)
     if result.get("ok"):
         check = passed(
             "env.reset_step",
@@ -64,7 +107,7 @@ def check_env(context: Context) -> list[Check]:
             f"{env_config.id}: failed while {outcome.last_phase}: {outcome.error_text()}{where}",
             "fix the error above; env.id and env.kwargs are passed to the simulator as written in the config",
         )
-    return [dataclasses.replace(check, seconds=outcome.seconds)]
+    return replace(check, seconds=outcome.seconds)
 
 
 def summarize_space(space) -> str:

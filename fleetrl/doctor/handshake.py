@@ -69,8 +69,15 @@ def run_handshake(
             )
         env[AGENT_STORE] = "True"  # torch's tcp:// rendezvous: every rank a client of that store
     address = f"{store_host}:{store_port}"
-    rank_timeout = max(1.0, 0.7 * timeout)  # ranks give up on their own before the deadline
-    payloads = [
+    payloads = rank_payloads(world_size, backend, store_host, store_port, timeout)
+    outcomes = run_probes(MODULE, payloads, deadline_s=timeout, env=env)
+    return summarize(outcomes, backend, world_size, address, time.monotonic() - start)
+
+
+def rank_payloads(world_size: int, backend: str, store_host: str, store_port: int, timeout: float) -> list[dict]:
+    """What each rank's probe process gets; ranks give up on their own before the deadline."""
+    rank_timeout = max(1.0, 0.7 * timeout)
+    return [
         {
             "rank": rank,
             "world_size": world_size,
@@ -81,8 +88,10 @@ def run_handshake(
         }
         for rank in range(world_size)
     ]
-    outcomes = run_probes(MODULE, payloads, deadline_s=timeout, env=env)
-    seconds = time.monotonic() - start
+
+
+def summarize(outcomes: list[Outcome], backend: str, world_size: int, address: str, seconds: float) -> Handshake:
+    """The handshake's verdict from every rank's outcome (in rank order)."""
     results = [outcome.result or {} for outcome in outcomes]
     if all(result.get("ok") for result in results):
         rendezvous = max(result["init_s"] for result in results)
@@ -184,7 +193,8 @@ def handshake_check(context: Context, backend: str, world_size: int, note: str) 
     return replace(check, seconds=result.seconds)
 
 
-def check_gloo(context: Context) -> list[Check]:
+def check_gloo_here(context: Context) -> list[Check]:
+    """Ranks spawned on this machine (see placed_handshake.py for the ranks on their nodes)."""
     world_size, note = handshake_size(context)
     return [handshake_check(context, "gloo", world_size, note)]
 

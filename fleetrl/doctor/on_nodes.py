@@ -7,11 +7,12 @@ not run within the deadline, or fails, is an outcome of its own, named by index 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 from fleetrl.cluster.node_order import in_node_order
+from fleetrl.doctor.result import Check, failed
 
 START_UP_S = 20.0  # a task's worker process may need to start (import torch and all) first
 
@@ -27,6 +28,14 @@ class NodeOutcome:
     def source(self) -> str:
         return f"node {self.index} ({self.address})"
 
+    def did_not_run(self, name: str) -> Check:
+        """Check `name` failed on this node because the probe itself could not run there."""
+        return failed(
+            name,
+            f"{self.source}: {self.error}",
+            f"check that {self.source} is healthy (`ray status`) and can start workers",
+        )
+
 
 def live_nodes() -> list[dict]:
     """Ray's alive nodes in fleetrl's node order (`cluster/node_order.py`)."""
@@ -35,22 +44,25 @@ def live_nodes() -> list[dict]:
     return in_node_order(ray.nodes())
 
 
-def on_every_node(nodes: list[dict], function: Callable, args: tuple, deadline_s: float) -> list[NodeOutcome]:
-    """`function(node index, *args)` run on each of `nodes` (entries of `live_nodes()`), within
-    `deadline_s`."""
+def on_every_node(
+    nodes: list[dict], function: Callable, args: tuple, deadline_s: float, only: Collection[int] | None = None
+) -> list[NodeOutcome]:
+    """`function(node index, *args)` run on each of `nodes` (entries of `live_nodes()`), or on
+    those whose index is in `only`, within `deadline_s`."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     task = ray.remote(num_cpus=0, max_retries=0)(function)
+    chosen = [(index, node) for index, node in enumerate(nodes) if only is None or index in only]
     refs = [
         task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
             index, *args
         )
-        for index, node in enumerate(nodes)
+        for index, node in chosen
     ]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline_s)
     outcomes = []
-    for index, (node, ref) in enumerate(zip(nodes, refs)):
+    for (index, node), ref in zip(chosen, refs):
         address = node["NodeManagerAddress"]
         if ref not in ready:
             ray.cancel(ref, force=True)

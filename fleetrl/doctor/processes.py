@@ -63,7 +63,7 @@ class Outcome:
         phases = [line[len(PHASE) :] for line in self.stdout.splitlines() if line.startswith(PHASE)]
         return phases[-1] if phases else "starting Python"
 
-    def error_text(self, limit: int = 400) -> str:
+    def error_text(self, limit: int = 1000) -> str:
         """The probe's own error, else the last line of stderr that is not a C++ frame."""
         result = self.result
         if result and result.get("error"):

@@ -15,9 +15,10 @@ from fleetrl.doctor.cuda import check_cuda
 from fleetrl.doctor.disk import check_disk
 from fleetrl.doctor.env_probe import check_env
 from fleetrl.doctor.feasibility import check_placement
-from fleetrl.doctor.handshake import check_gloo, check_nccl
+from fleetrl.doctor.handshake import check_nccl
 from fleetrl.doctor.interfaces import check_network
 from fleetrl.doctor.mesh import check_mesh
+from fleetrl.doctor.placed_handshake import check_gloo
 from fleetrl.doctor.ray_join import check_ray
 from fleetrl.doctor.reachability import check_reachability
 from fleetrl.doctor.result import Check, failed
@@ -51,7 +52,12 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("env", check_env, True, "one simulator built, reset and stepped, under a timeout"),
     CheckSpec("reachability", check_reachability, False, "TCP connections from this node to itself and to every peer"),
     CheckSpec("mesh", check_mesh, False, "TCP between every pair of nodes of the live Ray cluster"),
-    CheckSpec("gloo", check_gloo, False, "a Gloo rendezvous + all_reduce across spawned ranks"),
+    CheckSpec(
+        "gloo",
+        check_gloo,
+        False,
+        "a Gloo rendezvous + all_reduce across spawned ranks (on a joined cluster: the actor's ranks on their nodes)",
+    ),
     CheckSpec("nccl", check_nccl, False, "the same over NCCL, where GPUs exist"),
 )
 CHECK_NAMES = tuple(spec.name for spec in CHECKS)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from fleetrl.parallel import endpoints
 from fleetrl.parallel.net import is_loopback, loopback_interface
 from fleetrl.watch import torch_trace
 
@@ -81,23 +82,40 @@ def init_process_group(
     if narrate is not None:
         narrate(step)
     started = time.monotonic()
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(
-            backend,
-            init_method=url,
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-            **kwargs,
-        )
+        store, _, _ = next(dist.rendezvous(url, rank=rank, world_size=world_size, timeout=timeout))
     except Exception as error:
         raise JoinError(
-            f"actor rank {rank} of {world_size} could not join the {backend} process group at {url} "
-            f"within {time.monotonic() - started:.1f} s (timeout {timeout_s:g} s, "
-            f"{timeout_key}): {str(error).rstrip('.')}. Did every rank start, and can each reach "
+            f"actor rank {rank} of {world_size} could not join the {backend} process group's rendezvous at "
+            f"{url} within {time.monotonic() - started:.1f} s (timeout {timeout_s:g} s, {timeout_key}): "
+            f"{str(error).rstrip('.')}. Did every rank start, and can each reach "
             f"{master_addr}:{master_port} (rank 0's node)?"
         ) from error
+    store.set_timeout(timeout)
+    own = endpoints.this_endpoint(rank, backend)
+    endpoints.publish(store, own)
+    try:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+    except Exception as error:
+        raise JoinError(
+            f"{own} could not connect to its peers after the {backend} rendezvous at {url}, within "
+            f"{time.monotonic() - started:.1f} s (timeout {timeout_s:g} s, {timeout_key}): "
+            f"{str(error).rstrip('.')}. {describe_peers(store, rank, world_size)} Every rank connects to every "
+            f"other at the address it advertises: set {own.variable} on each node to the interface of the "
+            f"network between the nodes"
+        ) from error
     return backend
+
+
+def describe_peers(store, rank: int, world_size: int) -> str:
+    try:
+        found = endpoints.peers(store, rank, world_size)
+    except Exception as error:  # noqa: BLE001 — the store went with a peer: say so, keep the cause
+        return f"(The other ranks' addresses are unknown: the rendezvous store failed: {error}.)"
+    if not found:
+        return "(No other rank had published its address.)"
+    return "The other ranks advertise: " + "; ".join(map(str, found)) + "."
 
 
 class JoinError(RuntimeError):
