@@ -8,6 +8,8 @@ call for all parameters of a group, 2.5x faster than `foreach` on a 64x64 MLP he
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from fleetrl.config.schema import ActorConfig
@@ -24,32 +26,47 @@ class FusedAdamStep:
     (parameter-group scans, state checks, device grouping: ~150 µs a call here, against ~10 µs for
     the fused kernel itself): the same two kernels — step counters += 1, then `_fused_adam(w)_` —
     on tensor lists cached after the first step. Bitwise the same result; the optimizer object
-    keeps the state (checkpoints as usual; call `reset` after loading one)."""
+    keeps the state (checkpoints as usual): a loaded checkpoint replaces the state tensors, which
+    the next call notices (one identity check) and caches the new ones.
+
+    Parameters must be plain tensors: FSDP's DTensor shards go through `optimizer.step()`."""
 
     def __init__(self, optimizer: torch.optim.Optimizer):
         self.optimizer = optimizer
         self.groups: list | None = None
 
-    def reset(self) -> None:
-        self.groups = None
+    def stale(self) -> bool:
+        """Not cached yet, or the optimizer's state tensors were replaced (`load_state_dict`)."""
+        if self.groups is None:
+            return True
+        group, _, params, exp_avgs, _, _ = self.groups[0]
+        state = self.optimizer.state.get(params[0])
+        return state is None or state["exp_avg"] is not exp_avgs[0] or group is not self.optimizer.param_groups[0]
+
+    def cache(self) -> list | None:
+        """Each group's tensor lists; None while some parameter has no state (no gradient yet)."""
+        state = self.optimizer.state
+        if any(p not in state for group in self.optimizer.param_groups for p in group["params"]):
+            return None
+        return [
+            (
+                group,
+                torch._fused_adamw_ if group.get("decoupled_weight_decay") else torch._fused_adam_,
+                list(group["params"]),
+                [state[p]["exp_avg"] for p in group["params"]],
+                [state[p]["exp_avg_sq"] for p in group["params"]],
+                [state[p]["step"] for p in group["params"]],
+            )
+            for group in self.optimizer.param_groups
+        ]
 
     def __call__(self) -> None:
-        if self.groups is None:
+        if self.stale():
             self.optimizer.step()  # creates the state
-            self.groups = []
-            for group in self.optimizer.param_groups:
-                state = [self.optimizer.state[p] for p in group["params"]]
-                fused = torch._fused_adamw_ if group.get("decoupled_weight_decay") else torch._fused_adam_
-                self.groups.append(
-                    (
-                        group,
-                        fused,
-                        list(group["params"]),
-                        [s["exp_avg"] for s in state],
-                        [s["exp_avg_sq"] for s in state],
-                        [s["step"] for s in state],
-                    )
-                )
+            self.groups = self.cache()
+            return
+        if any(p.grad is None for group in self.groups for p in group[2]):
+            self.optimizer.step()  # skips the parameters without a gradient, as always
             return
         for group, fused, params, exp_avgs, exp_avg_sqs, steps in self.groups:
             grads = [p.grad for p in params]
@@ -72,3 +89,14 @@ class FusedAdamStep:
                 grad_scale=None,
                 found_inf=None,
             )
+
+
+_FUSED_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def fused_step(optimizer: torch.optim.Optimizer) -> FusedAdamStep:
+    """The `FusedAdamStep` of `optimizer`, made on first use and kept as long as the optimizer."""
+    step = _FUSED_STEPS.get(optimizer)
+    if step is None:
+        step = _FUSED_STEPS[optimizer] = FusedAdamStep(optimizer)
+    return step

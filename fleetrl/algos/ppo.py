@@ -30,6 +30,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from fleetrl.algos.optim import fused_step
 from fleetrl.algos.ppo_config import PPOConfig
 from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.sharding import Minibatches
@@ -212,7 +213,10 @@ def minibatch_step(
         check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored, check)
     if max_grad_norm > 0:
         loss_path.clip_grad_norm_(max_grad_norm)
-    optimizer.step()
+    if loss_path.strategy == "fsdp":  # DTensor shards: torch's own step dispatches them
+        optimizer.step()
+    else:
+        fused_step(optimizer)()
 
 
 def ppo_update(

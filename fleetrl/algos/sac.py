@@ -175,8 +175,6 @@ class SACLearner:
     def load_state_dict(self, state: dict) -> None:
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.policy_optimizer.load_state_dict(state["policy_optimizer"])
-        self.critic_step.reset()
-        self.policy_step.reset()
         self.grad_steps = state["grad_steps"]
 
 
