@@ -204,6 +204,19 @@ def skip_in_steady_state(model, recorder, rank, folder):
     return found
 
 
+def skip_on_the_first_call(model, recorder, rank, folder):
+    """Rank 1 returns from its very first call without its forward and backward: no call before
+    to compare its count of collectives with."""
+    if rank == 0:
+        train_call(model, recorder)
+        return None
+    train_call(model, recorder, "skip")
+    wait_for(folder, partial(stalled, waiting=0, calls=1, phase=None), "rank 0 waiting")
+    found = diagnosed(folder)
+    train_call(model, recorder)  # what rank 0 waits for
+    return found
+
+
 def extra_in_steady_state(model, recorder, rank, folder):
     """Two good calls; in the third, rank 1 makes one all-reduce more."""
     for _ in range(2):
@@ -242,6 +255,7 @@ def fsdp(model, recorder, rank, folder):
 CASES = {
     "block on the first call": block_on_first_call,
     "skip in steady state": skip_in_steady_state,
+    "skip on the first call": skip_on_the_first_call,
     "extra in steady state": extra_in_steady_state,
     "completed": completed,
     "fsdp": fsdp,
