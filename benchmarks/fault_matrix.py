@@ -2,8 +2,8 @@
 `fleetrl train` run with the fault, judged from its hang_report.json.
 
 Per cell: the cause and the culprit reported, right or wrong against the cell's expectation;
-`detected_after_s` against the cell's bound; teardown seconds (the report written → the `fleetrl`
-process's exit); and the processes of the run still alive 5 s after that exit (those carrying the
+`detected_after_s` against the cell's bound; teardown seconds (the report's `reported_at`, the
+moment of detection, before the stacks are taken → the `fleetrl` process's exit); and the processes of the run still alive 5 s after that exit (those carrying the
 run's mark, FLEETRL_SUPERVISOR_PID = the `fleetrl` process's pid, or named after it by Ray's
 session: tests/support.py `ray_processes_of`) — they are counted, then killed. Infeasible cells
 are listed with why. Controller cells signal the controller process from here (SIGKILL or

@@ -190,15 +190,16 @@ def block_on_first_call(model, recorder, rank, folder):
     return found
 
 
-def skip_in_steady_state(model, recorder, rank, folder):
-    """Two good calls; in the third, rank 1 returns without its forward and backward."""
-    for _ in range(2):
+def skip_after(good_calls: int, model, recorder, rank, folder):
+    """`good_calls` good calls; in the next, rank 1 returns without its forward and backward
+    (after none: its very first call, with no call before to compare its count of collectives with)."""
+    for _ in range(good_calls):
         train_call(model, recorder)
     if rank == 0:
         train_call(model, recorder)
         return None
     train_call(model, recorder, "skip")
-    wait_for(folder, partial(stalled, waiting=0, calls=3, phase=None), "rank 0 waiting")
+    wait_for(folder, partial(stalled, waiting=0, calls=good_calls + 1, phase=None), "rank 0 waiting")
     found = diagnosed(folder)
     train_call(model, recorder)  # what rank 0 waits for
     return found
@@ -241,7 +242,8 @@ def fsdp(model, recorder, rank, folder):
 
 CASES = {
     "block on the first call": block_on_first_call,
-    "skip in steady state": skip_in_steady_state,
+    "skip in steady state": partial(skip_after, 2),
+    "skip on the first call": partial(skip_after, 0),
     "extra in steady state": extra_in_steady_state,
     "completed": completed,
     "fsdp": fsdp,

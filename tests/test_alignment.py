@@ -70,6 +70,18 @@ def test_a_rank_that_skips_a_ddp_step_is_named_by_its_count_of_collectives(cases
     ), found["summary"]
 
 
+def test_a_rank_that_skips_its_first_ddp_step_is_named_though_no_call_before_can_be_compared(cases):
+    """Two ranks, one each way and no earlier call: the rank that made no collective at all in
+    the call skipped them (an extra collective of the waiting rank would come beside its others)."""
+    found = free_rank(cases, "skip on the first call")
+    assert verdict(found) == BEHIND
+    assert found["summary"].startswith(
+        "actor rank 1 is behind: it finished call 1 of actor.train without any collective, while actor rank 0 "
+        "entered 1 in it: it skipped the call's collectives (it has entered no collective yet); "
+        "actor rank 0 waits in all_reduce (ddp grad bucket 0) #1 ("
+    ), found["summary"]
+
+
 def test_a_rank_that_makes_an_extra_collective_is_named(cases):
     found = free_rank(cases, "extra in steady state")
     assert verdict(found) == ("collective_mismatch", ("actor", 1), (("actor", 0),))

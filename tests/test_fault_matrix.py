@@ -34,6 +34,14 @@ def test_an_exception_in_the_first_env_reset_inline_is_named_at_once(tmp_path):
     result = run_cell(tmp_path, cell)
     assert_named(result, cell, cell.bound_s)
     assert "InjectedFault in env.reset" in result.hang_report["summary"]
+    # the culprit is a worker of the report, in the one process that hosts every inline worker
+    workers = {(w["component"], w["rank"]): w for w in result.hang_report["workers"]}
+    assert list(workers) == [("inline", 0), ("env", 0)]
+    assert (workers[("env", 0)]["culprit"], workers[("inline", 0)]["culprit"]) == (True, False)
+    assert workers[("env", 0)]["host"] == ["inline", 0]
+    assert workers[("env", 0)]["pid"] == workers[("inline", 0)]["pid"] is not None
+    text = (result.run_dir / "hang_report.txt").read_text()
+    assert "> env rank 0" in text and "runs in inline rank 0" in text
 
 
 @pytest.mark.slow  # ~45 s: a Ray cluster's start-up

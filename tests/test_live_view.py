@@ -52,6 +52,9 @@ def test_top_and_stack_show_a_live_ray_job_that_then_finishes(tmp_path):
             assert worker in rows, top.stdout
         assert rows[("env", "0")][4] in ("env.step", "idle"), top.stdout  # phase
         assert all(row[3].isdigit() for key, row in rows.items() if key[0] in ("env", "rollout", "actor"))
+        assert rows[("component", "rank")][-2:] == ["GPU", "state"], top.stdout
+        # no worker computes on a GPU (none here): its GPU column says so, and nothing else
+        assert all(row[-2] == "-" for key, row in rows.items() if key[0] in ("env", "rollout", "actor", "controller"))
 
         stack = fleetrl("stack", str(run_dir), timeout=120)
         assert stack.code == 0, stack.stderr

@@ -20,10 +20,14 @@ from tests.support import TWO_ACTOR_RANKS_ON_RAY
 CASES = {
     "blocked in its first forward": (("hang_in_forward", 1), "its last collective is "),
     "skipping its DDP step in steady state": (("skip_forward", 3), "it finished call 3 of actor.train after 0 "),
+    # no call before to compare with (fault matrix cell skip_forward/actor/first_call/ray); on
+    # real ranks in CI: tests/test_alignment.py
+    "skipping its first DDP step": (("skip_forward", 1), "it finished call 1 of actor.train without any collective"),
 }
+SLOW = ("skipping its first DDP step",)  # ~45 s more of CI
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in CASES])
 def test_the_rank_behind_is_named_not_the_rank_waiting_for_it(tmp_path, case):
     (kind, call), words = CASES[case]
     result = run_fault(tmp_path, *TWO_ACTOR_RANKS_ON_RAY, fault(kind, "actor", 1, call), checkpointed=call > 1)

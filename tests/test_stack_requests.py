@@ -9,11 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from functools import partial
 
 import pytest
 
-from fleetrl.watch.stack_requests import ask_stacks
+from fleetrl.watch.stack_requests import StackAsker, ask_stacks, request_key
 from fleetrl.watch.stacks import capture_stacks
 from fleetrl.watch.store import HeartbeatStore
 from tests.support import REPO, subprocess_env
@@ -62,7 +61,7 @@ def ready(record: dict | None, mode: str) -> bool:
 @pytest.mark.parametrize("worker", ["park_here"], indirect=True)
 def test_a_worker_answers_with_every_threads_stack(worker):
     store, process, record, stack_dir = worker
-    stacks = capture_stacks([record], stack_dir, partial(ask_stacks, store.server, timeout_s=30))
+    stacks = capture_stacks([record], stack_dir, StackAsker(store.server, 30))
     text = stacks[("env", 0)]
     assert "in park_here" in text and '"MainThread"' in text, text
     assert '"fleetrl-heartbeat" (taking these stacks)' in text, text
@@ -78,7 +77,7 @@ def test_a_stopped_worker_is_read_from_outside_and_a_pid_elsewhere_is_never_sign
     try:
         process.send_signal(signal.SIGSTOP)
         elsewhere = {**record, "component": "actor", "pid": bystander.pid, "host": "node-7", "machine": "other/1"}
-        stacks = capture_stacks([record, elsewhere], stack_dir, partial(ask_stacks, store.server, timeout_s=1.0))
+        stacks = capture_stacks([record, elsewhere], stack_dir, StackAsker(store.server, 1.0))
         stopped, _, read = stacks[("env", 0)].partition("read from outside by py-spy)")
         assert "process is stopped" in stopped and "park_here" in read, stacks
         assert "runs on node-7, not on this machine" in stacks[("actor", 0)], stacks
@@ -96,10 +95,12 @@ def test_a_worker_holding_the_gil_is_dumped_from_outside_with_native_frames(work
     GIL, and py-spy reads the process from outside, down to the C function."""
     store, process, record, stack_dir = worker
     deadline = time.monotonic() + 60
-    while time.time() - store.read([("env", 0)])[("env", 0)]["time"] < 1.0:  # until it stops beating
+    while (age := time.time() - store.read([("env", 0)])[("env", 0)]["time"]) < 1.5:  # until it stops beating
         assert time.monotonic() < deadline, "the worker kept beating: it never held the GIL"
         time.sleep(0.1)
-    stacks = capture_stacks([record], stack_dir, partial(ask_stacks, store.server, timeout_s=1.0))
+    # its beats stopped for longer than an answer may take: it is not asked, nor waited for
+    stacks = capture_stacks([{**record, "heartbeat_age_s": age}], stack_dir, StackAsker(store.server, 1.0))
+    assert store.server.add(request_key("env", 0), 0) == 0, "a worker whose heartbeat thread cannot run was asked"
     text = stacks[("env", 0)]
     python, _, native = text.partition("--- py-spy (native) ---")
     assert "in hold_gil" in python, text

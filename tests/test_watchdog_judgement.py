@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 
 import pytest
 
@@ -221,6 +222,30 @@ def test_workers_with_a_skewed_clock_give_no_false_stall_and_a_true_detection_ti
     assert 0 <= report["detected_after_s"] <= 3, report["detected_after_s"]
 
 
+def judged(recorder: Recorder, work, stop, reads: tuple[dict, ...] = ({},), beats: int = 8) -> list:
+    """`work()` as a call in a thread of this process until `stop()`; its recorder's beats, 0.4 s
+    apart, judged as the watchdog judges them: once per entry of `reads`, added to every beat (a
+    GPU's reads, as a worker computing on one publishes them)."""
+    seen = [Seen() for _ in reads]
+
+    def call() -> None:
+        with recorder.in_phase(f"{recorder.identity['component']}.call"):
+            work()
+
+    thread = threading.Thread(target=call, name="judged-call")
+    thread.start()
+    try:
+        for _ in range(beats):
+            time.sleep(0.4)
+            record, now = recorder.record(), time.monotonic()
+            for judge, read in zip(seen, reads):
+                judge.update({**record, **read}, now)
+        return [judge.judge(time.monotonic(), window_s=0.5 * beats) for judge in seen]
+    finally:
+        stop()
+        thread.join(30)
+
+
 def spin_sleeping(flag: list) -> None:
     while not flag[0]: time.sleep(0)  # noqa: E701 (one line: the stack stays there)  # fmt: skip
 
@@ -243,21 +268,33 @@ def test_a_loop_at_one_line_is_spinning_only_when_it_waits(loop, state):
     them: all three use CPU at one line, the first two mostly in the kernel. time.sleep(0)'s
     system calls move nothing (spinning); allocating 100 MB at a time is page faults for new memory
     (busy: a computation filling buffers); sum's CPU is in user space (busy)."""
-    recorder, flag, seen = Recorder("env", 0, 0), [False], Seen()
-
-    def call() -> None:
-        with recorder.in_phase("env.step"):
-            loop(flag)
-
-    thread = threading.Thread(target=call, name="judged-call")
-    thread.start()
-    try:
-        for _ in range(8):
-            time.sleep(0.4)
-            seen.update(recorder.record(), time.monotonic())
-        judgement = seen.judge(time.monotonic(), window_s=4.0)
-    finally:
-        flag[0] = True
-        thread.join(30)
+    flag = [False]
+    (judgement,) = judged(Recorder("env", 0, 0), partial(loop, flag), partial(flag.__setitem__, 0, True))
     assert judgement is not None and not judgement.stack_moved, judgement
     assert judgement.state == state, judgement.text()
+
+
+GPU_READ = {"gpu_util_pct": 90.0, "gpu_memory_mib": 512.0}  # what a worker computing on a GPU publishes
+
+
+def test_a_call_waiting_on_a_busy_gpu_is_busy_but_not_in_a_collective():
+    """Without a GPU (this machine) a worker's beats read none, and a call waiting on an event is
+    blocked. The same call with its GPU 90 % utilised is busy: it waits on its kernels. In a
+    collective, that utilisation is an NCCL kernel spinning for a peer that never comes: blocked."""
+    import torch
+
+    recorder = Recorder("actor", 0, 0)
+    assert torch.cuda.is_available() or not {"gpu_util_pct", "gpu_memory_mib"} & set(recorder.record())
+    release = threading.Event()
+    plain, on_gpu = judged(recorder, release.wait, release.set, ({}, GPU_READ), beats=5)
+    assert (plain.state, plain.gpu_util_pct) == ("blocked", None) and "GPU" not in plain.text(), plain
+    assert (on_gpu.state, on_gpu.stack_moved, on_gpu.thread_cpu < 0.05) == ("busy", False, True), on_gpu
+    assert "its GPU 90 % utilised" in on_gpu.text()
+
+    def in_collective() -> None:
+        with recorder.in_collective("all_reduce", (torch.zeros(2),)):
+            release.wait()
+
+    release = threading.Event()
+    (waiting,) = judged(recorder, in_collective, release.set, (GPU_READ,), beats=5)
+    assert (waiting.state, waiting.gpu_util_pct) == ("blocked", None), waiting

@@ -11,9 +11,10 @@ rank's heartbeat says, per group, the last number it entered (watch/collectives.
    make (an early return on local data) or the waiting ranks made one too many (a rank-dependent
    extra collective or optimisation step): the sequence numbers look the same either way. The
    rank whose count of collectives in this call departs from the call before is the culprit.
-   On a phase's first call there is no call before: the larger side of the group is taken as
-   right; with as many on each side the waiting rank is named and the summary says it may be
-   the other way round.
+   On a phase's first call there is no call before: a peer that made no collective at all in
+   the call skipped them (an extra collective comes beside the ones every rank makes, never
+   instead of all of them); else the larger side of the group is taken as right; with as many
+   on each side the waiting rank is named and the summary says it may be the other way round.
 3. A peer inside #n with another op or other shapes: `collective_mismatch`.
 
 How long a rank has waited is measured as the watcher measures heartbeat ages (watch/judgement.py),
@@ -169,13 +170,20 @@ def finished_peer(
     call = f"call {record.get('phase_counts', {}).get(phase)} of {phase}"
     extra_made = before is not None and made is not None and made > before
     skipped = before is not None and peer_made is not None and peer_made < before
-    if not extra_made and (skipped or (before is None and len(waiters) > len(behind))):
-        how = (
-            f"it finished {call} after {peer_made} collective(s), {before} in the call before: "
-            "it skipped collectives the others make"
-            if skipped
-            else f"it finished {call} without entering #{waiting['seq']}, which most ranks entered"
-        )
+    skipped_all = before is None and peer_made == 0 and bool(made)
+    if not extra_made and (skipped or skipped_all or (before is None and len(waiters) > len(behind))):
+        if skipped:
+            how = (
+                f"it finished {call} after {peer_made} collective(s), {before} in the call before: "
+                "it skipped collectives the others make"
+            )
+        elif skipped_all:
+            how = (
+                f"it finished {call} without any collective, while {describe(key)} entered {made} in it: "
+                "it skipped the call's collectives"
+            )
+        else:
+            how = f"it finished {call} without entering #{waiting['seq']}, which most ranks entered"
         return Finding(
             "rank_missing_from_collective",
             f"{describe(peer)} is behind: {how} ({last_entered_text(peer_record, waiting['group'])}); {waits}",

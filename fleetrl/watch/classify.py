@@ -76,10 +76,11 @@ def incident_from_error(
             key,
             raised.trace,
             clock=clock,
+            host=raised.clock,
         )
     if "No space left on device" in raised.message:
-        return Incident("disk_full", said, started, key, raised.trace, clock=clock)
-    return Incident("worker_exception", said, started, key, raised.trace, clock=clock)
+        return Incident("disk_full", said, started, key, raised.trace, clock=clock, host=raised.clock)
+    return Incident("worker_exception", said, started, key, raised.trace, clock=clock, host=raised.clock)
 
 
 def raised_on_watcher_clock(raised: WorkerError, records: dict, now: float) -> tuple[float, tuple | None]:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 
 from fleetrl.watch.collectives import DEFAULT_GROUP, CollectiveLog
+from fleetrl.watch.gpu import gpu_use
 from fleetrl.watch.node_loss import RAYLET_VARIABLE
 from fleetrl.watch.thread_activity import thread_activity
 
@@ -141,6 +142,7 @@ class Recorder:
             "thread_cpu_s": thread_cpu_s(thread),
             "stack_signature": stack_signature(thread),
             **thread_activity(thread),  # thread_sys_s, thread_io_bytes: a spinning wait (watch/judgement.py)
+            **gpu_use(),  # gpu_util_pct, gpu_memory_mib where this process computes on a GPU
             "phase_counts": {stats.name: stats.calls for stats in phases},
             "phase_max_s": {stats.name: stats.longest_s for stats in finished},
             "call_collectives": {stats.name: stats.collectives for stats in finished},

@@ -37,15 +37,29 @@ def innermost_frame(stack: str) -> str | None:
     return f"{Path(frame[0]).name}:{frame[1]} ({frame[2]})" if frame else None
 
 
+def with_hosted_culprit(incident: Incident, workers: list[dict]) -> list[dict]:
+    """`workers`, and the culprit where it is not one of them but runs in one (`incident.host`:
+    an inline worker), listed after its process and marked as hosted by it."""
+    listed = [(w["component"], w["rank"]) for w in workers]
+    if incident.culprit is None or incident.culprit in listed or incident.host not in listed:
+        return workers
+    at = listed.index(incident.host)
+    component, rank = incident.culprit
+    hosted = {**workers[at], "component": component, "rank": rank, "host": list(incident.host)}
+    return [*workers[: at + 1], hosted, *workers[at + 1 :]]
+
+
 def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now: float) -> dict:
     entries = []
-    for worker in workers:
+    for worker in with_hosted_culprit(incident, workers):
         key = (worker["component"], worker["rank"])
-        record = incident.records.get(key, {})
+        process = tuple(worker["host"]) if worker.get("host") else key  # the watched process it runs in
+        record = incident.records.get(process, {})
         entries.append(
             {
                 "component": worker["component"],
                 "rank": worker["rank"],
+                "host": worker.get("host"),
                 "node": worker.get("node"),
                 "pid": record.get("pid"),
                 "phase": record.get("phase"),
@@ -54,9 +68,10 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
                 "last_collective": record.get("last_collective"),
                 "torch_trace": record.get("torch_trace"),
                 "heartbeat_age_s": record.get("heartbeat_age_s"),
-                "stack": stacks.get(key, "(not captured)"),
+                "stack": stacks.get(process, "(not captured)"),
                 "culprit": key == incident.culprit,
-                "waits_for_culprit": key in incident.records
+                "waits_for_culprit": key == process
+                and key in incident.records
                 and incident.culprit in behind_peers(incident.records, key),
             }
         )
@@ -103,13 +118,19 @@ def render_text(report: dict) -> str:
             + (f"; {in_or_last} {collective_text(collective)}" if collective else "")
             + (f"; heartbeat {worker['heartbeat_age_s']:.1f} s ago" if worker["heartbeat_age_s"] is not None else "")
             + ("; waits for the culprit" if worker.get("waits_for_culprit") else "")
+            + (f"; runs in {describe(tuple(worker['host']))}" if worker.get("host") else "")
         )
     lines.append("")
     table = render_table(report.get("collectives") or {"rows": []}, report["reported_at"])
     table += render_torch_traces(report["workers"])
     lines += [*table, ""] if table else []
     for worker in report["workers"]:
-        lines += [f"--- stack of {describe((worker['component'], worker['rank']))} ---", worker["stack"].rstrip(), ""]
+        if not worker.get("host"):  # a hosted worker's stack is its process's, printed under that
+            lines += [
+                f"--- stack of {describe((worker['component'], worker['rank']))} ---",
+                worker["stack"].rstrip(),
+                "",
+            ]
     return "\n".join(lines)
 
 

@@ -6,8 +6,9 @@ more): a heartbeat's age is the time since the watcher saw the worker's beat cou
 a phase's age is the worker's own elapsed-in-phase at that beat plus that time.
 
 Blocked or busy is told from the beats of the current call in the last `window_s`: the phase's
-thread using CPU, the process using CPU (a simulator computing in threads of its own), or the
-thread's stack moving between beats means *busy* — the call works and is only slow; none of these
+thread using CPU, the process using CPU (a simulator computing in threads of its own), its GPU
+running kernels while it is in no collective (watch/gpu.py), or the thread's stack moving
+between beats means *busy* — the call works and is only slow; none of these
 means *blocked* — a sleep, a lock, a socket or a peer that will not answer. CPU shares are taken
 between two beats of the worker's own clock, so skew cancels out.
 
@@ -28,11 +29,14 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from fleetrl.watch.alignment import oldest_in_flight
+
 BLOCKED, BUSY, SPINNING = "blocked", "busy", "spinning"
 # The phase's thread used at least this share of a core: it computes. A blocked thread uses ~0; a
 # computing one on a loaded host may get far less than a whole core.
 THREAD_BUSY = 0.05
 PROCESS_BUSY = 0.50  # the process used at least half a core (more than its idle threads ever do)
+GPU_BUSY_PCT = 10.0  # kernels ran in at least this share of the time on average: its GPU computes
 MIN_SAMPLES = 3  # beats in the window needed to tell
 # Kernel share of a spinning thread's CPU: measured here 80 % for time.sleep(0), 53 % for a
 # zero-timeout select, 35 % for a non-blocking recv; 1-3 % for Python, numpy and torch loops.
@@ -51,6 +55,7 @@ class Sample:
     thread_sys_s: float | None = None  # kernel CPU seconds of the phase's thread (Linux)
     thread_io_bytes: int | None = None  # bytes the phase's thread read and wrote (Linux)
     thread_faults: int | None = None  # page faults of the phase's thread (Linux)
+    gpu_util_pct: float | None = None  # its GPU's utilisation; None without one, or in a collective
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Judgement:
     process_cpu: float  # share of a core used by the whole process
     stack_moved: bool
     system_share: float | None = None  # of the thread's CPU, the share spent in the kernel
+    gpu_util_pct: float | None = None  # its GPU's mean utilisation over the window, where read
 
     @property
     def stalled(self) -> bool:
@@ -69,6 +75,7 @@ class Judgement:
 
     def text(self) -> str:
         cpu = f"{self.thread_cpu:.0%} CPU in its thread, {self.process_cpu:.0%} in its process"
+        cpu += f", its GPU {self.gpu_util_pct:.0f} % utilised" if self.gpu_util_pct is not None else ""
         if self.state == SPINNING:
             return (
                 f"spinning: its stack did not move, and its thread used {self.thread_cpu:.0%} CPU, "
@@ -118,6 +125,7 @@ class Seen:
                 record.get("thread_sys_s"),
                 record.get("thread_io_bytes"),
                 record.get("thread_faults"),
+                None if oldest_in_flight(record) else record.get("gpu_util_pct"),
             )
         )
 
@@ -149,10 +157,17 @@ class Seen:
         )
         process = (last.cpu_s - first.cpu_s) / span
         moved = len({s.stack_signature for s in recent}) > 1
-        busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved
+        gpu = gpu_utilisation(recent)
+        busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved or (gpu or 0.0) >= GPU_BUSY_PCT
         system = spin_share(first, last, span, thread, process, moved)
         state = SPINNING if system is not None else BUSY if busy else BLOCKED
-        return Judgement(state, span, thread, process, moved, system)
+        return Judgement(state, span, thread, process, moved, system, gpu)
+
+
+def gpu_utilisation(samples: list[Sample]) -> float | None:
+    """The mean GPU utilisation of the beats that read one outside a collective, else None."""
+    read = [s.gpu_util_pct for s in samples if s.gpu_util_pct is not None]
+    return sum(read) / len(read) if read else None
 
 
 def spin_share(first: Sample, last: Sample, span: float, thread: float, process: float, moved: bool) -> float | None:

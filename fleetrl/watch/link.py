@@ -41,18 +41,15 @@ def peek(store, key: str):
     return json.loads(store.get(key)) if store.check([key]) else None
 
 
+KEYS = ("culprit", "clock", "host")  # an incident's (component, rank) fields
+
+
 def incident_fields(incident: Incident) -> dict:
-    return {
-        "cause": incident.cause,
-        "summary": incident.summary,
-        "started": incident.started,
-        "culprit": list(incident.culprit) if incident.culprit else None,
-        "detail": incident.detail,
-        "clock": list(incident.clock) if incident.clock else None,
-    }
+    fields = {"cause": incident.cause, "summary": incident.summary, "started": incident.started}
+    fields |= {name: list(key) if (key := getattr(incident, name)) else None for name in KEYS}
+    return fields | {"detail": incident.detail}
 
 
 def incident_from_fields(fields: dict) -> Incident:
-    culprit = tuple(fields["culprit"]) if fields["culprit"] else None
-    clock = tuple(fields["clock"]) if fields.get("clock") else None
-    return Incident(fields["cause"], fields["summary"], fields["started"], culprit, fields["detail"], clock=clock)
+    keys = {name: tuple(fields[name]) if fields.get(name) else None for name in KEYS}
+    return Incident(fields["cause"], fields["summary"], fields["started"], detail=fields["detail"], **keys)

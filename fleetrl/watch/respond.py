@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT, build_hang_report, write_hang_report
-from fleetrl.watch.stacks import Ask, capture_stacks
+from fleetrl.watch.stack_requests import StackAsker
+from fleetrl.watch.stacks import capture_stacks
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident
 
@@ -52,7 +53,7 @@ class Responder:
         self.done: threading.Event = threading.Event()
         self.report: dict = {}
         self.report_hooks: list[tuple[Callable[[list[Path]], None], float]] = []
-        self.ask_stacks: Ask | None = None  # through the heartbeat store, once it is open
+        self.ask_stacks: StackAsker | None = None  # through the heartbeat store, once it is open
 
     def add_report_hook(self, hook: Callable[[list[Path]], None], timeout_s: float) -> None:
         """Call `hook([hang_report.txt, hang_report.json])` on an incident, for at most `timeout_s`."""

@@ -7,10 +7,8 @@ where it lives on this machine (watch/stacks.py), and named as not answering oth
 
 from __future__ import annotations
 
-from functools import partial
-
 from fleetrl.watch.live import attach
-from fleetrl.watch.stack_requests import ANSWER_BEATS, ask_stacks
+from fleetrl.watch.stack_requests import stack_asker
 from fleetrl.watch.stacks import capture_stacks
 
 
@@ -18,8 +16,7 @@ def stack(run_dir: str | None) -> int:
     run = attach(run_dir)
     records = run.records()
     workers = [{**records.get((w["component"], w["rank"]), {}), **w} for w in run.workers]
-    ask = partial(ask_stacks, run.store, timeout_s=ANSWER_BEATS * run.watchdog.heartbeat_interval_s)
-    stacks = capture_stacks(workers, run.run_dir / "stacks", ask)
+    stacks = capture_stacks(workers, run.run_dir / "stacks", stack_asker(run.store, run.watchdog.heartbeat_interval_s))
     for worker in workers:
         key = (worker["component"], worker["rank"])
         where = f"pid {worker.get('pid', '?')} on {worker.get('host', '?')}, node {worker['node']}"

@@ -17,8 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 
 REQUEST_PREFIX = "fleetrl/stack-request/"
 REPLY_PREFIX = "fleetrl/stack-reply/"
@@ -74,9 +73,20 @@ def connect_answerer(host: str, port: int, component: str, rank: int) -> StackAn
     return StackAnswerer(TCPStore(host, port, is_master=False, timeout=CONNECT_TIMEOUT), component, rank)
 
 
-def stack_asker(store, heartbeat_interval_s: float) -> Callable[[list[tuple[str, int]]], dict[tuple[str, int], str]]:
-    """`ask_stacks` on `store`, waiting as long as a worker takes to answer (ANSWER_BEATS beats)."""
-    return partial(ask_stacks, store, timeout_s=ANSWER_BEATS * heartbeat_interval_s)
+@dataclass(frozen=True)
+class StackAsker:
+    """`ask_stacks` on `store`, waiting at most `timeout_s` for the answers."""
+
+    store: object
+    timeout_s: float
+
+    def __call__(self, workers: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        return ask_stacks(self.store, workers, self.timeout_s)
+
+
+def stack_asker(store, heartbeat_interval_s: float) -> StackAsker:
+    """Ask through `store`, waiting as long as a worker takes to answer (ANSWER_BEATS beats)."""
+    return StackAsker(store, ANSWER_BEATS * heartbeat_interval_s)
 
 
 def ask_stacks(store, workers: list[tuple[str, int]], timeout_s: float) -> dict[tuple[str, int], str]:

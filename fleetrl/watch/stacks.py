@@ -19,12 +19,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 from fleetrl.watch.flight_recorder import machine_identity
+from fleetrl.watch.stack_requests import StackAsker
 
 STACK_SIGNAL = signal.SIGUSR1
 
@@ -40,14 +40,13 @@ def register_stack_dump(path: Path) -> None:
     faulthandler.register(STACK_SIGNAL, file=file, all_threads=True, chain=False)
 
 
-Ask = Callable[[list[tuple[str, int]]], dict[tuple[str, int], str]]  # stack_requests.ask_stacks, bound
-
-
-def capture_stacks(workers: list[dict], stack_dir: Path, ask: Ask | None = None, py_spy_timeout_s: float = 5.0) -> dict:
+def capture_stacks(
+    workers: list[dict], stack_dir: Path, ask: StackAsker | None = None, py_spy_timeout_s: float = 5.0
+) -> dict:
     """(component, rank) → stack text of each of `workers` (their latest heartbeat records, or
     {component, rank} where there is none)."""
     here = machine_identity()
-    askable = [(w["component"], w["rank"]) for w in workers if may_answer(w, here)]
+    askable = [(w["component"], w["rank"]) for w in workers if ask and may_answer(w, here, ask.timeout_s)]
     stacks = ask(askable) if ask and askable else {}
     local = []
     for worker in workers:
@@ -64,11 +63,15 @@ def capture_stacks(workers: list[dict], stack_dir: Path, ask: Ask | None = None,
     return {**stacks, **signal_local(local, stack_dir, py_spy_timeout_s)}
 
 
-def may_answer(worker: dict, here: str) -> bool:
-    """False for a worker on this machine whose process is gone or stopped: waiting for its
-    answer would only delay the others'."""
+def may_answer(worker: dict, here: str, within_s: float) -> bool:
+    """False for a worker on this machine whose process is gone or stopped, or whose heartbeat
+    thread (the one that answers) has not run for longer than an answer may take (`within_s`: a
+    main thread holding the GIL): waiting for its answer would only delay the others' and the
+    dump from outside. A worker elsewhere can only be asked."""
     if worker.get("machine", here) != here:
         return True
+    if worker.get("heartbeat_age_s", 0.0) > within_s:  # the watcher's measure (watch/judgement.py)
+        return False
     try:
         return bool(worker.get("pid")) and psutil.Process(worker["pid"]).status() not in STOPPED_OR_GONE
     except psutil.Error:

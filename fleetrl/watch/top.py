@@ -1,9 +1,10 @@
 """`fleetrl top`: every worker of a running job, one row each, refreshed about once a second.
 
 Everything comes from the run's heartbeat store (watch/live.py) — what each worker says it is
-doing, measured ages on this side — plus, for workers on this machine, their CPU and memory from
-psutil. The deadline is the watchdog's own (`Watchdog.deadline`, from the run's settings), so the
-table shows a phase nearing its limit the way the watchdog will judge it. Not a terminal (a pipe,
+doing (its GPU's utilisation and memory too, where it computes on one: watch/gpu.py), measured
+ages on this side — plus, for workers on this machine, their CPU and memory from psutil. The
+deadline is the watchdog's own (`Watchdog.deadline`, from the run's settings), so the table shows
+a phase nearing its limit the way the watchdog will judge it. Not a terminal (a pipe,
 a file, `--once`): one table in plain text.
 """
 
@@ -33,6 +34,7 @@ COLUMNS = (
     "beat age",
     "CPU %",
     "RSS",
+    "GPU",
     "state",
 )
 REFRESH_S = 1.0
@@ -56,6 +58,15 @@ class Sampler:
             return "gone", "-"
 
 
+def gpu(record: dict) -> str:
+    """'<utilisation> % <memory> MiB' of the GPU the worker computes on (watch/gpu.py), '-'
+    where it uses none."""
+    if "gpu_memory_mib" not in record:
+        return "-"
+    util = record.get("gpu_util_pct")
+    return (f"{util:.0f} % " if util is not None else "") + f"{record['gpu_memory_mib']:.0f} MiB"
+
+
 def collective(record: dict) -> str:
     current, last = record.get("collective"), record.get("last_collective")
     if current:
@@ -70,7 +81,7 @@ def rows(run: LiveRun, sampler: Sampler, judge: Watchdog) -> list[tuple[str, ...
         record = records.get((worker["component"], worker["rank"]))
         identity = (worker["component"], str(worker["rank"]), str(worker["node"]))
         if record is None:
-            found.append((*identity, "-", "(no heartbeat yet)", *["-"] * 7))
+            found.append((*identity, "-", "(no heartbeat yet)", *["-"] * (len(COLUMNS) - 5)))
             continue
         phase = record.get("phase")
         in_phase = f"{record['phase_age_s']:.1f} s" if phase else "-"
@@ -89,6 +100,7 @@ def rows(run: LiveRun, sampler: Sampler, judge: Watchdog) -> list[tuple[str, ...
                 beat_age,
                 cpu,
                 rss,
+                gpu(record),
                 state,
             )
         )

@@ -76,6 +76,10 @@ class Incident:
     # The watched process (component, rank) whose clock `started` is on, until the watcher has
     # moved it onto its own (a worker's exception classified where its heartbeats are not seen)
     clock: tuple[str, int] | None = None
+    # The watched process the culprit runs in, where that is another name (an inline worker's
+    # exception names `env rank 0`, which runs in `inline rank 0`): the report lists the culprit
+    # as a worker of its own, with that process's pid, phase and stack
+    host: tuple[str, int] | None = None
 
 
 # Methods that are steps of a worker's start-up (the `construct` phase is the worker host's):
