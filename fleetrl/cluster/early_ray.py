@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 
+from fleetrl.cluster.ray_loopback import set_ray_loopback
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.parallel.net import is_loopback
 
@@ -35,8 +36,6 @@ class EarlyRay:
         self.thread.start()
 
     def start(self) -> None:
-        from fleetrl.cluster.ray_cluster import set_ray_loopback
-
         try:
             set_ray_loopback(is_loopback(self.shape[2]))  # as RayCluster sets it: before Ray's import
             from fleetrl.cluster.local_ray import LocalRay

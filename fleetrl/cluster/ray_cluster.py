@@ -21,6 +21,7 @@ from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.isolated_nodes import IsolatedNodes
 from fleetrl.cluster.node_order import in_node_order
 from fleetrl.cluster.placement import Assignment
+from fleetrl.cluster.ray_loopback import set_ray_loopback
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.net import free_port, is_loopback
@@ -241,24 +242,6 @@ def pack_step_results() -> None:
 def joins_loopback(ray_address: str) -> bool:
     """Whether `cluster.ray_address` (host:port) is a Ray instance on this machine's loopback."""
     return is_loopback(ray_address.rpartition(":")[0].strip("[]"))
-
-
-def set_ray_loopback(on: bool) -> None:
-    """Whether Ray resolves 'this node' to the loopback address, in this process and the raylets
-    and workers it starts (they inherit the variable); set on every start, whatever an earlier run
-    in this process (or a parent) chose. On: without it Ray rewrites 127.0.0.1 in a cluster address
-    to the machine's external address, where no raylet listens, and `ray.init` waits forever. Off:
-    a cluster whose nodes are on other addresses must resolve this node to its real address, or the
-    driver registers at 127.0.0.1 and the remote workers it owns are dropped at creation. The
-    variable is read when Ray is imported: set it before (an imported Ray is set directly)."""
-    if on:
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    else:
-        os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    if "ray" in sys.modules:
-        from ray._private import ray_constants
-
-        ray_constants.ENABLE_RAY_CLUSTER = not on and not ray_constants.IS_WINDOWS_OR_OSX
 
 
 def start_local_ray(num_nodes: int, cpus_per_node: int, node_ip: str):

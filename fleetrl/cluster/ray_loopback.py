@@ -1,0 +1,27 @@
+"""Whether Ray resolves 'this node' to the loopback address: one switch, set before Ray is
+imported, that every way of starting or joining Ray (the run's cluster, the controller's early
+start, the doctor's join, a sweep) goes through. A module of its own so that it imports nothing
+of Ray's and nothing of fleetrl's that does."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def set_ray_loopback(on: bool) -> None:
+    """Whether Ray resolves 'this node' to the loopback address, in this process and the raylets
+    and workers it starts (they inherit the variable); set on every start, whatever an earlier run
+    in this process (or a parent) chose. On: without it Ray rewrites 127.0.0.1 in a cluster address
+    to the machine's external address, where no raylet listens, and `ray.init` waits forever. Off:
+    a cluster whose nodes are on other addresses must resolve this node to its real address, or the
+    driver registers at 127.0.0.1 and the remote workers it owns are dropped at creation. The
+    variable is read when Ray is imported: set it before (an imported Ray is set directly)."""
+    if on:
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    else:
+        os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    if "ray" in sys.modules:
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = not on and not ray_constants.IS_WINDOWS_OR_OSX
