@@ -2,9 +2,10 @@
 
 fleetrl's training counters for `env.wrappers: atari` count one life per episode and clip rewards
 to their sign (what the agent optimises). This plays `--games` whole games with each of a run
-directory's checkpoints (or `--checkpoint` files) under the same preprocessing and tallies the
-game's own rewards (Gymnasium's RecordEpisodeStatistics innermost, as CleanRL places it): the
-policy samples its actions, as during training (`--deterministic` for its mode).
+directory's checkpoints under the same preprocessing and reads each game's own score where the
+preset reports it in training (`fleetrl.envs.atari.GameScore`, the `game_return_mean` of the
+metrics: raw rewards over every life): the policy samples its actions, as during training
+(`--deterministic` for its mode).
 
     python benchmarks/atari_game_score.py RUN_DIR [--games 10] [--stride 1] [--device cuda]
 
@@ -39,23 +40,22 @@ def game_env(env_id: str, seed: int) -> gym.Env:
     import ale_py
 
     gym.register_envs(ale_py)
-    env = gym.make(env_id, max_episode_steps=MAX_FRAMES)
-    env = atari_wrappers(gym.wrappers.RecordEpisodeStatistics(env), env_id)
+    env = atari_wrappers(gym.make(env_id, max_episode_steps=MAX_FRAMES), env_id)
     env.reset(seed=seed)
     return env
 
 
 def play_games(policy: Policy, env: gym.Env, games: int, device: torch.device, deterministic: bool) -> list[float]:
     """Whole games: a lost life ends fleetrl's episode, and the next reset goes on with the game
-    (the preset's EpisodicLife); RecordEpisodeStatistics reports the game when it is over."""
+    (the preset's EpisodicLife); the step that ends the game carries its score."""
     scores: list[float] = []
     obs, _ = env.reset()
     while len(scores) < games:
         batch = torch.as_tensor(np.asarray(obs)[None], device=device)
         action, _, _ = policy.act(batch, deterministic)
         obs, _, terminated, truncated, info = env.step(int(action[0]))
-        if "episode" in info:
-            scores.append(float(info["episode"]["r"]))
+        if "game_return" in info:
+            scores.append(info["game_return"])
         if terminated or truncated:
             obs, _ = env.reset()
     return scores
