@@ -130,7 +130,7 @@ def command_eval(args) -> int:
         print(json.dumps(result))
     else:
         print(
-            f"{result['episodes']} episodes: return {result['mean']:.2f} ± {result['std']:.2f} "
+            f"{result['episodes']} {result['unit']}s: return {result['mean']:.2f} ± {result['std']:.2f} "
             f"(min {result['min']:.2f}, max {result['max']:.2f})"
         )
     return 0

@@ -65,6 +65,7 @@ def evaluate(
     return {
         "run_dir": str(run_dir),
         "episodes": result["episodes"],
+        "unit": result["unit"],
         "mean": result["return_mean"],
         "std": result["return_std"],
         "min": result["return_min"],
@@ -121,12 +122,13 @@ class EvalSchedule:
         self.pending = None
         result = evaluator.get(pending.future)  # a worker's error raises here: an incident naming it
         log.info(
-            "evaluation of iteration %d (%d env steps): return %.2f ± %.2f over %d episodes",
+            "evaluation of iteration %d (%d env steps): return %.2f ± %.2f over %d %ss",
             pending.iteration,
             pending.global_step,
             result["return_mean"],
             result["return_std"],
             result["episodes"],
+            result["unit"],
         )
         record = {
             "eval_return_mean": result["return_mean"],

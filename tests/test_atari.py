@@ -2,7 +2,8 @@
 (4 stacked 84×84 uint8 frames, sign-clipped rewards, FIRE on reset, a lost life ends the episode
 while the game goes on), the game's score is reported beside the per-life clipped returns (the
 raw sum over the whole game, what CleanRL and SB3 report), the model of configs/ppo_atari.yaml
-is CleanRL's Atari agent, the config trains and logs whole games, and a preset fleetrl does not
+is CleanRL's Atari agent, the config trains and logs whole games and `fleetrl eval` plays whole
+games, and a preset fleetrl does not
 know, or one that does not fit the env, is a config error naming the key."""
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from fleetrl.algos.registry import algorithm_spec
+from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.make import make_vector_env
+from fleetrl.evaluate import evaluate
 from fleetrl.models.policy import Policy
 from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.eval_worker import play
 from tests.image_envs import RecordedBreakout
 from tests.support import REPO, train
 
@@ -26,6 +31,7 @@ pytest.importorskip("ale_py")
 CONFIG = REPO / "configs" / "ppo_atari.yaml"
 BREAKOUT = EnvConfig(id="BreakoutNoFrameskip-v4", wrappers="atari", num_envs=1)
 BREAKOUT_LIVES = 5
+PPO_ROLLOUT = algorithm_spec("ppo").rollout
 RIGHT, LEFT = 2, 3  # Breakout's actions: NOOP, FIRE, RIGHT, LEFT
 # CleanRL ppo_atari.py's Agent on Breakout (4 actions): three convolutions, 3136 → 512, the two heads.
 CLEANRL_AGENT_PARAMETERS = (
@@ -109,6 +115,21 @@ def test_the_atari_config_trains_and_logs_whole_games(tmp_path):
     assert all(r["grad_steps"] == 1 * 2 for r in result.metrics)  # 1 epoch of 512 / 256 minibatches
     games = sum(r.get("games", 0) for r in result.metrics)
     assert games >= 2 and result.metrics[-1]["episodes"] >= BREAKOUT_LIVES * games  # a game: 5 lives
+
+    # `fleetrl eval` plays whole games: one game = the same play as its 5 lives, its raw score at
+    # least their clipped returns (a brick is worth 1, 4 or 7 in Breakout, clipped to 1)
+    config = load_config(result.run_dir / "config.yaml")
+    env = EnvWorker(config.env, config.algorithm.gamma, seed=7, num_envs=1, training=False)
+    rollout = PPO_ROLLOUT.from_config(config, env.observation_space, env.action_space)
+    rollout.load_weights(load_latest(result.run_dir)["actor"]["policy"])
+    try:
+        life_returns, life_lengths, _ = play(env, rollout, BREAKOUT_LIVES, True, False)
+        (score,), (length,), _ = play(env, rollout, 1, True, False, whole_games=True)
+    finally:
+        env.close()
+    assert length == sum(life_lengths) and score >= sum(life_returns)
+    evaluation = evaluate(result.run_dir, episodes=2)
+    assert (evaluation["unit"], evaluation["episodes"]) == ("game", 2)
 
 
 @pytest.mark.parametrize(

@@ -92,7 +92,9 @@ class GameScore(gym.Wrapper):
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life terminates the episode; the game is reset only when it is over."""
+    """A lost life terminates the episode; the game is reset only when it is over, or when the
+    reset is seeded: a seeded reset asks for a new, reproducible start (an evaluation's, a
+    resumed run's), never for the rest of a game some earlier play left behind."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -108,7 +110,7 @@ class EpisodicLife(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs):
-        if self.game_over:
+        if self.game_over or kwargs.get("seed") is not None:
             obs, info = self.env.reset(**kwargs)
         else:  # a life was lost: go on from where it was lost
             obs, _, terminated, truncated, info = self.env.step(0)

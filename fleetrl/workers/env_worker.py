@@ -58,7 +58,7 @@ class EnvWorker:
         self.episode_length = np.zeros(count, np.int64)
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
-        self.finished_games: list[float] = []  # whole games' raw scores (`env.wrappers: atari`)
+        self.finished_games: list[tuple[int, float]] = []  # (env, raw score) of whole games (`env.wrappers: atari`)
         self.env_steps = 0
         self.episodes = 0
         if isinstance(self.action_space, gym.spaces.Box):
@@ -91,7 +91,7 @@ class EnvWorker:
         done = terminated | truncated
         envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
         self._count(envs, reward, done)
-        self._count_games(info.get("final_info", {}))
+        self._count_games(envs, info.get("final_info", {}))
         truncated_index = np.flatnonzero(truncated)
         final_obs = (
             stack_obs(info["final_obs"][truncated_index]) if len(truncated_index) else map_obs(lambda x: x[:0], obs)
@@ -126,11 +126,13 @@ class EnvWorker:
             episode_return[done] = 0
             episode_length[done] = 0
 
-    def _count_games(self, final_info: dict) -> None:
-        """The raw scores of the whole games that ended in this step: in the final infos of the
-        envs that ended an episode, where `fleetrl.envs.atari.GameScore` puts them."""
+    def _count_games(self, envs: slice, final_info: dict) -> None:
+        """The whole games that ended in this step (env index, raw score): in the final infos of
+        the envs that ended an episode, where `fleetrl.envs.atari.GameScore` puts them."""
         if "game_return" in final_info:
-            self.finished_games.extend(final_info["game_return"][final_info["_game_return"]].tolist())
+            ended = np.flatnonzero(final_info["_game_return"])
+            scores = final_info["game_return"][ended].tolist()
+            self.finished_games.extend(zip((envs.start + ended).tolist(), scores))
 
     def spaces(self) -> tuple[gym.Space, gym.Space]:
         return self.observation_space, self.action_space
@@ -138,7 +140,7 @@ class EnvWorker:
     def report(self) -> dict:
         """Counters and the episodes (and whole games) finished since the last report (drained)."""
         returns, lengths = self.drain_episodes()
-        games, self.finished_games = self.finished_games, []
+        games = [score for _, score in self.drain_games()]
         return {
             "env_steps": self.env_steps,
             "episodes": self.episodes,
@@ -152,6 +154,12 @@ class EnvWorker:
         returns, lengths = self.finished_returns, self.finished_lengths
         self.finished_returns, self.finished_lengths = [], []
         return returns, lengths
+
+    def drain_games(self) -> list[tuple[int, float]]:
+        """(env index, raw score) of the whole games finished since the last call, in env order
+        within a step (empty unless the env reports games: `env.wrappers: atari`)."""
+        games, self.finished_games = self.finished_games, []
+        return games
 
     def state_dict(self) -> dict:
         return {

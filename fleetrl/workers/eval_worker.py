@@ -41,6 +41,7 @@ class EvalWorker:
             env_config = replace(env_config, kwargs={**env_config.kwargs, "render_mode": "rgb_array"})
         num_envs = 1 if video else min(episodes, MAX_EVAL_ENVS)
         self.episodes, self.video = episodes, video
+        self.whole_games = config.env.wrappers == "atari"  # an env episode is one life: count games
         self.env = EnvWorker(env_config, config.algorithm.gamma, seed, num_envs=num_envs, training=False)
         self.rollout: RolloutWorker = algorithm_spec(config.algorithm.name).rollout.from_config(
             config, self.env.observation_space, self.env.action_space
@@ -53,13 +54,17 @@ class EvalWorker:
 
     def run(self, weights, env_state: dict, deterministic: bool = True) -> dict:
         """Play `episodes` episodes with `weights` (the actor's `policy_weights`, or a checkpoint's
-        'policy'); their return and length statistics, and the first one as GIF bytes (video)."""
+        'policy'); their return and length statistics, and the first one as GIF bytes (video).
+        Under `env.wrappers: atari` the episodes are whole games and the returns their raw scores."""
         started = time.perf_counter()
         self.env.load_state_dict(env_state)
         self.rollout.load_weights(weights)
-        returns, lengths, frames = play(self.env, self.rollout, self.episodes, deterministic, self.video)
+        returns, lengths, frames = play(
+            self.env, self.rollout, self.episodes, deterministic, self.video, self.whole_games
+        )
         return {
             "episodes": len(returns),
+            "unit": "game" if self.whole_games else "episode",
             "return_mean": float(np.mean(returns)),
             "return_std": float(np.std(returns)),
             "return_min": float(np.min(returns)),
@@ -74,29 +79,39 @@ class EvalWorker:
 
 
 def play(
-    env: EnvWorker, rollout: RolloutWorker, episodes: int, deterministic: bool, film: bool
+    env: EnvWorker, rollout: RolloutWorker, episodes: int, deterministic: bool, film: bool, whole_games: bool = False
 ) -> tuple[list[float], list[int], list[np.ndarray]]:
     """Returns and lengths of `episodes` episodes (raw, unnormalised), each env playing its quota;
-    with `film`, the frames of env 0's first episode."""
+    with `film`, the frames of env 0's first one. With `whole_games` (`env.wrappers: atari`, where
+    an episode is one life and its reward clipped) an episode here is a whole game: its raw score
+    (`EnvWorker.drain_games`) and its env steps over every life."""
     quota = np.full(env.num_envs, episodes // env.num_envs)
     quota[: episodes % env.num_envs] += 1
     done_count = np.zeros(env.num_envs, np.int64)
+    game_length = np.zeros(env.num_envs, np.int64)  # env steps of each env's game so far, over its lives
     returns: list[float] = []
     lengths: list[int] = []
     frames: list[np.ndarray] = []
     obs = env.reset()
+    env.drain_episodes(), env.drain_games()  # what earlier plays left unread is not this play's
     while (done_count < quota).any():
         if film and done_count[0] == 0:
             frames.append(env.stages[0].call("render")[0])
         actions, _, _ = rollout.infer(obs, deterministic)
         step = env.step(actions.numpy())
-        ended = step.terminated | step.truncated
+        ended = np.flatnonzero(step.terminated | step.truncated)
         finished, finished_lengths = env.drain_episodes()  # in env order
-        for index, episode_return, length in zip(np.flatnonzero(ended), finished, finished_lengths):
+        if whole_games:
+            game_length[ended] += np.asarray(finished_lengths, np.int64)
+            ends = [(index, score, int(game_length[index])) for index, score in env.drain_games()]
+            game_length[[index for index, _, _ in ends]] = 0
+        else:
+            ends = list(zip(ended, finished, finished_lengths))
+        for index, episode_return, length in ends:
             if done_count[index] < quota[index]:
                 returns.append(episode_return)
                 lengths.append(length)
-        done_count += ended
+            done_count[index] += 1
         obs = step.obs
     return returns, lengths, frames
 
