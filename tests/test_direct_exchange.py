@@ -17,16 +17,12 @@ from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.watch.host import WorkerError
 from tests.incidents import assert_incident, fault, run_fault
+from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES
+from tests.support import TIMING_METRICS as TIMING
 from tests.support import Fleetrl
+from tests.support import four_lane_cartpole as cartpole
 
-FOUR_LANES = [
-    "cluster.backend=ray",
-    "cluster.devices_per_node=2",
-    "cluster.component_placement={actor: 0, env: 0-1, rollout: 0}",
-    "rollout.pipeline_stage_num=2",
-]
 DIRECT_LINE = "[fleetrl] env⇄rollout exchange: direct worker-to-worker channels (4 lanes)"
-TIMING = ("wall_s", "steps_per_s", "time_weight_sync_s", "time_collect_s", "time_update_s")
 
 
 @pytest.mark.slow  # two Ray runs side by side: ~90-130 s on the loaded 2-core host
@@ -48,23 +44,6 @@ def test_direct_channels_train_exactly_as_the_classic_calls(tmp_path):
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
 
 
-def cartpole(runs, *overrides: str) -> list[str]:
-    return [
-        "train",
-        "configs/ppo_cartpole.yaml",
-        f"runner.run_dir={runs}",
-        *FOUR_LANES,
-        "env.num_envs=8",
-        "algorithm.num_steps=16",
-        "algorithm.minibatch_size=64",
-        "algorithm.update_epochs=2",
-        "runner.total_env_steps=512",
-        "runner.tensorboard=false",
-        "--skip-doctor",
-        *overrides,
-    ]
-
-
 def test_env_worker_killed_on_its_first_direct_step_is_named(tmp_path):
     """The CI representative. Env rank 1's process is killed (SIGKILL) as its very first
     `env.step` starts, inside its direct-channel loop: the rollout worker sees its channel to env
@@ -75,32 +54,26 @@ def test_env_worker_killed_on_its_first_direct_step_is_named(tmp_path):
     assert_incident(result, "worker_died", ["env", 1], 3 + 10)
 
 
-@pytest.mark.slow  # one Ray run to the incident: ~50-70 s on the loaded host
-def test_env_step_hung_on_its_first_direct_call_is_named(tmp_path):
-    """The very first `env.step` of env rank 1 never returns: the rollout worker waits on its
-    channel (idle, not in a phase), env rank 1's heartbeat thread still publishes its phase, so
-    the report names env rank 1 in env.step after the first-call bound (3 s here)."""
+@pytest.mark.slow  # one Ray run to the incident each: ~50-100 s on the loaded host
+@pytest.mark.parametrize(
+    ("kind", "cause", "within_s"), [("hang", "phase_timeout", 3 + 10), ("exception", "worker_exception", 10)]
+)
+def test_env_step_failing_on_its_first_direct_call_is_named(tmp_path, kind, cause, within_s):
+    """The very first `env.step` of env rank 1 never returns (hang) or raises (exception). A hang:
+    the rollout worker waits on its channel (idle, not in a phase) while env rank 1's heartbeat
+    thread still publishes its phase, so the report names env rank 1 in env.step after the
+    first-call bound (3 s here). An exception travels along the channel and the rollout worker
+    raises it too, so the report names env rank 1 in env.step whichever failure comes first."""
     result = run_fault(
         tmp_path,
         *FOUR_LANES,
         "cluster.exchange=direct",
         "watchdog.first_call_bound_s=3",
-        fault("hang", "env", 1, 1),
+        fault(kind, "env", 1, 1),
         checkpointed=False,
     )
     assert DIRECT_LINE in result.stderr, result.stderr[-3000:]
-    assert_incident(result, "phase_timeout", ["env", 1], 3 + 10)
-    assert "env.step" in result.hang_report["summary"], result.hang_report["summary"]
-
-
-@pytest.mark.slow  # one Ray run to the incident: ~50-70 s on the loaded host
-def test_env_step_raising_on_its_first_direct_call_is_the_env_s_exception(tmp_path):
-    """Env rank 1's first `env.step` raises: its error travels to the rollout worker, which raises
-    it too, so the report names env rank 1 in env.step whichever failure the controller sees first."""
-    result = run_fault(
-        tmp_path, *FOUR_LANES, "cluster.exchange=direct", fault("exception", "env", 1, 1), checkpointed=False
-    )
-    assert_incident(result, "worker_exception", ["env", 1], 10)
+    assert_incident(result, cause, ["env", 1], within_s)
     assert "env.step" in result.hang_report["summary"], result.hang_report["summary"]
 
 
