@@ -108,7 +108,12 @@ class DirectChannels:
         listener, self.listener = self.listener, None
         with listener:
             listener.settimeout(timeout_s)
-            sock, _ = listener.accept()
+            try:
+                sock, _ = listener.accept()
+            except OSError as error:
+                host, port = listener.getsockname()[:2]
+                message = f"no rollout worker connected to {host}:{port} within {timeout_s:g} s"
+                raise self.failed("accept", error, message) from None
         channel = Channel(sock, ("rollout", -1), self.identity)
         rank = channel.receive()
         channel.peer = ("rollout", rank)
@@ -126,7 +131,12 @@ class DirectChannels:
     def connect(self, envs: dict[int, tuple[str, int]], timeout_s: float) -> None:
         """Connect to each env rank of this rollout worker's lanes at (address, port)."""
         for rank, address in envs.items():
-            channel = Channel(socket.create_connection(address, timeout=timeout_s), ("env", rank), self.identity)
+            try:
+                sock = socket.create_connection(address, timeout=timeout_s)
+            except OSError as error:
+                message = f"cannot reach env rank {rank} at {address[0]}:{address[1]}: {error}"
+                raise self.failed("connect", error, message) from None
+            channel = Channel(sock, ("env", rank), self.identity)
             channel.send(self.identity[1])
             self.peers[rank] = channel
 
@@ -140,6 +150,12 @@ class DirectChannels:
                     outcome = outcomes[i] if t == 0 else self.peers[env].receive()
                     self.peers[env].send(self.call(act, index, t, outcome))
             return [self.peers[env].receive() for _, env in lanes]
+
+    def failed(self, operation: str, error: OSError, message: str) -> WorkerError:
+        """Connecting the channels failed here: an error naming this worker, for the report."""
+        component, rank = self.identity
+        phase = f"{component}.{operation}"
+        return WorkerError(component, rank, phase, type(error).__name__, message, "", time.time(), self.identity)
 
     @contextlib.contextmanager
     def passing_errors_on(self):
