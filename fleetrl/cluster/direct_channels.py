@@ -48,7 +48,6 @@ class Channel:
 
     def __init__(self, sock: socket.socket, peer: Identity, owner: Identity):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         sock.settimeout(None)
         self.sock, self.peer, self.owner = sock, peer, owner
 
