@@ -13,13 +13,17 @@ one lane driven T steps per epoch the three ways fleetrl can:
                     U = 8 (what cluster/compiled_exchange.py compiles for T = 32, 1 lane);
                     and U = 8 exchanging what fleetrl's workers do (a StepResult, an action
                     array) instead of one array: what serialisation adds, with Ray's default
-                    serialisation and with fleetrl's (`pack_step_results`).
+                    serialisation and with fleetrl's (`pack_step_results`);
+  Ray direct        fleetrl's direct channels (cluster/direct_channels.py): one `serve` call to
+                    the env actor and one `drive` call to the rollout actor per epoch, the steps
+                    exchanged over a TCP socket between them; with a no-op payload and with
+                    fleetrl's (a StepResult one way, an action array the other).
 
 Per exchange = per act+step pair, median over --reps epochs of --steps steps, variants interleaved.
 
 Part 2, training: PPO CartPole (configs/ppo_cartpole.yaml, fixed env-step budget, target off) with
 actor, rollout and 2 env ranks (2 pipeline stages each) as Ray actors, cluster.exchange compiled
-vs classic, and the inline backend; env steps per training second, ratios to inline.
+vs classic vs direct, and the inline backend; env steps per training second, ratios to inline.
 
     .venv/bin/python benchmarks/exchange_overhead.py [--reps 5] [--steps 200] [--train-reps 2] [--train-steps 20480]
 """
@@ -52,6 +56,7 @@ TRAIN_VARIANTS = {
     "inline": ["cluster.backend=inline"],
     "Ray classic calls": [*RAY_FOUR_LANES, "cluster.exchange=classic"],
     "Ray compiled graph": [*RAY_FOUR_LANES, "cluster.exchange=compiled"],
+    "Ray direct channels": [*RAY_FOUR_LANES, "cluster.exchange=direct"],
 }
 
 
@@ -96,6 +101,27 @@ class PackedPayload(RealPayload):
         pack_step_results()
 
 
+def direct_host(payload: type) -> type:
+    """`payload`'s actor with direct channels, as fleetrl's WorkerHost has (`direct`)."""
+
+    class Direct(payload):
+        def __init__(self, rank: int):
+            from fleetrl.cluster.direct_channels import DirectChannels
+
+            super().__init__()
+            self.channels = DirectChannels(self.call, ("benchmark", rank))
+
+        def direct(self, operation: str, *args):
+            return getattr(self.channels, operation)(*args)
+
+    return Direct
+
+
+def connect_direct(ray, env, rollout) -> None:
+    address = ray.get(env.direct.remote("listen"))
+    ray.get([env.direct.remote("accept", 60.0), rollout.direct.remote("connect", {0: tuple(address)}, 60.0)])
+
+
 def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
     """Seconds per exchange (act + step) of each variant, one value per epoch."""
     import numpy as np
@@ -112,6 +138,12 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
         # A pair of actors per graph: an actor serves one compiled graph at a time.
         pairs = {name: (host.remote(), host.remote()) for name in ("plain", *UNROLLS)}
         pairs[REAL], pairs[PACKED] = (real.remote(), real.remote()), (packed.remote(), packed.remote())
+        direct = {
+            name: (ray.remote(num_cpus=0)(direct_host(c)).remote(0), ray.remote(num_cpus=0)(direct_host(c)).remote(0))
+            for name, c in (("no-op", NoOp), (PACKED, PackedPayload))
+        }
+        for pair in direct.values():
+            connect_direct(ray, pair[1], pair[0])
         ray.get([actor.__ray_ready__.remote() for pair in pairs.values() for actor in pair])
         rollout, env = pairs["plain"]
         graphs = {}
@@ -147,6 +179,15 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
                     graphs[graph or unroll].execute(*range(first, first + unroll), value).get(timeout=-1)
                 )
 
+        def direct_channels(pair: str, first_outcome=outcome) -> None:
+            rollout, env = direct[pair]
+            ray.get(
+                [
+                    env.direct.remote("serve", "step", 1, steps),
+                    rollout.direct.remote("drive", "act", [(0, 0)], [first_outcome], steps),
+                ]
+            )
+
         variants = {"inline": inline, "Ray plain calls": queued, "Ray plain, waited": waited}
         variants.update({f"Ray compiled, U = {u}": partial(compiled, u) for u in UNROLLS})
 
@@ -162,6 +203,8 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
         variants[f"Ray compiled, U = {UNROLLS[-1]}, {PACKED}"] = partial(
             packed_here, partial(compiled, UNROLLS[-1], PACKED, initial)
         )
+        variants["Ray direct channels"] = partial(direct_channels, "no-op")
+        variants[f"Ray direct channels, {PACKED}"] = partial(packed_here, partial(direct_channels, PACKED, initial))
         for run in variants.values():  # warm-up
             run()
         costs: dict[str, list[float]] = {name: [] for name in variants}

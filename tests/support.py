@@ -39,6 +39,33 @@ TWO_ACTOR_RANKS_ON_RAY = [
     "cluster.devices_per_node=2",
     "cluster.component_placement={actor: 0-1, rollout: 0, env: 0}",
 ]
+# 2 env workers in 2 pipeline stages each (4 lanes) served by one rollout worker, as Ray actors
+FOUR_LANES_ON_RAY = [
+    "cluster.backend=ray",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor: 0, env: 0-1, rollout: 0}",
+    "rollout.pipeline_stage_num=2",
+]
+TIMING_METRICS = ("wall_s", "steps_per_s", "time_weight_sync_s", "time_collect_s", "time_update_s")
+
+
+def four_lane_cartpole(runs, *overrides: str, iterations: int = 4) -> list[str]:
+    """`fleetrl train` args: `iterations` iterations of 128 CartPole steps on FOUR_LANES_ON_RAY,
+    each a weight sync and 16 steps of every lane."""
+    return [
+        "train",
+        "configs/ppo_cartpole.yaml",
+        f"runner.run_dir={runs}",
+        *FOUR_LANES_ON_RAY,
+        "env.num_envs=8",
+        "algorithm.num_steps=16",
+        "algorithm.minibatch_size=64",
+        "algorithm.update_epochs=2",
+        f"runner.total_env_steps={iterations * 128}",
+        "runner.tensorboard=false",
+        "--skip-doctor",
+        *overrides,
+    ]
 
 
 def subprocess_env() -> dict:

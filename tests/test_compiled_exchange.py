@@ -12,37 +12,15 @@ from fleetrl.cluster.layout import resolve_layout
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from tests.incidents import assert_incident, fault, run_fault
+from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES
+from tests.support import TIMING_METRICS as TIMING
 from tests.support import Fleetrl
+from tests.support import four_lane_cartpole as cartpole
 
-FOUR_LANES = [
-    "cluster.backend=ray",
-    "cluster.devices_per_node=2",
-    "cluster.component_placement={actor: 0, env: 0-1, rollout: 0}",
-    "rollout.pipeline_stage_num=2",
-]
 COMPILED_LINE = "[fleetrl] env⇄rollout exchange: compiled graph (4 lanes, 8 steps per execution)"
 # A Ray setting that makes every compiled graph fail to build (its context rejects it): the
 # compile raises for real, as on a Ray that cannot serve the layout.
 BROKEN_GRAPHS = {"RAY_CGRAPH_read_iteration_timeout_s": "100"}
-TIMING = ("wall_s", "steps_per_s", "time_weight_sync_s", "time_collect_s", "time_update_s")
-
-
-def cartpole(runs, *overrides: str, iterations: int = 4) -> list[str]:
-    """`fleetrl train` of `iterations` iterations, each a weight sync and 2 executions of 8 steps."""
-    return [
-        "train",
-        "configs/ppo_cartpole.yaml",
-        f"runner.run_dir={runs}",
-        *FOUR_LANES,
-        "env.num_envs=8",
-        "algorithm.num_steps=16",
-        "algorithm.minibatch_size=64",
-        "algorithm.update_epochs=2",
-        f"runner.total_env_steps={iterations * 128}",
-        "runner.tensorboard=false",
-        "--skip-doctor",
-        *overrides,
-    ]
 
 
 def test_compiled_graph_is_the_default_and_collects_every_lane_s_steps(tmp_path):

@@ -24,7 +24,8 @@ Resets, weight sync, the closing act, trajectories and checkpoints stay ordinary
 run between executions, while the graph's loops wait on their channels.
 
 `cluster.exchange` chooses: `auto` (the default: the graph, or the classic calls with the reason
-logged when it cannot be compiled), `compiled` (an error where no graph can be built), or `classic`.
+logged when it cannot be compiled), `compiled` (an error where no graph can be built), `classic`,
+or `direct` (worker-to-worker sockets: cluster/direct_exchange.py).
 The controller never waits on the graph without a bound: it reads each execution's outcomes on a
 thread of its own (`OutcomeReader`) and gives up as soon as the watchdog reports.
 """
@@ -37,6 +38,7 @@ import queue
 import threading
 from collections.abc import Callable
 
+from fleetrl.cluster.direct_exchange import DirectExchange
 from fleetrl.cluster.groups import Interrupted, RayGroup
 from fleetrl.cluster.layout import Lane
 from fleetrl.collect import Exchange, QueuedCalls
@@ -189,6 +191,11 @@ def choose_exchange(
     def build(env: RayGroup, rollout: RayGroup, lanes: list[Lane]) -> Exchange:
         if mode == "classic":
             return classic(env, rollout, lanes, f"{EXCHANGE_KEY}: classic")
+        if mode == "direct":
+            direct = DirectExchange(env, rollout, lanes, interrupt)
+            on_shutdown(direct.close)
+            log.info("env⇄rollout exchange: direct worker-to-worker channels (%d lanes)", len(lanes))
+            return direct
         try:
             exchange = CompiledExchange(env, rollout, lanes, interrupt, unroll_for(steps, len(lanes)))
         except Exception as error:

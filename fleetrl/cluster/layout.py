@@ -78,12 +78,12 @@ def resolve_layout(config: Config) -> Layout:
     if backend == "ray" and cluster.fuse_collocated:
         check_fusable(config, placement)
         backend = FUSED
-    if cluster.exchange == "compiled" and backend != "ray":
+    if cluster.exchange in ("compiled", "direct") and backend != "ray":
         raise ConfigError(
             "cluster.exchange",
-            "compiled",
+            cluster.exchange,
             "'auto' or 'classic' on this layout",
-            f"A compiled graph links env and rollout workers that are Ray actors of their own; here they share "
+            f"A {cluster.exchange} exchange links env and rollout workers that are Ray actors of their own; here they share "
             f"one process ({'a fused rank' if backend == FUSED else 'the inline backend'})",
         )
     return Layout(placement, backend)

@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
+from fleetrl.cluster.direct_channels import DirectChannels
 from fleetrl.cluster.early_ray import take_early
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.isolated_nodes import IsolatedNodes
@@ -50,6 +51,7 @@ class WorkerHost:
         recorder = start_watching(assignment.component, assignment.rank, assignment.node, watch)
         with recorder.in_phase(f"{assignment.component}.construct"):
             self.run = self.build(factory, args, assignment, recorder, watch)
+        self.channels = DirectChannels(self.call, (assignment.component, assignment.rank))
 
     @staticmethod
     def build(factory: Callable, args: tuple, assignment: Assignment, recorder, watch: WatchSpec) -> Callable:
@@ -60,6 +62,10 @@ class WorkerHost:
     def call(self, method_name: str, *args):
         """Run the worker's method `method_name` (cluster/groups.py derives it from the method)."""
         return self.run(method_name, *args)
+
+    def direct(self, operation: str, *args):
+        """Run `operation` of this worker's direct env⇄rollout channels (cluster/direct_channels.py)."""
+        return getattr(self.channels, operation)(*args)
 
     def free_port(self, address: str) -> int:
         """A TCP port that is free on this worker's node (for a rendezvous hosted here)."""
