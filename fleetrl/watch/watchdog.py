@@ -236,7 +236,8 @@ class Watchdog(threading.Thread):
             lost = node_lost_summary(records, key, now)
             if lost is not None:
                 return Incident("node_lost", lost, now - age, key)
-            state = self.process_state(record)
+            key, record = self.stopped_among_silent(records, key, record)
+            age, state = record["heartbeat_age_s"], self.process_state(record)
             return Incident(
                 "process_frozen",
                 f"{describe(key)} (pid {record['pid']}) stopped publishing "
@@ -246,13 +247,34 @@ class Watchdog(threading.Thread):
             )
         return None
 
+    def stopped_among_silent(self, records: dict, key: tuple[str, int], record: dict) -> tuple[tuple[str, int], dict]:
+        """The worker to name for `key`'s silence: `key`, unless another worker that has also
+        stopped beating is a stopped process. Workers waiting on a stopped one can go silent with
+        it (Ray's global garbage collection in every worker, threads starved on a loaded host),
+        some a little before it: the stopped process is the fault, not the first silent one."""
+        if self.stopped(record):
+            return key, record
+        silent = 2 * self.config.heartbeat_interval_s
+        for other, candidate in records.items():
+            if candidate["heartbeat_age_s"] > silent and self.stopped(candidate):
+                return other, candidate
+        return key, record
+
+    def stopped(self, record: dict) -> bool:
+        """The worker's process is on this machine and stopped (SIGSTOP, a debugger)."""
+        try:
+            return (
+                record.get("host") == self.hostname and psutil.Process(record["pid"]).status() == psutil.STATUS_STOPPED
+            )
+        except psutil.Error:
+            return False
+
     def process_state(self, record: dict) -> str:
         if record.get("host") != self.hostname:
             return "it is on another machine (no local process check)"
-        try:
-            if psutil.Process(record["pid"]).status() == psutil.STATUS_STOPPED:
-                return "the process is stopped (SIGSTOP or a debugger)"
-        except psutil.Error:
+        if self.stopped(record):
+            return "the process is stopped (SIGSTOP or a debugger)"
+        if not psutil.pid_exists(record["pid"]):
             return "the process is gone"
         return "the process is alive but its Python threads do not run (the GIL is held by a C call)"
 
