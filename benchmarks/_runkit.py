@@ -38,9 +38,18 @@ def log(message: str) -> None:
 
 
 def results_dir(name: str) -> Path:
-    """A new benchmarks/results/<name>-<time>/ folder, announced on the log."""
-    path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path.mkdir(parents=True, exist_ok=True)
+    """A new benchmarks/results/<name>-<time>/ folder (-2, -3, ... for a second run started in
+    the same second: two runs side by side once wrote one results.json), announced on the log."""
+    stamp = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path, copy = RESULTS / stamp, 1
+    while True:
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            copy += 1
+            path = RESULTS / f"{stamp}-{copy}"
     log(f"results in {path}")
     return path
 

@@ -126,8 +126,10 @@ def verdict(cell: Cell, run: dict | None) -> str:
         return "not run"
     if run["timed_out"]:
         return "**no incident** (timed out)"
-    right = run["cause_right"] and run["culprit_right"] and run["within_bound"] and run["processes_left"] == 0
-    return "right" if right else "**wrong**"
+    # against the cell's expectation now (`--report` on runs made before it changed), not the run's
+    named = (run["cause"], run["culprit"]) == (cell.cause, list(cell.culprit))
+    within = run["detected_after_s"] is not None and run["detected_after_s"] <= cell.bound_s
+    return "right" if named and within and run["processes_left"] == 0 else "**wrong**"
 
 
 def table(cells: list[Cell], runs: dict[str, dict], only_run: bool = False) -> str:

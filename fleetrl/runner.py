@@ -29,7 +29,7 @@ from fleetrl.evaluate import EvalSchedule
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import CONFIG_FILE, create_run_dir, resume_dir, setup_logging
 from fleetrl.tracking.trackers import Trackers
-from fleetrl.watch.flight_recorder import phase
+from fleetrl.watch.flight_recorder import beat_soon, phase
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
 from fleetrl.watch.signals import install_stop_handlers
@@ -150,6 +150,7 @@ class Trainer:
             self.live_progress,
             algorithm_spec(config.algorithm.name).console_metrics,
         )
+        beat_soon()  # start-up is over: the watcher's view of this process must not still say so
         try:
             self.backend.collector.start(self.iteration)  # the first resets: a worker's error here is an incident too
             while self.global_step < total and not self.stop_for_target():

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from fleetrl.config.schema import WatchdogConfig
-from fleetrl.parallel import reduce
+from fleetrl.parallel import process_group, reduce
 from fleetrl.parallel.recorded import record_fsdp_collectives
 from fleetrl.parallel.wrap import ddp
 from fleetrl.watch import alignment, flight_recorder
@@ -132,7 +132,11 @@ def diagnosed(folder: Path) -> dict:
     join, as a rank stuck before its forward would (no CPU, a stack that does not move)."""
     watchdog = Watchdog(
         WatchdogConfig(
-            startup_allowance_s=1e-3, first_call_bound_s=1e-3, min_deadline_s=1e-3, collective_timeout_s=1e-3
+            startup_allowance_s=1e-3,
+            startup_step_allowance_s=1e-3,
+            first_call_bound_s=1e-3,
+            min_deadline_s=1e-3,
+            collective_timeout_s=1e-3,
         ),
         None,
         [],
@@ -153,6 +157,7 @@ def diagnosed(folder: Path) -> dict:
         "culprit": finding.culprit,
         "waiting": finding.waiting,
         "deadline_culprit": by_deadline.culprit if by_deadline else None,
+        "deadline_cause": by_deadline.cause if by_deadline else None,
         "report": report,
         "text": render_text(report),
     }
@@ -238,6 +243,32 @@ def fsdp(model, recorder, rank, folder):
         sharded(torch.ones(3, 4)).sum().backward()
         recorder.exit_phase(outer)
     return recorder.record()
+
+
+def late_join(rank: int, world: int, folder: str, port: int) -> dict | None:
+    """The process-group join as the actor makes it (`init_distributed`): rank 0 joins and waits
+    in the rendezvous; rank 1 is inside init_distributed but has not reached its join (a start-up
+    stall) until the diagnosis is taken, then joins and releases rank 0. Returns the diagnosis on
+    rank 1."""
+    folder = Path(folder)
+    recorder = Recorder("actor", rank, 0)
+    flight_recorder.install(recorder)
+    recorder.start_publishing(publish_to(folder / f"actor{rank}.json"), 0.05)
+    outer = recorder.enter_phase("actor.init_distributed")
+    found = None
+    try:
+        if rank == 1:
+            wait_for(folder, lambda records: in_flight(records[("actor", 0)]), "rank 0 waiting in its join")
+            found = diagnosed(folder)
+        process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=WAIT_S)
+        recorder.exit_phase(outer)
+        found = found or {}
+        found["record"] = recorder.record()
+        return found
+    finally:
+        recorder.stop()
+        flight_recorder.install(None)
+        process_group.destroy_process_group()
 
 
 CASES = {

@@ -131,7 +131,10 @@ def expected(kind: str, where: str, when: str, backend: str, config: WatchdogCon
     if kind == "extra_collective":
         return "collective_mismatch", stall_bound
     two_ranks_wait = where == "actor" or backend == "fused"  # a peer rank waits in a collective for it
-    if kind == "skip_forward" or (two_ranks_wait and backend != "inline" and when != "startup"):
+    # At start-up only the actor's join is such a collective: the env's and rollout's start-up steps
+    # are calls the controller waits for on every rank, the other rank idle meanwhile
+    in_collective = when != "startup" or where == "actor"
+    if kind == "skip_forward" or (two_ranks_wait and backend != "inline" and in_collective):
         return "rank_missing_from_collective", stall_bound
     startup = when == "startup" and METHOD[where]["startup"][0] in ("reset", "init_distributed")
     return ("startup_timeout" if startup else "phase_timeout"), stall_bound

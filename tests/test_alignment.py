@@ -8,8 +8,9 @@ from functools import partial
 
 import pytest
 
+from fleetrl.parallel.net import free_port
 from fleetrl.watch import alignment
-from tests.alignment_ranks import CASES, desync
+from tests.alignment_ranks import CASES, desync, late_join
 from tests.ranks import each_scenario, spawn_ranks
 
 # Per call: DDP's gradient bucket, then the metrics all-reduce. DDP's constructor makes no
@@ -41,8 +42,9 @@ def test_a_rank_blocked_before_its_first_forward_is_named_not_the_rank_waiting_f
         "actor rank 1 is behind: it has entered no collective yet, and it is in actor.train"
     )
     assert "actor rank 0 waits in all_reduce (ddp grad bucket 0) #1 (" in found["summary"]
-    # every deadline passed: the deadline check still blames the blocked rank, not the waiting one
-    assert found["deadline_culprit"] == ("actor", 1)
+    # every deadline passed: the deadline check still blames the blocked rank, not the waiting one,
+    # and as the collective miss it is (its peer waits for it), whichever deadline fell first
+    assert (found["deadline_cause"], found["deadline_culprit"]) == BEHIND[:2]
 
 
 def test_torch_s_own_flight_recorder_names_the_same_rank(cases):
@@ -136,6 +138,29 @@ def test_fsdp_all_gathers_and_reduce_scatters_are_recorded_with_their_completion
         assert all(entry["finished"] >= entry["started"] for entry in fsdp)
         assert len({entry["group"] for entry in fsdp}) == 1
         assert result["fsdp"]["call_collectives"] == {"actor.train": 2}
+
+
+def test_a_rank_stalled_before_its_process_group_join_is_named_not_the_rank_waiting_in_the_join(tmp_path):
+    """The join (rendezvous and connections) is recorded as collective #1 of group `join`: rank 0
+    waits in it, rank 1 is inside init_distributed but never entered it; the alignment and the
+    deadline check both name rank 1 (on Ray, rank 0, in its join first, passed its start-up step
+    deadline first and was named)."""
+    waiting, found = spawn_ranks(late_join, str(tmp_path), free_port(), join=False)
+    assert verdict(found) == BEHIND
+    assert found["summary"].startswith(
+        "actor rank 1 is behind: it has entered no collective yet, and it is in actor.init_distributed for "
+    ), found["summary"]
+    assert "; actor rank 0 waits in join (gloo rendezvous at tcp://127.0.0.1:" in found["summary"]
+    assert "#1 of group join (alignment_ranks.py:" in found["summary"]
+    assert (found["deadline_cause"], found["deadline_culprit"]) == BEHIND[:2]
+    rows = {(row["group"], row["seq"]): row["cells"] for row in found["report"]["collectives"]["rows"]}
+    assert {rank: cell["state"] for rank, cell in rows[("join", 1)].items()} == {
+        "actor/0": "in flight",
+        "actor/1": "not entered",
+    }
+    for result in (waiting, found):  # once both joined, the join is complete on each, and apart
+        log = result["record"]["collectives"]
+        assert log["entered"] == log["completed"] == {"join": 1} and log["in_flight"] == []
 
 
 def first_call_record(rank: int, entered: int, waiting: bool) -> dict:

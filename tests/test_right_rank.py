@@ -39,7 +39,7 @@ def test_the_rank_behind_is_named_not_the_rank_waiting_for_it(tmp_path, case):
     waited = re.search(r"; actor rank 0 waits in all_reduce( \(ddp grad bucket \d+\))? #(\d+) \(", report["summary"])
     assert waited, report["summary"]
     seq = int(waited.group(2))
-    rows = {row["seq"]: row["cells"] for row in report["collectives"]["rows"]}
+    rows = {row["seq"]: row["cells"] for row in report["collectives"]["rows"] if row["group"] == "actor"}
     assert rows[seq]["actor/0"]["state"] == "in flight" and rows[seq]["actor/1"]["state"] == "not entered"
     assert rows[seq - 1]["actor/1"]["state"] == "done"  # rank 1 is exactly one behind
     assert [w["waits_for_culprit"] for w in report["workers"] if w["component"] == "actor"] == [True, False]

@@ -96,7 +96,11 @@ def test_kill_9_of_the_controller_is_worker_died_and_nothing_is_left(tmp_path, b
         controller.kill()
         result = running.finish(timeout=120)
     assert_incident(result, "worker_died", controller_key, 5)
-    assert f"(the controller, pid {controller.pid}) died: killed by SIGKILL" in result.hang_report["summary"]
+    summary = result.hang_report["summary"]
+    assert f"(the controller, pid {controller.pid}) died: killed by SIGKILL" in summary
+    # killed while training: its last beat is from training (beat at once when training begins),
+    # not from start-up, which it had left up to a heartbeat interval before
+    assert "; it was " in summary and "startup" not in summary, summary
 
 
 @pytest.mark.slow  # ~20 s on a loaded host; CI's time budget goes to the fault-matrix cell and the clocks

@@ -16,6 +16,7 @@ import threading
 import time
 from functools import partial
 
+import psutil
 import pytest
 
 from fleetrl.config.schema import WatchdogConfig
@@ -298,3 +299,36 @@ def test_a_call_waiting_on_a_busy_gpu_is_busy_but_not_in_a_collective():
     release = threading.Event()
     (waiting,) = judged(recorder, in_collective, release.set, (GPU_READ,), beats=5)
     assert (waiting.state, waiting.gpu_util_pct) == ("blocked", None), waiting
+
+
+def test_a_stopped_worker_is_named_though_another_went_silent_a_moment_before_it():
+    """Fault matrix cell sigstop/rollout/startup/nodes: the rollout was stopped, and every other
+    worker's beats stopped with it (Ray's global garbage collection on a loaded host), env rank 0's
+    half a second earlier — the first silent worker is not the one to name, the stopped one is.
+    Two real processes: one only silent (alive, running), one stopped by SIGSTOP."""
+    config = WatchdogConfig()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    silent, stopped = subprocess.Popen(sleeper), subprocess.Popen(sleeper)
+    try:
+        stopped.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 30
+        while psutil.Process(stopped.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.05)
+        watchdog = Watchdog(config, None, [], None)
+        beat = {"host": watchdog.hostname, "phase": None}
+        records = {
+            ("env", 0): {**beat, "pid": silent.pid, "heartbeat_age_s": config.heartbeat_timeout_s + 0.2},
+            ("rollout", 0): {**beat, "pid": stopped.pid, "heartbeat_age_s": config.heartbeat_timeout_s - 0.3},
+        }
+        now = time.time()
+        incident = watchdog.check_beating(records, now)
+        assert (incident.cause, incident.culprit) == ("process_frozen", ("rollout", 0)), incident.summary
+        assert "stopped (SIGSTOP" in incident.summary
+        assert incident.started == now - records[("rollout", 0)]["heartbeat_age_s"]  # its own last beat
+        # with no stopped process among the silent, the first silent worker is named, as before
+        del records[("rollout", 0)]
+        assert watchdog.check_beating(records, now).culprit == ("env", 0)
+    finally:
+        for process in (silent, stopped):
+            process.kill()
+            process.wait(timeout=30)

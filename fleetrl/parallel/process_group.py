@@ -19,7 +19,8 @@ import torch.distributed as dist
 
 from fleetrl.parallel import endpoints
 from fleetrl.parallel.net import is_loopback, loopback_interface
-from fleetrl.watch import torch_trace
+from fleetrl.watch import flight_recorder, torch_trace
+from fleetrl.watch.collectives import JOIN_GROUP
 
 log = logging.getLogger("fleetrl")
 
@@ -83,28 +84,30 @@ def init_process_group(
         narrate(step)
     started = time.monotonic()
     timeout = datetime.timedelta(seconds=timeout_s)
-    try:
-        store, _, _ = next(dist.rendezvous(url, rank=rank, world_size=world_size, timeout=timeout))
-    except Exception as error:
-        raise JoinError(
-            f"actor rank {rank} of {world_size} could not join the {backend} process group's rendezvous at "
-            f"{url} within {time.monotonic() - started:.1f} s (timeout {timeout_s:g} s, {timeout_key}): "
-            f"{str(error).rstrip('.')}. Did every rank start, and can each reach "
-            f"{master_addr}:{master_port} (rank 0's node)?"
-        ) from error
-    store.set_timeout(timeout)
-    own = endpoints.this_endpoint(rank, backend)
-    endpoints.publish(store, own)
-    try:
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
-    except Exception as error:
-        raise JoinError(
-            f"{own} could not connect to its peers after the {backend} rendezvous at {url}, within "
-            f"{time.monotonic() - started:.1f} s (timeout {timeout_s:g} s, {timeout_key}): "
-            f"{str(error).rstrip('.')}. {describe_peers(store, rank, world_size)} Every rank connects to every "
-            f"other at the address it advertises: set {own.variable} on each node to the interface of the "
-            f"network between the nodes"
-        ) from error
+    # Recorded as a collective of its own: a rank waiting here names the ranks that never came
+    with flight_recorder.collective(f"join ({backend} rendezvous at {url})", group=JOIN_GROUP):
+        try:
+            store, _, _ = next(dist.rendezvous(url, rank=rank, world_size=world_size, timeout=timeout))
+        except Exception as error:
+            raise JoinError(
+                f"actor rank {rank} of {world_size} could not join the {backend} process group's rendezvous at "
+                f"{url} within {time.monotonic() - started:.1f} s (timeout {timeout_s:g} s, {timeout_key}): "
+                f"{str(error).rstrip('.')}. Did every rank start, and can each reach "
+                f"{master_addr}:{master_port} (rank 0's node)?"
+            ) from error
+        store.set_timeout(timeout)
+        own = endpoints.this_endpoint(rank, backend)
+        endpoints.publish(store, own)
+        try:
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+        except Exception as error:
+            raise JoinError(
+                f"{own} could not connect to its peers after the {backend} rendezvous at {url}, within "
+                f"{time.monotonic() - started:.1f} s (timeout {timeout_s:g} s, {timeout_key}): "
+                f"{str(error).rstrip('.')}. {describe_peers(store, rank, world_size)} Every rank connects to every "
+                f"other at the address it advertises: set {own.variable} on each node to the interface of the "
+                f"network between the nodes"
+            ) from error
     return backend
 
 

@@ -17,6 +17,12 @@ rank's heartbeat says, per group, the last number it entered (watch/collectives.
    on each side the waiting rank is named and the summary says it may be the other way round.
 3. A peer inside #n with another op or other shapes: `collective_mismatch`.
 
+The process-group join is a collective too (group `join`, watch/collectives.py): a rank inside
+it waits for every actor rank that has not entered it, judged after the start-up step allowance
+(ranks reach the join seconds apart while they start) rather than `collective_timeout_s`. And a
+rank that is past its own deadline while a peer waits for it in a collective is named by rule 1
+too (`held_up_by`): the fault is the same whichever of the two deadlines falls first.
+
 How long a rank has waited is measured as the watcher measures heartbeat ages (watch/judgement.py),
 never by subtracting the rank's clock from the watcher's: the rank's own elapsed time from entering
 the collective to its last beat, plus the age of that beat on the watcher's clock.
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleetrl.watch.collectives import DEFAULT_GROUP
+from fleetrl.watch.collectives import DEFAULT_GROUP, JOIN_GROUP
 from fleetrl.watch.naming import collective_name, collective_text, describe, where
 
 # Components whose ranks form the actor process group: actor workers, or fused ranks
@@ -75,12 +81,12 @@ def in_flight(record: dict, group: str, seq: int) -> bool:
 
 
 def members(records: dict, group: str) -> dict[Key, dict]:
-    """The ranks of `group`: every actor rank for the default group; for another (an FSDP
-    sub-mesh), the actor ranks that have used it."""
+    """The ranks of `group`: every actor rank for the default group and its join; for another
+    (an FSDP sub-mesh), the actor ranks that have used it."""
     return {
         key: record
         for key, record in sorted(records.items())
-        if key[0] in PROCESS_GROUP_MEMBERS and (group == DEFAULT_GROUP or entered(record, group))
+        if key[0] in PROCESS_GROUP_MEMBERS and (group in (DEFAULT_GROUP, JOIN_GROUP) or entered(record, group))
     }
 
 
@@ -102,6 +108,11 @@ def waited_s(record: dict, entry: dict, now: float) -> float:
     return record["time"] - entry["started"] + age
 
 
+def patience_s(entry: dict, timeout_s: float, join_timeout_s: float) -> float:
+    """How long a rank may wait in collective `entry` before the ranks it waits for are named."""
+    return join_timeout_s if entry["group"] == JOIN_GROUP else timeout_s
+
+
 def behind_peers(records: dict, key: Key) -> list[Key]:
     """The ranks of the group that `key`'s oldest collective in flight waits for (none if it has
     none in flight)."""
@@ -112,14 +123,16 @@ def behind_peers(records: dict, key: Key) -> list[Key]:
     return [peer for peer, record in members(records, group).items() if entered(record, group) < seq]
 
 
-def diagnose(records: dict, now: float, timeout_s: float) -> Finding | None:
-    """The rank that holds up a collective waited in for longer than `timeout_s`, if any."""
+def diagnose(records: dict, now: float, timeout_s: float, join_timeout_s: float | None = None) -> Finding | None:
+    """The rank that holds up a collective waited in for longer than `timeout_s` (the join:
+    `join_timeout_s`, by default `timeout_s` too), if any."""
+    join_timeout_s = timeout_s if join_timeout_s is None else join_timeout_s
     stalled = {
         key: waiting
         for key, record in sorted(records.items())
         if key[0] in PROCESS_GROUP_MEMBERS
         and (waiting := oldest_in_flight(record))
-        and waited_s(record, waiting, now) > timeout_s
+        and waited_s(record, waiting, now) > patience_s(waiting, timeout_s, join_timeout_s)
     }
     if not stalled:
         return None
@@ -127,19 +140,11 @@ def diagnose(records: dict, now: float, timeout_s: float) -> Finding | None:
     group, seq = waiting["group"], waiting["seq"]
     began = now - waited_s(records[key], waiting, now)  # on the watcher's clock
     ranks = members(records, group)
-    waiters = tuple(k for k, r in ranks.items() if in_flight(r, group, seq))
+    waiters, waits = waiting_in(ranks, waiting)
     behind = [k for k, r in ranks.items() if entered(r, group) < seq]
-    waits = f"{', '.join(describe(k) for k in waiters)} {'waits' if len(waiters) == 1 else 'wait'} in {collective_text(waiting)}"
     for peer in behind:
-        record = ranks[peer]
-        if record.get("phase"):
-            return Finding(
-                "rank_missing_from_collective",
-                f"{describe(peer)} is behind: {last_entered_text(record, group)}, and it is {where(record)}; {waits}",
-                began,
-                peer,
-                waiters,
-            )
+        if ranks[peer].get("phase"):
+            return missing(ranks[peer], peer, waiting, waiters, waits, began)
     if behind:
         return finished_peer(records, key, waiting, waiters, behind, waits, began)
     for peer, record in ranks.items():
@@ -153,6 +158,38 @@ def diagnose(records: dict, now: float, timeout_s: float) -> Finding | None:
                 peer,
                 (key,),
             )
+    return None
+
+
+def waiting_in(ranks: dict[Key, dict], waiting: dict) -> tuple[tuple[Key, ...], str]:
+    """The ranks of `ranks` in collective `waiting`, and the words that say so."""
+    waiters = tuple(k for k, r in ranks.items() if in_flight(r, waiting["group"], waiting["seq"]))
+    verb = "waits" if len(waiters) == 1 else "wait"
+    return waiters, f"{', '.join(describe(k) for k in waiters)} {verb} in {collective_text(waiting)}"
+
+
+def missing(record: dict, peer: Key, waiting: dict, waiters: tuple[Key, ...], waits: str, began: float) -> Finding:
+    """Rule 1: `peer` (its `record`), still inside a call, never entered `waiting`."""
+    return Finding(
+        "rank_missing_from_collective",
+        f"{describe(peer)} is behind: {last_entered_text(record, waiting['group'])}, and it is {where(record)}; {waits}",
+        began,
+        peer,
+        waiters,
+    )
+
+
+def held_up_by(records: dict, key: Key, now: float) -> Finding | None:
+    """Rule 1 for `key`, an actor rank inside a call, where a peer waits for it in a collective
+    it has not entered — however briefly the peer has waited: `key` is past its own deadline, and
+    the same fault should have the same name whichever deadline falls first."""
+    if key[0] not in PROCESS_GROUP_MEMBERS or not records[key].get("phase"):
+        return None
+    for peer in sorted(records):
+        waiting = oldest_in_flight(records[peer]) if peer[0] in PROCESS_GROUP_MEMBERS else None
+        if peer != key and waiting and key in behind_peers(records, peer):
+            waiters, waits = waiting_in(members(records, waiting["group"]), waiting)
+            return missing(records[key], key, waiting, waiters, waits, now - waited_s(records[peer], waiting, now))
     return None
 
 

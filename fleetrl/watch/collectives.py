@@ -28,6 +28,10 @@ from fleetrl.watch.torch_trace import TorchTrace
 
 RECENT = 12  # collectives kept for the report's table (all groups)
 DEFAULT_GROUP = "actor"  # the actor ranks' default process group
+# The join of that group (rendezvous, then the connections: parallel/process_group.py), recorded as
+# a collective of its own sequence, so that the training collectives' numbers stay the same: a rank
+# waiting in the join waits for every actor rank that has not entered it (watch/alignment.py).
+JOIN_GROUP = "join"
 
 
 class CollectiveLog:

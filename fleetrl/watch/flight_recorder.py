@@ -74,6 +74,7 @@ class Recorder:
         self.call_base = 0  # collectives.count when the current phase call began
         self.publisher: threading.Thread | None = None
         self.stopped = threading.Event()
+        self.wake = threading.Event()  # set: publish the next beat at once (`beat_soon`)
 
     @property
     def phase(self) -> str | None:
@@ -157,7 +158,11 @@ class Recorder:
         (answering a stack request: watch/stack_requests.py)."""
 
         def beat():
-            while not self.stopped.wait(interval_s):
+            while not self.stopped.is_set():
+                self.wake.wait(interval_s)
+                self.wake.clear()
+                if self.stopped.is_set():
+                    return
                 with contextlib.suppress(Exception):  # a lost beat is reported as staleness
                     publish(json.dumps(self.record()))
                     after_beat()
@@ -166,10 +171,17 @@ class Recorder:
         self.publisher = threading.Thread(target=beat, name="fleetrl-heartbeat", daemon=True)
         self.publisher.start()
 
+    def beat_soon(self) -> None:
+        """Publish a beat now rather than up to an interval later: a moment the watcher must not
+        miss (the controller's training begins; its last beat would otherwise still say
+        start-up to a watcher that finds it stopped or dead a moment later)."""
+        self.wake.set()
+
     def stop(self) -> None:
         """Stop publishing and wait for the publishing thread: a daemon thread still inside a
         store call while the interpreter exits takes the process down with std::terminate."""
         self.stopped.set()
+        self.wake.set()
         join_unless_current(self.publisher)
 
 
@@ -227,6 +239,12 @@ def current() -> Recorder | None:
 def collective(op: str, *tensors, group: str = DEFAULT_GROUP):
     """Mark a collective for the flight recorder; a no-op context where none is installed."""
     return _recorder.in_collective(op, tensors, group) if _recorder else contextlib.nullcontext()
+
+
+def beat_soon() -> None:
+    """`Recorder.beat_soon` of this process's recorder, where one is installed."""
+    if _recorder:
+        _recorder.beat_soon()
 
 
 def phase(name: str):

@@ -6,8 +6,10 @@ beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never retur
 when its whole node no longer runs Ray, watch/node_loss.py); actor ranks
 waiting in a collective that another rank entered differently (`collective_mismatch`) or never
 entered (`rank_missing_from_collective`) — the ranks lined up by collective sequence number, so
-the rank that is behind is named and not the ones waiting for it (watch/alignment.py); a phase
-over its deadline (`phase_timeout`), never blamed on a rank that waits for a peer behind it. An
+the rank that is behind is named and not the ones waiting for it (watch/alignment.py; the
+process-group join is such a collective, waited in for the start-up step allowance); a phase
+over its deadline (`phase_timeout`), never blamed on a rank that waits for a peer behind it, and
+named as the collective miss when a peer waits for it in a collective. An
 exception in the watchdog's own poll (a record it cannot read, a store that fails) is an incident
 too (`watchdog_error`): a watchdog that died quietly would leave the run going on unwatched.
 
@@ -234,7 +236,8 @@ class Watchdog(threading.Thread):
             lost = node_lost_summary(records, key, now)
             if lost is not None:
                 return Incident("node_lost", lost, now - age, key)
-            state = self.process_state(record)
+            key, record = self.stopped_among_silent(records, key, record)
+            age, state = record["heartbeat_age_s"], self.process_state(record)
             return Incident(
                 "process_frozen",
                 f"{describe(key)} (pid {record['pid']}) stopped publishing "
@@ -244,20 +247,43 @@ class Watchdog(threading.Thread):
             )
         return None
 
+    def stopped_among_silent(self, records: dict, key: tuple[str, int], record: dict) -> tuple[tuple[str, int], dict]:
+        """The worker to name for `key`'s silence: `key`, unless another worker that has also
+        stopped beating is a stopped process. Workers waiting on a stopped one can go silent with
+        it (Ray's global garbage collection in every worker, threads starved on a loaded host),
+        some a little before it: the stopped process is the fault, not the first silent one."""
+        if self.stopped(record):
+            return key, record
+        silent = 2 * self.config.heartbeat_interval_s
+        for other, candidate in records.items():
+            if candidate["heartbeat_age_s"] > silent and self.stopped(candidate):
+                return other, candidate
+        return key, record
+
+    def stopped(self, record: dict) -> bool:
+        """The worker's process is on this machine and stopped (SIGSTOP, a debugger)."""
+        try:
+            return (
+                record.get("host") == self.hostname and psutil.Process(record["pid"]).status() == psutil.STATUS_STOPPED
+            )
+        except psutil.Error:
+            return False
+
     def process_state(self, record: dict) -> str:
         if record.get("host") != self.hostname:
             return "it is on another machine (no local process check)"
-        try:
-            if psutil.Process(record["pid"]).status() == psutil.STATUS_STOPPED:
-                return "the process is stopped (SIGSTOP or a debugger)"
-        except psutil.Error:
+        if self.stopped(record):
+            return "the process is stopped (SIGSTOP or a debugger)"
+        if not psutil.pid_exists(record["pid"]):
             return "the process is gone"
         return "the process is alive but its Python threads do not run (the GIL is held by a C call)"
 
     def check_collectives(self, records: dict, now: float) -> Incident | None:
         """Actor ranks aligned by collective sequence number: the rank holding up a collective
-        waited in for longer than collective_timeout_s (watch/alignment.py)."""
-        finding = alignment.diagnose(records, now, self.config.collective_timeout_s)
+        waited in for longer than collective_timeout_s, the join for longer than
+        startup_step_allowance_s (watch/alignment.py)."""
+        config = self.config
+        finding = alignment.diagnose(records, now, config.collective_timeout_s, config.startup_step_allowance_s)
         if finding is None:
             return None
         return Incident(finding.cause, finding.summary, finding.started, finding.culprit)
@@ -268,6 +294,10 @@ class Watchdog(threading.Thread):
             return min(max(self.config.deadline_factor * seen, self.config.min_deadline_s), self.config.max_deadline_s)
         return self.config.startup_step_allowance_s if startup_step(phase) else self.config.first_call_bound_s
 
+    def patience_s(self, collective: dict) -> float:
+        """How long a rank may wait in `collective`: the join gets the start-up step allowance."""
+        return alignment.patience_s(collective, self.config.collective_timeout_s, self.config.startup_step_allowance_s)
+
     def check_deadlines(self, records: dict, now: float) -> Incident | None:
         for key, record in records.items():
             phase = record.get("phase")
@@ -275,7 +305,7 @@ class Watchdog(threading.Thread):
                 continue
             collective = alignment.oldest_in_flight(record)
             if collective and (
-                alignment.waited_s(record, collective, now) <= self.config.collective_timeout_s
+                alignment.waited_s(record, collective, now) <= self.patience_s(collective)
                 or alignment.behind_peers(records, key)
             ):
                 continue  # waiting for peers: check_collectives names the one behind
@@ -289,6 +319,9 @@ class Watchdog(threading.Thread):
             if not judgement.stalled and age <= max(limit, self.config.busy_allowance_s):
                 self.warn_slow(key, record, limit, judgement)
                 continue
+            held_up = alignment.held_up_by(records, key, now)
+            if held_up is not None:  # its peers wait for it: the collective miss, named as check_collectives would
+                return Incident(held_up.cause, held_up.summary, now - age, key, state=judgement.state)
             return self.overdue(key, record, limit, judgement, now)
         return None
 
