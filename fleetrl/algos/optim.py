@@ -91,6 +91,16 @@ class FusedAdamStep:
             )
 
 
+def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """`torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)` for parameters on one
+    device: the same operations in the same order (so bitwise the same result) without its
+    per-call Python (grouping by device and dtype, a `.to()` per norm, checks). Returns the norm."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
 _FUSED_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fleetrl.algos.optim import FusedAdamStep, build_optimizer
+from fleetrl.algos.optim import FusedAdamStep, build_optimizer, clip_grad_norm_
 from fleetrl.algos.sac_config import SACConfig
 from fleetrl.models.sac_networks import EntropyCoefficient, SquashedGaussianActor, TwinQ
 
@@ -140,7 +140,7 @@ class SACLearner:
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         if algo.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.critic_params, algo.max_grad_norm, foreach=True)
+            clip_grad_norm_(self.critic_params, algo.max_grad_norm)
         self.critic_step()
         self.critic_stats.append((critic_loss.detach(), q1.detach()))
 
@@ -157,7 +157,7 @@ class SACLearner:
             self.policy_optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if algo.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(self.actor_params, algo.max_grad_norm, foreach=True)
+                clip_grad_norm_(self.actor_params, algo.max_grad_norm)
             self.policy_step()
             self.policy_stats.append((actor_loss.detach(), alpha_loss.detach(), log_prob))
 
