@@ -8,7 +8,8 @@ Two workloads, each the exact shapes of its comparison with SB3:
   batch 256, autotuned temperature).
 
 Each repetition is a fresh process per tree (`PYTHONPATH=<tree>`), one torch thread, warm-up
-first; it reports the median CPU ms per update over `--updates` updates. The ratio B/A is taken
+first; it reports the median CPU ms per update over its updates, and the aten operators one
+update dispatches (torch.profiler's count: what a loaded host cannot blur). The ratio B/A is taken
 per repetition pair (A and B run back to back, the order alternating), reported as median and
 range.
 
@@ -32,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def ppo_workload(updates: int) -> list[float]:
+def ppo_workload(updates: int) -> tuple[list[float], int]:
     import gymnasium as gym
     import torch
 
@@ -64,7 +65,7 @@ def ppo_workload(updates: int) -> list[float]:
     return measure(update, updates)
 
 
-def sac_workload(updates: int) -> list[float]:
+def sac_workload(updates: int) -> tuple[list[float], int]:
     import copy
 
     import gymnasium as gym
@@ -101,7 +102,10 @@ def sac_workload(updates: int) -> list[float]:
     return measure(update, updates)
 
 
-def measure(update, updates: int) -> list[float]:
+def measure(update, updates: int) -> tuple[list[float], int]:
+    """(CPU ms of each of `updates` updates after a warm-up, aten ops dispatched by one update)."""
+    from torch.profiler import ProfilerActivity, profile
+
     for _ in range(max(3, updates // 5)):
         update()
     times = []
@@ -109,7 +113,10 @@ def measure(update, updates: int) -> list[float]:
         start = time.process_time()
         update()
         times.append((time.process_time() - start) * 1e3)
-    return times
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        update()
+    ops = sum(event.count for event in profiler.key_averages() if event.key.startswith("aten::"))
+    return times, ops
 
 
 WORKLOADS = {"ppo": (ppo_workload, 60), "sac": (sac_workload, 400)}
@@ -120,10 +127,11 @@ def child(workload: str) -> None:
 
     torch.set_num_threads(1)
     function, updates = WORKLOADS[workload]
-    print(json.dumps({"ms": statistics.median(function(updates))}))
+    times, ops = function(updates)
+    print(json.dumps({"ms": statistics.median(times), "ops": ops}))
 
 
-def run_child(tree: Path, workload: str) -> float:
+def run_child(tree: Path, workload: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
     out = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--child", workload],
@@ -133,7 +141,7 @@ def run_child(tree: Path, workload: str) -> float:
         text=True,
         check=True,
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])["ms"]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -148,16 +156,18 @@ def main() -> None:
         child(args.child)
         return
     for workload in args.workloads.split(","):
-        a_ms, b_ms = [], []
+        a_runs, b_runs = [], []
         for rep in range(args.reps):
-            order = [(args.a, a_ms), (args.b, b_ms)]
+            order = [(args.a, a_runs), (args.b, b_runs)]
             for tree, results in order if rep % 2 == 0 else order[::-1]:
                 results.append(run_child(tree.resolve(), workload))
+        a_ms, b_ms = [run["ms"] for run in a_runs], [run["ms"] for run in b_runs]
         ratios = sorted(b / a for a, b in zip(a_ms, b_ms))
         print(
             f"{workload}: CPU ms per update A {statistics.median(a_ms):.3f} ({min(a_ms):.3f}-{max(a_ms):.3f}), "
             f"B {statistics.median(b_ms):.3f} ({min(b_ms):.3f}-{max(b_ms):.3f}); "
-            f"B/A median {statistics.median(ratios):.3f} (pairs {ratios[0]:.3f}-{ratios[-1]:.3f}, {args.reps} reps)"
+            f"B/A median {statistics.median(ratios):.3f} (pairs {ratios[0]:.3f}-{ratios[-1]:.3f}, {args.reps} reps); "
+            f"aten ops per update A {a_runs[0]['ops']}, B {b_runs[0]['ops']} ({b_runs[0]['ops'] / a_runs[0]['ops']:.3f})"
         )
 
 

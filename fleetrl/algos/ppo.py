@@ -254,6 +254,7 @@ def ppo_update(
     grad_steps, epochs_done, reduced_kl = 0, 0, None
     means = stds = None  # whole: each minibatch's own; pieces: the global minibatches', per epoch
     fixed_advantages = normalised(batch.advantages, normalise) if whole_batch else None
+    whole_plan = [[torch.arange(len(batch))]]  # what `minibatches.epoch()` plans then, without the planning
 
     def micro_loss(index: torch.Tensor, k: int) -> torch.Tensor:
         if whole_batch:
@@ -270,7 +271,7 @@ def ppo_update(
         return loss if whole else loss * scale
 
     for _ in range(config.update_epochs):
-        plan = minibatches.epoch()
+        plan = whole_plan if whole_batch else minibatches.epoch()
         if normalise and not whole:
             means, stds = minibatch_advantage_stats(batch.advantages, plan, minibatch, all_reduce)
         log_ratios.clear()
