@@ -60,6 +60,16 @@ class FusedAdamStep:
             for group in self.optimizer.param_groups
         ]
 
+    def zero_grad(self) -> None:
+        """`optimizer.zero_grad(set_to_none=True)` without its per-call profiler hook and group scan
+        (~11 µs against ~1 µs here) once the parameter lists are cached."""
+        if self.groups is None:
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        for group in self.groups:
+            for param in group[2]:
+                param.grad = None
+
     def __call__(self) -> None:
         if self.stale():
             self.optimizer.step()  # creates the state

@@ -210,7 +210,11 @@ def minibatch_step(
     """One optimizer step on a minibatch: `micro_loss(index)` backpropagated for each of its
     micro-batches (gradient sync off for all but the last), the global gradient norm clipped.
     `check`: the loss's name, to check once that every parameter got a gradient (several pieces)."""
-    optimizer.zero_grad(set_to_none=True)
+    step = None if loss_path.strategy == "fsdp" else fused_step(optimizer)  # FSDP's DTensor shards: torch's own
+    if step is None:
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        step.zero_grad()
     for j, index in enumerate(micro_batches):
         with nullcontext() if j == len(micro_batches) - 1 else loss_path.no_sync():
             micro_loss(index).backward()
@@ -218,10 +222,10 @@ def minibatch_step(
         check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored, check)
     if max_grad_norm > 0:
         loss_path.clip_grad_norm_(max_grad_norm)
-    if loss_path.strategy == "fsdp":  # DTensor shards: torch's own step dispatches them
+    if step is None:
         optimizer.step()
     else:
-        fused_step(optimizer)()
+        step()
 
 
 def ppo_update(

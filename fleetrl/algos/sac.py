@@ -137,7 +137,7 @@ class SACLearner:
             target = batch.rewards + batch.discount * (torch.minimum(target_q1, target_q2) - alpha * next_log_prob)
         q1, q2 = self.critic_path(batch.obs, batch.actions)
         critic_loss = 0.5 * (F.mse_loss(q1, target) + F.mse_loss(q2, target))
-        self.critic_optimizer.zero_grad(set_to_none=True)
+        self.critic_step.zero_grad()
         critic_loss.backward()
         if algo.max_grad_norm > 0:
             clip_grad_norm_(self.critic_params, algo.max_grad_norm)
@@ -154,7 +154,7 @@ class SACLearner:
                 loss = actor_loss + alpha_loss
             else:
                 alpha_loss, loss = actor_loss.new_zeros(()), actor_loss
-            self.policy_optimizer.zero_grad(set_to_none=True)
+            self.policy_step.zero_grad()
             loss.backward()
             if algo.max_grad_norm > 0:
                 clip_grad_norm_(self.actor_params, algo.max_grad_norm)
