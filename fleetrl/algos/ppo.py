@@ -32,6 +32,7 @@ from torch import nn
 
 from fleetrl.algos.optim import fused_step
 from fleetrl.algos.ppo_config import PPOConfig
+from fleetrl.constants import constant
 from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.sharding import Minibatches
 from fleetrl.parallel.wrap import LossPath
@@ -136,11 +137,11 @@ def ppo_loss(
     logprobs, old_logprobs, entropy = aggregate_tokens(logprobs, batch.logprobs, entropy, config)
     log_ratio = logprobs - old_logprobs
     policy_loss = reduce(policy_objective(log_ratio, advantages, clip_coef))
-    value_loss = 0.5 * reduce(value_error(values, batch, config, clip_coef))
+    value_loss = reduce(value_error(values, batch, config, clip_coef)) * constant(0.5)
     entropy = reduce(entropy)
-    loss = policy_loss + config.vf_coef * value_loss
+    loss = policy_loss + value_loss * constant(config.vf_coef)
     if config.ent_coef:
-        loss = loss - config.ent_coef * entropy
+        loss = loss - entropy * constant(config.ent_coef)
     parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach()])
     return loss, parts, log_ratio.detach()
 
