@@ -1,4 +1,5 @@
-"""The optimizer every actor uses, and a faster step for it.
+"""The optimizer every actor uses, and a faster step (`FusedAdamStep`, its `zero_grad`) and
+gradient clipping (`clip_grad_norm_`) for it: small networks on CPU pay per-call Python here.
 
 `build_optimizer`: `actor.optimizer` (Adam or AdamW) with `actor.adam_eps` and
 `actor.weight_decay`, over parameter groups that carry their own learning rate (PPO: one group at
