@@ -32,6 +32,7 @@ from torch import nn
 
 from fleetrl.algos.optim import fused_step
 from fleetrl.algos.ppo_config import PPOConfig
+from fleetrl.constants import constant
 from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.sharding import Minibatches
 from fleetrl.parallel.wrap import LossPath
@@ -136,13 +137,18 @@ def ppo_loss(
     logprobs, old_logprobs, entropy = aggregate_tokens(logprobs, batch.logprobs, entropy, config)
     log_ratio = logprobs - old_logprobs
     policy_loss = reduce(policy_objective(log_ratio, advantages, clip_coef))
-    value_loss = 0.5 * reduce(value_error(values, batch, config, clip_coef))
+    value_loss = reduce(value_error(values, batch, config, clip_coef)) * constant(0.5)
     entropy = reduce(entropy)
-    loss = policy_loss + config.vf_coef * value_loss
+    loss = policy_loss + value_loss * constant(config.vf_coef)
     if config.ent_coef:
-        loss = loss - config.ent_coef * entropy
+        loss = loss - entropy * constant(config.ent_coef)
     parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach()])
     return loss, parts, log_ratio.detach()
+
+
+def normalised(advantages: torch.Tensor, normalise: bool) -> torch.Tensor:
+    """Advantages shifted and scaled to mean 0, std 1 with their own statistics (when `normalise`)."""
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8) if normalise else advantages
 
 
 def kl_and_clipped(log_ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
@@ -205,7 +211,11 @@ def minibatch_step(
     """One optimizer step on a minibatch: `micro_loss(index)` backpropagated for each of its
     micro-batches (gradient sync off for all but the last), the global gradient norm clipped.
     `check`: the loss's name, to check once that every parameter got a gradient (several pieces)."""
-    optimizer.zero_grad(set_to_none=True)
+    step = None if loss_path.strategy == "fsdp" else fused_step(optimizer)  # FSDP's DTensor shards: torch's own
+    if step is None:
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        step.zero_grad()
     for j, index in enumerate(micro_batches):
         with nullcontext() if j == len(micro_batches) - 1 else loss_path.no_sync():
             micro_loss(index).backward()
@@ -213,10 +223,10 @@ def minibatch_step(
         check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored, check)
     if max_grad_norm > 0:
         loss_path.clip_grad_norm_(max_grad_norm)
-    if loss_path.strategy == "fsdp":  # DTensor shards: torch's own step dispatches them
+    if step is None:
         optimizer.step()
     else:
-        fused_step(optimizer)()
+        step()
 
 
 def ppo_update(
@@ -230,34 +240,46 @@ def ppo_update(
 ) -> dict:
     """Run the epochs on this rank's `batch` (its env columns, flattened step-major); returns the
     mean losses, KL, clip fraction, grad steps and the epochs done, global over ranks.
-    `all_reduce` sums a tensor over ranks (identity with one)."""
+    `all_reduce` sums a tensor over ranks (identity with one).
+
+    Per gradient step only the loss, its backward, the clip and the optimizer step run: the loss
+    terms are collected and summed once per update, and the KL / clip fraction statistics are
+    computed once per epoch where `target_kl` reads them, else once for the last epoch (the one
+    reported). When the one minibatch is the whole batch in order (one rank, minibatch ≥ batch:
+    RL-Zoo's CartPole set), it is used as is and its advantages normalised once per update."""
     whole, size, minibatch = minibatches.whole, minibatches.shard.global_size, minibatches.size
     scale = minibatches.shard.world_size / minibatch
     device = batch.actions.device
     normalise = config.norm_adv and minibatch > 1
     reduce = torch.mean if whole else torch.sum
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # Σ policy loss, value loss, entropy
-    epoch_stats = torch.zeros(2, dtype=torch.float64, device=device)  # Σ k3 KL, clipped count
+    whole_batch = whole and len(batch) <= minibatch  # every epoch's only minibatch: the batch, in order
+    parts: list[torch.Tensor] = []  # [policy loss, value loss, entropy] of each piece
+    weights: list[int] = []  # what each piece's parts are multiplied by to make sums over samples
+    log_ratios: list[torch.Tensor] = []  # this epoch's, for its KL and clip fraction
     grad_steps, epochs_done, reduced_kl = 0, 0, None
     means = stds = None  # whole: each minibatch's own; pieces: the global minibatches', per epoch
+    fixed_advantages = normalised(batch.advantages, normalise) if whole_batch else None
+    whole_plan = [[torch.arange(len(batch))]]  # what `minibatches.epoch()` plans then, without the planning
 
     def micro_loss(index: torch.Tensor, k: int) -> torch.Tensor:
-        part = batch[index.to(device)]
-        advantages = part.advantages
-        if normalise:
-            mean, std = (advantages.mean(), advantages.std()) if whole else (means[k], stds[k])
-            advantages = (advantages - mean) / (std + 1e-8)
-        loss, parts, log_ratio = ppo_loss(loss_path.module, part, advantages, config, clip_coef, reduce)
-        totals.add_(parts * len(part) if whole else parts)
-        epoch_stats.add_(kl_and_clipped(log_ratio, clip_coef))
+        if whole_batch:
+            part, advantages = batch, fixed_advantages
+        else:
+            part = batch[index.to(device)]
+            advantages = part.advantages
+            if normalise:
+                advantages = normalised(advantages, True) if whole else (advantages - means[k]) / (stds[k] + 1e-8)
+        loss, loss_parts, log_ratio = ppo_loss(loss_path.module, part, advantages, config, clip_coef, reduce)
+        parts.append(loss_parts)
+        weights.append(len(part) if whole else 1)
+        log_ratios.append(log_ratio)
         return loss if whole else loss * scale
 
     for _ in range(config.update_epochs):
-        plan = minibatches.epoch()
+        plan = whole_plan if whole_batch else minibatches.epoch()
         if normalise and not whole:
             means, stds = minibatch_advantage_stats(batch.advantages, plan, minibatch, all_reduce)
-        epoch_stats = torch.zeros(2, dtype=torch.float64, device=device)
-        reduced_kl = None
+        log_ratios.clear()
         for k, micro_batches in enumerate(plan):
             check = "PPO" if grad_steps == 0 and not whole else None
             minibatch_step(loss_path, optimizer, micro_batches, partial(micro_loss, k=k), config.max_grad_norm, check)
@@ -265,11 +287,12 @@ def ppo_update(
         epochs_done += 1
         if config.target_kl is not None:
             # Agreed across ranks: all see the same reduced KL, so all break at the same epoch.
-            reduced_kl = all_reduce(epoch_stats.clone())
+            reduced_kl = all_reduce(kl_and_clipped(torch.cat(log_ratios), clip_coef))
             if (reduced_kl[0] / size).item() > config.target_kl:
                 break
+    totals = (torch.stack(parts).double() * torch.tensor(weights, dtype=torch.float64, device=device)[:, None]).sum(0)
     if reduced_kl is None:
-        reduced = all_reduce(torch.cat([totals, epoch_stats]))
+        reduced = all_reduce(torch.cat([totals, kl_and_clipped(torch.cat(log_ratios), clip_coef)]))
     else:
         reduced = torch.cat([all_reduce(totals), reduced_kl])
     samples = grad_steps * minibatch

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fleetrl.algos.optim import FusedAdamStep, build_optimizer
+from fleetrl.algos.optim import FusedAdamStep, build_optimizer, clip_grad_norm_
 from fleetrl.algos.sac_config import SACConfig
 from fleetrl.models.sac_networks import EntropyCoefficient, SquashedGaussianActor, TwinQ
 
@@ -137,10 +137,10 @@ class SACLearner:
             target = batch.rewards + batch.discount * (torch.minimum(target_q1, target_q2) - alpha * next_log_prob)
         q1, q2 = self.critic_path(batch.obs, batch.actions)
         critic_loss = 0.5 * (F.mse_loss(q1, target) + F.mse_loss(q2, target))
-        self.critic_optimizer.zero_grad(set_to_none=True)
+        self.critic_step.zero_grad()
         critic_loss.backward()
         if algo.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.critic_params, algo.max_grad_norm, foreach=True)
+            clip_grad_norm_(self.critic_params, algo.max_grad_norm)
         self.critic_step()
         self.critic_stats.append((critic_loss.detach(), q1.detach()))
 
@@ -154,10 +154,10 @@ class SACLearner:
                 loss = actor_loss + alpha_loss
             else:
                 alpha_loss, loss = actor_loss.new_zeros(()), actor_loss
-            self.policy_optimizer.zero_grad(set_to_none=True)
+            self.policy_step.zero_grad()
             loss.backward()
             if algo.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(self.actor_params, algo.max_grad_norm, foreach=True)
+                clip_grad_norm_(self.actor_params, algo.max_grad_norm)
             self.policy_step()
             self.policy_stats.append((actor_loss.detach(), alpha_loss.detach(), log_prob))
 

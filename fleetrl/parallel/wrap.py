@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from fleetrl.algos.optim import clip_grad_norm_
 from fleetrl.config.schema import ActorConfig
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.recorded import record_fsdp_collectives, recorded_allreduce_hook
@@ -62,7 +63,7 @@ class LossPath:
         """Clip to the global gradient norm (after reduction: the norm of the full gradient)."""
         params = self.parameters()
         if self.strategy != "fsdp":
-            return nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+            return clip_grad_norm_(params, max_norm)
         from torch.distributed.tensor import DTensor
 
         # Sharded gradients: each rank's norm covers its shard; the DTensor norm is a pending

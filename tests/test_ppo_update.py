@@ -1,0 +1,93 @@
+"""The PPO update's fast paths compute what the general ones do: the whole batch as the only
+minibatch (no indexing, advantages normalised once, no planning) against the micro-batch path
+(indexed pieces, sums × scale, statistics from the all-reduce), and fleetrl's gradient clipping
+against torch's `clip_grad_norm_` — on the RL-Zoo CartPole shapes and a real policy."""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import pytest
+import torch
+
+from fleetrl.algos.optim import clip_grad_norm_
+from fleetrl.algos.ppo import PPOBatch, ppo_update
+from fleetrl.config.loader import load_config
+from fleetrl.models.policy import Policy
+from fleetrl.parallel.sharding import EnvShard, Minibatches
+from fleetrl.parallel.wrap import local_loss_path
+from fleetrl.workers.actor_worker import policy_optimizer
+from tests.support import REPO
+
+STEPS, ENVS = 32, 8  # RL-Zoo's CartPole set: one minibatch of 256 = the whole batch, 20 epochs
+
+
+def cartpole_learner(overrides: list[str] = ()):
+    config = load_config(REPO / "benchmarks/configs/ppo_cartpole_rlzoo.yaml", list(overrides))
+    env = gym.make("CartPole-v1")
+    torch.manual_seed(3)
+    policy = Policy.from_config(config.model, env.observation_space, env.action_space)
+    return config, policy
+
+
+def sample_batch(policy: Policy) -> PPOBatch:
+    generator = torch.Generator().manual_seed(5)
+    obs = torch.randn(STEPS * ENVS, 4, generator=generator)
+    with torch.no_grad():
+        actions, logprobs, values = policy.act(obs)
+    advantages = torch.randn(STEPS * ENVS, generator=generator) * 3 + 1  # mean and std far from 0, 1
+    return PPOBatch(obs, actions, logprobs, values, advantages, values + advantages)
+
+
+def update(config, policy: Policy, batch: PPOBatch, micro_batch_size: int | None) -> dict:
+    algo = config.algorithm
+    minibatches = Minibatches(
+        EnvShard(STEPS, ENVS), algo.minibatch_size, micro_batch_size, torch.Generator().manual_seed(0)
+    )
+    return ppo_update(
+        local_loss_path(policy), policy_optimizer(config, policy), batch, algo, algo.clip_coef, minibatches, lambda t: t
+    )
+
+
+@pytest.mark.parametrize("target_kl", [None, 0.002])
+def test_whole_batch_update_equals_the_micro_batch_path(target_kl):
+    config, policy = cartpole_learner([f"algorithm.target_kl={'null' if target_kl is None else target_kl}"])
+    batch = sample_batch(policy)
+    other = copy.deepcopy(policy)
+    fast = update(config, policy, batch, None)  # whole: the batch itself, every epoch
+    general = update(config, other, batch, config.algorithm.minibatch_size)  # pieces: one micro-batch
+    assert fast["grad_steps"] == general["grad_steps"]
+    assert fast["epochs"] == general["epochs"]
+    if target_kl is None:
+        assert fast["epochs"] == config.algorithm.update_epochs
+    else:  # the per-epoch KL is read and stops the update early, on both paths alike
+        assert 1 <= fast["epochs"] < config.algorithm.update_epochs
+    for (name, a), b in zip(policy.named_parameters(), other.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    start = cartpole_learner()[1]
+    assert any(not torch.equal(a, b) for a, b in zip(policy.parameters(), start.parameters()))  # it trained
+    for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"):
+        assert fast[key] == pytest.approx(general[key], rel=1e-4, abs=1e-7), key
+    assert fast["approx_kl"] > 0
+
+
+def test_clip_grad_norm_is_torchs_bitwise():
+    _, policy = cartpole_learner()
+    batch = sample_batch(policy)
+    policy.network.aux_value_head = torch.nn.Linear(64, 1)  # a parameter without a gradient
+    other = copy.deepcopy(policy)
+    for module in (policy, other):
+        logprobs, _, values = module(batch.obs, batch.actions)
+        (logprobs.sum() * 50 + values.pow(2).sum()).backward()  # a norm far above max_norm
+    params, other_params = list(policy.parameters()), list(other.parameters())
+    ours = clip_grad_norm_(params, 0.5)
+    theirs = torch.nn.utils.clip_grad_norm_(other_params, 0.5, foreach=True)
+    assert float(ours) > 5
+    assert torch.equal(ours, theirs)
+    for a, b in zip(params, other_params):
+        assert (a.grad is None) == (b.grad is None)
+        if a.grad is not None:
+            assert torch.equal(a.grad, b.grad)
+    clipped = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+    assert float(clipped) == pytest.approx(0.5, rel=1e-4)
