@@ -33,6 +33,7 @@ from pathlib import Path
 
 import psutil
 
+from fleetrl.cluster.worker_path import NODE_PATHS_VARIABLE, node_paths
 from fleetrl.parallel.net import free_port
 from fleetrl.watch.teardown import kill_tree
 
@@ -261,9 +262,9 @@ def ray_environment(clock: Path | None = None) -> dict[str, str]:
     on a non-loopback address; these nodes reach only each other, so it stays off as on 127.0.0.1."""
     variables = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     variables.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # set for loopback-only runs: not for nodes
-    if clock is not None:  # its sitecustomize on the path of the node's daemons, and of its workers (fleetrl's
-        # worker environment keeps the node's own PYTHONPATH, as a real node's would be kept)
+    if clock is not None:  # its sitecustomize on the path of the node's daemons, and of fleetrl's workers there
         variables["PYTHONPATH"] = os.pathsep.join(filter(None, [str(clock), os.environ.get("PYTHONPATH")]))
+        variables[NODE_PATHS_VARIABLE] = node_paths(str(clock))
     return variables
 
 
