@@ -179,6 +179,21 @@ def test_node_1s_own_faults_are_named_on_node_1_by_the_doctor_run_there(tmp_path
     assert "Network is unreachable" in handshake, handshake
 
 
+def test_the_doctors_handshake_stops_waiting_once_a_rank_failed(tmp_path, joined_cluster):
+    """Node 1's Gloo pinned to an interface node 0 has no route to, the handshake given 150 s:
+    rank 0's connect fails at once, and rank 1, which would wait in connectFullMesh for its own
+    timeout (0.7 x 150 s) and then the deadline, stops as soon as rank 0 failed, saying so."""
+    on_cluster = [*joined(joined_cluster, tmp_path), "cluster.env_vars={1: {GLOO_SOCKET_IFNAME: unroutable0}}"]
+    checks = ["--only", "ray", "--only", "gloo", "--handshake-timeout", "150", "--json"]
+    with unroutable_interface(joined_cluster.nodes[1].netns, "unroutable0", UNROUTABLE):
+        doctor = fleetrl("doctor", "configs/ppo_cartpole.yaml", *on_cluster, *checks)
+    (handshake,) = [c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "gloo.handshake"]
+    assert handshake["status"] == "fail" and "Network is unreachable" in handshake["detail"], handshake
+    assert "rank 1 failed while joining the gloo process group" in handshake["detail"], handshake
+    assert "stopped waiting: rank 0 failed" in handshake["detail"], handshake
+    assert handshake["seconds"] < 60, handshake  # start-up on a loaded host included; not 105 s, nor 150
+
+
 @pytest.mark.slow
 def test_train_does_not_start_while_node_1s_ray_temp_is_nearly_full(tmp_path, joined_cluster):
     """The same full /tmp on node 1: `fleetrl train`'s preflight (the doctor's fast checks, run
