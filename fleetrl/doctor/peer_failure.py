@@ -9,7 +9,8 @@ if it has one, is the better story) and says which rank failed.
 
 torch's tcp:// rendezvous store lives in rank 0's process: rank 0 stays until every rank has
 counted itself done (`DONE_KEY`), so a store that goes away before a rank is done means the
-process hosting it ended without finishing the handshake — the same news.
+process hosting it ended without finishing the handshake — the same news. A failed rank waits
+(at most `GRACE_S`) for the others to count themselves told (`TOLD_KEY`), so that they can name it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fleetrl.doctor.processes import report_result
 
 FAILED_KEY = "fleetrl-doctor/failed"
 DONE_KEY = "fleetrl-doctor/done"
+TOLD_KEY = "fleetrl-doctor/told"
 POLL_S = 0.2
 GRACE_S = 2.0  # a rank failing on its own in this time reports its own error, not its peer's
 
@@ -54,6 +56,7 @@ class PeerWatch:
                     if not self.store.check([FAILED_KEY]):
                         continue
                     why = f"rank {self.store.get(FAILED_KEY).decode()} failed"
+                    self.store.add(TOLD_KEY, 1)
             except Exception:  # noqa: BLE001 — the store went away with the process hosting it
                 why = f"the rendezvous store at {self.address} went away (the process hosting it ended)"
             if not self.settled.wait(GRACE_S):
@@ -64,12 +67,16 @@ class PeerWatch:
     def failed(self) -> None:
         """This rank failed: tell the others (if the store can still be reached)."""
         self.settled.set()
-        if self.connected.is_set():
-            try:
-                with self.lock:
-                    self.store.set(FAILED_KEY, str(self.rank))
-            except Exception:  # noqa: BLE001 — the peers then stop when the store goes, or at their deadline
-                pass
+        if not self.connected.is_set():
+            return
+        deadline = time.monotonic() + GRACE_S
+        try:
+            with self.lock:
+                self.store.set(FAILED_KEY, str(self.rank))
+                while self.store.add(TOLD_KEY, 0) < self.world_size - 1 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+        except Exception:  # noqa: BLE001 — the peers then stop when the store goes, or at their deadline
+            pass
 
     def done(self) -> None:
         """This rank passed; rank 0 (the store's host) waits, within the timeout, for all to be done."""
