@@ -168,41 +168,33 @@ def test_node_1s_own_faults_are_named_on_node_1_by_the_doctor_run_there(tmp_path
     97% full, filled from inside its own mount namespace; a simulator whose import fails there
     only (a file in node 1's /tmp); Gloo pinned to a second interface node 0 has no route to. The
     doctor, run on the nodes (disk and env on each, the handshake between the placed actor
-    ranks), names node 1 for each and fails nothing on node 0."""
+    ranks), names node 1 for each and fails nothing on node 0. The handshake, given 150 s, ends
+    as soon as rank 0's connect failed: rank 1, which would wait in connectFullMesh for its own
+    timeout (0.7 x 150 s) and then the deadline, stops then, naming rank 0."""
     node0, node1 = joined_cluster.nodes
     env = "env.id=tests.isolation_envs:BrokenWhereMarked"
     on_cluster = [*joined(joined_cluster, tmp_path), env, "cluster.env_vars={1: {GLOO_SOCKET_IFNAME: unroutable0}}"]
-    checks = ["--only", "ray", "--only", "disk", "--only", "env", "--only", "gloo"]
+    checks = ["--only", "ray", "--only", "disk", "--only", "env", "--only", "gloo", "--handshake-timeout", "150"]
     with unroutable_interface(node1.netns, "unroutable0", UNROUTABLE), node_1_full_and_broken(node1):
-        doctor = fleetrl("doctor", "configs/ppo_cartpole.yaml", *on_cluster, *checks)
-    lines = {line.split()[1]: line for line in doctor.stdout.splitlines() if line.startswith(("PASS", "FAIL"))}
+        doctor = fleetrl("doctor", "configs/ppo_cartpole.yaml", *on_cluster, *checks, "--json")
+    found = {check["name"]: check for check in json.loads(doctor.stdout)["checks"]}
+    failed = {name for name, check in found.items() if check["status"] == "fail"}
     assert doctor.code != 0, doctor.stdout
-    assert lines["disk.ray_temp.node0"].startswith("PASS") and lines["env.reset_step.node0"].startswith("PASS")
-    full = lines["disk.ray_temp.node1"]
-    assert full.startswith("FAIL") and f"node 1 ({node1.address}), host fleetrl-n1" in full, full
+    assert {"disk.ray_temp.node1", "env.reset_step.node1", "gloo.handshake"} <= failed, found
+    assert found["disk.ray_temp.node0"]["status"] == found["env.reset_step.node0"]["status"] == "pass", found
+    full = found["disk.ray_temp.node1"]["detail"]
+    assert f"node 1 ({node1.address}), host fleetrl-n1" in full, full
     assert "Ray temp directory /tmp/ray:" in full and "97% used" in full, full
-    broken = lines["env.reset_step.node1"]
-    assert broken.startswith("FAIL") and f"node 1 ({node1.address})" in broken, broken
+    broken = found["env.reset_step.node1"]["detail"]
+    assert f"node 1 ({node1.address})" in broken, broken
     assert "ImportError: libsimulator.so" in broken and "while building the env" in broken, broken
-    handshake = lines["gloo.handshake"]
-    assert handshake.startswith("FAIL") and "placed (rank 0 on node 0, rank 1 on node 1)" in handshake, handshake
+    handshake = found["gloo.handshake"]["detail"]
+    assert "placed (rank 0 on node 0, rank 1 on node 1)" in handshake, handshake
     assert rank_0_end(node0) in handshake and RANK_1_END in handshake, handshake
     assert "Network is unreachable" in handshake, handshake
-
-
-def test_the_doctors_handshake_stops_waiting_once_a_rank_failed(tmp_path, joined_cluster):
-    """Node 1's Gloo pinned to an interface node 0 has no route to, the handshake given 150 s:
-    rank 0's connect fails at once, and rank 1, which would wait in connectFullMesh for its own
-    timeout (0.7 x 150 s) and then the deadline, stops as soon as rank 0 failed, saying so."""
-    on_cluster = [*joined(joined_cluster, tmp_path), "cluster.env_vars={1: {GLOO_SOCKET_IFNAME: unroutable0}}"]
-    checks = ["--only", "ray", "--only", "gloo", "--handshake-timeout", "150", "--json"]
-    with unroutable_interface(joined_cluster.nodes[1].netns, "unroutable0", UNROUTABLE):
-        doctor = fleetrl("doctor", "configs/ppo_cartpole.yaml", *on_cluster, *checks)
-    (handshake,) = [c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "gloo.handshake"]
-    assert handshake["status"] == "fail" and "Network is unreachable" in handshake["detail"], handshake
-    assert "rank 1 failed while joining the gloo process group" in handshake["detail"], handshake
-    assert "stopped waiting: rank 0 failed" in handshake["detail"], handshake
-    assert handshake["seconds"] < 60, handshake  # start-up on a loaded host included; not 105 s, nor 150
+    assert "rank 1 failed while joining the gloo process group" in handshake, handshake
+    assert "stopped waiting: rank 0 failed" in handshake, handshake
+    assert found["gloo.handshake"]["seconds"] < 60, handshake  # start-up on a loaded host included; not 105 s
 
 
 def test_train_does_not_start_while_node_1s_ray_temp_is_nearly_full(tmp_path, joined_cluster):
@@ -263,6 +255,7 @@ def test_node_1_advertising_an_unroutable_address_is_peer_unreachable_naming_bot
     assert waited < 60, summary  # a loaded host's margin; the connect fails at once
 
 
+@pytest.mark.slow  # 206 s on this loaded 2-core host (572 s before its config was tuned): over CI's budget
 def test_seed_placement_trains_cartpole_to_475_on_two_isolated_nodes(tmp_path, joined_cluster):
     """The seed report's layout scaled to CPU slots (actor 0-1 and rollout 0 on node 0, env 2-3
     on node 1), on the two namespaced nodes as on a real cluster (the YAML's own simulation off):
