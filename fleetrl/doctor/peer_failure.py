@@ -10,13 +10,16 @@ if it has one, is the better story) and says which rank failed.
 torch's tcp:// rendezvous store lives in rank 0's process: rank 0 stays until every rank has
 counted itself done (`DONE_KEY`), so a store that goes away before a rank is done means the
 process hosting it ended without finishing the handshake — the same news. A failed rank waits
-(at most `GRACE_S`) for the others to count themselves told (`TOLD_KEY`), so that they can name it.
+(at most `GRACE_S`) until every rank knows the handshake failed (`KNOWN_KEY`: told, or failed
+itself), so that the others can name it rather than only see the store go.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import socket
 import threading
 import time
 
@@ -24,7 +27,7 @@ from fleetrl.doctor.processes import report_result
 
 FAILED_KEY = "fleetrl-doctor/failed"
 DONE_KEY = "fleetrl-doctor/done"
-TOLD_KEY = "fleetrl-doctor/told"
+KNOWN_KEY = "fleetrl-doctor/known"
 POLL_S = 0.2
 GRACE_S = 2.0  # a rank failing on its own in this time reports its own error, not its peer's
 
@@ -44,10 +47,12 @@ class PeerWatch:
     def watch(self, host: str, port: int) -> None:
         import torch.distributed as dist
 
-        try:  # rank 0 hosts the store inside its rendezvous: the client retries until it is there
+        if not listening(host, port, self.timeout_s, self.settled):
+            return  # the rank's own join meets the same store and reports on it
+        try:  # (TCPStore's own connect holds the GIL while it retries: the rank would stall on it)
             timeout = datetime.timedelta(seconds=self.timeout_s)
             self.store = dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
-        except Exception:  # noqa: BLE001 — the rank's own join meets the same store and reports on it
+        except Exception:  # noqa: BLE001 — as above
             return
         self.connected.set()
         while not self.settled.wait(POLL_S):
@@ -56,7 +61,7 @@ class PeerWatch:
                     if not self.store.check([FAILED_KEY]):
                         continue
                     why = f"rank {self.store.get(FAILED_KEY).decode()} failed"
-                    self.store.add(TOLD_KEY, 1)
+                    self.store.add(KNOWN_KEY, 1)
             except Exception:  # noqa: BLE001 — the store went away with the process hosting it
                 why = f"the rendezvous store at {self.address} went away (the process hosting it ended)"
             if not self.settled.wait(GRACE_S):
@@ -72,20 +77,33 @@ class PeerWatch:
         deadline = time.monotonic() + GRACE_S
         try:
             with self.lock:
+                self.store.add(KNOWN_KEY, 1)
                 self.store.set(FAILED_KEY, str(self.rank))
-                while self.store.add(TOLD_KEY, 0) < self.world_size - 1 and time.monotonic() < deadline:
+                while self.store.add(KNOWN_KEY, 0) < self.world_size and time.monotonic() < deadline:
                     time.sleep(0.02)
         except Exception:  # noqa: BLE001 — the peers then stop when the store goes, or at their deadline
             pass
 
     def done(self) -> None:
-        """This rank passed; rank 0 (the store's host) waits, within the timeout, for all to be done."""
+        """This rank passed; rank 0 (the store's host) waits, at most `GRACE_S`, for all to be
+        done (a rank still returning from the all_reduce when the store goes waits out its grace)."""
         self.settled.set()
-        if not self.connected.wait(self.timeout_s):
+        if not self.connected.wait(GRACE_S):
             return
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + GRACE_S
         with self.lock:
             count = self.store.add(DONE_KEY, 1)
             while self.rank == 0 and count < self.world_size and time.monotonic() < deadline:
                 time.sleep(0.02)
                 count = self.store.add(DONE_KEY, 0)
+
+
+def listening(host: str, port: int, timeout_s: float, settled: threading.Event) -> bool:
+    """Whether `host:port` accepts a connection within `timeout_s` (rank 0 opens it in its
+    rendezvous); stops trying once the rank has its own outcome."""
+    deadline = time.monotonic() + timeout_s
+    while not settled.is_set() and time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+            return True
+        time.sleep(POLL_S)
+    return False
