@@ -255,7 +255,7 @@ def test_node_1_advertising_an_unroutable_address_is_peer_unreachable_naming_bot
     assert waited < 60, summary  # a loaded host's margin; the connect fails at once
 
 
-@pytest.mark.slow  # 322 s here with a load average of 25-55 (572 s before its config was tuned): over CI's budget
+@pytest.mark.slow  # 170 s here at a load average of 16-35 (572 s before its config was tuned): over CI budget
 def test_seed_placement_trains_cartpole_to_475_on_two_isolated_nodes(tmp_path):
     """The seed report's layout scaled to CPU slots (actor 0-1 and rollout 0 on node 0, env 2-3
     on node 1), each node in its own namespaces: trained to the target, nothing left behind."""
