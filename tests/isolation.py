@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from fleetrl.cluster.isolated_nodes import WORK_ROOT, why_not_isolated
+from fleetrl.cluster.isolated_nodes import LINK_PATTERN, NETNS_PATTERN, WORK_DIR_PATTERN, WORK_ROOT, why_not_isolated
 
 needs_isolation = pytest.mark.skipif(why_not_isolated() is not None, reason=f"needs {why_not_isolated()}")
 
@@ -59,6 +59,14 @@ def leftovers(driver_pid: int, before: set[int]) -> list[str]:
     found += [str(p) for p in [WORK_ROOT / f"fleetrl-iso-{driver_pid}"] if p.exists()]
     found += [f"pid {pid}" for pid in namespaced_pids() - before if psutil.pid_exists(pid)]
     return found
+
+
+def isolated_drivers() -> set[int]:
+    """The pids of the runs whose namespaces, links or work folders are on this machine now."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split()
+    names = [*netns, *psutil.net_if_addrs(), *(path.name for path in WORK_ROOT.glob("fleetrl-iso-*"))]
+    patterns = (NETNS_PATTERN, LINK_PATTERN, WORK_DIR_PATTERN)
+    return {int(match[1]) for name in names for pattern in patterns if (match := pattern.match(name))}
 
 
 def node_init(driver_pid: int, node: int) -> psutil.Process:

@@ -19,9 +19,11 @@ PLACEMENT_VARIABLES = (
 
 
 class WhereAmI(gym.Wrapper):
-    """CartPole that writes the placement variables it sees into `<folder>/<pid>.json`."""
+    """CartPole that writes the placement variables it sees into `<folder>/<pid>.json`, and its
+    PYTHONPATH into `<folder>/<pid>.path`."""
 
     def __init__(self, folder: str):
         super().__init__(gym.make("CartPole-v1"))
         seen = {name: os.environ.get(name) for name in PLACEMENT_VARIABLES}
         Path(folder, f"{os.getpid()}.json").write_text(json.dumps(seen))
+        Path(folder, f"{os.getpid()}.path").write_text(os.environ.get("PYTHONPATH", ""))

@@ -4,6 +4,7 @@ Each run is checked for Ray processes of its own left behind (`tests.support.Fle
 from __future__ import annotations
 
 import json
+import os
 
 from tests.support import train
 
@@ -18,6 +19,9 @@ def test_seed_placement_trains_cartpole_on_two_simulated_nodes(tmp_path):
 
 
 def test_every_worker_sees_where_it_runs(tmp_path):
+    """Placement variables and cluster.env_vars on every env rank; started with no PYTHONPATH (the
+    nodes inherit the driver's environment: like most nodes `ray start` made), no process gets an
+    empty PYTHONPATH entry, which Python would read as its current directory."""
     probe = tmp_path / "probe"
     probe.mkdir()
     runs = tmp_path / "runs"
@@ -37,7 +41,10 @@ def test_every_worker_sees_where_it_runs(tmp_path):
         "runner.total_env_steps=64",
         runs=runs,
         timeout=600,
+        env={"PYTHONPATH": ""},
     ).succeeded()
+    python_paths = {path.stem: path.read_text() for path in probe.glob("*.path")}
+    assert len(python_paths) == 3 and all("" not in p.split(os.pathsep) for p in python_paths.values()), python_paths
     seen = [json.loads(path.read_text()) for path in probe.glob("*.json")]
     # The preflight doctor builds one simulator in a probe process of the driver's (with
     # cluster.env_vars applied, but outside placement).

@@ -28,11 +28,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from fleetrl.cluster.worker_path import NODE_PATHS_VARIABLE, node_paths
 from fleetrl.parallel.net import free_port
 from fleetrl.watch.teardown import kill_tree
 
@@ -261,9 +263,9 @@ def ray_environment(clock: Path | None = None) -> dict[str, str]:
     on a non-loopback address; these nodes reach only each other, so it stays off as on 127.0.0.1."""
     variables = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     variables.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # set for loopback-only runs: not for nodes
-    if clock is not None:  # its sitecustomize on the path of the node's daemons, and of its workers (fleetrl's
-        # worker environment keeps the node's own PYTHONPATH, as a real node's would be kept)
+    if clock is not None:  # its sitecustomize on the path of the node's daemons, and of fleetrl's workers there
         variables["PYTHONPATH"] = os.pathsep.join(filter(None, [str(clock), os.environ.get("PYTHONPATH")]))
+        variables[NODE_PATHS_VARIABLE] = node_paths(str(clock))
     return variables
 
 
@@ -335,21 +337,28 @@ def free_subnet() -> ipaddress.IPv4Network:
     raise RuntimeError(f"no free /24 left in {SUBNET_PREFIX}.0.0/16 for simulated nodes")
 
 
-def sweep_stale() -> list[str]:
-    """Remove what an earlier, killed run left (its pid in the names is not alive): namespaces
-    and whatever runs in them, links, work folders and the head's processes. Returns the names."""
+def sweep_stale(drivers: Collection[int] | None = None) -> list[str]:
+    """Remove what an earlier, killed run left (its pid in the names is not alive; one of
+    `drivers`, where given): namespaces and whatever runs in them, links, work folders and the
+    head's processes. Returns the names."""
+
+    def stale(match: re.Match | None) -> bool:
+        return (
+            match is not None and (drivers is None or int(match[1]) in drivers) and not psutil.pid_exists(int(match[1]))
+        )
+
     swept = []
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
     for name in (line.split()[0] for line in names if line.strip()):
-        if (match := NETNS_PATTERN.match(name)) and not psutil.pid_exists(int(match[1])):
+        if stale(NETNS_PATTERN.match(name)):
             delete_netns(name)
             swept.append(name)
     for name in psutil.net_if_addrs():
-        if (match := LINK_PATTERN.match(name)) and not psutil.pid_exists(int(match[1])):
+        if stale(LINK_PATTERN.match(name)):
             ip("link", "del", name, check=False)
             swept.append(name)
     for folder in WORK_ROOT.glob("fleetrl-iso-*"):
-        if (match := WORK_DIR_PATTERN.match(folder.name)) and not psutil.pid_exists(int(match[1])):
+        if stale(WORK_DIR_PATTERN.match(folder.name)):
             for process in psutil.process_iter(["cmdline"]):
                 if str(folder) in " ".join(process.info["cmdline"] or []):
                     kill_tree(process.pid)

@@ -23,6 +23,7 @@ from fleetrl.cluster.isolated_nodes import IsolatedNodes
 from fleetrl.cluster.node_order import in_node_order
 from fleetrl.cluster.placement import Assignment
 from fleetrl.cluster.ray_loopback import set_ray_loopback
+from fleetrl.cluster.worker_path import worker_python_path
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.net import free_port, is_loopback
@@ -160,8 +161,7 @@ class RayCluster:
         return {
             **shared,
             **{k: str(v) for k, v in per_node.items()},
-            # the driver's paths, then the node's own (Ray expands it there): an isolated node's skewed clock
-            "PYTHONPATH": os.pathsep.join([self.python_path, "${PYTHONPATH}"]),
+            "PYTHONPATH": worker_python_path(self.python_path),
             "FLEETRL_COMPONENT": assignment.component,
             "FLEETRL_RANK": str(assignment.rank),
             "FLEETRL_WORLD_SIZE": str(assignment.world_size),

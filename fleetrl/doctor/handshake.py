@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from fleetrl.doctor.context import Context
+from fleetrl.doctor.peer_failure import PeerWatch
 from fleetrl.doctor.processes import Outcome, read_payload, report_phase, report_result, run_probes
 from fleetrl.doctor.reachability import probe
 from fleetrl.doctor.result import Check, failed, passed, skipped
@@ -214,6 +215,7 @@ def check_nccl(context: Context) -> list[Check]:
 def main() -> int:
     payload = read_payload()
     rank, world_size, backend = payload["rank"], payload["world_size"], payload["backend"]
+    peers = PeerWatch(payload["host"], payload["port"], rank, world_size, payload["timeout"])
     try:
         report_phase("importing torch")
         import torch
@@ -244,11 +246,13 @@ def main() -> int:
         expected = world_size * (world_size + 1) / 2
         if not torch.all(tensor == expected):
             raise RuntimeError(f"all_reduce gave {tensor[0].item()}, expected {expected}")
+        peers.done()
         report_phase("in destroy_process_group")
         process_group.destroy_process_group()
     except Exception as error:  # reported to the doctor, which names the rank and the phase
         first_line = (str(error).strip().splitlines() or [""])[0]
         report_result({"ok": False, "rank": rank, "error": f"{type(error).__name__}: {first_line}"})
+        peers.failed()
         return 1
     report_result({"ok": True, "rank": rank, "init_s": init_s, "all_reduce_s": all_reduce_s})
     return 0

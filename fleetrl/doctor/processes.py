@@ -79,10 +79,8 @@ class Outcome:
 def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment, plus its sys.path, so `module:attr` entry points resolve."""
     env = {**os.environ, **(extra or {})}
-    paths = [os.path.abspath(p) for p in sys.path if p] + [os.getcwd()]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    paths = [os.path.abspath(p) for p in sys.path if p] + [os.getcwd(), *env.get("PYTHONPATH", "").split(os.pathsep)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, paths)))  # no empty entry: the probe's cwd
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
