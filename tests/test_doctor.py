@@ -327,10 +327,9 @@ class TestGlooHandshake:
     def test_ranks_join_through_the_trainers_process_group_code(self):
         """A Gloo interface that does not exist fails every rank inside
         process_group.init_process_group at once: its JoinError, naming the doctor's timeout."""
-        start = time.monotonic()
         result = run_handshake(2, timeout=10, env={"GLOO_SOCKET_IFNAME": "nosuch0"})
-        assert not result.ok and time.monotonic() - start < 10
-        assert not any(outcome.timed_out for outcome in result.outcomes)
+        assert not result.ok
+        assert not any(outcome.timed_out for outcome in result.outcomes)  # failed, not waited out
         for rank in (0, 1):
             assert (
                 f"rank {rank} failed while joining the gloo process group at tcp://127.0.0.1:" in result.detail
