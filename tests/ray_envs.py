@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -25,3 +26,18 @@ class WhereAmI(gym.Wrapper):
         super().__init__(gym.make("CartPole-v1"))
         seen = {name: os.environ.get(name) for name in PLACEMENT_VARIABLES}
         Path(folder, f"{os.getpid()}.json").write_text(json.dumps(seen))
+
+
+class TorchProbe(gym.Wrapper):
+    """CartPole that, when closed (the run's end: every start-up step and call done), writes
+    `<folder>/<pid>.json`: its component and the torch modules its process has loaded."""
+
+    def __init__(self, folder: str):
+        super().__init__(gym.make("CartPole-v1"))
+        self.folder = folder
+
+    def close(self) -> None:
+        torch_modules = sorted(name for name in sys.modules if name.partition(".")[0] == "torch")
+        seen = {"component": os.environ.get("FLEETRL_COMPONENT"), "torch_modules": torch_modules[:5]}
+        Path(self.folder, f"{os.getpid()}.json").write_text(json.dumps(seen))
+        super().close()

@@ -54,3 +54,33 @@ def test_every_worker_sees_where_it_runs(tmp_path):
             "CUDA_VISIBLE_DEVICES": rank,
             "FLEETRL_TEST_MARK": "hello",
         }
+
+
+def test_an_env_worker_process_never_imports_torch(tmp_path):
+    """An env worker's Ray process runs simulators only: its start-up (watching, heartbeats, the
+    store client), every call it answers and its close never load torch (~1.5 s of CPU per
+    process, on the start-up path). The probe is read at the env's close, after the run."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    train(
+        "configs/ppo_cartpole.yaml",
+        "runner.tensorboard=false",
+        "cluster.backend=ray",
+        "cluster.devices_per_node=1",
+        "cluster.component_placement={actor: 0, rollout: 0, env: 0}",
+        "env.num_envs=4",
+        "env.id=tests.ray_envs:TorchProbe",
+        f"env.kwargs={{folder: {probe}}}",
+        "algorithm.num_steps=8",
+        "algorithm.minibatch_size=32",
+        "runner.total_env_steps=64",
+        "--skip-doctor",
+        runs=runs,
+        timeout=600,
+    ).succeeded()
+    seen = [json.loads(path.read_text()) for path in probe.glob("*.json")]
+    env_workers = [s for s in seen if s["component"] == "env"]
+    assert len(env_workers) == 1, seen
+    assert env_workers[0]["torch_modules"] == [], seen
