@@ -7,7 +7,8 @@ an env worker that otherwise never needs torch (benchmarks/ray_startup.py). So t
 the store's wire protocol for those two requests itself: a validation message on connect and a
 ping (the same handshake a torch client makes), then SET and ADD. Keys carry the "/" prefix
 every torch client adds, so the server's own `get`/`check`/`multi_get` read them.
-tests/test_store_client.py holds it to a real TCPStore server.
+tests/test_heartbeat_store.py (SET) and tests/test_stack_requests.py (ADD) hold it to a real TCPStore
+server.
 """
 
 from __future__ import annotations
