@@ -17,7 +17,9 @@ def test_seed_placement_trains_cartpole_on_two_simulated_nodes(tmp_path):
     assert summary["episode_return_last100"] >= 475
 
 
-def test_every_worker_sees_where_it_runs(tmp_path):
+def probed_run(tmp_path, env_id: str, *overrides: str) -> list[dict]:
+    """A short Ray run of `env_id`, an env that writes `<folder>/<pid>.json` (tests/ray_envs.py):
+    what each process that built one wrote."""
     probe = tmp_path / "probe"
     probe.mkdir()
     runs = tmp_path / "runs"
@@ -26,19 +28,27 @@ def test_every_worker_sees_where_it_runs(tmp_path):
         "configs/ppo_cartpole.yaml",
         "runner.tensorboard=false",
         "cluster.backend=ray",
-        "cluster.devices_per_node=2",
-        "cluster.component_placement={actor: 0, env: 0-1}",
-        "env.num_envs=4",
-        "env.id=tests.ray_envs:WhereAmI",
+        f"env.id={env_id}",
         f"env.kwargs={{folder: {probe}}}",
-        "cluster.env_vars={FLEETRL_TEST_MARK: hello}",
+        "env.num_envs=4",
         "algorithm.num_steps=8",
         "algorithm.minibatch_size=32",
         "runner.total_env_steps=64",
+        *overrides,
         runs=runs,
         timeout=600,
     ).succeeded()
-    seen = [json.loads(path.read_text()) for path in probe.glob("*.json")]
+    return [json.loads(path.read_text()) for path in probe.glob("*.json")]
+
+
+def test_every_worker_sees_where_it_runs(tmp_path):
+    seen = probed_run(
+        tmp_path,
+        "tests.ray_envs:WhereAmI",
+        "cluster.devices_per_node=2",
+        "cluster.component_placement={actor: 0, env: 0-1}",
+        "cluster.env_vars={FLEETRL_TEST_MARK: hello}",
+    )
     # The preflight doctor builds one simulator in a probe process of the driver's (with
     # cluster.env_vars applied, but outside placement).
     preflight = [s for s in seen if s["FLEETRL_COMPONENT"] is None]
@@ -60,27 +70,13 @@ def test_an_env_worker_process_never_imports_torch(tmp_path):
     """An env worker's Ray process runs simulators only: its start-up (watching, heartbeats, the
     store client), every call it answers and its close never load torch (~1.5 s of CPU per
     process, on the start-up path). The probe is read at the env's close, after the run."""
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    train(
-        "configs/ppo_cartpole.yaml",
-        "runner.tensorboard=false",
-        "cluster.backend=ray",
+    seen = probed_run(
+        tmp_path,
+        "tests.ray_envs:TorchProbe",
         "cluster.devices_per_node=1",
         "cluster.component_placement={actor: 0, rollout: 0, env: 0}",
-        "env.num_envs=4",
-        "env.id=tests.ray_envs:TorchProbe",
-        f"env.kwargs={{folder: {probe}}}",
-        "algorithm.num_steps=8",
-        "algorithm.minibatch_size=32",
-        "runner.total_env_steps=64",
         "--skip-doctor",
-        runs=runs,
-        timeout=600,
-    ).succeeded()
-    seen = [json.loads(path.read_text()) for path in probe.glob("*.json")]
+    )
     env_workers = [s for s in seen if s["component"] == "env"]
     assert len(env_workers) == 1, seen
     assert env_workers[0]["torch_modules"] == [], seen

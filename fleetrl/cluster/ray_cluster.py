@@ -82,13 +82,11 @@ class RayCluster:
         args_for_rank: Callable[[int], tuple],
         watch: WatchSpec,
         interrupt: threading.Event,
-        factory: Callable | None = None,
-        host_class: type = WorkerHost,
-        prefix: str = "",
+        **options,
     ) -> RayGroup:
-        """One `host_class` Ray actor per assignment, each building `factory(*args_for_rank(rank))`
-        (by default `worker_class(...)`); a group of `worker_class` workers."""
-        group = self.start_processes(assignments, worker_class, watch, interrupt, factory, host_class, prefix)
+        """`start_processes(...)` (`options`: its own), each process then building its worker from
+        `args_for_rank(rank)` (`build_workers`); a group of `worker_class` workers."""
+        group = self.start_processes(assignments, worker_class, watch, interrupt, **options)
         build_workers(group, args_for_rank)
         return group
 
@@ -102,9 +100,9 @@ class RayCluster:
         host_class: type = WorkerHost,
         prefix: str = "",
     ) -> RayGroup:
-        """`create_group`'s first half: the processes, set up and watched, with the worker
-        class's imports done, but no worker yet: `build_workers` builds them once their
-        constructor's arguments are known (cluster/worker_host.py)."""
+        """One `host_class` Ray actor per assignment, set up and watched, with the worker class's
+        imports done, but no worker yet: `build_workers` builds each, `factory(*args)` (by
+        default `worker_class(*args)`), once the arguments are known (cluster/worker_host.py)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
