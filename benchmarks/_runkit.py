@@ -68,9 +68,9 @@ def fleetrl_executable(override: str | None = None) -> str:
     return str(candidate if candidate.exists() else ROOT / ".venv" / "bin" / "fleetrl")
 
 
-def subprocess_env() -> dict:
+def subprocess_env(root: Path = ROOT) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     env.pop("PYTHONWARNINGS", None)
     return env
 
@@ -161,10 +161,16 @@ def started_by(pid: int, driver_pid: int) -> bool:
 
 
 def run_fleetrl(
-    config: str, overrides: list[str], parent: Path, timeout: float = 600, extra_args: tuple = ("--skip-doctor",)
+    config: str,
+    overrides: list[str],
+    parent: Path,
+    timeout: float = 600,
+    extra_args: tuple = ("--skip-doctor",),
+    root: Path = ROOT,
 ) -> dict:
     """One `fleetrl train` in its own parent directory; returns exit code, wall seconds,
-    per-iteration metrics, summary, the run directory and the foreign CPU load meanwhile."""
+    per-iteration metrics, summary, the run directory and the foreign CPU load meanwhile.
+    `root`: the tree whose fleetrl runs (another commit's: `base_tree`), its cwd."""
     parent.mkdir(parents=True, exist_ok=True)
     command = [
         *FLEETRL,
@@ -179,7 +185,7 @@ def run_fleetrl(
     started = time.time()
     with ForeignLoad() as load:
         process = subprocess.Popen(
-            command, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command, cwd=root, env=subprocess_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         try:
             _, stderr = process.communicate(timeout=timeout)
@@ -409,10 +415,17 @@ def write_json(path: Path, data) -> None:
 
 
 def run_interleaved(
-    config: str, variants: dict[str, list[str]], reps: int, out: Path, warmup: int, timeout: float = 600
+    config: str,
+    variants: dict[str, list[str]],
+    reps: int,
+    out: Path,
+    warmup: int,
+    timeout: float = 600,
+    roots: dict[str, Path] | None = None,
 ) -> dict[str, list[dict]]:
     """Every variant once per repetition, the order rotating each repetition (ABC, BCA, CAB, ...),
-    so slow drifts in the machine's other load fall on all variants alike."""
+    so slow drifts in the machine's other load fall on all variants alike. `roots`: the tree a
+    variant runs from, where not this one (`run_fleetrl`)."""
     names = list(variants)
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for rep in range(reps):
@@ -420,7 +433,8 @@ def run_interleaved(
         for _index, name in enumerate(names[shift:] + names[:shift]):
             slug = "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
             log(f"rep {rep + 1}/{reps}: {name}")
-            run = run_fleetrl(config, variants[name], out / f"{slug}-{rep}", timeout=timeout)
+            root = (roots or {}).get(name, ROOT)
+            run = run_fleetrl(config, variants[name], out / f"{slug}-{rep}", timeout=timeout, root=root)
             if run["code"] != 0:
                 log(f"  FAILED (exit {run['code']}): {run['stderr_tail'][-600:]}")
             else:
@@ -493,9 +507,9 @@ def per_call_us(function, calls: int) -> float:
     return (time.process_time() - started) / calls * 1e6
 
 
-def base_tree(ref: str, into: Path) -> Path:
-    """`ref`'s `fleetrl` package extracted under `into` (for PYTHONPATH=into): the 'before'."""
-    archive = subprocess.run(["git", "archive", ref, "fleetrl"], cwd=ROOT, capture_output=True, check=True).stdout
+def base_tree(ref: str, into: Path, paths: tuple[str, ...] = ("fleetrl",)) -> Path:
+    """`ref`'s `fleetrl` package (and `paths`) extracted under `into` (for PYTHONPATH=into): the 'before'."""
+    archive = subprocess.run(["git", "archive", ref, *paths], cwd=ROOT, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into
 

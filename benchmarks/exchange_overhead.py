@@ -86,17 +86,17 @@ class RealPayload(NoOp):
     def step(self, actions, stage: int):
         import numpy as np
 
-        from fleetrl.trajectory import StepResult
+        from fleetrl.step_result import StepResult
 
         return StepResult.initial(np.zeros((len(actions), 4), np.float32))
 
 
 class PackedPayload(RealPayload):
     """The same, with the StepResult sent as one pickle, as fleetrl's processes do
-    (cluster/ray_cluster.py `pack_step_results`)."""
+    (cluster/worker_host.py `pack_step_results`)."""
 
     def __init__(self):
-        from fleetrl.cluster.ray_cluster import pack_step_results
+        from fleetrl.cluster.worker_host import pack_step_results
 
         pack_step_results()
 
@@ -128,8 +128,8 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
     import ray
     from ray.dag import InputNode
 
-    from fleetrl.cluster.ray_cluster import pack_step_results
-    from fleetrl.trajectory import StepResult
+    from fleetrl.cluster.worker_host import pack_step_results
+    from fleetrl.step_result import StepResult
 
     outcome = np.zeros((4, 4), np.float32)  # 4 CartPole observations
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")

@@ -11,17 +11,28 @@ comparison measures the watchdog thread alone; the rest is measured with micro-b
 process: RecordedCalls vs a plain getattr call, `Recorder.in_collective` vs nothing, one heartbeat
 (record + JSON + TCPStore set) and one watchdog poll of 6 workers (store reads + checks).
 
+Throughput on this shared 2-core host varies ±10 % from pair to pair, more than the effect to
+show (≤ 2 %). So beside it, a measure the other load moves far less: CPU seconds per env step,
+user + system, summed over every process of the run — supervisor, controller, Ray's daemons and
+workers (all descendants of this script, sampled every 0.2 s by `TreeCPU`) — over the same
+steady window as the throughput (after --warmup iterations), for each pair its on/off ratio. Other
+processes slowing the run stretch its wall time, not (to first order) the CPU its own work needs.
+
     .venv/bin/python benchmarks/watchdog_overhead.py [--reps 3] [--inline-reps 6] [--inline-steps 60000] [--ray-steps 15360]
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _runkit as kit  # noqa: E402
@@ -45,6 +56,67 @@ def variants(inline_steps: int, ray_steps: int) -> dict[str, list[str]]:
         "Ray 2 ranks, watchdog on": ray,
         "Ray 2 ranks, watchdog off": [*ray, "watchdog.enabled=false"],
     }
+
+
+# ---------------------------------------------------------------- CPU of the runs' processes
+
+
+class TreeCPU:
+    """On a thread: every `interval_s`, the CPU seconds (user + system) used so far by every
+    process that has been a descendant of this one — the last value seen of one that has ended
+    kept — as a timeline of (epoch time, total). Runs follow each other, so a run's CPU over a
+    window is the timeline's difference across it."""
+
+    def __init__(self, interval_s: float = 0.2):
+        self.interval_s = interval_s
+        self.seen: dict[tuple[int, float], float] = {}  # (pid, create time) -> its CPU seconds
+        self.times: list[float] = []
+        self.totals: list[float] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.sample_until_stopped, name="tree-cpu", daemon=True)
+
+    def __enter__(self) -> TreeCPU:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+    def sample_until_stopped(self) -> None:
+        me = psutil.Process()
+        while not self.stopping.wait(self.interval_s):
+            for process in me.children(recursive=True):
+                try:
+                    with process.oneshot():
+                        cpu, key = process.cpu_times(), (process.pid, process.create_time())
+                except psutil.Error:
+                    continue
+                self.seen[key] = cpu.user + cpu.system
+            self.times.append(time.time())
+            self.totals.append(sum(self.seen.values()))
+
+    def at(self, when: float) -> float:
+        """The total at epoch time `when`, interpolated between the samples around it."""
+        i = bisect.bisect_left(self.times, when)
+        if i == 0 or i == len(self.times):
+            raise ValueError(f"{when} is outside the sampled span")
+        (t0, t1), (c0, c1) = self.times[i - 1 : i + 1], self.totals[i - 1 : i + 1]
+        return c0 + (c1 - c0) * (when - t0) / (t1 - t0)
+
+
+def cpu_per_step(run: dict, warmup: int, cpu: TreeCPU) -> float | None:
+    """CPU seconds of all the run's processes per env step, over the iterations after `warmup`
+    (the throughput's window: from the end of iteration `warmup` to the last one's, placed on the
+    clock by train.log's start-of-training line plus the metrics' training seconds)."""
+    if run["code"] != 0 or run["run_dir"] is None or len(run["metrics"]) <= warmup:
+        return None
+    start, _ = kit.train_log_times(Path(run["run_dir"]) / "train.log")
+    if start is None:
+        return None
+    first, last = run["metrics"][warmup - 1] if warmup else {"wall_s": 0.0, "global_step": 0}, run["metrics"][-1]
+    used = cpu.at(start + last["wall_s"]) - cpu.at(start + first["wall_s"])
+    return used / (last["global_step"] - first["global_step"])
 
 
 # ---------------------------------------------------------------- micro-benchmarks
@@ -126,10 +198,13 @@ def main() -> None:
     threads = {name: kit.placement_threads(CONFIG, o) for name, o in overrides.items()}
     inline = {name: o for name, o in overrides.items() if name.startswith("inline")}
     ray = {name: o for name, o in overrides.items() if not name.startswith("inline")}
-    runs = {
-        **kit.run_interleaved(CONFIG, inline, args.inline_reps, out, args.warmup),
-        **kit.run_interleaved(CONFIG, ray, args.reps, out, args.warmup),
-    }
+    with TreeCPU() as cpu:
+        runs = {
+            **kit.run_interleaved(CONFIG, inline, args.inline_reps, out, args.warmup),
+            **kit.run_interleaved(CONFIG, ray, args.reps, out, args.warmup),
+        }
+    for run in (r for rs in runs.values() for r in rs):
+        run["cpu_s_per_step"] = cpu_per_step(run, args.warmup, cpu)
     timings = micro()
     kit.write_json(
         out / "results.json",
@@ -166,6 +241,8 @@ def main() -> None:
             f"{med_on / med_off:.3f} | {verdict} |"
         )
     print()
+    print(cpu_table(runs))
+    print()
     print("Micro-benchmarks (this process, 1 torch thread, median of 7 interleaved rounds):\n")
     print("| what | per call |")
     print("|---|---|")
@@ -180,6 +257,32 @@ def main() -> None:
         f"every 0.5 s per worker, a watchdog poll "
         f"{timings['watchdog poll, 6 workers (store reads + checks)'] / 1000:.0f} µs every 0.25 s."
     )
+
+
+def cpu_table(runs: dict[str, list[dict]]) -> str:
+    """Markdown: CPU µs per env step of all the run's processes, on and off, and the per-pair ratio."""
+    lines = [
+        "| backend | CPU µs per env step, all processes: on, median (range) | off, median (range) | "
+        "on/off CPU ratio, median of pairs | per-pair ratios | watchdog's CPU share |",
+        "|---|---|---|---|---|---|",
+    ]
+    for backend in ("inline", "Ray 2 ranks"):
+        pairs = [
+            (a["cpu_s_per_step"], b["cpu_s_per_step"])
+            for a, b in zip(runs[f"{backend}, watchdog on"], runs[f"{backend}, watchdog off"])
+            if a.get("cpu_s_per_step") and b.get("cpu_s_per_step")
+        ]
+        if not pairs:
+            lines.append(f"| {backend} | no complete pair | | | | |")
+            continue
+        on, off = [1e6 * a for a, _ in pairs], [1e6 * b for _, b in pairs]
+        ratios = [a / b for a, b in pairs]
+        lines.append(
+            f"| {backend} | {kit.median(on):.1f} ({kit.spread(on)}) | {kit.median(off):.1f} ({kit.spread(off)}) | "
+            f"{kit.median(ratios):.3f} | {', '.join(f'{r:.3f}' for r in ratios)} | "
+            f"{100 * (1 - 1 / kit.median(ratios)):+.1f} % |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ import numpy as np
 from fleetrl.cluster.groups import WorkerGroup
 from fleetrl.cluster.layout import Lane, plan_lanes
 from fleetrl.observations import map_obs
-from fleetrl.trajectory import StepResult, Trajectory
+from fleetrl.step_result import StepResult
+from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker

@@ -1,7 +1,7 @@
-"""The data types of a rollout: what one env step returns (`StepResult`, NumPy, handed from the
-env to the rollout worker), the batch that flows from env ⇄ rollout to the actor (`Trajectory`:
-(T, N) tensors), and the buffer that records it step by step. They live here, not with any
-worker, so that env, rollout and collector share them without importing each other.
+"""The data types of a rollout: the batch that flows from env ⇄ rollout to the actor
+(`Trajectory`: (T, N) tensors), and the buffer that records it step by step from the env's
+outcomes (`StepResult`: step_result.py, torch-free for the env worker). They live here, not with
+any worker, so that rollout, actor and collector share them without importing each other.
 
 The buffer writes into NumPy arrays (an element assignment costs ~1 µs there, several in torch)
 and hands them out as zero-copy tensors.
@@ -16,25 +16,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fleetrl.observations import Observation, map_obs, obs_len
+from fleetrl.observations import Observation, map_obs
 from fleetrl.observations import zeros as obs_zeros
-
-
-@dataclass
-class StepResult:
-    obs: Observation  # next observation (first of the new episode where one ended)
-    reward: np.ndarray  # float32 (N,), normalised when env.normalize_reward
-    terminated: np.ndarray  # bool (N,)
-    truncated: np.ndarray  # bool (N,), and not terminated
-    truncated_index: np.ndarray  # int (K,) envs truncated this step
-    final_obs: Observation  # (K, *obs_shape) their last observations, for the bootstrap value
-
-    @classmethod
-    def initial(cls, obs: Observation) -> StepResult:
-        """The state after a reset, in the same shape as a step's outcome."""
-        count = obs_len(obs)
-        no = np.zeros(count, bool)
-        return cls(obs, np.zeros(count, np.float32), no, no, np.empty(0, np.int64), map_obs(lambda x: x[:0], obs))
+from fleetrl.step_result import StepResult
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The controller's heartbeat store: workers publish through real TCPStore clients; the
+"""The controller's heartbeat store: workers publish through their store client (plain Python, on the
+TCPStore wire protocol: watch/store_client.py) into a real TCPStore server; the
 controller reads whoever has published, before and after every worker has."""
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from fleetrl.errors import ConfigError
 from fleetrl.models.encoders import ObservationEncoder, TextEncoder
 from fleetrl.models.policy import Policy
 from fleetrl.observations import map_obs
-from fleetrl.trajectory import StepResult, Trajectory
+from fleetrl.step_result import StepResult
+from fleetrl.trajectory import Trajectory
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 from tests.image_envs import MISSIONS, expected_image

@@ -21,7 +21,10 @@ def test_seed_placement_trains_cartpole_on_two_simulated_nodes(tmp_path):
 def test_every_worker_sees_where_it_runs(tmp_path):
     """Placement variables and cluster.env_vars on every env rank; started with no PYTHONPATH (the
     nodes inherit the driver's environment: like most nodes `ray start` made), no process gets an
-    empty PYTHONPATH entry, which Python would read as its current directory."""
+    empty PYTHONPATH entry, which Python would read as its current directory. And an env worker's
+    process runs simulators only: its start-up (watching, heartbeats, the store client), every
+    call it answers and its close never load torch (~1.5 s of CPU per process, on the start-up
+    path; read at the env's close, after the run)."""
     probe = tmp_path / "probe"
     probe.mkdir()
     runs = tmp_path / "runs"
@@ -45,6 +48,9 @@ def test_every_worker_sees_where_it_runs(tmp_path):
     ).succeeded()
     python_paths = {path.stem: path.read_text() for path in probe.glob("*.path")}
     assert len(python_paths) == 3 and all("" not in p.split(os.pathsep) for p in python_paths.values()), python_paths
+    env_imports = [json.loads(path.read_text()) for path in probe.glob("*.torch")]
+    env_imports = [seen for seen in env_imports if seen["component"] == "env"]
+    assert len(env_imports) == 2 and all(seen["torch_modules"] == [] for seen in env_imports), env_imports
     seen = [json.loads(path.read_text()) for path in probe.glob("*.json")]
     # The preflight doctor builds one simulator in a probe process of the driver's (with
     # cluster.env_vars applied, but outside placement).

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from fleetrl.cluster.direct_exchange import DirectExchange
 from fleetrl.cluster.groups import Interrupted, RayGroup
 from fleetrl.cluster.layout import Lane
+from fleetrl.cluster.worker_host import nothing
 from fleetrl.collect import Exchange, QueuedCalls
 from fleetrl.errors import ConfigError
 from fleetrl.workers.env_worker import EnvWorker
@@ -169,10 +170,6 @@ def register_outcome_reads(graph) -> None:
     process (the report named the controller, not the dead env worker)."""
     for channel in graph._dag_output_fetcher._input_channels:
         channel.ensure_registered_as_reader()
-
-
-def nothing(worker_host) -> None:
-    """A call that does nothing (`finish_earlier_calls`)."""
 
 
 def unroll_for(steps: int, lanes: int) -> int:

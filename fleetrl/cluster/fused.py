@@ -32,7 +32,7 @@ from fleetrl.cluster.backend import Workers, close_envs
 from fleetrl.cluster.groups import InlineGroup, RayGroup
 from fleetrl.cluster.layout import FUSED, Layout, env_worker_args, fused_assignments
 from fleetrl.cluster.ray_backend import RayBackend, connect, join_actor_ranks, start_evaluator, watched
-from fleetrl.cluster.ray_cluster import FusedHost
+from fleetrl.cluster.worker_host import FusedHost
 from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_spaces

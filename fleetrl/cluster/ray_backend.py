@@ -4,8 +4,11 @@ Start-up order is the invariant that keeps errors cheap and everything watched: 
 first, over every worker the layout places (each one's start-up steps — its construction, the
 spaces, the process-group join — are watched phases, so a constructor that hangs is reported);
 then env workers, so the env's spaces are checked (`check_spaces`) before any learner is built;
-then actor and rollout workers (and the eval worker, when the run evaluates: a Ray actor of its
-own, so that its episodes run while training goes on); then the actor ranks' process group; last
+while the env worker answers `spaces`, the actor and rollout workers' processes start and import
+(cluster/worker_host.py: the processes first, the workers once the spaces are checked — their
+start-up no longer waits behind the env's); then the actor and rollout workers (and the eval
+worker, when the run evaluates: a Ray actor of its own, so that its episodes run while training
+goes on); then the actor ranks' process group; last
 the env ⇄ rollout exchange (a compiled graph where one can be built: cluster/compiled_exchange.py). `connect`,
 `start_evaluator` and `join_actor_ranks` are shared with the fused backend (cluster/fused.py).
 """
@@ -23,7 +26,7 @@ from fleetrl.cluster.compiled_exchange import choose_exchange
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.layout import Layout, env_worker_args
 from fleetrl.cluster.placement import EVAL, Assignment
-from fleetrl.cluster.ray_cluster import RayCluster
+from fleetrl.cluster.ray_cluster import RayCluster, build_workers
 from fleetrl.collect import Collector, CollectThenTrain, Iterations
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_spaces
@@ -53,16 +56,16 @@ class RayBackend(Backend):
         create = partial(cluster.create_group, watch=spec, interrupt=session.interrupt)
         env = create(placement.ranks("env"), EnvWorker, partial(env_worker_args, config, placement))
         undo.callback(close_envs, env)
-        spaces = env.get(env.call(0, EnvWorker.spaces))
-        check_spaces(config, *spaces)  # e.g. sac on discrete actions: a config error, nothing else started
+        spaces_future = env.call(0, EnvWorker.spaces)
+        # Meanwhile the learners' processes start and import (their constructors need the spaces)
+        start = partial(cluster.start_processes, watch=spec, interrupt=session.interrupt)
         workers = algorithm_spec(config.algorithm.name)
-        actor = create(placement.ranks("actor"), workers.actor, lambda rank: (config, *spaces, rank, world))
-        rollout = create(
-            placement.ranks("rollout"),
-            workers.rollout,
-            lambda rank: (config, *spaces),
-            factory=workers.rollout.from_config,
-        )
+        actor = start(placement.ranks("actor"), workers.actor)
+        rollout = start(placement.ranks("rollout"), workers.rollout, factory=workers.rollout.from_config)
+        spaces = env.get(spaces_future)
+        check_spaces(config, *spaces)  # e.g. sac on discrete actions: a config error, no learner built
+        build_workers(actor, lambda rank: (config, *spaces, rank, world))
+        build_workers(rollout, lambda rank: (config, *spaces))
         evaluator = start_evaluator(config, layout, create, undo)
         join_actor_ranks(cluster, actor)
         exchange = choose_exchange(

@@ -16,19 +16,18 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
-from fleetrl.cluster.direct_channels import DirectChannels
 from fleetrl.cluster.early_ray import take_early
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.isolated_nodes import IsolatedNodes
 from fleetrl.cluster.node_order import in_node_order
 from fleetrl.cluster.placement import Assignment
 from fleetrl.cluster.ray_loopback import set_ray_loopback
+from fleetrl.cluster.worker_host import WorkerHost, pack_step_results
 from fleetrl.cluster.worker_path import worker_python_path
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
-from fleetrl.parallel.net import free_port, is_loopback
-from fleetrl.watch.faults import FaultPlan
-from fleetrl.watch.host import RecordedCalls, WatchSpec, start_watching
+from fleetrl.parallel.net import is_loopback
+from fleetrl.watch.host import WatchSpec
 from fleetrl.watch.node_loss import RAYLET_VARIABLE
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import expire_after
@@ -36,50 +35,6 @@ from fleetrl.watch.teardown import kill_own_children
 
 log = logging.getLogger("fleetrl")
 Deadline = Callable[[float, str], contextlib.AbstractContextManager]  # WatchSession.deadline
-
-
-class WorkerHost:
-    """The Ray actor around one worker: sets up its process (threads, flight recorder, stack
-    dumps), builds the worker as the watched start-up step `<component>.construct` (an env
-    constructor that hangs is a `startup_timeout` naming it), then runs the controller's method
-    calls as recorded phases."""
-
-    def __init__(self, threads: int, factory: Callable, args: tuple, assignment: Assignment, watch: WatchSpec):
-        import torch
-
-        torch.set_num_threads(threads)
-        pack_step_results()
-        recorder = start_watching(assignment.component, assignment.rank, assignment.node, watch)
-        with recorder.in_phase(f"{assignment.component}.construct"):
-            self.run = self.build(factory, args, assignment, recorder, watch)
-        self.channels = DirectChannels(self.call, (assignment.component, assignment.rank))
-
-    @staticmethod
-    def build(factory: Callable, args: tuple, assignment: Assignment, recorder, watch: WatchSpec) -> Callable:
-        """The callable that runs `call(method, *args)`: here one worker's RecordedCalls."""
-        faults = FaultPlan(watch.fault, assignment.component, assignment.rank)
-        return RecordedCalls(factory(*args), assignment.component, assignment.rank, recorder, faults)
-
-    def call(self, method_name: str, *args):
-        """Run the worker's method `method_name` (cluster/groups.py derives it from the method)."""
-        return self.run(method_name, *args)
-
-    def direct(self, operation: str, *args):
-        """Run `operation` of this worker's direct env⇄rollout channels (cluster/direct_channels.py)."""
-        return getattr(self.channels, operation)(*args)
-
-    def free_port(self, address: str) -> int:
-        """A TCP port that is free on this worker's node (for a rendezvous hosted here)."""
-        return free_port(address)
-
-
-class FusedHost(WorkerHost):
-    """The Ray actor around one fused rank (cluster/fused.py): `factory(*args, recorder,
-    fault_spec)` builds it, and it runs each call under its component's own RecordedCalls."""
-
-    @staticmethod
-    def build(factory: Callable, args: tuple, assignment: Assignment, recorder, watch: WatchSpec) -> Callable:
-        return factory(*args, recorder, watch.fault)
 
 
 class RayCluster:
@@ -128,12 +83,27 @@ class RayCluster:
         args_for_rank: Callable[[int], tuple],
         watch: WatchSpec,
         interrupt: threading.Event,
+        **options,
+    ) -> RayGroup:
+        """`start_processes(...)` (`options`: its own), each process then building its worker from
+        `args_for_rank(rank)` (`build_workers`); a group of `worker_class` workers."""
+        group = self.start_processes(assignments, worker_class, watch, interrupt, **options)
+        build_workers(group, args_for_rank)
+        return group
+
+    def start_processes(
+        self,
+        assignments: Sequence[Assignment],
+        worker_class: type,
+        watch: WatchSpec,
+        interrupt: threading.Event,
         factory: Callable | None = None,
         host_class: type = WorkerHost,
         prefix: str = "",
     ) -> RayGroup:
-        """One `host_class` Ray actor per assignment, each building `factory(*args_for_rank(rank))`
-        (by default `worker_class(...)`); a group of `worker_class` workers."""
+        """One `host_class` Ray actor per assignment, set up and watched, with the worker class's
+        imports done, but no worker yet: `build_workers` builds each, `factory(*args)` (by
+        default `worker_class(*args)`), once the arguments are known (cluster/worker_host.py)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -148,9 +118,7 @@ class RayCluster:
                     scheduling_strategy=strategy,
                     runtime_env={"env_vars": env_vars},
                     name=f"fleetrl-{assignment.component}-{assignment.rank}-{os.getpid()}",
-                ).remote(
-                    assignment.cpu_threads, factory or worker_class, args_for_rank(assignment.rank), assignment, watch
-                )
+                ).remote(assignment.cpu_threads, factory or worker_class, assignment, watch)
             )
         self.workers.extend(zip(assignments, handles))
         return RayGroup(assignments, handles, worker_class, interrupt, prefix)
@@ -230,19 +198,11 @@ class RayCluster:
             self.started = None
 
 
-def pack_step_results() -> None:
-    """Send env outcomes between this process and the others as one pickle. Ray serialises a
-    dataclass of numpy arrays array by array, each out of band: a `StepResult` of 4 CartPole
-    envs (6 arrays) cost ~50 µs to serialise against ~18 µs in one pickle, and as much again to
-    read back, at every env ⇄ rollout exchange (benchmarks/exchange_overhead.py). Registered in
-    the driver and in every worker process (Ray's serialisers are per process)."""
-    import pickle
-
-    import ray
-
-    from fleetrl.trajectory import StepResult
-
-    ray.util.register_serializer(StepResult, serializer=pickle.dumps, deserializer=pickle.loads)
+def build_workers(group: RayGroup, args_for_rank: Callable[[int], tuple]) -> None:
+    """Build each rank's worker in the process `start_processes` started; not waited for: a
+    failure is raised by the rank's next call (`WorkerHost.start`)."""
+    for assignment, handle in zip(group.assignments, group.handles):
+        handle.start.remote(args_for_rank(assignment.rank))
 
 
 def joins_loopback(ray_address: str) -> bool:

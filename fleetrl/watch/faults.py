@@ -28,8 +28,6 @@ import os
 import signal
 import time
 
-import torch
-
 from fleetrl.errors import ConfigError, nearest
 
 KINDS = (
@@ -158,6 +156,8 @@ def block_in_forward(worker) -> None:
 
 def inject_extra_collective() -> None:
     """After the method: one all_reduce more than the other ranks make."""
+    import torch  # here, not at the top: an env worker imports this module and never needs torch
+
     from fleetrl.parallel import reduce
 
     reduce.all_reduce_sum(torch.zeros(7))

@@ -66,11 +66,9 @@ class StackAnswerer:
 
 def connect_answerer(host: str, port: int, component: str, rank: int) -> StackAnswerer:
     """Worker side: an answerer on a connection of its own to the heartbeat store."""
-    from torch.distributed import TCPStore
+    from fleetrl.watch.store_client import StoreClient
 
-    from fleetrl.watch.store import CONNECT_TIMEOUT
-
-    return StackAnswerer(TCPStore(host, port, is_master=False, timeout=CONNECT_TIMEOUT), component, rank)
+    return StackAnswerer(StoreClient(host, port), component, rank)
 
 
 @dataclass(frozen=True)

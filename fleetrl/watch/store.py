@@ -3,25 +3,24 @@ it watches itself in-process (a `Trainer` used as a library).
 
 A `torch.distributed.TCPStore` server (its network thread needs no GIL; it listens on every
 interface) holds the heartbeats of every worker in one place that survives whichever worker dies.
-Workers connect as clients with a short timeout.
+Workers connect as clients with a short timeout, through a client in plain Python
+(`store_client.py`): a worker process never imports torch for its heartbeats.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
-
-from torch.distributed import TCPStore
 
 from fleetrl.watch.flight_recorder import heartbeat_key
-
-CONNECT_TIMEOUT = timedelta(seconds=10)
+from fleetrl.watch.store_client import CONNECT_TIMEOUT, StoreClient
 
 
 class HeartbeatStore:
     """Controller side: hosts the store and reads the workers' latest records."""
 
     def __init__(self, host: str):
+        from torch.distributed import TCPStore  # here: a worker imports this module, torch-free
+
         self.host = host
         self.server = TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=CONNECT_TIMEOUT)
         self.port = self.server.port
@@ -44,6 +43,6 @@ class HeartbeatStore:
 
 def connect_publisher(host: str, port: int, component: str, rank: int):
     """Worker side: a publish function writing this worker's heartbeat into the controller's store."""
-    client = TCPStore(host, port, is_master=False, timeout=CONNECT_TIMEOUT)
+    client = StoreClient(host, port, CONNECT_TIMEOUT)
     key = heartbeat_key(component, rank)
     return lambda payload: client.set(key, payload)

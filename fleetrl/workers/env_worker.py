@@ -15,7 +15,7 @@ from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.make import make_vector_env
 from fleetrl.envs.normalize import RewardNormalizer, observation_normalizer
 from fleetrl.observations import map_obs, obs_len, stack_obs
-from fleetrl.trajectory import StepResult
+from fleetrl.step_result import StepResult
 
 ASYNC_CLOSE_TIMEOUT_S = 5.0  # an async vector env's subprocesses get this long to answer a pending call at close
 

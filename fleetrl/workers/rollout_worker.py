@@ -21,7 +21,8 @@ from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.seeds import ROLLOUT_NOISE, rank_seed
-from fleetrl.trajectory import StepResult, Trajectory, TrajectoryBuffer
+from fleetrl.step_result import StepResult
+from fleetrl.trajectory import Trajectory, TrajectoryBuffer
 
 
 def rollout_seed(seed: int, rank: int) -> int:

@@ -20,7 +20,7 @@ import torch
 from fleetrl.algos.sac import SACWeights
 from fleetrl.config.schema import Config
 from fleetrl.models.sac_networks import SquashedGaussianActor, build_sac_actor
-from fleetrl.trajectory import StepResult
+from fleetrl.step_result import StepResult
 from fleetrl.workers.rollout_worker import RolloutWorker, process_rollout_rank, rollout_seed
 
 
