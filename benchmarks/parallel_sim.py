@@ -2,8 +2,9 @@
 (`fleetrl/BurnCPU-v0`: CartPole plus `--step-cpu-ms` of computing per env step) inline against 2 env
 workers on 2 simulated nodes (`cluster.simulate_nodes: 2`, one env rank per node, the actor and
 rollout on node 0, `rollout.pipeline_stage_num: 2`), and the seed report's layout on plain CartPole
-(`configs/ppo_cartpole_2nodes.yaml`) against the same job inline; variants rotating order each
-repetition, ratios of medians.
+(`configs/ppo_cartpole_2nodes.yaml`) against the same job inline, each distributed variant through
+the default exchange (the compiled graph) and `cluster.exchange: direct`; variants rotating order
+each repetition, ratios of medians.
 
 Both burn variants step the same 16 envs: inline, one process steps all of them one after another;
 on Ray each env worker steps 8, in two pipeline stages of 4. The update is kept small (1 epoch) so
@@ -34,6 +35,7 @@ TWO_ENV_NODES = [
     "cluster.component_placement={actor: 0, rollout: 0, env: 0-1}",
     "rollout.pipeline_stage_num=2",
 ]
+DIRECT = "cluster.exchange=direct"  # the variants beside the default (auto: the compiled graph)
 # The seed layout's job with everything in one process (one actor rank: inline has no DDP).
 SEED_INLINE = [
     "cluster.backend=inline",
@@ -46,12 +48,20 @@ SEED_INLINE += ["cluster.component_placement={actor: 0, rollout: 0, env: 0}", "r
 
 def burn_variants(step_cpu_ms: float, steps: int) -> dict[str, list[str]]:
     job = [*COMMON, *BURN_JOB, f"env.kwargs={{step_cpu_ms: {step_cpu_ms}}}", f"runner.total_env_steps={steps}"]
-    return {"burn, inline": [*job, "cluster.backend=inline"], "burn, 2 env workers on 2 nodes": [*job, *TWO_ENV_NODES]}
+    return {
+        "burn, inline": [*job, "cluster.backend=inline"],
+        "burn, 2 env workers on 2 nodes": [*job, *TWO_ENV_NODES],
+        "burn, 2 env workers on 2 nodes, direct": [*job, *TWO_ENV_NODES, DIRECT],
+    }
 
 
 def seed_variants(steps: int) -> dict[str, list[str]]:
     job = [*COMMON, f"runner.total_env_steps={steps}"]
-    return {"CartPole, inline": [*job, *SEED_INLINE], "CartPole, seed layout (2 nodes)": job}
+    return {
+        "CartPole, inline": [*job, *SEED_INLINE],
+        "CartPole, seed layout (2 nodes)": job,
+        "CartPole, seed layout (2 nodes), direct": [*job, DIRECT],
+    }
 
 
 def collect_rate(run: dict) -> float:
@@ -115,9 +125,11 @@ def main() -> None:
     print()
     print("| ratio | env steps/s (ratio of medians) | collect only | per repetition | |")
     print("|---|---|---|---|---|")
-    print(ratio_line(runs, "burn, 2 env workers on 2 nodes", "burn, inline", 1.6))
+    for fast in ("burn, 2 env workers on 2 nodes", "burn, 2 env workers on 2 nodes, direct"):
+        print(ratio_line(runs, fast, "burn, inline", 1.6))
     if seed:
-        print(ratio_line(runs, "CartPole, seed layout (2 nodes)", "CartPole, inline", 0.5))
+        for fast in ("CartPole, seed layout (2 nodes)", "CartPole, seed layout (2 nodes), direct"):
+            print(ratio_line(runs, fast, "CartPole, inline", 0.5))
 
 
 if __name__ == "__main__":
