@@ -77,13 +77,19 @@ def read_records(folder: Path) -> dict:
 
 
 def wait_for(folder: Path, ready, what: str) -> dict:
+    """The ranks' records once `ready(records)`; a rank that has not published its first record
+    yet (its process still starting) is not ready."""
     deadline = time.monotonic() + WAIT_S
+    records = None
     while time.monotonic() < deadline:
-        records = read_records(folder)
-        if ready(records):
+        try:
+            records = read_records(folder)
+        except FileNotFoundError:
+            records = None
+        if records is not None and ready(records):
             return records
         time.sleep(0.05)
-    raise AssertionError(f"after {WAIT_S} s the records still do not show {what}: {read_records(folder)}")
+    raise AssertionError(f"after {WAIT_S} s the records still do not show {what}: {records}")
 
 
 def in_flight(record: dict) -> bool:
