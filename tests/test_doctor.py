@@ -36,6 +36,8 @@ from fleetrl.doctor.context import Context
 from fleetrl.doctor.disk import check_directory
 from fleetrl.doctor.handshake import run_handshake
 from fleetrl.doctor.interfaces import interfaces
+from fleetrl.doctor.processes import RESULT
+from fleetrl.parallel.net import free_port
 from tests.support import fill, fleetrl, mounted_tmpfs, own_children
 
 MIB = 1024**2
@@ -341,6 +343,61 @@ class TestGlooHandshake:
         assert "0.7 x the doctor's --handshake-timeout" in result.detail
         assert "Unable to find address for: nosuch0" in result.detail
         assert not own_children()
+
+    def test_a_rank_failing_before_any_watch_reached_the_store_still_stops_its_peer(self):
+        """The race CI met on the isolated nodes: rank 0's first connect failed the instant the
+        rendezvous ended, before its own watch or its peer's had connected to the store; rank 0
+        left, and rank 1 sat in connectFullMesh until the deadline. Here rank 0 fails as soon as
+        its store exists, and rank 1's watch starts only after that (torch already imported,
+        so the start is a connect): rank 1 must still stop, naming rank 0."""
+        port = free_port("127.0.0.1")
+        rank_0 = subprocess.Popen(
+            [sys.executable, "-c", PEER_WATCH_RANK_0, str(port)], stdout=subprocess.PIPE, text=True
+        )
+        rank_1 = subprocess.Popen(
+            [sys.executable, "-c", PEER_WATCH_RANK_1, str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert rank_1.stdout.readline() == "ready\n"
+            assert rank_0.stdout.readline() == "failing\n"
+            rank_1.stdin.write("watch\n")
+            rank_1.stdin.flush()
+            told, _ = rank_1.communicate(timeout=60)  # it sleeps 120 s unless its watch stops it
+            left, _ = rank_0.communicate(timeout=60)
+        finally:
+            for process in (rank_0, rank_1):
+                process.kill()
+                process.wait()
+        assert rank_1.returncode == 1, told
+        assert RESULT + json.dumps({"ok": False, "rank": 1, "error": "stopped waiting: rank 0 failed"}) in told
+        assert rank_0.returncode == 0 and left == "told\n", left
+
+
+PEER_WATCH_RANK_0 = """
+import datetime, sys
+import torch.distributed as dist
+from fleetrl.doctor.peer_failure import PeerWatch
+port = int(sys.argv[1])
+timeout = datetime.timedelta(seconds=60)
+store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timeout)
+watch = PeerWatch("127.0.0.1", port, 0, 2, 60)
+print("failing", flush=True)
+watch.failed()  # at once: its watch has not connected yet, nor has rank 1's
+print("told" if store.add("fleetrl-doctor/known", 0) == 2 else "left untold", flush=True)
+"""
+
+PEER_WATCH_RANK_1 = """
+import sys, time
+import torch.distributed
+from fleetrl.doctor.peer_failure import PeerWatch
+print("ready", flush=True)
+sys.stdin.readline()
+PeerWatch("127.0.0.1", int(sys.argv[1]), 1, 2, 60)
+time.sleep(120)  # as a rank in connectFullMesh whose peer will never connect
+"""
 
 
 # ---- a live Ray cluster: joining, all pairs of nodes, feasibility --------------------------------

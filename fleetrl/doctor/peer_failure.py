@@ -10,8 +10,12 @@ if it has one, is the better story) and says which rank failed.
 torch's tcp:// rendezvous store lives in rank 0's process: rank 0 stays until every rank has
 counted itself done (`DONE_KEY`), so a store that goes away before a rank is done means the
 process hosting it ended without finishing the handshake — the same news. A failed rank waits
-(at most `GRACE_S`) until every rank knows the handshake failed (`KNOWN_KEY`: told, or failed
-itself), so that the others can name it rather than only see the store go.
+(at most `LINGER_S`) until every rank knows the handshake failed (`KNOWN_KEY`: told, or failed
+itself), so that the others can name it rather than only see the store go. A rank can fail the
+instant its rendezvous ends (its first connect refused: "Network is unreachable"), before its
+watch has connected to the store and before its peers' watches have: it then connects to tell
+them (within `CONNECT_S`), and stays while they connect, so a peer whose watch had not yet reached
+the store does not sit in connectFullMesh until its own timeout.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ DONE_KEY = "fleetrl-doctor/done"
 KNOWN_KEY = "fleetrl-doctor/known"
 POLL_S = 0.2
 GRACE_S = 2.0  # a rank failing on its own in this time reports its own error, not its peer's
+CONNECT_S = 5.0  # a failed rank's wait for its watch to reach the store it has just rendezvoused at
+LINGER_S = 15.0  # a failed rank's wait for its peers' watches to read its failure (a loaded host's start-up)
 
 
 class PeerWatch:
@@ -39,6 +45,7 @@ class PeerWatch:
     def __init__(self, host: str, port: int, rank: int, world_size: int, timeout_s: float):
         self.address, self.rank, self.world_size, self.timeout_s = f"{host}:{port}", rank, world_size, timeout_s
         self.settled = threading.Event()  # this rank has its own outcome: nothing to stop any more
+        self.passed = threading.Event()  # ... and it passed: no failure to tell, no store to reach
         self.connected = threading.Event()
         self.lock = threading.Lock()  # the store client is shared with the rank's main thread
         self.store = None
@@ -47,7 +54,7 @@ class PeerWatch:
     def watch(self, host: str, port: int) -> None:
         import torch.distributed as dist
 
-        if not listening(host, port, self.timeout_s, self.settled):
+        if not listening(host, port, self.timeout_s, self.passed):
             return  # the rank's own join meets the same store and reports on it
         try:  # (TCPStore's own connect holds the GIL while it retries: the rank would stall on it)
             timeout = datetime.timedelta(seconds=self.timeout_s)
@@ -70,11 +77,12 @@ class PeerWatch:
             return
 
     def failed(self) -> None:
-        """This rank failed: tell the others (if the store can still be reached)."""
+        """This rank failed: tell the others (if the store can be reached), and wait (at most
+        `LINGER_S`) until every rank knows."""
         self.settled.set()
-        if not self.connected.is_set():
-            return
-        deadline = time.monotonic() + GRACE_S
+        if not self.connected.wait(CONNECT_S):
+            return  # no store (the rendezvous itself failed): the peers' own joins report on it
+        deadline = time.monotonic() + LINGER_S
         try:
             with self.lock:
                 self.store.add(KNOWN_KEY, 1)
@@ -88,6 +96,7 @@ class PeerWatch:
         """This rank passed; rank 0 (the store's host) waits, at most `GRACE_S`, for all to be
         done (a rank still returning from the all_reduce when the store goes waits out its grace)."""
         self.settled.set()
+        self.passed.set()
         if not self.connected.wait(GRACE_S):
             return
         deadline = time.monotonic() + GRACE_S
