@@ -148,7 +148,12 @@ def ppo_loss(
 
 def normalised(advantages: torch.Tensor, normalise: bool) -> torch.Tensor:
     """Advantages shifted and scaled to mean 0, std 1 with their own statistics (when `normalise`)."""
-    return (advantages - advantages.mean()) / (advantages.std() + 1e-8) if normalise else advantages
+    return standardised(advantages, advantages.mean(), advantages.std()) if normalise else advantages
+
+
+def standardised(values: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """`values` shifted by `mean` and scaled by `std` (guarded against a zero std)."""
+    return (values - mean) / (std + 1e-8)
 
 
 def kl_and_clipped(log_ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
@@ -268,7 +273,7 @@ def ppo_update(
             part = batch[index.to(device)]
             advantages = part.advantages
             if normalise:
-                advantages = normalised(advantages, True) if whole else (advantages - means[k]) / (stds[k] + 1e-8)
+                advantages = normalised(advantages, True) if whole else standardised(advantages, means[k], stds[k])
         loss, loss_parts, log_ratio = ppo_loss(loss_path.module, part, advantages, config, clip_coef, reduce)
         parts.append(loss_parts)
         weights.append(len(part) if whole else 1)
