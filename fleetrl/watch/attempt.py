@@ -20,6 +20,7 @@ import psutil
 
 from fleetrl.checkpoint import list_checkpoints, newest_intact
 from fleetrl.cluster.isolated_nodes import sweep_stale
+from fleetrl.config.schema import Config
 from fleetrl.controller import Orders
 from fleetrl.watch import link
 from fleetrl.watch.judgement import on_watcher_clock
@@ -47,6 +48,14 @@ def is_readable(record) -> bool:
 
 def signal_name(code: int) -> str:
     return signal.Signals(code - 128).name
+
+
+def kill_run_tree(config: Config) -> None:
+    """Every process the run started; with an isolated simulation also its namespaces, links and
+    folder, which outlive the processes killed. Both the end of an attempt and a second Ctrl-C."""
+    kill_own_children()
+    if config.cluster.simulate_isolation == "namespaces":
+        sweep_stale()
 
 
 class Attempt:
@@ -107,9 +116,7 @@ class Attempt:
         finally:
             if self.watchdog is not None:
                 self.watchdog.stop()
-            kill_own_children()
-            if self.config.cluster.simulate_isolation == "namespaces":  # they outlive the processes killed
-                sweep_stale()
+            kill_run_tree(self.config)
             (self.run_dir / WATCH_FILE).unlink(missing_ok=True)
 
     def next_incident(self, code: int | None) -> Incident | None:
@@ -243,7 +250,7 @@ class Attempt:
 
         def give_up() -> None:
             log.error("the incident response did not finish within %g s: exiting without it", bound)
-            kill_own_children()
+            kill_run_tree(self.config)
             os._exit(code)
 
         with expire_after(bound, give_up):

@@ -5,7 +5,7 @@ It decides the run directory, hosts the heartbeat store, starts the controller (
 controller.py) as its child in a process group of its own (a terminal's Ctrl-C reaches only the
 supervisor) and watches it from its first instant, then the workers the controller publishes
 (watch/link.py). It is a child subreaper: Ray's daemons orphaned by a killed controller become
-its children, so its teardown (`kill_own_children`) is complete whatever state the controller is
+its children, so its teardown (`attempt.kill_run_tree`) is complete whatever state the controller is
 in. Every incident — seen by its watchdog, sent by the controller, or the controller's own death —
 is reported here (watch/respond.py) and ends the whole tree; with `runner.max_restarts` the
 controller is then started again from the newest intact checkpoint (watch/restarts.py).
@@ -29,10 +29,9 @@ from pathlib import Path
 
 from fleetrl.checkpoint import newest_intact
 from fleetrl.config.schema import Config
-from fleetrl.watch.attempt import Attempt, closing_message
+from fleetrl.watch.attempt import Attempt, closing_message, kill_run_tree
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
 from fleetrl.watch.restarts import Restart, RestartPolicy
-from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident
 
 log = logging.getLogger("fleetrl")
@@ -70,7 +69,7 @@ class Supervisor:
         self.signals.append(signum)
         if len(self.signals) > 1:
             print(f"fleetrl: second {signal.Signals(signum).name}: stopping now", file=sys.stderr, flush=True)
-            kill_own_children()
+            kill_run_tree(self.config)  # (an isolated simulation's namespaces too: none left for the next start)
             print(closing_message(self.run_dir, 128 + self.signals[0]), file=sys.stderr, flush=True)
             os._exit(128 + self.signals[0])
 
