@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from fleetrl.cluster.isolated_nodes import IsolatedNodes, sweep_stale
 from tests.incidents import assert_incident, fault
 from tests.isolation import (
     TWO_ISOLATED_NODES,
+    controller_of,
     fill_node_tmp,
     isolated_drivers,
     leftovers,
@@ -116,7 +118,6 @@ def run_pid(run) -> int:
     return int(line.split(" in fleetrl-")[1].split("-")[0])
 
 
-@pytest.mark.slow
 def test_a_killed_remote_worker_is_worker_died_and_its_nodes_are_removed(tmp_path):
     """SIGKILL of node 1's env rank on its first step: the cause names it, and the incident's
     teardown removes both namespaced nodes."""
@@ -255,7 +256,6 @@ def test_node_1_advertising_an_unroutable_address_is_peer_unreachable_naming_bot
     assert waited < 60, summary  # a loaded host's margin; the connect fails at once
 
 
-@pytest.mark.slow  # 170 s here at a load average of 16-35 (572 s before its config was tuned): over CI budget
 def test_seed_placement_trains_cartpole_to_475_on_two_isolated_nodes(tmp_path):
     """The seed report's layout scaled to CPU slots (actor 0-1 and rollout 0 on node 0, env 2-3
     on node 1), each node in its own namespaces: trained to the target, nothing left behind."""
@@ -264,6 +264,7 @@ def test_seed_placement_trains_cartpole_to_475_on_two_isolated_nodes(tmp_path):
         "configs/ppo_cartpole_2nodes.yaml",
         "runner.tensorboard=false",
         "cluster.simulate_isolation=namespaces",
+        "cluster.exchange=direct",
         runs=tmp_path,
         timeout=900,
     ).succeeded()
@@ -289,7 +290,34 @@ def test_node_1_gloo_on_loopback_is_named_by_the_doctor_run_on_node_1(tmp_path, 
     assert next(line for line in node0 if "network.advertised_address" in line).startswith("PASS"), node0
 
 
-@pytest.mark.slow
+def test_a_second_ctrl_c_stops_at_once_and_removes_the_namespaces_itself(tmp_path):
+    """Ctrl-C twice while an isolated run trains, its controller stopped (SIGSTOP) so the first
+    cannot finish: the second stops at once (exit 130, every process killed) and removes the
+    namespaces, links and folder, which outlive processes, itself: none left for the next start."""
+    before = namespaced_pids()
+    with Fleetrl(
+        "train",
+        "configs/ppo_cartpole.yaml",
+        f"runner.run_dir={tmp_path}",
+        *TWO_ISOLATED_NODES,
+        "runner.total_env_steps=10000000",
+        "--skip-doctor",
+        runs=tmp_path,
+    ) as running:
+        wait_for_output(running, "| steps ", timeout_s=300)
+        controller = controller_of(running)
+        controller.suspend()  # the first Ctrl-C's clean stop cannot finish (the watchdog's verdict is 5 s away)
+        running.process.send_signal(signal.SIGINT)
+        wait_for_output(running, "asking the controller to checkpoint and stop", timeout_s=30)
+        running.process.send_signal(signal.SIGINT)
+        run = running.finish(timeout=60)
+    assert run.code == 130, run.stderr[-3000:]
+    assert "fleetrl: second SIGINT: stopping now" in run.stderr, run.stderr[-3000:]
+    assert run.hang_report is None, run.hang_report["summary"]
+    assert not controller.is_running()
+    assert leftovers(controller.pid, before) == []
+
+
 def test_what_a_killed_controller_left_is_swept_by_the_next_start(tmp_path):
     """`kill -9` of `fleetrl train` (and of every process it started) mid-run leaves its
     namespaces, links and folder, which outlive processes; the next isolated start removes them."""
@@ -304,9 +332,10 @@ def test_what_a_killed_controller_left_is_swept_by_the_next_start(tmp_path):
         runs=tmp_path,
     ) as running:
         wait_for_output(running, "| steps ", timeout_s=300)
+        controller = controller_of(running).pid
         running.kill()
-    left = leftovers(running.process.pid, before)
-    assert f"fleetrl-{running.process.pid}-n1" in left, left
+    left = leftovers(controller, before)
+    assert f"fleetrl-{controller}-n1" in left, left
     swept = sweep_stale()  # (a veth may go with its namespace before it is named here)
-    assert {f"fleetrl-{running.process.pid}-n0", f"fleetrl-{running.process.pid}-n1"} <= set(swept), swept
-    assert leftovers(running.process.pid, before) == []
+    assert {f"fleetrl-{controller}-n0", f"fleetrl-{controller}-n1"} <= set(swept), swept
+    assert leftovers(controller, before) == []
