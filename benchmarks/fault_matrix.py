@@ -10,7 +10,10 @@ are listed with why. Controller cells signal the controller process from here (S
 SIGSTOP): at start-up once it has run 2 s, in steady state once 3 iterations are logged.
 
     .venv/bin/python benchmarks/fault_matrix.py [--backend ray] [--when first_call] [--where env]
-        [--kind hang] [--timeout 240]
+        [--kind hang] [--timeout 240] [--set cluster.exchange=direct ...]
+
+`--set KEY=VALUE` adds an override to every cell's run (a setting the matrix should hold under,
+such as another env⇄rollout exchange).
 
 Writes benchmarks/results/fault_matrix-<time>/results.json and table.md (and prints the table).
 `--report DIR...` runs nothing: it prints the table of every cell from the runs those results
@@ -73,9 +76,9 @@ def signal_when_due(cell: Cell, driver: subprocess.Popen, parent: Path, deadline
     return None
 
 
-def run_cell(cell: Cell, parent: Path, timeout: float) -> dict:
+def run_cell(cell: Cell, parent: Path, timeout: float, extra: list[str]) -> dict:
     parent.mkdir(parents=True, exist_ok=True)
-    command = [*kit.FLEETRL, "train", CONFIG, f"runner.run_dir={parent}", *cell.overrides]
+    command = [*kit.FLEETRL, "train", CONFIG, f"runner.run_dir={parent}", *cell.overrides, *extra]
     started = time.time()
     with open(parent / "stderr.txt", "w") as stderr:
         driver = subprocess.Popen(
@@ -192,6 +195,7 @@ def main() -> None:
     parser.add_argument("--kind", choices=KINDS)
     parser.add_argument("--timeout", type=float, default=240.0, help="per cell: no incident by then is a miss")
     parser.add_argument("--report", nargs="+", type=Path, help="results folders to tabulate, running nothing")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every cell")
     args = parser.parse_args()
     cells = select(all_cells(), backend=args.backend, when=args.when, where=args.where, kind=args.kind)
     if args.report:
@@ -203,7 +207,7 @@ def main() -> None:
     feasible = [cell for cell in cells if not cell.infeasible]
     for number, cell in enumerate(feasible, 1):
         kit.log(f"{number}/{len(feasible)}: {cell.name}")
-        run = run_cell(cell, out / cell.name.replace("/", "-"), args.timeout)
+        run = run_cell(cell, out / cell.name.replace("/", "-"), args.timeout, args.set)
         runs[cell.name] = run
         kit.log(
             f"  {verdict(cell, run)}: {run['cause']} {run['culprit']} (expected {cell.cause} {list(cell.culprit)}), "
@@ -214,7 +218,8 @@ def main() -> None:
     right = sum(verdict(c, runs.get(c.name)) == "right" for c in feasible)
     header = (
         f"Machine: {kit.machine_line(info)}\n\nCommand: `.venv/bin/python benchmarks/fault_matrix.py "
-        + " ".join(f"--{k} {v}" for k, v in vars(args).items() if v is not None and k != "timeout")
+        + " ".join(f"--{k} {v}" for k, v in vars(args).items() if v is not None and k not in ("timeout", "set"))
+        + "".join(f" --set {override}" for override in args.set)
         + f"`; {right}/{len(feasible)} feasible cells right, {len(cells) - len(feasible)} infeasible\n\n"
     )
     (out / "table.md").write_text(header + text + "\n")
