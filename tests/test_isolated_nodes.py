@@ -265,6 +265,9 @@ def test_seed_placement_trains_cartpole_to_475_on_two_isolated_nodes(tmp_path):
         "runner.tensorboard=false",
         "cluster.simulate_isolation=namespaces",
         "cluster.exchange=direct",
+        # a loaded host's margin: this test is about training, and at a load average of 50-80 on 2
+        # cores a remote env's heartbeat thread once went 5 s (the default timeout) without a turn
+        "watchdog.heartbeat_timeout_s=20",
         runs=tmp_path,
         timeout=900,
     ).succeeded()
