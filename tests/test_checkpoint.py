@@ -289,8 +289,10 @@ def test_failed_resume_leaves_no_process_behind(tmp_path):
     pruned it), the trainer fails before starting any simulator (async: one subprocess per
     env) rather than leaving them running."""
     runs = tmp_path / "runs"
-    Trainer(load_config(CARTPOLE, [*SMALL, f"runner.run_dir={runs}"]), live_progress=False).train()
+    three_iterations = "runner.total_env_steps=192"  # 4 envs x 16 steps each: a checkpoint at the third
+    Trainer(load_config(CARTPOLE, [*SMALL, three_iterations, f"runner.run_dir={runs}"]), live_progress=False).train()
     (run_dir,) = runs.iterdir()
+    assert list_checkpoints(run_dir)
     config = load_config(CARTPOLE, [*SMALL, "env.vectorization=async", f"runner.resume={run_dir}"])
     for checkpoint in list_checkpoints(run_dir):
         checkpoint.unlink()
