@@ -36,7 +36,7 @@ import psutil
 
 from fleetrl.cluster.worker_path import NODE_PATHS_VARIABLE, node_paths
 from fleetrl.parallel.net import free_port
-from fleetrl.watch.teardown import kill_tree
+from fleetrl.watch.teardown import kill_tree, wait_ended
 
 log = logging.getLogger("fleetrl")
 
@@ -315,7 +315,7 @@ def delete_netns(netns: str) -> None:
     for pid in found:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
-    psutil.wait_procs([p for p in map(existing, found) if p is not None], timeout=10)
+    wait_ended([p for p in map(existing, found) if p is not None], timeout_s=10)
     ip("netns", "del", netns, check=False)
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 
 import psutil
+
+POLL_S = 0.05
 
 
 def kill_tree(pid: int, include_root: bool = True, timeout_s: float = 5.0) -> list[int]:
@@ -18,8 +22,34 @@ def kill_tree(pid: int, include_root: bool = True, timeout_s: float = 5.0) -> li
     for process in victims:
         with contextlib.suppress(psutil.Error):
             process.kill()
-    psutil.wait_procs(victims, timeout=timeout_s)
+    wait_ended(victims, timeout_s)
     return [p.pid for p in victims]
+
+
+def wait_ended(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Until each of `processes` has ended (at most `timeout_s`); those still running. A zombie
+    has ended: our own are reaped here, another's wait for their parent. (psutil.wait_procs
+    waits on them until its timeout: a killed node's processes, whose parent — the namespace's
+    init, a subreaper — reaps them later, cost an isolated simulation's teardown 10 s per node.)"""
+    deadline = time.monotonic() + timeout_s
+    running = list(processes)
+    while running:
+        running = [process for process in running if not ended(process)]
+        if not running or time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_S)
+    return running
+
+
+def ended(process: psutil.Process) -> bool:
+    try:
+        if process.status() != psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.NoSuchProcess:
+        return True
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(process.pid, os.WNOHANG)  # our child: reaped (another's: ChildProcessError)
+    return True
 
 
 def kill_own_children() -> list[int]:
