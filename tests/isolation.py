@@ -52,13 +52,22 @@ def namespaced_pids() -> set[int]:
 
 def leftovers(driver_pid: int, before: set[int]) -> list[str]:
     """Everything of the run of `driver_pid` still there: its namespaces, links, work folder and
-    processes in other namespaces that were not there `before`."""
+    running processes in other namespaces that were not there `before`."""
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     found = [line.split()[0] for line in netns.splitlines() if line.startswith(f"fleetrl-{driver_pid}-")]
     found += [name for name in psutil.net_if_addrs() if name.startswith(f"frl{driver_pid}")]
     found += [str(p) for p in [WORK_ROOT / f"fleetrl-iso-{driver_pid}"] if p.exists()]
-    found += [f"pid {pid}" for pid in namespaced_pids() - before if psutil.pid_exists(pid)]
+    found += [f"pid {pid}" for pid in namespaced_pids() - before if running(pid)]
     return found
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` still runs. A zombie does not: it is killed and waits for this machine's init,
+    which adopts a killed node's orphans once the run that made them has exited, to reap it."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def isolated_drivers() -> set[int]:
