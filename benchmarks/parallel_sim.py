@@ -4,7 +4,9 @@ workers on 2 simulated nodes (`cluster.simulate_nodes: 2`, one env rank per node
 rollout on node 0, `rollout.pipeline_stage_num: 2`), and the seed report's layout on plain CartPole
 (`configs/ppo_cartpole_2nodes.yaml`) against the same job inline, each distributed variant through
 the default exchange (the compiled graph) and `cluster.exchange: direct`; variants rotating order
-each repetition, ratios of medians.
+each repetition, ratios of medians. `--isolated` runs the distributed variants on isolated
+simulated nodes (`cluster.simulate_isolation: namespaces`: their own network namespaces joined
+over a bridge, needs root), where the exchange crosses a network between the nodes.
 
 Both burn variants step the same 16 envs: inline, one process steps all of them one after another;
 on Ray each env worker steps 8, in two pipeline stages of 4. The update is kept small (1 epoch) so
@@ -12,6 +14,7 @@ that the figure is about collecting. Throughput is env steps / training seconds 
 iterations (`_runkit.steady`); "collect" is env steps / collect seconds alone.
 
     .venv/bin/python benchmarks/parallel_sim.py [--reps 3] [--step-cpu-ms 1.0] [--burn-steps 40960] [--cartpole-steps 40960]
+        [--skip-burn | --skip-seed] [--isolated]
 """
 
 from __future__ import annotations
@@ -46,21 +49,24 @@ SEED_INLINE = [
 SEED_INLINE += ["cluster.component_placement={actor: 0, rollout: 0, env: 0}", "rollout.pipeline_stage_num=1"]
 
 
-def burn_variants(step_cpu_ms: float, steps: int) -> dict[str, list[str]]:
+ISOLATED = "cluster.simulate_isolation=namespaces"
+
+
+def burn_variants(step_cpu_ms: float, steps: int, nodes: list[str]) -> dict[str, list[str]]:
     job = [*COMMON, *BURN_JOB, f"env.kwargs={{step_cpu_ms: {step_cpu_ms}}}", f"runner.total_env_steps={steps}"]
     return {
         "burn, inline": [*job, "cluster.backend=inline"],
-        "burn, 2 env workers on 2 nodes": [*job, *TWO_ENV_NODES],
-        "burn, 2 env workers on 2 nodes, direct": [*job, *TWO_ENV_NODES, DIRECT],
+        "burn, 2 env workers on 2 nodes": [*job, *TWO_ENV_NODES, *nodes],
+        "burn, 2 env workers on 2 nodes, direct": [*job, *TWO_ENV_NODES, *nodes, DIRECT],
     }
 
 
-def seed_variants(steps: int) -> dict[str, list[str]]:
+def seed_variants(steps: int, nodes: list[str]) -> dict[str, list[str]]:
     job = [*COMMON, f"runner.total_env_steps={steps}"]
     return {
         "CartPole, inline": [*job, *SEED_INLINE],
-        "CartPole, seed layout (2 nodes)": job,
-        "CartPole, seed layout (2 nodes), direct": [*job, DIRECT],
+        "CartPole, seed layout (2 nodes)": [*job, *nodes],
+        "CartPole, seed layout (2 nodes), direct": [*job, *nodes, DIRECT],
     }
 
 
@@ -95,15 +101,18 @@ def main() -> None:
     parser.add_argument("--burn-steps", type=int, default=40960)
     parser.add_argument("--cartpole-steps", type=int, default=40960)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--skip-seed", action="store_true", help="only the burn pair")
+    parser.add_argument("--skip-seed", action="store_true", help="only the burn variants")
+    parser.add_argument("--skip-burn", action="store_true", help="only the seed layout's variants")
+    parser.add_argument("--isolated", action="store_true", help="the nodes in namespaces of their own (root)")
     args = parser.parse_args()
     info = kit.machine()
     out = kit.results_dir("parallel_sim")
-    burn = burn_variants(args.step_cpu_ms, args.burn_steps)
-    seed = {} if args.skip_seed else seed_variants(args.cartpole_steps)
+    nodes = [ISOLATED] if args.isolated else []
+    burn = {} if args.skip_burn else burn_variants(args.step_cpu_ms, args.burn_steps, nodes)
+    seed = {} if args.skip_seed else seed_variants(args.cartpole_steps, nodes)
     threads = {name: kit.placement_threads(BURN_CONFIG, o) for name, o in burn.items()}
     threads.update({name: kit.placement_threads(SEED_CONFIG, o) for name, o in seed.items()})
-    runs = kit.run_interleaved(BURN_CONFIG, burn, args.reps, out, args.warmup)
+    runs = kit.run_interleaved(BURN_CONFIG, burn, args.reps, out, args.warmup) if burn else {}
     if seed:
         runs.update(kit.run_interleaved(SEED_CONFIG, seed, args.reps, out, args.warmup))
     kit.write_json(out / "results.json", {"machine": info, "args": vars(args), "threads": threads, "runs": runs})
@@ -112,20 +121,22 @@ def main() -> None:
     print(
         f"Command: `.venv/bin/python benchmarks/parallel_sim.py --reps {args.reps} --step-cpu-ms {args.step_cpu_ms} "
         f"--burn-steps {args.burn_steps} --cartpole-steps {args.cartpole_steps} --warmup {args.warmup}"
-        f"{' --skip-seed' if args.skip_seed else ''}`; burn runs `fleetrl train {BURN_CONFIG} {' '.join(COMMON)} "
+        f"{' --skip-seed' if args.skip_seed else ''}{' --skip-burn' if args.skip_burn else ''}"
+        f"{' --isolated' if args.isolated else ''}`; burn runs `fleetrl train {BURN_CONFIG} {' '.join(COMMON)} "
         f"{' '.join(BURN_JOB)} env.kwargs={{step_cpu_ms: {args.step_cpu_ms}}} <variant> --skip-doctor`, "
         f"CartPole runs `fleetrl train {SEED_CONFIG} <inline overrides | none>`; raw: "
         f"`{out.relative_to(kit.ROOT)}/results.json`\n"
     )
     collect = {"collect env steps/s": lambda rs: f"{kit.median(collect_rate(r) for r in rs):.0f}"}
-    print(kit.throughput_table({k: runs[k] for k in burn}, threads, "burn, inline", collect))
-    if seed:
+    if burn:
+        print(kit.throughput_table({k: runs[k] for k in burn}, threads, "burn, inline", collect))
         print()
+    if seed:
         print(kit.throughput_table({k: runs[k] for k in seed}, threads, "CartPole, inline", collect))
     print()
     print("| ratio | env steps/s (ratio of medians) | collect only | per repetition | |")
     print("|---|---|---|---|---|")
-    for fast in ("burn, 2 env workers on 2 nodes", "burn, 2 env workers on 2 nodes, direct"):
+    for fast in ("burn, 2 env workers on 2 nodes", "burn, 2 env workers on 2 nodes, direct") if burn else ():
         print(ratio_line(runs, fast, "burn, inline", 1.6))
     if seed:
         for fast in ("CartPole, seed layout (2 nodes)", "CartPole, seed layout (2 nodes), direct"):
