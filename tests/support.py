@@ -49,6 +49,13 @@ FOUR_LANES_ON_RAY = [
 TIMING_METRICS = ("wall_s", "steps_per_s", "time_weight_sync_s", "time_collect_s", "time_update_s")
 
 
+# What `cluster.exchange: auto` logs for the seed layout (2 env ranks x 2 stages on another node)
+ACROSS_NODES_LINE = (
+    "[fleetrl] env⇄rollout exchange: direct worker-to-worker channels "
+    "(4 lanes; auto: the env and rollout workers are on different nodes)"
+)
+
+
 def four_lane_cartpole(runs, *overrides: str, iterations: int = 4) -> list[str]:
     """`fleetrl train` args: `iterations` iterations of 128 CartPole steps on FOUR_LANES_ON_RAY,
     each a weight sync and 16 steps of every lane."""

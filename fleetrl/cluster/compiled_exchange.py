@@ -24,8 +24,13 @@ Resets, weight sync, the closing act, trajectories and checkpoints stay ordinary
 run between executions, while the graph's loops wait on their channels.
 
 `cluster.exchange` chooses: `auto` (the default: the graph, or the classic calls with the reason
-logged when it cannot be compiled), `compiled` (an error where no graph can be built), `classic`,
-or `direct` (worker-to-worker sockets: cluster/direct_exchange.py).
+logged when it cannot be compiled; `direct` when env and rollout workers are on different nodes),
+`compiled` (an error where no graph can be built), `classic`, or `direct` (worker-to-worker
+sockets: cluster/direct_exchange.py). Between nodes the graph's channels go through Ray's object
+transfer: on two isolated simulated nodes the seed layout collected at 0.03× inline through them
+against 0.61× direct, and an env worker waiting in the channel's read (`get_objects`, in Ray's core
+worker) kept its heartbeat thread from running for 5 s: a false `process_frozen`
+(benchmarks/README.md, issue 12 section).
 The controller never waits on the graph without a bound: it reads each execution's outcomes on a
 thread of its own (`OutcomeReader`) and gives up as soon as the watchdog reports.
 """
@@ -180,18 +185,24 @@ def unroll_for(steps: int, lanes: int) -> int:
 
 
 def choose_exchange(
-    mode: str, steps: int, interrupt: threading.Event, on_shutdown: Callable[[Callable[[], None]], None]
+    mode: str,
+    steps: int,
+    across_nodes: bool,
+    interrupt: threading.Event,
+    on_shutdown: Callable[[Callable[[], None]], None],
 ) -> Callable[[RayGroup, RayGroup, list[Lane]], Exchange]:
     """The collector's exchange factory for `cluster.exchange` = `mode` and `steps` steps per
-    epoch; `on_shutdown(close)` registers the graph's teardown to run before Ray ends the workers."""
+    epoch, `across_nodes` when the env and rollout workers are not all on one node;
+    `on_shutdown(close)` registers the exchange's teardown to run before Ray ends the workers."""
 
     def build(env: RayGroup, rollout: RayGroup, lanes: list[Lane]) -> Exchange:
         if mode == "classic":
             return classic(env, rollout, lanes, f"{EXCHANGE_KEY}: classic")
-        if mode == "direct":
+        if mode == "direct" or (mode == "auto" and across_nodes):
             direct = DirectExchange(env, rollout, lanes, interrupt)
             on_shutdown(direct.close)
-            log.info("env⇄rollout exchange: direct worker-to-worker channels (%d lanes)", len(lanes))
+            why = "" if mode == "direct" else "; auto: the env and rollout workers are on different nodes"
+            log.info("env⇄rollout exchange: direct worker-to-worker channels (%d lanes%s)", len(lanes), why)
             return direct
         try:
             exchange = CompiledExchange(env, rollout, lanes, interrupt, unroll_for(steps, len(lanes)))

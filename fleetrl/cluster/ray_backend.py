@@ -68,8 +68,13 @@ class RayBackend(Backend):
         build_workers(rollout, lambda rank: (config, *spaces))
         evaluator = start_evaluator(config, layout, create, undo)
         join_actor_ranks(cluster, actor)
+        across_nodes = len({a.node for a in placement.ranks("env") + placement.ranks("rollout")}) > 1
         exchange = choose_exchange(
-            config.cluster.exchange, config.algorithm.num_steps, session.interrupt, cluster.before_shutdown.append
+            config.cluster.exchange,
+            config.algorithm.num_steps,
+            across_nodes,
+            session.interrupt,
+            cluster.before_shutdown.append,
         )
         collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps, exchange)
         return cls(

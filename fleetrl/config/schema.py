@@ -191,7 +191,7 @@ class ClusterConfig:
         default_factory=dict
     )  # set in every worker: {NAME: value}, and {node index: {NAME: value}} per node
     exchange: Literal["auto", "compiled", "classic", "direct"] = (
-        "auto"  # ray: env ⇄ rollout through a Ray Compiled Graph (compiled), two actor calls per step via the controller (classic), worker-to-worker sockets (direct), or the graph where it can be built (auto; README: 'Env ⇄ rollout exchanges')
+        "auto"  # ray: env ⇄ rollout through a Ray Compiled Graph (compiled), two actor calls per step via the controller (classic), worker-to-worker sockets (direct), or, auto: direct when env and rollout workers are on different nodes, else the graph where it can be built (README: 'Env ⇄ rollout exchanges')
     )
     fuse_collocated: bool = False  # ray: run rank r of env, rollout and actor in one process when they share a device (one call per rank per iteration, no weight sync; README: 'Fused ranks')
 
