@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -294,21 +295,29 @@ def test_node_1_gloo_on_loopback_is_named_by_the_doctor_run_on_node_1(tmp_path, 
     assert next(line for line in node0 if "network.advertised_address" in line).startswith("PASS"), node0
 
 
+@contextlib.contextmanager
+def training_on_until_stopped(run_dir: Path) -> Iterator[Fleetrl]:
+    """`fleetrl train` on two isolated nodes with a budget it will not reach, once it trains; the
+    test stops it (on leaving, whatever is still running of it is killed)."""
+    with Fleetrl(
+        "train",
+        "configs/ppo_cartpole.yaml",
+        f"runner.run_dir={run_dir}",
+        *TWO_ISOLATED_NODES,
+        "runner.total_env_steps=10000000",
+        "--skip-doctor",
+        runs=run_dir,
+    ) as running:
+        wait_for_output(running, "| steps ", timeout_s=300)
+        yield running
+
+
 def test_a_second_ctrl_c_stops_at_once_and_removes_the_namespaces_itself(tmp_path):
     """Ctrl-C twice while an isolated run trains, its controller stopped (SIGSTOP) so the first
     cannot finish: the second stops at once (exit 130, every process killed) and removes the
     namespaces, links and folder, which outlive processes, itself: none left for the next start."""
     before = namespaced_pids()
-    with Fleetrl(
-        "train",
-        "configs/ppo_cartpole.yaml",
-        f"runner.run_dir={tmp_path}",
-        *TWO_ISOLATED_NODES,
-        "runner.total_env_steps=10000000",
-        "--skip-doctor",
-        runs=tmp_path,
-    ) as running:
-        wait_for_output(running, "| steps ", timeout_s=300)
+    with training_on_until_stopped(tmp_path) as running:
         controller = controller_of(running)
         controller.suspend()  # the first Ctrl-C's clean stop cannot finish (the watchdog's verdict is 5 s away)
         running.process.send_signal(signal.SIGINT)
@@ -326,16 +335,7 @@ def test_what_a_killed_controller_left_is_swept_by_the_next_start(tmp_path):
     """`kill -9` of `fleetrl train` (and of every process it started) mid-run leaves its
     namespaces, links and folder, which outlive processes; the next isolated start removes them."""
     before = namespaced_pids()
-    with Fleetrl(
-        "train",
-        "configs/ppo_cartpole.yaml",
-        f"runner.run_dir={tmp_path}",
-        *TWO_ISOLATED_NODES,
-        "runner.total_env_steps=10000000",
-        "--skip-doctor",
-        runs=tmp_path,
-    ) as running:
-        wait_for_output(running, "| steps ", timeout_s=300)
+    with training_on_until_stopped(tmp_path) as running:
         controller = controller_of(running).pid
         running.kill()
     left = leftovers(controller, before)
