@@ -47,9 +47,13 @@ def ended(process: psutil.Process) -> bool:
             return False
     except psutil.NoSuchProcess:
         return True
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(process.pid, os.WNOHANG)  # our child: reaped (another's: ChildProcessError)
-    return True
+    try:
+        reaped, _ = os.waitpid(process.pid, os.WNOHANG)
+    except OSError:  # ChildProcessError: another's zombie, which its parent reaps
+        return True
+    # Ours once reaped: a process whose main thread has exited shows as a zombie while its other
+    # threads still exit, and cannot be reaped yet (left to this machine's init if we exit then).
+    return reaped == process.pid
 
 
 def kill_own_children() -> list[int]:
