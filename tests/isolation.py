@@ -100,15 +100,6 @@ def wait_for_output(running, text: str, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
-def controller_of(running) -> psutil.Process:
-    """The controller of a running `fleetrl train` (the supervisor's child): the isolated nodes'
-    namespaces, links and folder are named after its pid."""
-    for child in psutil.Process(running.process.pid).children():
-        if "fleetrl.controller" in " ".join(child.cmdline()):
-            return child
-    pytest.fail(f"fleetrl train (pid {running.process.pid}) has no controller process", pytrace=False)
-
-
 def on_node(init_pid: int, *command: str) -> str:
     """Run `command` inside the mount and network namespaces of the node whose PID-namespace init
     is `init_pid` (its own /tmp, its own interfaces); its stdout."""

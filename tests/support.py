@@ -259,6 +259,17 @@ def read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def controller_of(running: Fleetrl) -> psutil.Process | None:
+    """The supervisor's child running `python -m fleetrl.controller`, once it has started."""
+    for child in psutil.Process(running.process.pid).children():
+        try:
+            if "fleetrl.controller" in child.cmdline():
+                return child
+        except psutil.Error:
+            pass
+    return None
+
+
 def end(processes: list[psutil.Process]) -> None:
     """SIGKILL each of `processes` (gone already is fine) and reap them."""
     for process in processes:

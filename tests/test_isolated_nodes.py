@@ -14,13 +14,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from fleetrl.cluster.isolated_nodes import IsolatedNodes, sweep_stale
 from tests.incidents import assert_incident, fault
 from tests.isolation import (
     TWO_ISOLATED_NODES,
-    controller_of,
     fill_node_tmp,
     isolated_drivers,
     leftovers,
@@ -33,7 +33,7 @@ from tests.isolation import (
     wait_for_output,
 )
 from tests.isolation_envs import BROKEN_MARKER
-from tests.support import ACROSS_NODES_LINE, Fleetrl, fleetrl, train
+from tests.support import ACROSS_NODES_LINE, Fleetrl, controller_of, fleetrl, train
 
 pytestmark = needs_isolation
 
@@ -296,9 +296,10 @@ def test_node_1_gloo_on_loopback_is_named_by_the_doctor_run_on_node_1(tmp_path, 
 
 
 @contextlib.contextmanager
-def training_on_until_stopped(run_dir: Path) -> Iterator[Fleetrl]:
-    """`fleetrl train` on two isolated nodes with a budget it will not reach, once it trains; the
-    test stops it (on leaving, whatever is still running of it is killed)."""
+def training_on_until_stopped(run_dir: Path) -> Iterator[tuple[Fleetrl, psutil.Process]]:
+    """`fleetrl train` on two isolated nodes with a budget it will not reach, once it trains, and
+    its controller (the namespaces, links and folder are named after its pid); the test stops it
+    (on leaving, whatever is still running of it is killed)."""
     with Fleetrl(
         "train",
         "configs/ppo_cartpole.yaml",
@@ -309,7 +310,9 @@ def training_on_until_stopped(run_dir: Path) -> Iterator[Fleetrl]:
         runs=run_dir,
     ) as running:
         wait_for_output(running, "| steps ", timeout_s=300)
-        yield running
+        controller = controller_of(running)
+        assert controller is not None, running.stderr_so_far()[-3000:]
+        yield running, controller
 
 
 def test_a_second_ctrl_c_stops_at_once_and_removes_the_namespaces_itself(tmp_path):
@@ -317,8 +320,7 @@ def test_a_second_ctrl_c_stops_at_once_and_removes_the_namespaces_itself(tmp_pat
     cannot finish: the second stops at once (exit 130, every process killed) and removes the
     namespaces, links and folder, which outlive processes, itself: none left for the next start."""
     before = namespaced_pids()
-    with training_on_until_stopped(tmp_path) as running:
-        controller = controller_of(running)
+    with training_on_until_stopped(tmp_path) as (running, controller):
         controller.suspend()  # the first Ctrl-C's clean stop cannot finish (the watchdog's verdict is 5 s away)
         running.process.send_signal(signal.SIGINT)
         wait_for_output(running, "asking the controller to checkpoint and stop", timeout_s=30)
@@ -335,11 +337,10 @@ def test_what_a_killed_controller_left_is_swept_by_the_next_start(tmp_path):
     """`kill -9` of `fleetrl train` (and of every process it started) mid-run leaves its
     namespaces, links and folder, which outlive processes; the next isolated start removes them."""
     before = namespaced_pids()
-    with training_on_until_stopped(tmp_path) as running:
-        controller = controller_of(running).pid
+    with training_on_until_stopped(tmp_path) as (running, controller):
         running.kill()
-    left = leftovers(controller, before)
-    assert f"fleetrl-{controller}-n1" in left, left
+    left = leftovers(controller.pid, before)
+    assert f"fleetrl-{controller.pid}-n1" in left, left
     swept = sweep_stale()  # (a veth may go with its namespace before it is named here)
-    assert {f"fleetrl-{controller}-n0", f"fleetrl-{controller}-n1"} <= set(swept), swept
-    assert leftovers(controller, before) == []
+    assert {f"fleetrl-{controller.pid}-n0", f"fleetrl-{controller.pid}-n1"} <= set(swept), swept
+    assert leftovers(controller.pid, before) == []

@@ -10,13 +10,12 @@ import signal
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from fleetrl.checkpoint import list_checkpoints, load_latest
 from fleetrl.cli import main
 from tests.incidents import SMALL, assert_incident, fault
-from tests.support import Fleetrl, train
+from tests.support import Fleetrl, controller_of, train
 
 CONFIG = "configs/ppo_cartpole.yaml"
 HEARTBEAT_TIMEOUT_S = 3  # tests.incidents.SMALL's watchdog.heartbeat_timeout_s
@@ -36,17 +35,6 @@ def wait_for(running: Fleetrl, what: str, found, timeout_s: float = 120.0):
             return value
         time.sleep(0.2)
     pytest.fail(f"{what}: not within {timeout_s:g} s; stderr:\n{running.stderr_so_far()[-3000:]}", pytrace=False)
-
-
-def controller_of(running: Fleetrl) -> psutil.Process | None:
-    """The supervisor's child running `python -m fleetrl.controller`, once it has started."""
-    for child in psutil.Process(running.process.pid).children():
-        try:
-            if "fleetrl.controller" in child.cmdline():
-                return child
-        except psutil.Error:
-            pass
-    return None
 
 
 @pytest.mark.parametrize("freeze_in", ["init", "step"])
