@@ -50,6 +50,13 @@ def validate_ppg(config: Config) -> None:
             "'ddp' with algorithm.name ppg",
             "PPG's two phases are wrapped per phase with DDP; FSDP is not supported",
         )
+    if model.action_chunk > 1:
+        raise ConfigError(
+            "model.action_chunk",
+            model.action_chunk,
+            "1 with algorithm.name ppg",
+            "PPG's auxiliary KL compares whole actions; chunks would need it per executed action",
+        )
     aux = aux_minibatch_size(config)
     stored = algo.n_pi * config.batch_size
     key = "algorithm.aux_minibatch_size" if algo.aux_minibatch_size is not None else minibatch_key(config)

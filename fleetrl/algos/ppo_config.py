@@ -33,11 +33,11 @@ class PPOConfig(AlgorithmConfig):
     group_size: Annotated[int, AtLeastOne] = (
         8  # grpo: envs i..i+g-1 (consecutive, g = group_size) are reset with one seed each iteration and form a group
     )
-    logprob_type: Literal["action_level", "token_level"] = (
-        "action_level"  # token_level needs model.action_bins: one PPO ratio per action from the summed token log-probs, or one clipped ratio per token, averaged
+    logprob_type: Literal["chunk_level", "action_level", "token_level"] = (
+        "action_level"  # one clipped PPO ratio per executed action (its tokens' log-probs summed), per decision (chunk_level: over a chunk's executed actions), or per token (needs model.action_bins); fleetrl/algos/logprobs.py
     )
-    entropy_type: Literal["action_level", "token_level"] = (
-        "action_level"  # token_level needs model.action_bins: entropy bonus of the whole action (sum over tokens) or the mean per-token entropy
+    entropy_type: Literal["chunk_level", "action_level", "token_level"] = (
+        "action_level"  # entropy bonus summed over an action's tokens and averaged over executed chunk actions, summed over the chunk (chunk_level), or the mean per token (needs model.action_bins)
     )
 
     @property

@@ -55,7 +55,7 @@ class SACConfig(AlgorithmConfig):
 UNSUPPORTED = {  # key: (the value SAC needs, why)
     "model.id": ("mlp", "sac builds its own actor and twin-critic MLPs from model.hidden_sizes and model.activation"),
     "model.action_bins": (None, "sac's actor is a squashed Gaussian"),
-    "env.action_chunk": (1, "sac's replay stores one action per env step"),
+    "model.action_chunk": (1, "sac's replay stores one action per env step"),
     "env.normalize_obs": (
         False,
         "the replay buffer would keep observations normalised with statistics that later change",

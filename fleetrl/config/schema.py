@@ -45,9 +45,6 @@ class EnvConfig:
     normalize_reward: bool = False  # scale rewards by the std of the discounted return
     clip_obs: Annotated[float, PositiveOrInf] = 10.0  # clip normalised observations to [-clip_obs, clip_obs]
     clip_reward: Annotated[float, PositiveOrInf] = 10.0  # clip normalised rewards likewise
-    action_chunk: Annotated[int, AtLeastOne] = (
-        1  # Box actions: each policy step emits this many consecutive actions, executed in order until the episode ends (README: 'Token-level policies')
-    )
     wrappers: Literal["none", "atari"] = (
         "none"  # a preset of standard wrappers around each simulator; atari: CleanRL's Atari preprocessing (envs/atari.py)
     )
@@ -115,6 +112,9 @@ class ModelConfig:
     num_heads: Annotated[int, Positive] = 4  # transformer: attention heads per block (divides embed_dim)
     patch_size: Annotated[int, Positive] | None = (
         None  # transformer: image patch side in pixels (None: about 7×7 patches per image; 1 for a 7×7 grid)
+    )
+    action_chunk: Annotated[int, AtLeastOne] = (
+        1  # actions per inference: the env executes them as consecutive env steps, stopping at an episode's end (docs/guides/action-chunks-and-fsdp.md)
     )
 
 

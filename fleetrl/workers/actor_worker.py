@@ -102,6 +102,7 @@ class ActorWorker(ActorBase):
             trajectory.values.flatten(),
             advantages.flatten(),
             returns.flatten(),
+            None if trajectory.steps is None else trajectory.steps.flatten(),
         ).to(self.device)
         lr, clip = self.schedule(progress)
         for group in self.optimizer.param_groups:
@@ -128,6 +129,7 @@ class ActorWorker(ActorBase):
             trajectory.dones,
             algo.gamma,
             algo.gae_lambda,
+            trajectory.steps,
         )
         if algo.adv_type == "grpo":
             advantages = grpo_advantages(trajectory.rewards, trajectory.dones, algo.group_size)

@@ -81,15 +81,17 @@ class RolloutWorker:
         self, lane_sizes: list[int], steps: int, observation_space: gym.Space, action_space: gym.Space
     ) -> None:
         continuous = isinstance(action_space, gym.spaces.Box)
+        chunk = getattr(self.policy, "action_chunk", 1)  # a chunk policy's actions: (K, *one action's shape)
         self.lanes = [
             TrajectoryBuffer(
                 steps,
                 size,
                 observation_space,
-                action_space.shape if continuous else (),
+                ((chunk,) if chunk > 1 else ()) + (action_space.shape if continuous else ()),
                 np.float32 if continuous else np.int64,
-                getattr(self.policy, "logprob_shape", ()),  # per token for token policies
+                getattr(self.policy, "logprob_shape", ()),  # per action of a chunk, per token
                 record_next_obs=self.record_next_obs,
+                record_steps=chunk > 1,
             )
             for size in lane_sizes
         ]
