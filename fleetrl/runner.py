@@ -17,7 +17,7 @@ import psutil
 import torch
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.checkpoint import NoIntactCheckpoint, load_latest, save_checkpoint
+from fleetrl.checkpoint import NoIntactCheckpoint, load_latest, save_checkpoint, staging_dir
 from fleetrl.cluster.backend import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.layout import Layout, resolve_layout
@@ -282,17 +282,31 @@ class Trainer:
         return True
 
     def checkpoint(self) -> None:
+        """The run's state as checkpoint `iteration`; with `actor.checkpoint_format: sharded`
+        the actor ranks first write their shards (phase `checkpoint.dcp_save`)."""
+        shards = None
         with phase("checkpoint.save"):
-            save_checkpoint(self.run_dir, self.iteration, self.state_dict(), self.config.runner.keep_checkpoints)
+            if self.config.actor.checkpoint_format == "sharded":
+                shards = staging_dir(self.run_dir, self.iteration)
+                with phase("checkpoint.dcp_save"):
+                    actor = self.backend.actor
+                    actor_state = actor.get(actor.call_all(ActorBase.save_sharded, str(shards)))[0]
+            else:
+                actor_state = self.actor_state()
+            state = self.state_dict(actor_state)
+            save_checkpoint(self.run_dir, self.iteration, state, self.config.runner.keep_checkpoints, shards)
 
-    def state_dict(self) -> dict:
+    def actor_state(self) -> dict:
         actor = self.backend.actor
+        return actor.get(actor.call_all(ActorBase.state_dict))[0]
+
+    def state_dict(self, actor_state: dict | None = None) -> dict:
         return {
             "iteration": self.iteration,
             "train_s": self.train_s,
             "global_step": self.global_step,
             "episodes": self.episodes,
-            "actor": actor.get(actor.call_all(ActorBase.state_dict))[0],
+            "actor": self.actor_state() if actor_state is None else actor_state,
             "env": self.env_states(),
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
@@ -312,7 +326,11 @@ class Trainer:
         actor, env = self.backend.actor, self.backend.env
         self.iteration, self.train_s = state["iteration"], state["train_s"]
         self.global_step, self.episodes = state["global_step"], state["episodes"]
-        actor.get(actor.call_all(ActorBase.load_state_dict, state["actor"]))
+        saved_actor = state["actor"]
+        if "shards_path" in state:  # a sharded checkpoint: every rank reads the shards it needs
+            saved_actor = {**saved_actor, "shards_path": state["shards_path"]}
+        with phase("checkpoint.dcp_load" if "shards_path" in state else "checkpoint.load_actor"):
+            actor.get(actor.call_all(ActorBase.load_state_dict, saved_actor))
         if len(state["env"]) != env.world_size:
             log.warning(
                 "checkpoint has %d env worker states, this run %d: normaliser statistics start from env rank 0's",

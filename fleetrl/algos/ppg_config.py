@@ -50,6 +50,13 @@ def validate_ppg(config: Config) -> None:
             "'ddp' with algorithm.name ppg",
             "PPG's two phases are wrapped per phase with DDP; FSDP is not supported",
         )
+    if config.actor.checkpoint_format != "full":
+        raise ConfigError(
+            "actor.checkpoint_format",
+            config.actor.checkpoint_format,
+            "'full' with algorithm.name ppg",
+            "PPG's checkpoints hold its auxiliary phase's stored data, gathered on rank 0",
+        )
     if model.action_chunk > 1:
         raise ConfigError(
             "model.action_chunk",

@@ -152,6 +152,9 @@ class ActorConfig:
         None  # dtype of the gradient reduction (None: fsdp_param_dtype)
     )
     fsdp_cpu_offload: bool = False  # keep sharded parameters, gradients and optimizer state in CPU memory
+    checkpoint_format: Literal["full", "sharded"] = (
+        "full"  # full: rank 0 gathers the whole actor state into the .pt; sharded: each rank writes its own shards (torch.distributed.checkpoint), resumable at any actor world size
+    )
 
 
 @dataclass
