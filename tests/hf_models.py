@@ -50,9 +50,7 @@ def paligemma(width: int = 16, layers: int = 2, image_size: int = 7, patch_size:
 
 
 class PaliGemmaNet(nn.Module):
-    def __init__(
-        self, observation_space: gym.spaces.Dict, num_action_params: int, width: int = 16, lora: bool = False
-    ):
+    def __init__(self, observation_space: gym.spaces.Dict, num_action_params: int, width: int = 16, lora: bool = False):
         super().__init__()
         image = observation_space["image"]
         self.vlm = paligemma(width, image_size=image.shape[0], patch_size=image.shape[0])
