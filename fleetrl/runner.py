@@ -97,6 +97,7 @@ class Trainer:
         with phase("startup.resume"):
             saved = load_resumed(resumed, runner.resume) if resumed else None
         self.iteration = 0
+        self.synced = False  # the rollout workers hold a full copy of the weights (this process's)
         self.train_s = 0.0
         self.global_step = 0
         self.episodes = 0
@@ -236,14 +237,20 @@ class Trainer:
         return record
 
     def sync_weights(self) -> None:
-        """Actor rank 0's weights → every rollout worker, unless they share the policy object.
+        """Actor rank 0's weights → every rollout worker, unless they share the policy object;
+        with `runner.weight_sync: trainable` only the first sync is full, later ones patches.
         Every actor rank is asked (FSDP gathers shards collectively); the rollout workers receive
         rank 0's copy by reference, and run the load before their next `act` (call order)."""
         backend = self.backend
         if backend.shares_policy or self.iteration % self.config.runner.weight_sync_interval:
             return
-        weights = backend.actor.call_all(ActorBase.policy_weights)[0]
-        backend.rollout.call_all(RolloutWorker.load_weights, weights)
+        if self.config.runner.weight_sync == "trainable" and self.synced:  # frozen tensors are there already
+            patch = backend.actor.call_all(ActorBase.trainable_weights)[0]
+            backend.rollout.call_all(RolloutWorker.load_patch, patch)
+        else:
+            weights = backend.actor.call_all(ActorBase.policy_weights)[0]
+            backend.rollout.call_all(RolloutWorker.load_weights, weights)
+        self.synced = True
 
     def gather_env_reports(self) -> tuple[list[float], list[int], list[float]]:
         """Sum the counters of all env workers (global steps and episodes); merge episodes, and

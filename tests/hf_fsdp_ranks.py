@@ -112,6 +112,7 @@ def train_rank(name: str, rank: int, world: int, folder: str) -> dict:
     rest = worker.save_sharded(str(folder / "two_ranks.dcp"))
     result["metrics"].append(train(worker, config, 1, rank, world))
     result["state"] = worker.state_dict()
+    result["patch"] = worker.trainable_weights()  # gathered like the full weights, trainable ones only
     for key, checkpoint in (("resumed", "two_ranks.dcp"), ("from_one", "one_rank.dcp")):
         fresh = sharded_worker(name, rank, world)
         fresh.load_state_dict({**rest, "shards_path": str(folder / checkpoint)})

@@ -64,6 +64,7 @@ UNSUPPORTED = {  # key: (the value SAC needs, why)
     "actor.strategy": ("ddp", "sac's replicas train with DDP"),
     "actor.micro_batch_size": (None, "sac does not accumulate gradients"),
     "actor.gradient_checkpointing": (False, "sac does not recompute activations"),
+    "runner.weight_sync": ("full", "sac's rollout workers load its actor network, not a policy's state"),
     "actor.checkpoint_format": ("full", "sac's checkpoints gather its replicas and replay buffer on rank 0"),
 }
 

@@ -239,6 +239,9 @@ class RunnerConfig:
     weight_sync_interval: Annotated[int, AtLeastOne] = (
         1  # iterations between actor → rollout weight syncs (separate processes)
     )
+    weight_sync: Literal["full", "trainable"] = (
+        "full"  # what a sync sends: every tensor, or (after a first full sync) only the trainable parameters and buffers — with LoRA or a frozen base, the adapters and heads (docs/guides/action-chunks-and-fsdp.md)
+    )
     param_check_interval: Annotated[int, NonNegative] = (
         10  # iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a divergence stops the run (0: never)
     )

@@ -31,7 +31,7 @@ from fleetrl.config.schema import Config
 from fleetrl.config.validate import effective_minibatch_size
 from fleetrl.models.policy import Policy
 from fleetrl.observations import map_obs
-from fleetrl.parallel import dcp, state
+from fleetrl.parallel import dcp, state, weight_sync
 from fleetrl.parallel.sharding import EnvShard, Minibatches
 from fleetrl.parallel.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
 from fleetrl.trajectory import Trajectory
@@ -176,6 +176,11 @@ class ActorWorker(ActorBase):
         FSDP every rank returns it, locally. Under FSDP it is gathered from the shards: ALL
         ranks must call this together; rank 0 gets the weights, the other ranks {}."""
         return state.model_state(self.policy, self.sharded)
+
+    def trainable_weights(self) -> dict:
+        """The trainable parameters and the buffers of the Policy (`fleetrl.parallel.weight_sync`):
+        under FSDP collective, rank 0 gets them, and only they are all-gathered."""
+        return weight_sync.trainable_state(self.policy, self.sharded)
 
     def state_dict(self) -> dict:
         """The full actor state in the single-process format. Under FSDP: collective, complete

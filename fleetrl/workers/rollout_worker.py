@@ -21,6 +21,7 @@ from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.seeds import ROLLOUT_NOISE, rank_seed
+from fleetrl.parallel.weight_sync import load_patch
 from fleetrl.step_result import StepResult
 from fleetrl.trajectory import Trajectory, TrajectoryBuffer
 
@@ -117,3 +118,8 @@ class RolloutWorker:
 
     def load_weights(self, state_dict: dict) -> None:
         self.policy.load_state_dict(state_dict)
+
+    def load_patch(self, patch: dict) -> None:
+        """Some of the policy's tensors (the trainable ones: `runner.weight_sync: trainable`);
+        the others keep what the last full sync gave."""
+        load_patch(self.policy, patch)
