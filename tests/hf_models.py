@@ -3,7 +3,7 @@ with *any* HF model — FSDP2 units from `_no_split_modules`, sharded (DCP) chec
 sync of the trainable tensors, watched phases — without a checkpoint on disk: a PaliGemma
 (SigLIP vision tower + Gemma decoder) built from a config with random weights, 2 layers each.
 
-`PaliGemmaNet(observation_space, num_action_params, lora=False)` follows fleetrl's network
+`PaliGemmaNet(observation_space, num_action_params, width=16, layers=2, lora=False)` follows fleetrl's network
 interface (`model.id: tests.hf_models:PaliGemmaNet`): the observation's image becomes the image
 tokens, its mission the text tokens, and heads on the mean of the last hidden states give the
 action parameters and the value. With `lora` the model is frozen and only a low-rank adapter on
@@ -50,10 +50,17 @@ def paligemma(width: int = 16, layers: int = 2, image_size: int = 7, patch_size:
 
 
 class PaliGemmaNet(nn.Module):
-    def __init__(self, observation_space: gym.spaces.Dict, num_action_params: int, width: int = 16, lora: bool = False):
+    def __init__(
+        self,
+        observation_space: gym.spaces.Dict,
+        num_action_params: int,
+        width: int = 16,
+        layers: int = 2,
+        lora: bool = False,
+    ):
         super().__init__()
         image = observation_space["image"]
-        self.vlm = paligemma(width, image_size=image.shape[0], patch_size=image.shape[0])
+        self.vlm = paligemma(width, layers, image_size=image.shape[0], patch_size=image.shape[0])
         self.image_tokens = 1  # one patch: the whole (square) image
         if lora:
             from peft import LoraConfig, get_peft_model
