@@ -8,6 +8,7 @@ interface (`model.id: tests.hf_models:PaliGemmaNet`): the observation's image be
 tokens, its mission the text tokens, and heads on the mean of the last hidden states give the
 action parameters and the value. With `lora` the model is frozen and only a low-rank adapter on
 each attention projection (peft) and the heads train: what a LoRA fine-tune syncs.
+`GemmaNet` is a Gemma decoder over a vector observation (CartPole), for whole runs.
 """
 
 from __future__ import annotations
@@ -88,3 +89,34 @@ class PaliGemmaNet(nn.Module):
         pooled = (hidden.float() * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)
         features = torch.cat([pooled, obs["direction"].float()], dim=-1).to(self.action_head.weight.dtype)
         return self.action_head(features).float(), self.value_head(features).squeeze(-1).float()
+
+
+class GemmaNet(nn.Module):
+    """A 2-layer Hugging Face Gemma over a vector observation (CartPole's): the observation is
+    projected to two input embeddings, heads read the last hidden state. The token embeddings
+    are frozen (the inputs are embeddings already), as a frozen base would be."""
+
+    def __init__(self, observation_space: gym.spaces.Box, num_action_params: int, width: int = 16):
+        super().__init__()
+        from transformers import GemmaConfig, GemmaModel
+
+        config = GemmaConfig(
+            hidden_size=width,
+            intermediate_size=2 * width,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=width // 2,
+            vocab_size=VOCABULARY,
+        )
+        self.gemma = GemmaModel(config)
+        self.gemma.embed_tokens.requires_grad_(False)
+        self.width = width
+        self.embed = nn.Linear(int(observation_space.shape[0]), 2 * width)
+        self.action_head = nn.Linear(width, num_action_params)
+        self.value_head = nn.Linear(width, 1)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        embeds = self.embed(obs.float()).unflatten(-1, (2, self.width))
+        hidden = self.gemma(inputs_embeds=embeds, use_cache=False).last_hidden_state[:, -1]
+        return self.action_head(hidden).float(), self.value_head(hidden).squeeze(-1).float()

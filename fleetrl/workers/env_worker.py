@@ -12,6 +12,8 @@ and the counters (env steps, episode lengths and returns) count the executed env
 
 from __future__ import annotations
 
+import contextlib
+
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv
@@ -21,6 +23,7 @@ from fleetrl.envs.make import make_vector_env, step_action_space
 from fleetrl.envs.normalize import RewardNormalizer, observation_normalizer
 from fleetrl.observations import map_obs, obs_len, stack_obs
 from fleetrl.step_result import StepResult
+from fleetrl.watch.flight_recorder import phase
 
 ASYNC_CLOSE_TIMEOUT_S = 5.0  # an async vector env's subprocesses get this long to answer a pending call at close
 
@@ -93,7 +96,8 @@ class EnvWorker:
     def step(self, actions: np.ndarray, stage: int = 0) -> StepResult:
         if isinstance(self.action_space, gym.spaces.Box):
             actions = np.clip(actions, self.low, self.high)
-        obs, reward, terminated, truncated, info = self.stages[stage].step(actions)
+        with phase("env.execute_chunk") if self.chunk > 1 else contextlib.nullcontext():  # K steps: a phase of its own
+            obs, reward, terminated, truncated, info = self.stages[stage].step(actions)
         truncated = truncated & ~terminated
         done = terminated | truncated
         envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
