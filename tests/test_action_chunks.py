@@ -22,6 +22,7 @@ from fleetrl.config.schema import EnvConfig, ModelConfig
 from fleetrl.errors import ConfigError
 from fleetrl.models.policy import Policy
 from fleetrl.runner import Trainer
+from fleetrl.watch import flight_recorder
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 from tests.envs import obs
@@ -195,3 +196,17 @@ def test_chunk_config_errors():
         with pytest.raises(ConfigError) as caught:
             load_config(None, ["env.num_envs=8", *overrides])
         assert caught.value.key == key
+
+
+def test_a_chunk_runs_in_a_watched_phase_of_its_own(monkeypatch):
+    recorder = flight_recorder.Recorder("env", 0, 0)
+    monkeypatch.setattr(flight_recorder, "_recorder", recorder)
+    env = chunk_env(lengths=[5])
+    try:
+        env.reset()
+        with recorder.in_phase("env.step"):  # what a worker host's recorded call does
+            env.step(np.zeros((2, 3), np.int64))
+    finally:
+        env.close()
+    assert recorder.phases["env.execute_chunk"].longest_s is not None
+    assert recorder.phase is None  # back outside every phase
