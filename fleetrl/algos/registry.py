@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 DEFAULT_ALGORITHM = "ppo"
 ENTRY_POINT_GROUP = "fleetrl.algorithms"
 BUILTIN_MODULES = {
-    "ppo": "fleetrl.workers.actor_worker",
-    "ppg": "fleetrl.workers.ppg_actor_worker",
-    "sac": "fleetrl.workers.sac_actor_worker",
+    "ppo": "fleetrl.algos.ppo.actor",
+    "ppg": "fleetrl.algos.ppg.actor",
+    "sac": "fleetrl.algos.sac.actor",
 }
 
 

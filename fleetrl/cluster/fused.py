@@ -36,9 +36,9 @@ from fleetrl.cluster.worker_host import FusedHost
 from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_spaces
-from fleetrl.watch.faults import FaultPlan
-from fleetrl.watch.flight_recorder import Recorder
-from fleetrl.watch.host import RecordedCalls
+from fleetrl.debug.faults import FaultPlan
+from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import rollout_seed

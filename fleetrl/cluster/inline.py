@@ -22,8 +22,8 @@ from fleetrl.cluster.placement import EVAL
 from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_spaces
-from fleetrl.watch.faults import FaultPlan
-from fleetrl.watch.host import RecordedCalls
+from fleetrl.debug.faults import FaultPlan
+from fleetrl.probe.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EvalWorker

@@ -30,7 +30,7 @@ from fleetrl.cluster.ray_cluster import RayCluster, build_workers
 from fleetrl.collect import Collector, CollectThenTrain, Iterations
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import check_spaces
-from fleetrl.watch.host import WatchSpec
+from fleetrl.probe.host import WatchSpec
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker

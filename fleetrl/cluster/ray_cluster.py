@@ -27,8 +27,8 @@ from fleetrl.cluster.worker_path import worker_python_path
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.net import is_loopback
-from fleetrl.watch.host import WatchSpec
-from fleetrl.watch.node_loss import RAYLET_VARIABLE
+from fleetrl.probe.flight_recorder import RAYLET_VARIABLE
+from fleetrl.probe.host import WatchSpec
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children

@@ -56,7 +56,7 @@ class EnvConfig:
 @dataclass
 class AlgorithmConfig:
     """The keys every algorithm reads. Each algorithm's section is a subclass holding its own keys
-    too (`PPOConfig` in algos/ppo_config.py, `PPGConfig`, `SACConfig`), chosen by `name` through
+    too (`PPOConfig` in algos/ppo/config.py, `PPGConfig`, `SACConfig`), chosen by `name` through
     the registry (`fleetrl.algos.registry`); the loader builds that subclass."""
 
     name: str = "ppo"  # a registered algorithm: ppo | ppg | sac (and any a plugin registers)
@@ -291,7 +291,7 @@ class WatchdogConfig:
 @dataclass
 class DebugConfig:
     # Fault injection for rehearsing failures (README: 'Freeze-proofing'): {kind, component, rank,
-    # method, call}, e.g. {kind: kill, component: actor, rank: 1, call: 3} (watch/faults.py lists
+    # method, call}, e.g. {kind: kill, component: actor, rank: 1, call: 3} (debug/faults.py lists
     # the kinds and defaults; validate.py checks it, and the rank against the placement).
     fault: dict = field(default_factory=dict)
 

@@ -127,6 +127,20 @@ class FaultPlan:
         self.calls += 1
         return self.calls == self.call
 
+    def strike(self, worker, phase: str, method: str, *args):
+        """Run `worker.method(*args)` with the fault injected (phase: the recorded phase's name)."""
+        inject_before(self.kind, phase)
+        if self.kind == "skip_forward":
+            return None
+        if self.kind == "hang_in_forward":
+            block_in_forward(worker)
+        if self.kind == "extra_step":
+            getattr(worker, method)(*args)
+        result = getattr(worker, method)(*args)
+        if self.kind == "extra_collective":
+            inject_extra_collective()
+        return result
+
 
 def inject_before(kind: str, where: str) -> None:
     """Faults that strike before the method runs."""

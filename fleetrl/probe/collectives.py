@@ -24,7 +24,7 @@ import threading
 import time
 from collections import deque
 
-from fleetrl.watch.torch_trace import TorchTrace
+from fleetrl.probe.torch_trace import TorchTrace
 
 RECENT = 12  # collectives kept for the report's table (all groups)
 DEFAULT_GROUP = "actor"  # the actor ranks' default process group
@@ -77,7 +77,7 @@ class CollectiveLog:
 
     def record(self) -> dict:
         """The heartbeat's view: copies, consistent with each other; and torch's own flight
-        recorder's, where it is on (watch/torch_trace.py)."""
+        recorder's, where it is on (probe/torch_trace.py)."""
         trace = self.torch_trace.summary()
         with self.lock:
             in_flight = [dict(entry) for entry in self.in_flight.values()]
@@ -94,11 +94,11 @@ class CollectiveLog:
             }
 
 
-PLUMBING = ("/fleetrl/watch/", "/fleetrl/parallel/", "/torch/", contextlib.__file__)
+PLUMBING = ("/fleetrl/probe/", "/fleetrl/debug/", "/fleetrl/parallel/", "/torch/", contextlib.__file__)
 
 
 def call_site() -> str:
-    """The innermost frame outside fleetrl's parallel/watch plumbing, torch and contextlib, as
+    """The innermost frame outside fleetrl's probe/debug/parallel plumbing, torch and contextlib, as
     file:line (func). Walks the frames themselves: `traceback.extract_stack` reads source lines
     and cost ~19 us here, on the path of every DDP gradient bucket."""
     frame = sys._getframe(1)

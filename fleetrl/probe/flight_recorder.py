@@ -27,12 +27,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from fleetrl.watch.collectives import DEFAULT_GROUP, CollectiveLog
-from fleetrl.watch.gpu import gpu_use
-from fleetrl.watch.node_loss import RAYLET_VARIABLE
-from fleetrl.watch.thread_activity import thread_activity
+from fleetrl.probe.collectives import DEFAULT_GROUP, CollectiveLog
+from fleetrl.probe.gpu import gpu_use
+from fleetrl.probe.thread_activity import thread_activity
 
 HEARTBEAT_PREFIX = "fleetrl/heartbeat/"
+RAYLET_VARIABLE = "FLEETRL_RAYLET"  # host:port of the worker's node manager, set per worker by the Ray backend
 
 
 def heartbeat_key(component: str, rank: int) -> str:
@@ -155,7 +155,7 @@ class Recorder:
         self, publish: Callable[[str], None], interval_s: float, after_beat: Callable[[], None] = lambda: None
     ) -> None:
         """Publish `record()` as JSON every `interval_s` from a daemon thread; then `after_beat()`
-        (answering a stack request: watch/stack_requests.py)."""
+        (answering a stack request: probe/stack_requests.py)."""
 
         def beat():
             while not self.stopped.is_set():

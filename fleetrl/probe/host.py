@@ -12,13 +12,13 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from fleetrl.watch import flight_recorder
-from fleetrl.watch.faults import FaultPlan, block_in_forward, inject_before, inject_extra_collective
-from fleetrl.watch.flight_recorder import PhaseStats, Recorder
-from fleetrl.watch.stack_requests import connect_answerer
-from fleetrl.watch.stacks import register_stack_dump, stack_file
-from fleetrl.watch.store import connect_publisher
+from fleetrl.probe import flight_recorder
+from fleetrl.probe.flight_recorder import PhaseStats, Recorder
+from fleetrl.probe.stack_requests import connect_answerer
+from fleetrl.probe.stacks import register_stack_dump, stack_file
+from fleetrl.probe.store import connect_publisher
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,23 @@ class WorkerError(RuntimeError):
         return f"{self.component} rank {self.rank} raised {self.error_type} in {self.phase}: {self.message}"
 
 
+class Faults(Protocol):
+    """Where a fault strikes (`debug.faults.FaultPlan`, built where faults are injected: the backends)."""
+
+    armed: bool
+
+    def fires(self, method: str) -> bool: ...
+
+    def strike(self, worker, phase: str, method: str, *args): ...
+
+
 class RecordedCalls:
     """Runs the method named `method` of `worker` as phase 'component.method'. An error names
     the process it ran in: `process` (e.g. 'fused' for a rank that hosts all three components),
     by default the component itself."""
 
     def __init__(
-        self, worker, component: str, rank: int, recorder: Recorder, faults: FaultPlan, process: str | None = None
+        self, worker, component: str, rank: int, recorder: Recorder, faults: Faults, process: str | None = None
     ):
         self.worker, self.component, self.rank = worker, component, rank
         self.recorder, self.faults = recorder, faults
@@ -91,7 +101,7 @@ class RecordedCalls:
         outer = self.recorder.enter(stats)
         try:
             if self.faults.armed and self.faults.fires(method):
-                return self.run_with_fault(stats.name, method, *args)
+                return self.faults.strike(self.worker, stats.name, method, *args)
             return getattr(self.worker, method)(*args)
         except (WorkerError, KeyboardInterrupt):
             raise
@@ -113,16 +123,3 @@ class RecordedCalls:
     def phase_of(self, method: str) -> PhaseStats:
         stats = self.phases[method] = self.recorder.stats(f"{self.component}.{method}")
         return stats
-
-    def run_with_fault(self, phase: str, method: str, *args):
-        inject_before(self.faults.kind, phase)
-        if self.faults.kind == "skip_forward":
-            return None
-        if self.faults.kind == "hang_in_forward":
-            block_in_forward(self.worker)
-        if self.faults.kind == "extra_step":
-            getattr(self.worker, method)(*args)
-        result = getattr(self.worker, method)(*args)
-        if self.faults.kind == "extra_collective":
-            inject_extra_collective()
-        return result

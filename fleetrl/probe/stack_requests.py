@@ -6,7 +6,7 @@ the asker bumps the worker's request counter in the store (`ask_stacks`), and th
 heartbeat thread, which reads that counter once per beat with one `add(key, 0)` (`StackAnswerer`),
 answers with every thread's Python stack in its reply key. A worker whose main thread holds the
 GIL or that is stopped cannot answer: the caller falls back to signals or py-spy, where the
-process is on its own machine (watch/stacks.py).
+process is on its own machine (probe/stacks.py).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class StackAnswerer:
 
 def connect_answerer(host: str, port: int, component: str, rank: int) -> StackAnswerer:
     """Worker side: an answerer on a connection of its own to the heartbeat store."""
-    from fleetrl.watch.store_client import StoreClient
+    from fleetrl.probe.store_client import StoreClient
 
     return StackAnswerer(StoreClient(host, port), component, rank)
 

@@ -1,7 +1,7 @@
 """Python stacks of worker processes: asked of the worker, else taken from outside on its machine.
 
 First every worker is asked through the heartbeat store and answers from its heartbeat thread,
-wherever it runs (watch/stack_requests.py). One that does not answer — its main thread holds the
+wherever it runs (probe/stack_requests.py). One that does not answer — its main thread holds the
 GIL, it is stopped, it is gone — is handled from here only when it lives on this machine and in
 this PID namespace (`machine_identity`, not the hostname): each worker registers `faulthandler`
 on SIGUSR1, writing all its threads' stacks to a file in the run directory (the handler runs
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from fleetrl.watch.flight_recorder import machine_identity
-from fleetrl.watch.stack_requests import StackAsker
+from fleetrl.probe.flight_recorder import machine_identity
+from fleetrl.probe.stack_requests import StackAsker
 
 STACK_SIGNAL = signal.SIGUSR1
 

@@ -1,4 +1,4 @@
-"""The heartbeat store, owned by the supervisor (watch/supervisor.py), or by the controller when
+"""The heartbeat store, owned by the supervisor (supervise/supervisor.py), or by the controller when
 it watches itself in-process (a `Trainer` used as a library).
 
 A `torch.distributed.TCPStore` server (its network thread needs no GIL; it listens on every
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from fleetrl.watch.flight_recorder import heartbeat_key
-from fleetrl.watch.store_client import CONNECT_TIMEOUT, StoreClient
+from fleetrl.probe.flight_recorder import heartbeat_key
+from fleetrl.probe.store_client import CONNECT_TIMEOUT, StoreClient
 
 
 class HeartbeatStore:

@@ -1,6 +1,6 @@
 """A worker's connection to the heartbeat store, in plain Python: no torch in the process.
 
-The store is a `torch.distributed.TCPStore` server (watch/store.py). A worker only ever sets its
+The store is a `torch.distributed.TCPStore` server (probe/store.py). A worker only ever sets its
 heartbeat and reads its stack-request counter (`add(key, 0)`), and a torch client would make
 every worker import torch first — ~1.5 s of CPU per process here, paid on the start-up path of
 an env worker that otherwise never needs torch (benchmarks/ray_startup.py). So this client speaks

@@ -8,7 +8,7 @@ in torch 2.13, Gloo alike. `torch._C._distributed_c10d._dump_fr_trace` returns i
 the last collective sequence id enqueued, started and completed, and `entries`, each collective
 with its sequence id, op (`nccl:all_reduce`), sizes, creation time and state.
 
-Why both this and fleetrl's own log (watch/collectives.py): on NCCL a collective's Future
+Why both this and fleetrl's own log (probe/collectives.py): on NCCL a collective's Future
 completes when its kernel is *enqueued*, so the Python-side log cannot see a rank blocked on the
 GPU; torch's recorder learns completion from the CUDA events, so on NCCL its view is the one the
 alignment uses (`authoritative`). On Gloo the Future completes when the reduction has, and the

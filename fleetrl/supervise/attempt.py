@@ -1,6 +1,6 @@
-"""One controller process of a supervised run, from spawn to exit (watch/supervisor.py starts one
+"""One controller process of a supervised run, from spawn to exit (supervise/supervisor.py starts one
 per attempt): its own heartbeat store, a watchdog on the controller from its first instant and on
-the workers it publishes (watch/link.py), the incident response, and the stop on a signal.
+the workers it publishes (supervise/link.py), the incident response, and the stop on a signal.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from fleetrl.checkpoint import list_checkpoints, newest_intact
 from fleetrl.cluster.isolated_nodes import sweep_stale
 from fleetrl.config.schema import Config
 from fleetrl.controller import Orders
-from fleetrl.watch import link
+from fleetrl.probe.stack_requests import stack_asker
+from fleetrl.probe.store import HeartbeatStore
+from fleetrl.supervise import link
 from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
-from fleetrl.watch.stack_requests import stack_asker
-from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident, Watchdog, describe, readable, where
 

@@ -5,7 +5,7 @@ process's environment before anything starts, so every process of the run inheri
 GCS, raylets and agents, and the workers the raylets spawn (they start from the driver's
 environment) — and `SPT_NOENV=1`, so that Ray's agents, which rewrite their process title, keep
 their environment readable in /proc. Then it starts the janitor: `python -m
-fleetrl.watch.janitor TOKEN`, a tiny process in a session of its own (no signal meant for the
+fleetrl.supervise.janitor TOKEN`, a tiny process in a session of its own (no signal meant for the
 run's process group reaches it; nothing heavy imported), which blocks on its parent's pidfd until
 the parent ends, then SIGKILLs every process carrying the token, waits for them, removes Ray's
 `ray_current_cluster` where it names a Ray session of this run (and only then: the next plain
@@ -41,7 +41,7 @@ def start_janitor() -> str:
     os.environ[RUN_TOKEN] = token
     os.environ["SPT_NOENV"] = "1"  # setproctitle (Ray's agents) leaves /proc/<pid>/environ readable
     subprocess.Popen(
-        [sys.executable, "-m", "fleetrl.watch.janitor", token, str(os.getpid())],
+        [sys.executable, "-m", "fleetrl.supervise.janitor", token, str(os.getpid())],
         start_new_session=True,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -1,15 +1,15 @@
 """`fleetrl stack`: every worker's Python stack now, without stopping the run.
 
 Each worker is asked through the run's heartbeat store and answers from its own heartbeat thread,
-on whatever machine it runs (watch/stack_requests.py); one that cannot answer is dumped from here
-where it lives on this machine (watch/stacks.py), and named as not answering otherwise.
+on whatever machine it runs (probe/stack_requests.py); one that cannot answer is dumped from here
+where it lives on this machine (probe/stacks.py), and named as not answering otherwise.
 """
 
 from __future__ import annotations
 
+from fleetrl.probe.stack_requests import stack_asker
+from fleetrl.probe.stacks import capture_stacks
 from fleetrl.watch.live import attach
-from fleetrl.watch.stack_requests import stack_asker
-from fleetrl.watch.stacks import capture_stacks
 
 
 def stack(run_dir: str | None) -> int:

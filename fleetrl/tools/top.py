@@ -1,7 +1,7 @@
 """`fleetrl top`: every worker of a running job, one row each, refreshed about once a second.
 
 Everything comes from the run's heartbeat store (watch/live.py) — what each worker says it is
-doing (its GPU's utilisation and memory too, where it computes on one: watch/gpu.py), measured
+doing (its GPU's utilisation and memory too, where it computes on one: probe/gpu.py), measured
 ages on this side — plus, for workers on this machine, their CPU and memory from psutil. The
 deadline is the watchdog's own (`Watchdog.deadline`, from the run's settings), so the table shows
 a phase nearing its limit the way the watchdog will judge it. Not a terminal (a pipe,
@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from fleetrl.watch.flight_recorder import machine_identity
+from fleetrl.probe.flight_recorder import machine_identity
 from fleetrl.watch.live import LiveRun, attach
 from fleetrl.watch.watchdog import Watchdog
 
@@ -59,7 +59,7 @@ class Sampler:
 
 
 def gpu(record: dict) -> str:
-    """'<utilisation> % <memory> MiB' of the GPU the worker computes on (watch/gpu.py), '-'
+    """'<utilisation> % <memory> MiB' of the GPU the worker computes on (probe/gpu.py), '-'
     where it uses none."""
     if "gpu_memory_mib" not in record:
         return "-"

@@ -1,5 +1,5 @@
 """PPG's actor: PPO's actor (the policy phase) plus the auxiliary phase every `algorithm.n_pi`
-iterations (`fleetrl.algos.ppg`). The rollout worker is PPO's.
+iterations (`fleetrl.algos.ppg.update`). The rollout worker is PPO's.
 
 `train(shard, progress)` keeps PPO's contract: it runs the policy phase on the iteration's data,
 stores this rank's observations and value targets, and — after every n_pi-th iteration, a
@@ -26,16 +26,16 @@ from dataclasses import replace
 import gymnasium as gym
 import torch
 
-from fleetrl.algos.ppg import aux_update, distribution_inputs, is_aux_iteration
-from fleetrl.algos.ppg_config import PPGConfig, aux_minibatch_size, check_ppg_layout, check_ppg_spaces, validate_ppg
+from fleetrl.algos.ppg.config import PPGConfig, aux_minibatch_size, check_ppg_layout, check_ppg_spaces, validate_ppg
+from fleetrl.algos.ppg.update import aux_update, distribution_inputs, is_aux_iteration
+from fleetrl.algos.ppo.actor import PPO, ActorWorker
 from fleetrl.algos.registry import register_algorithm
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.phases import ddp_phase_path, local_phase_path, unused_parameters
 from fleetrl.parallel.sharding import EnvShard, Minibatches
+from fleetrl.probe import flight_recorder
 from fleetrl.trajectory import Trajectory
-from fleetrl.watch import flight_recorder
-from fleetrl.workers.actor_worker import PPO, ActorWorker
 
 log = logging.getLogger("fleetrl")
 

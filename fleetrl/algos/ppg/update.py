@@ -1,6 +1,6 @@
 """Phasic Policy Gradient (Cobbe et al. 2020): the auxiliary phase.
 
-The policy phase is PPO (`fleetrl.algos.ppo`) on each iteration's data. Every `algorithm.n_pi`
+The policy phase is PPO (`fleetrl.algos.ppo.update`) on each iteration's data. Every `algorithm.n_pi`
 policy iterations the auxiliary phase revisits the observations and value targets (GAE returns)
 stored over those iterations for `algorithm.aux_epochs` epochs, minimising per minibatch
 
@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import torch
 
-from fleetrl.algos.ppg_config import PPGConfig
-from fleetrl.algos.ppo import minibatch_step
+from fleetrl.algos.ppg.config import PPGConfig
+from fleetrl.algos.ppo.update import minibatch_step
 from fleetrl.parallel.sharding import Minibatches
 from fleetrl.parallel.wrap import LossPath
 

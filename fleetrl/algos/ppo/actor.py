@@ -4,7 +4,7 @@ One `ActorWorker` per actor rank. With one rank it trains alone: no process grou
 no collective. With W ranks the runtime builds W workers (rank 0..W-1), then calls
 `init_distributed(master_addr, master_port)` on all of them together; each then trains on its
 shard of every trajectory (env columns, `Trajectory.shard`) and together they compute exactly the
-single-process update (`fleetrl.algos.ppo.ppo_update`).
+single-process update (`fleetrl.algos.ppo.update.ppo_update`).
 
 Collective methods — every rank must call them, in the same order, or the others wait (until
 `actor.dist_timeout_s`, then fail): those of `ActorBase`, and with `actor.strategy: fsdp` also
@@ -21,10 +21,10 @@ import logging
 import gymnasium as gym
 import torch
 
-from fleetrl.algos.gae import compute_gae, grpo_advantages
-from fleetrl.algos.optim import build_optimizer
-from fleetrl.algos.ppo import PPOBatch, ppo_update
-from fleetrl.algos.ppo_config import PPOConfig, check_ppo_layout, validate_ppo
+from fleetrl.algos.common.gae import compute_gae, grpo_advantages
+from fleetrl.algos.common.optim import build_optimizer
+from fleetrl.algos.ppo.config import PPOConfig, check_ppo_layout, validate_ppo
+from fleetrl.algos.ppo.update import PPOBatch, ppo_update
 from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import effective_minibatch_size
@@ -118,7 +118,7 @@ class ActorWorker(ActorBase):
     def advantages(self, trajectory: Trajectory) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, value targets), both (T, N). The value targets are GAE's returns;
         the advantages GAE's, or with `algorithm.adv_type: grpo` group-relative episode returns
-        (`fleetrl.algos.gae.grpo_advantages`: groups lie within one rank's env columns)."""
+        (`fleetrl.algos.common.gae.grpo_advantages`: groups lie within one rank's env columns)."""
         algo = self.config.algorithm
         advantages, returns = compute_gae(
             trajectory.rewards,

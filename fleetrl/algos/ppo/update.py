@@ -30,8 +30,8 @@ from functools import partial
 import torch
 from torch import nn
 
-from fleetrl.algos.optim import fused_step
-from fleetrl.algos.ppo_config import PPOConfig
+from fleetrl.algos.common.optim import fused_step
+from fleetrl.algos.ppo.config import PPOConfig
 from fleetrl.constants import constant
 from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.sharding import Minibatches

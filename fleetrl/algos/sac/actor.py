@@ -3,7 +3,7 @@
 One `SACActorWorker` per actor rank (an `ActorBase`). An iteration (`train`):
 
 1. the rank adds its shard of the trajectory (its env columns: T steps × N/W envs) to its own
-   replay buffer shard (`fleetrl.algos.replay`, plain state — never a module buffer);
+   replay buffer shard (`fleetrl.algos.common.replay`, plain state — never a module buffer);
 2. it counts the iteration's *global* env steps, T·N, into `env_steps`; once the replay (summed
    over ranks) holds `algorithm.learning_starts` transitions, it owes `update_to_data` gradient
    steps per new global env step (fractions carry over to the next iteration);
@@ -43,20 +43,20 @@ import logging
 import gymnasium as gym
 import torch
 
+from fleetrl.algos.common.replay import ReplayBuffer
 from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
-from fleetrl.algos.replay import ReplayBuffer
-from fleetrl.algos.sac import SACBatch, SACLearner, SACWeights
-from fleetrl.algos.sac_config import SACConfig, check_sac_spaces, validate_sac
+from fleetrl.algos.sac.config import SACConfig, check_sac_spaces, validate_sac
+from fleetrl.algos.sac.learner import SACBatch, SACLearner, SACWeights
+from fleetrl.algos.sac.networks import EntropyCoefficient, build_sac_actor, build_twin_q
+from fleetrl.algos.sac.rollout import SACRolloutWorker
 from fleetrl.config.schema import Config
 from fleetrl.config.validate import effective_minibatch_size
-from fleetrl.models.sac_networks import EntropyCoefficient, build_sac_actor, build_twin_q
 from fleetrl.observations import storage_dtype
 from fleetrl.parallel import state
 from fleetrl.parallel.seeds import ACTOR_SAMPLING, rank_seed
 from fleetrl.parallel.wrap import ddp
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase
-from fleetrl.workers.sac_rollout_worker import SACRolloutWorker
 
 log = logging.getLogger("fleetrl")
 SAMPLE_CHUNK = 32  # gradient steps whose samples are gathered at once
@@ -202,7 +202,7 @@ class SACActorWorker(ActorBase):
         else:
             import torch.distributed as dist
 
-            from fleetrl.watch import flight_recorder
+            from fleetrl.probe import flight_recorder
 
             shards = [None] * self.world_size if self.rank == 0 else None
             with flight_recorder.collective("gather_object (replay shards)", torch.zeros(0)):

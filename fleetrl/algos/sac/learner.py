@@ -7,14 +7,14 @@ actions live in [-1, 1]^d (the env's Box, rescaled by the rollout worker), log s
 actor loss mean(α·log π(a|s) - min Q(s, a)), temperature loss -mean(log α · (log π + H̄)); the
 actor and temperature losses use the critics as just updated and α as it was before this step.
 
-Per gradient step the cost is the matmuls of the networks (`fleetrl.models.sac_networks`); the
+Per gradient step the cost is the matmuls of the networks (`fleetrl.algos.sac.networks`); the
 rest is kept small:
 - the actor loss goes through the critics with *detached* weights: the critic weight gradients
   that SB3 and CleanRL compute there and throw away (a third of a critic backward) are never
   computed, and the critics' DDP wrapper is not involved;
 - the actor and the temperature share one fused Adam step (one DDP reduction with several
   ranks: `PolicyAndAlpha`), the critics another, both without the optimizer's per-call Python
-  overhead (`fleetrl.algos.optim.FusedAdamStep`); Polyak averaging is one `_foreach_lerp_`;
+  overhead (`fleetrl.algos.common.optim.FusedAdamStep`); Polyak averaging is one `_foreach_lerp_`;
 - nothing calls `.item()`: statistics accumulate as tensors and are read once per iteration.
 
 (Two critics as one batched matmul — `GroupedLinear` — was measured and is slower here: MKL's
@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fleetrl.algos.optim import FusedAdamStep, build_optimizer, clip_grad_norm_
-from fleetrl.algos.sac_config import SACConfig
-from fleetrl.models.sac_networks import EntropyCoefficient, SquashedGaussianActor, TwinQ
+from fleetrl.algos.common.optim import FusedAdamStep, build_optimizer, clip_grad_norm_
+from fleetrl.algos.sac.config import SACConfig
+from fleetrl.algos.sac.networks import EntropyCoefficient, SquashedGaussianActor, TwinQ
 
 
 class PolicyAndAlpha(nn.Module):

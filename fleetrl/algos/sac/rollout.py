@@ -17,9 +17,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fleetrl.algos.sac import SACWeights
+from fleetrl.algos.sac.learner import SACWeights
+from fleetrl.algos.sac.networks import SquashedGaussianActor, build_sac_actor
 from fleetrl.config.schema import Config
-from fleetrl.models.sac_networks import SquashedGaussianActor, build_sac_actor
 from fleetrl.step_result import StepResult
 from fleetrl.workers.rollout_worker import RolloutWorker, process_rollout_rank, rollout_seed
 
