@@ -56,9 +56,9 @@ def main() -> int:
 
     from fleetrl.errors import UserError
     from fleetrl.runner import Trainer
-    from fleetrl.supervise.supervised import SupervisedSession
     from fleetrl.watch import signals
     from fleetrl.watch.respond import IncidentStop
+    from fleetrl.watch.supervised import SupervisedSession
 
     config = orders.config
     spec = WatchSpec(

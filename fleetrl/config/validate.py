@@ -19,7 +19,7 @@ from fleetrl.config.schema import BUILTIN_MODELS, ClusterConfig, Config
 from fleetrl.debug.faults import check_fault
 from fleetrl.errors import ConfigError
 from fleetrl.run_dir import resume_dir
-from fleetrl.supervise.restarts import check_restart_on
+from fleetrl.watch.restarts import check_restart_on
 
 
 def get(config: Config, dotted: str):

@@ -1,6 +1,6 @@
 """One controller process of a supervised run, from spawn to exit (supervise/supervisor.py starts one
 per attempt): its own heartbeat store, a watchdog on the controller from its first instant and on
-the workers it publishes (supervise/link.py), the incident response, and the stop on a signal.
+the workers it publishes (watch/link.py), the incident response, and the stop on a signal.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from fleetrl.config.schema import Config
 from fleetrl.controller import Orders
 from fleetrl.probe.stack_requests import stack_asker
 from fleetrl.probe.store import HeartbeatStore
-from fleetrl.supervise import link
+from fleetrl.watch import link
 from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.node_loss import lost_node

@@ -4,11 +4,11 @@ a model or a file system does can freeze it.
 It decides the run directory, hosts the heartbeat store, starts the controller (fleetrl/
 controller.py) as its child in a process group of its own (a terminal's Ctrl-C reaches only the
 supervisor) and watches it from its first instant, then the workers the controller publishes
-(supervise/link.py). It is a child subreaper: Ray's daemons orphaned by a killed controller become
+(watch/link.py). It is a child subreaper: Ray's daemons orphaned by a killed controller become
 its children, so its teardown (`attempt.kill_run_tree`) is complete whatever state the controller is
 in. Every incident — seen by its watchdog, sent by the controller, or the controller's own death —
 is reported here (watch/respond.py) and ends the whole tree; with `runner.max_restarts` the
-controller is then started again from the newest intact checkpoint (supervise/restarts.py).
+controller is then started again from the newest intact checkpoint (watch/restarts.py).
 
 Exit codes (cli.py): the controller's 0 or 2; 4 after an incident that does not restart; 130 /
 143 after Ctrl-C / SIGTERM (the first asks the controller to checkpoint and stop within
@@ -30,8 +30,8 @@ from pathlib import Path
 from fleetrl.checkpoint import newest_intact
 from fleetrl.config.schema import Config
 from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
-from fleetrl.supervise.restarts import Restart, RestartPolicy
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
+from fleetrl.watch.restarts import Restart, RestartPolicy
 from fleetrl.watch.watchdog import Incident
 
 log = logging.getLogger("fleetrl")

@@ -13,7 +13,7 @@ watchdog reports: waits give up), `fail(error)`, `deadline(seconds, what)`, `sto
 adds `on_report(hook, timeout_s)` (the trackers attach the report before the exit). Everything
 crossing this seam is plain data — the spec, worker records, an error — so that under `fleetrl
 train` the supervisor owns the store and the watchdog and `SupervisedSession`
-(supervise/supervised.py) stands in for this class without the backends changing. This class is the
+(watch/supervised.py) stands in for this class without the backends changing. This class is the
 in-process form: a `Trainer` used as a library watches itself.
 """
 

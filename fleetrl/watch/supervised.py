@@ -5,7 +5,7 @@ backends use, but the store, the watchdog and the incident response live in the 
 `open_store` hands out the supervisor's store; `watch_here` is the controller's own recorder
 (`inline rank 0` on the inline backend, `controller rank 0` elsewhere); `start` tells the
 supervisor which workers to watch; `fail` and an expired `deadline` send the incident to the
-supervisor as plain data (supervise/link.py) and wait to be ended by it; `on_report` hooks run here
+supervisor as plain data (watch/link.py) and wait to be ended by it; `on_report` hooks run here
 once the supervisor says the report is written, and the supervisor waits for them (bounded).
 """
 
@@ -23,7 +23,7 @@ from typing import NoReturn
 from fleetrl.config.schema import Config
 from fleetrl.probe.flight_recorder import Recorder, join_unless_current
 from fleetrl.probe.host import WatchSpec
-from fleetrl.supervise import link
+from fleetrl.watch import link
 from fleetrl.watch.classify import incident_from_error
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, WatchSession, expire_after
