@@ -90,9 +90,9 @@ def installed_version() -> str:
 
 
 def command_train(args) -> int:
-    from fleetrl.cluster.layout import dry_run_text, resolve_layout
     from fleetrl.config.loader import load_config
-    from fleetrl.config.validate import check_entry_points
+    from fleetrl.plan.layout import dry_run_text, resolve_layout
+    from fleetrl.plan.rules import check_entry_points
 
     config = load_config(args.config, args.overrides)
     check_entry_points(config)

@@ -23,12 +23,12 @@ from fleetrl.algos.sac.actor import SACActorWorker
 from fleetrl.algos.sac.learner import polyak_
 from fleetrl.algos.sac.networks import SquashedGaussianActor
 from fleetrl.algos.sac.rollout import SACRolloutWorker
+from fleetrl.cluster.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.collect import Collector
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig
-from fleetrl.config.validate import check_spaces
 from fleetrl.errors import ConfigError
+from fleetrl.plan.rules import check_spaces
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 from tests import sac_support

@@ -21,8 +21,8 @@ from typing import Protocol
 import numpy as np
 
 from fleetrl.cluster.groups import WorkerGroup
-from fleetrl.cluster.layout import Lane, plan_lanes
 from fleetrl.observations import map_obs
+from fleetrl.plan.layout import Lane, plan_lanes
 from fleetrl.step_result import StepResult
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase

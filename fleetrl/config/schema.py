@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from fleetrl.cluster.placement import DEFAULT_PLACEMENT
 from fleetrl.config.constraints import (
     AtLeastOne,
     Finite,
@@ -23,6 +22,7 @@ from fleetrl.config.constraints import (
     TorchDevice,
     UnitInterval,
 )
+from fleetrl.plan.placement import DEFAULT_PLACEMENT
 
 RESUME_AUTO = "auto"  # runner.resume: continue the newest run of this config's name (run_dir.resume_dir)
 TRACKERS = Literal["jsonl", "tensorboard", "wandb", "mlflow"]  # fleetrl/tracking/trackers.py

@@ -19,10 +19,10 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from fleetrl.cluster.placement import EVAL, PLACEMENT_KEY, Assignment, Placement, check_divisible, resolve_placement
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_actor_layout, check_fault_placement
 from fleetrl.errors import ConfigError
+from fleetrl.plan.placement import EVAL, PLACEMENT_KEY, Assignment, Placement, check_divisible, resolve_placement
+from fleetrl.plan.rules import check_actor_layout, check_fault_placement
 
 BackendName = Literal["inline", "ray", "fused"]
 FUSED = "fused"  # the component name of a fused rank's process (heartbeats, reports)

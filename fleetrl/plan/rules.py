@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.isolated_nodes import why_not_isolated
-from fleetrl.cluster.placement import PLACEMENT_KEY, Placement
 from fleetrl.config.schema import BUILTIN_MODELS, ClusterConfig, Config
 from fleetrl.debug.faults import check_fault
 from fleetrl.errors import ConfigError
+from fleetrl.plan.placement import PLACEMENT_KEY, Placement
 from fleetrl.run_dir import resume_dir
 from fleetrl.watch.restarts import check_restart_on
 

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from fleetrl.config.constraints import AtLeastOne, NonNegative, Positive, UnitInterval
 from fleetrl.config.schema import AlgorithmConfig, Config
-from fleetrl.config.validate import effective_minibatch_size, get, minibatch_key
 from fleetrl.errors import ConfigError
+from fleetrl.plan.rules import effective_minibatch_size, get, minibatch_key
 
 
 @dataclass

@@ -16,8 +16,8 @@ import numpy as np
 
 from fleetrl.config.constraints import AtLeastOne, NonNegative, Positive, Range, UnitInterval
 from fleetrl.config.schema import AlgorithmConfig, Config
-from fleetrl.config.validate import get
 from fleetrl.errors import ConfigError
+from fleetrl.plan.rules import get
 
 
 @dataclass
