@@ -40,8 +40,8 @@ def one_sync(actor, rollout, trainable: bool) -> tuple[int, float]:
 def main() -> None:
     import torch
 
+    from fleetrl.algos.ppo.actor import ActorWorker
     from fleetrl.config.loader import load_config
-    from fleetrl.workers.actor_worker import ActorWorker
     from fleetrl.workers.rollout_worker import RolloutWorker
     from tests.fsdp_transformer_ranks import SPACES
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
-from fleetrl.workers.actor_worker import ActorWorker
 from tests.dist_support import BASE, PROGRESS
 from tests.fsdp_transformer_ranks import SPACES, trajectory
 

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-from fleetrl.algos.gae import compute_gae
-from fleetrl.algos.logprobs import combine
-from fleetrl.algos.ppo import PPOBatch, ppo_loss
+from fleetrl.algos.common.gae import compute_gae
+from fleetrl.algos.common.logprobs import combine
+from fleetrl.algos.ppo.update import PPOBatch, ppo_loss
+from fleetrl.cluster.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.collect import Collector
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig, ModelConfig
 from fleetrl.errors import ConfigError
 from fleetrl.models.policy import Policy
+from fleetrl.probe import flight_recorder
 from fleetrl.runner import Trainer
-from fleetrl.watch import flight_recorder
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 from tests.envs import obs

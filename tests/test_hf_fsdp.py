@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fleetrl.workers.actor_worker import ActorWorker
+from fleetrl.algos.ppo.actor import ActorWorker
 from tests import hf_fsdp_ranks as ranks
 from tests.compare import assert_close_metrics, assert_close_state, max_difference
 from tests.fsdp_transformer_ranks import SPACES

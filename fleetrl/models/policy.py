@@ -18,7 +18,7 @@ Action chunks (`model.action_chunk` K > 1): one inference emits K actions. The n
 times the parameters of one action (the transformer: K action queries, K·d for a token policy),
 and the Policy splits them on a chunk axis: actions (B, K, *one action), log-probs and entropies
 per action (B, K) — per token (B, K, d) for a token policy — and the value (B,) of the decision.
-The PPO loss combines them over the actions the env actually executed (`fleetrl.algos.logprobs`).
+The PPO loss combines them over the actions the env actually executed (`fleetrl.algos.common.logprobs`).
 
 PPG's auxiliary phase calls `forward_aux(obs)`: (distribution inputs, value, auxiliary value),
 where the distribution inputs are what `kl(old, new)` compares — normalised log-probs for

@@ -22,8 +22,8 @@ from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.make import make_vector_env, step_action_space
 from fleetrl.envs.normalize import RewardNormalizer, observation_normalizer
 from fleetrl.observations import map_obs, obs_len, stack_obs
+from fleetrl.probe.flight_recorder import phase
 from fleetrl.step_result import StepResult
-from fleetrl.watch.flight_recorder import phase
 
 ASYNC_CLOSE_TIMEOUT_S = 5.0  # an async vector env's subprocesses get this long to answer a pending call at close
 
