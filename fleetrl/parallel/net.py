@@ -35,3 +35,29 @@ def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
         probe.bind((address, 0))
         return probe.getsockname()[1]
+
+
+IP_FREEBIND = 15  # linux/in.h: bind an address not (yet) configured on any interface
+
+
+def listening_socket(address: str, port: int = 0, freebind: bool = False, backlog: int = 128) -> socket.socket:
+    """A TCP socket listening on `address` alone (never every interface); `freebind`: before that
+    address is up (Linux). Raises OSError when `address` is not one of this machine's."""
+    listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if freebind:
+            listener.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
+        listener.bind((address, port))
+        listener.listen(backlog)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def route_address(peer: str) -> str:
+    """This machine's address on the route to `peer` (no packet is sent)."""
+    with socket.socket(socket.AF_INET6 if ":" in peer else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((peer, 9))
+        return probe.getsockname()[0]
