@@ -161,7 +161,7 @@ def test_an_inline_run_listens_on_loopback_keeps_its_secret_and_shrugs_off_forge
         "algorithm.num_steps=8",
         "algorithm.minibatch_size=8",
         "algorithm.update_epochs=1",
-        "runner.total_env_steps=64",
+        "runner.total_env_steps=1000",  # 300 s while held: the test looks and forges meanwhile
         "runner.tensorboard=false",
         "--skip-doctor",
     ]
