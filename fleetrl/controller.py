@@ -60,19 +60,22 @@ def main() -> int:
     from fleetrl.watch import signals
     from fleetrl.watch.respond import IncidentStop
     from fleetrl.watch.seal import Seal, SealedStore, run_secret
+    from fleetrl.watch.store import ALL_IPV4
     from fleetrl.watch.supervised import SupervisedSession
 
     config = orders.config
     secret = run_secret()  # handed down by the supervisor
     stacks = str(Path(orders.run_dir) / "stacks")
-    spec = WatchSpec(orders.store_host, orders.store_port, config.watchdog.heartbeat_interval_s, stacks, {}, secret)
+    on_all = orders.store_host == ALL_IPV4
+    host = "127.0.0.1" if on_all else orders.store_host
+    spec = WatchSpec(host, orders.store_port, config.watchdog.heartbeat_interval_s, stacks, {}, secret)
     recorder = start_watching(orders.component, 0, 0, spec)
-    client = TCPStore(orders.store_host, orders.store_port, is_master=False, timeout=timedelta(seconds=10))
+    client = TCPStore(host, orders.store_port, is_master=False, timeout=timedelta(seconds=10))
     store = SealedStore(client, Seal(secret))
     signals.install_stop_handlers()
     try:
         with recorder.in_phase("startup"):
-            session = SupervisedSession(config, Path(orders.run_dir), store, spec, recorder)
+            session = SupervisedSession(config, Path(orders.run_dir), store, spec, recorder, on_all)
             trainer = Trainer(config, run_dir=Path(orders.run_dir), session=session, restart=orders.restart)
         trainer.train()
         return 0

@@ -44,7 +44,6 @@ NETNS_PATTERN = re.compile(r"^fleetrl-(\d+)-n\d+$")
 LINK_PATTERN = re.compile(r"^frl(\d+)[bh]\d*$")
 WORK_DIR_PATTERN = re.compile(r"^fleetrl-iso-(\d+)$")
 SUBNET_PREFIX = "10.213"  # one /24 of 10.213.0.0/16 per run: 10.213.<k>.0/24
-SUBNET_VARIABLE = "FLEETRL_ISOLATED_SUBNET"  # the one reserved for this run by its supervisor
 WORK_ROOT = Path("/var/tmp")  # the run's folder: hosts file, logs, clocks, the head's Ray temp dir
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 REQUIRED_TOOLS = ("ip", "unshare")
@@ -93,7 +92,7 @@ class IsolatedNodes:
             sweep_stale()
             self.work_dir.mkdir(exist_ok=False)
             self.undo.callback(shutil.rmtree, self.work_dir, True)
-            subnet = reserved_subnet()
+            subnet = free_subnet()
             self.host_address = str(subnet[1])
             self.bridge = f"frl{self.tag}b"
             self.make_bridge(subnet)
@@ -325,13 +324,6 @@ def existing(pid: str) -> psutil.Process | None:
         return psutil.Process(int(pid))
     except psutil.Error:
         return None
-
-
-def reserved_subnet() -> ipaddress.IPv4Network:
-    """The subnet this run's supervisor reserved (its heartbeat store listens on the bridge's
-    address: watch/store.py `store_address`), or a free one when nothing was reserved."""
-    reserved = os.environ.get(SUBNET_VARIABLE)
-    return ipaddress.ip_network(reserved) if reserved else free_subnet()
 
 
 def free_subnet() -> ipaddress.IPv4Network:

@@ -37,17 +37,12 @@ def free_port(address: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
-IP_FREEBIND = 15  # linux/in.h: bind an address not (yet) configured on any interface
-
-
-def listening_socket(address: str, port: int = 0, freebind: bool = False, backlog: int = 128) -> socket.socket:
-    """A TCP socket listening on `address` alone (never every interface); `freebind`: before that
-    address is up (Linux). Raises OSError when `address` is not one of this machine's."""
+def listening_socket(address: str, port: int = 0, backlog: int = 128) -> socket.socket:
+    """A TCP socket listening on `address` alone. Raises OSError when `address` is not one of
+    this machine's."""
     listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if freebind:
-            listener.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
         listener.bind((address, port))
         listener.listen(backlog)
     except OSError:

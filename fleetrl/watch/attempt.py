@@ -29,7 +29,7 @@ from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
 from fleetrl.watch.stack_requests import stack_asker
-from fleetrl.watch.store import HeartbeatStore, store_address
+from fleetrl.watch.store import ALL_IPV4, HeartbeatStore, store_address
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident, Watchdog, describe, readable, where
 
@@ -64,8 +64,8 @@ class Attempt:
 
     def __init__(self, supervisor, restart: dict | None):  # a watch.supervisor.Supervisor
         self.supervisor, self.config, self.run_dir = supervisor, supervisor.config, supervisor.run_dir
-        host, freebind = store_address(self.config.cluster, supervisor.component == "inline")
-        self.store = HeartbeatStore(host, supervisor.secret, freebind)
+        host = store_address(self.config.cluster, supervisor.component == "inline")
+        self.store = HeartbeatStore(host, supervisor.secret)
         self.controller_key = (supervisor.component, 0)
         self.workers: list[dict] = [{"component": supervisor.component, "rank": 0, "node": 0}]
         self.workers_taken = False  # the controller's published workers are watched
@@ -74,7 +74,9 @@ class Attempt:
         self.incidents: queue.Queue[Incident] = queue.Queue()
         self.watchdog: Watchdog | None = None
         self.watch([self.controller_key])
-        advertise(self.run_dir, host, self.store.port, supervisor.secret)  # for `fleetrl top` / `fleetrl stack`
+        advertise(
+            self.run_dir, "127.0.0.1" if host == ALL_IPV4 else host, self.store.port, supervisor.secret
+        )  # for `fleetrl top` / `fleetrl stack`
         publish_run(self.store.sealed, self.workers, self.config.watchdog)
         resume = (
             str(self.run_dir) if list_checkpoints(self.run_dir) and (restart or self.config.runner.resume) else None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 
 from fleetrl.parallel.net import listening_socket
 from fleetrl.watch.flight_recorder import heartbeat_key
@@ -26,40 +25,40 @@ log = logging.getLogger("fleetrl")
 NUMBER = (int, float)
 
 
-def store_address(cluster, inline: bool) -> tuple[str, bool]:
-    """Where the supervisor's store listens for the run on `cluster` (a `ClusterConfig`), and
-    whether that address is still to come up (`freebind`): loopback when every worker is on this
-    machine (`inline`, or Ray started here on loopback or joined there); `cluster.node_ip` for
-    a Ray started here on another address; on isolated simulated nodes, the address the bridge to
-    them will have (the subnet is reserved here, for the controller to build: cluster/
-    isolated_nodes.py); this machine's address towards the head of a Ray cluster it joins."""
+ALL_IPV4 = "0.0.0.0"
+
+
+def store_address(cluster, inline: bool) -> str:
+    """Where the supervisor's store listens for the run on `cluster` (a `ClusterConfig`):
+    loopback when every worker is on this machine (`inline`, or Ray started here on loopback or
+    joined there); `cluster.node_ip` for a Ray started here on another address; this machine's
+    address towards the head of a Ray cluster it joins. The one exception: isolated simulated
+    nodes reach this machine through a bridge the controller builds after the store must listen
+    (a TCPStore's own client connects to its address at once), so there it listens on every IPv4
+    address (its values still sealed); workers are told the bridge's address."""
     from fleetrl.cluster.ray_loopback import joins_loopback
     from fleetrl.parallel.net import is_loopback, route_address
 
     if inline:
-        return "127.0.0.1", False
+        return "127.0.0.1"
     if cluster.ray_address is not None:
         if joins_loopback(cluster.ray_address):
-            return "127.0.0.1", False
-        return route_address(cluster.ray_address.rpartition(":")[0].strip("[]")), False
+            return "127.0.0.1"
+        return route_address(cluster.ray_address.rpartition(":")[0].strip("[]"))
     if cluster.simulate_nodes > 1 and cluster.simulate_isolation == "namespaces":
-        from fleetrl.cluster.isolated_nodes import SUBNET_VARIABLE, reserved_subnet
-
-        subnet = reserved_subnet()
-        os.environ[SUBNET_VARIABLE] = str(subnet)  # the controller builds the bridge on it
-        return str(subnet[1]), True
-    return ("127.0.0.1" if is_loopback(cluster.node_ip) else cluster.node_ip), False
+        return ALL_IPV4
+    return "127.0.0.1" if is_loopback(cluster.node_ip) else cluster.node_ip
 
 
 class HeartbeatStore:
     """Controller side: hosts the store and reads the workers' latest records."""
 
-    def __init__(self, host: str, secret: bytes, freebind: bool = False):
-        """Listen on `host` only (`freebind`: before that address is up, e.g. a bridge to come)."""
+    def __init__(self, host: str, secret: bytes):
+        """Listen on `host` only."""
         from torch.distributed import TCPStore  # here: a worker imports this module, torch-free
 
         self.host = host
-        listener = listening_socket(host, freebind=freebind)
+        listener = listening_socket(host)
         port = listener.getsockname()[1]
         self.server = TCPStore(  # it owns the socket from here on
             host,

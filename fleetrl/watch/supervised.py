@@ -35,19 +35,22 @@ LISTEN_INTERVAL_S = 0.2
 
 
 class SupervisedSession(WatchSession):
-    def __init__(self, config: Config, run_dir: Path, store, spec: WatchSpec, recorder: Recorder):
+    def __init__(
+        self, config: Config, run_dir: Path, store, spec: WatchSpec, recorder: Recorder, on_all_addresses: bool = False
+    ):
         super().__init__(config, run_dir)
         self.link = store  # a client of the supervisor's store (a SealedStore)
         self.spec = spec  # where the supervisor's store listens, and the run's secret
+        self.on_all_addresses = on_all_addresses  # it listens on every address (watch/store.py store_address)
         self.recorder = recorder
         self.listening = threading.Event()
         self.listener = threading.Thread(target=self.attach_report_when_written, name="fleetrl-report", daemon=True)
         self.listener.start()
 
     def open_store(self, host: str) -> WatchSpec:
-        """The supervisor's store, where it listens (the supervisor chose the address its
-        workers reach: watch/store.py `store_address`)."""
-        return replace(self.spec, fault=self.fault)
+        """The supervisor's store, at the address it listens on (the supervisor chose the one its
+        workers reach: watch/store.py `store_address`), or at `host` where it listens on all."""
+        return replace(self.spec, store_host=host if self.on_all_addresses else self.spec.store_host, fault=self.fault)
 
     def watch_here(self, component: str, rank: int, spec: WatchSpec) -> Recorder:
         return self.recorder
