@@ -14,7 +14,7 @@ import json
 import statistics
 import time
 
-SECRET = b"benchmark secret"  # the run's secret (watch/seal.py): every value is sealed with it
+SECRET = b"benchmark secret"  # the run's secret (probe/seal.py): every value is sealed with it
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -30,9 +30,9 @@ def main() -> None:
     parser.add_argument("--beats", type=int, default=2000)
     args = parser.parse_args()
 
-    from fleetrl.watch.flight_recorder import Recorder
-    from fleetrl.watch.stack_requests import StackAnswerer, ask_stacks, connect_answerer
-    from fleetrl.watch.store import HeartbeatStore, connect_publisher
+    from fleetrl.probe.flight_recorder import Recorder
+    from fleetrl.probe.stack_requests import StackAnswerer, ask_stacks, connect_answerer
+    from fleetrl.probe.store import HeartbeatStore, connect_publisher
 
     store = HeartbeatStore("127.0.0.1", SECRET)
     recorder = Recorder("env", 0, 0)

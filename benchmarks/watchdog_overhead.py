@@ -5,7 +5,7 @@ seconds after --warmup iterations) and the on/off ratio.
 
 `watchdog.enabled=false` only skips the controller's watchdog thread (fleetrl/watch/session.py,
 `WatchSession.start`): every worker still runs each call as a recorded phase
-(fleetrl/watch/host.py `RecordedCalls`), still marks every collective (DDP gradient buckets included,
+(fleetrl/probe/host.py `RecordedCalls`), still marks every collective (DDP gradient buckets included,
 with a call-site stack walk), and still publishes a heartbeat every 0.5 s. So the run-level
 comparison measures the watchdog thread alone; the rest is measured with micro-benchmarks in this
 process: RecordedCalls vs a plain getattr call, `Recorder.in_collective` vs nothing, one heartbeat
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _runkit as kit  # noqa: E402
 
 CONFIG = "configs/ppo_cartpole.yaml"
-SECRET = b"benchmark secret"  # the run's secret (watch/seal.py): every value is sealed with it
+SECRET = b"benchmark secret"  # the run's secret (probe/seal.py): every value is sealed with it
 COMMON = ["runner.checkpoint_interval=100000", "runner.log_interval=1000", "runner.target_return=null"]
 RAY2 = [
     "cluster.backend=ray",
@@ -139,10 +139,10 @@ def micro(rounds: int = 7) -> dict:
     import torch
 
     from fleetrl.config.schema import WatchdogConfig
-    from fleetrl.watch.faults import FaultPlan
-    from fleetrl.watch.flight_recorder import Recorder
-    from fleetrl.watch.host import RecordedCalls
-    from fleetrl.watch.store import HeartbeatStore, connect_publisher
+    from fleetrl.debug.faults import FaultPlan
+    from fleetrl.probe.flight_recorder import Recorder
+    from fleetrl.probe.host import RecordedCalls
+    from fleetrl.probe.store import HeartbeatStore, connect_publisher
     from fleetrl.watch.watchdog import Watchdog
 
     torch.set_num_threads(1)

@@ -1,5 +1,5 @@
 """The controller process of a supervised run: `python -m fleetrl.controller`, started by
-`fleetrl train`'s supervisor (watch/supervisor.py) with its `Orders` pickled on stdin.
+`fleetrl train`'s supervisor (supervise/supervisor.py) with its `Orders` pickled on stdin.
 
 It runs the training loop (`runner.Trainer`) and nothing else: it beats into the supervisor's
 store from its first instant, dies with the supervisor (parent-death signal), and exits 0 when
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fleetrl.cluster.early_ray import close_early, start_early
 from fleetrl.config.schema import Config
-from fleetrl.watch.host import WatchSpec, start_watching
+from fleetrl.probe.host import WatchSpec, start_watching
 
 PR_SET_PDEATHSIG = 1
 
@@ -33,7 +33,7 @@ class Orders:
 
     config: Config  # resolved; runner.resume names the run directory when it continues one
     run_dir: str
-    store_host: str  # the supervisor's heartbeat store: where it listens (watch/store.py `store_address`)
+    store_host: str  # the supervisor's heartbeat store: where it listens (supervise/store_address.py)
     store_port: int
     component: str  # the controller's name in heartbeats and reports: 'inline' or 'controller'
     supervisor_pid: int
@@ -56,11 +56,11 @@ def main() -> int:
     from torch.distributed import TCPStore
 
     from fleetrl.errors import UserError
+    from fleetrl.probe.seal import Seal, SealedStore, run_secret
     from fleetrl.runner import Trainer
+    from fleetrl.supervise.store_address import ALL_IPV4
     from fleetrl.watch import signals
     from fleetrl.watch.respond import IncidentStop
-    from fleetrl.watch.seal import Seal, SealedStore, run_secret
-    from fleetrl.watch.store import ALL_IPV4
     from fleetrl.watch.supervised import SupervisedSession
 
     config = orders.config

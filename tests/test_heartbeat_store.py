@@ -1,13 +1,13 @@
 """The controller's heartbeat store: workers publish through their store client (plain Python, on the
-TCPStore wire protocol: watch/store_client.py) into a real TCPStore server; the
+TCPStore wire protocol: probe/store_client.py) into a real TCPStore server; the
 controller reads whoever has published, before and after every worker has."""
 
 from __future__ import annotations
 
 import json
 
-from fleetrl.watch.seal import run_secret
-from fleetrl.watch.store import HeartbeatStore, connect_publisher
+from fleetrl.probe.seal import run_secret
+from fleetrl.probe.store import HeartbeatStore, connect_publisher
 
 
 def beat(worker: tuple[str, int], phase: str, n: int) -> dict:

@@ -27,10 +27,10 @@ import psutil
 import pytest
 
 from fleetrl.cluster.direct_channels import DirectChannels
-from fleetrl.watch.host import WorkerError
-from fleetrl.watch.seal import Seal, SealedStore, new_run_secret
-from fleetrl.watch.store import HeartbeatStore, connect_publisher
-from fleetrl.watch.store_client import StoreClient
+from fleetrl.probe.host import WorkerError
+from fleetrl.probe.seal import Seal, SealedStore, new_run_secret
+from fleetrl.probe.store import HeartbeatStore, connect_publisher
+from fleetrl.probe.store_client import StoreClient
 from tests.support import REPO, Fleetrl, fleetrl, subprocess_env
 
 INTRUDER = """

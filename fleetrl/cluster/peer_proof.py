@@ -6,7 +6,7 @@ code: whoever connects first to an env worker's port must not be believed. So, a
 challenge in both directions, in raw bytes: the listening end sends a random nonce, the connecting
 end answers HMAC(secret, "to-listener", nonce) with a nonce of its own, and the listening end
 answers that one (HMAC(secret, "to-connector", nonce)) — each end knows the other holds the run's
-secret (watch/seal.py), and an answer cannot be replayed or reflected (fresh nonces, a label per
+secret (probe/seal.py), and an answer cannot be replayed or reflected (fresh nonces, a label per
 direction). Once per connection, at start-up: an exchange pays nothing for it.
 """
 
@@ -16,7 +16,7 @@ import hmac
 import secrets
 import socket
 
-from fleetrl.watch.seal import mac
+from fleetrl.probe.seal import mac
 
 NONCE_BYTES = 32
 ANSWER_BYTES = 32  # an HMAC-SHA256

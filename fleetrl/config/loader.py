@@ -18,8 +18,8 @@ from fleetrl.algos.registry import DEFAULT_ALGORITHM, algorithm_names, algorithm
 from fleetrl.config.constraints import Check, Note, Range
 from fleetrl.config.redact import redacted
 from fleetrl.config.schema import SECTION_TYPES, Config
-from fleetrl.config.validate import validate
 from fleetrl.errors import ConfigError, UserError, nearest
+from fleetrl.plan.rules import validate
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:

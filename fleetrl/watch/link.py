@@ -33,7 +33,7 @@ ATTACHED = "fleetrl/link/attached"
 
 
 def put(store, key: str, value) -> None:
-    """Put `value` under `key` of `store`, a `SealedStore` (watch/seal.py)."""
+    """Put `value` under `key` of `store`, a `SealedStore` (probe/seal.py)."""
     store.set(key, json.dumps(value))
 
 

@@ -2,7 +2,7 @@
 
 While a run is watched, `<run>/watch.json` says where its heartbeat store listens (host, port),
 which process hosts it (pid, machine) and the run's secret (hex), which opens the store's sealed
-values (watch/seal.py) — so the file is its owner's alone (0600, in a 0700 run directory). A
+values (probe/seal.py) — so the file is its owner's alone (0600, in a 0700 run directory). A
 secret in the environment (FLEETRL_RUN_SECRET, e.g. on another machine) is used where the file
 has none. The store holds the run's worker list and watchdog
 settings (`RUN_KEY`) beside every worker's heartbeat. `attach(run)` turns a run directory (or,
@@ -21,8 +21,8 @@ import psutil
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.errors import UserError
-from fleetrl.watch.flight_recorder import heartbeat_key, machine_identity
-from fleetrl.watch.seal import SECRET_VARIABLE, Seal, SealedStore
+from fleetrl.probe.flight_recorder import heartbeat_key, machine_identity
+from fleetrl.probe.seal import SECRET_VARIABLE, Seal, SealedStore
 
 WATCH_FILE = "watch.json"
 RUN_KEY = "fleetrl/run"

@@ -1,6 +1,6 @@
 """The controller's side of a supervised run (`fleetrl train`): the same `WatchSession` facade the
 backends use, but the store, the watchdog and the incident response live in the supervisor
-(watch/supervisor.py), which watches this process like any worker.
+(supervise/supervisor.py), which watches this process like any worker.
 
 `open_store` hands out the supervisor's store; `watch_here` is the controller's own recorder
 (`inline rank 0` on the inline backend, `controller rank 0` elsewhere); `start` tells the
@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from fleetrl.config.schema import Config
+from fleetrl.probe.flight_recorder import Recorder, join_unless_current
+from fleetrl.probe.host import WatchSpec
 from fleetrl.watch import link
 from fleetrl.watch.classify import incident_from_error
-from fleetrl.watch.flight_recorder import Recorder, join_unless_current
-from fleetrl.watch.host import WatchSpec
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, WatchSession, expire_after
 from fleetrl.watch.watchdog import Incident
@@ -41,7 +41,7 @@ class SupervisedSession(WatchSession):
         super().__init__(config, run_dir)
         self.link = store  # a client of the supervisor's store (a SealedStore)
         self.spec = spec  # where the supervisor's store listens, and the run's secret
-        self.on_all_addresses = on_all_addresses  # it listens on every address (watch/store.py store_address)
+        self.on_all_addresses = on_all_addresses  # it listens on every address (supervise/store_address.py)
         self.recorder = recorder
         self.listening = threading.Event()
         self.listener = threading.Thread(target=self.attach_report_when_written, name="fleetrl-report", daemon=True)
@@ -49,7 +49,7 @@ class SupervisedSession(WatchSession):
 
     def open_store(self, host: str) -> WatchSpec:
         """The supervisor's store, at the address it listens on (the supervisor chose the one its
-        workers reach: watch/store.py `store_address`), or at `host` where it listens on all."""
+        workers reach: supervise/store_address.py), or at `host` where it listens on all."""
         return replace(self.spec, store_host=host if self.on_all_addresses else self.spec.store_host, fault=self.fault)
 
     def watch_here(self, component: str, rank: int, spec: WatchSpec) -> Recorder:
