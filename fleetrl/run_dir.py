@@ -95,26 +95,21 @@ def resume_dir(config: Config) -> Path | None:
     )
 
 
-class Redacting(logging.Filter):
-    """Every secret from the environment out of a log line (config/redact.py)."""
+class Redacting(logging.Formatter):
+    """A formatter that takes every secret from the environment out of what it formats, a
+    traceback included (config/redact.py)."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        cleaned = redact_text(message)
-        if cleaned != message:
-            record.msg, record.args = cleaned, ()
-        return True
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
 
 
 def setup_logging(run_dir: Path) -> None:
     """'fleetrl' logs to stderr and train.log; 'fleetrl.iterations' to train.log only (the live
     progress line already shows those on the terminal). No secret is logged (`Redacting`)."""
     file_handler = logging.FileHandler(run_dir / LOG_FILE)
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    file_handler.addFilter(Redacting())
+    file_handler.setFormatter(Redacting("%(asctime)s %(levelname)s %(message)s"))
     console = logging.StreamHandler(sys.stderr)
-    console.setFormatter(logging.Formatter("[fleetrl] %(message)s"))
-    console.addFilter(Redacting())
+    console.setFormatter(Redacting("[fleetrl] %(message)s"))
     root = logging.getLogger("fleetrl")
     for handler in list(root.handlers):
         root.removeHandler(handler)
