@@ -232,7 +232,11 @@ def check_entry_points(config: Config) -> None:
     from fleetrl.envs.make import env_factory
 
     env_factory(config.env)
-    if config.model.id not in BUILTIN_MODELS:
+    if config.model.id == "hf":
+        from fleetrl.models.hf.folder import check_folder
+
+        check_folder(config.model.path)
+    elif config.model.id not in BUILTIN_MODELS:
         network = resolve_entry_point("model.id", config.model.id)
         check_keyword_arguments("model.kwargs", network, config.model.kwargs)
 
@@ -241,7 +245,7 @@ def check_spaces(config: Config, observation_space, action_space) -> None:
     """The rules that need the env's spaces (the algorithm's: e.g. SAC's continuous actions); the
     runtime calls this as soon as they are known, before any actor is built."""
     algorithm_spec(config.algorithm.name).check_spaces(config, observation_space, action_space)
-    if config.model.id in BUILTIN_MODELS:
+    if config.model.id in ("mlp", "transformer"):  # an hf folder is checked by check_entry_points, not loaded twice
         import torch
 
         from fleetrl.models.policy import build_network
