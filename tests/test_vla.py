@@ -24,9 +24,9 @@ from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig, LoraConfig, ModelConfig
 from fleetrl.envs.make import make_vector_env
 from fleetrl.errors import ConfigError
+from fleetrl.metrics_log import read_metrics
 from fleetrl.models.hf.actions import VocabActions
 from fleetrl.models.hf.init_model import build_model
-from fleetrl.metrics_log import read_metrics
 from fleetrl.models.policy import Policy
 from fleetrl.runner import Trainer
 from fleetrl.workers.actor_worker import ActorWorker
@@ -80,8 +80,13 @@ def test_the_realistic_sizes_are_half_a_billion_to_three_billion_parameters():
 
 
 @pytest.mark.parametrize(
-    "remove, named", [("config.json", "config.json"), ("model.safetensors", "model.safetensors"),
-                      ("tokenizer.json", "tokenizer.json"), ("processor_config.json", "processor_config.json")]
+    "remove, named",
+    [
+        ("config.json", "config.json"),
+        ("model.safetensors", "model.safetensors"),
+        ("tokenizer.json", "tokenizer.json"),
+        ("processor_config.json", "processor_config.json"),
+    ],
 )
 def test_an_incomplete_folder_is_exit_2_naming_the_folder_and_the_file(paligemma, tmp_path, capsys, remove, named):
     folder = tmp_path / "model"
@@ -216,3 +221,17 @@ def test_the_minigrid_vla_config_trains_with_lora_and_exports_a_folder_that_acts
     assert torch.allclose(ours, theirs, atol=1e-5) and torch.allclose(value, exported_value, atol=1e-5)
     assert not torch.allclose(ours, untrained, atol=1e-3)  # and the training shows in them
     assert all(torch.equal(base[key], value) for key, value in vla(paligemma, *minigrid[:2]).state_dict().items())
+
+
+def test_the_second_family_smolvlm_loads_and_acts_through_the_same_adapter(minigrid, tmp_path):
+    observation_space, action_space, obs = minigrid
+    folder = tmp_path / "smolvlm-tiny"
+    assert main(["init-model", "--family", "smolvlm", "--size", "tiny", str(folder)]) == 0
+    model = AutoModelForImageTextToText.from_pretrained(folder, local_files_only=True)
+    assert type(model).__name__ == "Idefics3ForConditionalGeneration"
+    for decode in ("parallel", "autoregressive"):
+        policy = vla(folder, observation_space, action_space, decode=decode, lora=LoraConfig(rank=4))
+        actions, logprobs, values = policy.act(obs)
+        assert ((actions >= 0) & (actions < 7)).all() and logprobs.shape == (4, 1, 1)
+        new_logprobs, _, new_values = policy(obs, actions)
+        assert torch.allclose(new_logprobs, logprobs, atol=1e-5) and torch.allclose(new_values, values, atol=1e-5)

@@ -29,9 +29,7 @@ class VocabActions(torch.nn.Module):
     """The map between env actions and action-token bins (module docstring). No parameters;
     every tensor is a non-persistent buffer, rebuilt from the config."""
 
-    def __init__(
-        self, action_space: gym.Space, bins: int, vocab_size: int, chunk: int = 1, stats: dict | None = None
-    ):
+    def __init__(self, action_space: gym.Space, bins: int, vocab_size: int, chunk: int = 1, stats: dict | None = None):
         super().__init__()
         self.chunk = int(chunk)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -72,7 +70,10 @@ class VocabActions(torch.nn.Module):
             low, high = space.low.astype(np.float32), space.high.astype(np.float32)
             if not (np.isfinite(low).all() and np.isfinite(high).all()):
                 raise ConfigError(
-                    "model.action_stats", None, "q01/q99 statistics for an action space with infinite bounds", str(space)
+                    "model.action_stats",
+                    None,
+                    "q01/q99 statistics for an action space with infinite bounds",
+                    str(space),
                 )
         return torch.as_tensor(low), torch.as_tensor(high)
 

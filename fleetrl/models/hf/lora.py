@@ -41,7 +41,9 @@ def apply_lora(network: nn.Module, config: LoraConfig, path: str) -> nn.Module:
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             model = get_peft_model(network.model, peft_config)
     except ValueError as error:
-        raise ConfigError("model.lora.target_modules", config.target_modules, "module names of the model", str(error))
+        raise ConfigError(
+            "model.lora.target_modules", config.target_modules, "module names of the model", str(error)
+        ) from None
     network.register_buffer(HASH_KEY, torch.tensor(list(base_hash(path).encode()), dtype=torch.uint8))
     network.base_path = path
     return model

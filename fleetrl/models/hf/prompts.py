@@ -43,11 +43,18 @@ class Prompts:
                 f"a folder of one of the model types {sorted(PIXEL_LAYOUTS)} (config.json's model_type)",
             )
         self.processor, self.layout, self.template = processor, PIXEL_LAYOUTS[model_type], template
-        leaves = dict(observation_space.spaces) if isinstance(observation_space, gym.spaces.Dict) else {None: observation_space}
+        leaves = (
+            dict(observation_space.spaces)
+            if isinstance(observation_space, gym.spaces.Dict)
+            else {None: observation_space}
+        )
         images = [key for key, leaf in leaves.items() if is_image(leaf)]
         if len(images) != 1:
             raise ConfigError(
-                "model.id", "hf", "an env with exactly one image observation (a uint8 HWC or CHW Box)", f"found {images}"
+                "model.id",
+                "hf",
+                "an env with exactly one image observation (a uint8 HWC or CHW Box)",
+                f"found {images}",
             )
         self.image_key = images[0]
         space = leaves[self.image_key]
