@@ -37,10 +37,8 @@ CONFIG = REPO / "configs" / "ppo_minigrid_vla.yaml"
 
 
 @pytest.fixture(scope="module")
-def paligemma(tmp_path_factory):
-    out = tmp_path_factory.mktemp("models") / "paligemma-tiny"
-    assert main(["init-model", "--family", "paligemma", "--size", "tiny", str(out)]) == 0
-    return out
+def paligemma(tiny_paligemma):
+    return tiny_paligemma
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +56,9 @@ def vla(path, observation_space, action_space, **keys) -> Policy:
     return Policy.from_config(ModelConfig(id="hf", path=str(path), **keys), observation_space, action_space)
 
 
-def test_init_model_writes_a_folder_that_transformers_loads_with_the_action_tokens_last(paligemma):
+def test_init_model_writes_a_folder_that_transformers_loads_with_the_action_tokens_last(tmp_path):
+    paligemma = tmp_path / "paligemma-tiny"
+    assert main(["init-model", "--family", "paligemma", "--size", "tiny", str(paligemma)]) == 0
     model = AutoModelForImageTextToText.from_pretrained(paligemma, local_files_only=True)
     processor = AutoProcessor.from_pretrained(paligemma, local_files_only=True)
     assert type(model).__name__ == "PaliGemmaForConditionalGeneration"

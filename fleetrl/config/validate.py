@@ -38,6 +38,7 @@ def validate(config: Config) -> None:
             f"{{}} with model.id {config.model.id!r}",
             "the built-in models read the model section's own keys (hidden_sizes, embed_dim, ...); kwargs go to a custom model",
         )
+    validate_hf_keys(config)
     validate_cluster(config)
     validate_watchdog(config)
     validate_restarts(config)
@@ -159,6 +160,21 @@ def minibatch_key(config: Config) -> str:
 def effective_minibatch_size(config: Config) -> int:
     """Samples per optimizer step, summed over all actor ranks."""
     return get(config, minibatch_key(config))
+
+
+HF_KEYS = ("path", "trust_remote_code", "prompt_template", "decode", "action_stats", "lora")
+
+
+def validate_hf_keys(config: Config) -> None:
+    """The Hugging Face keys (model.path, model.lora, ...) keep their defaults unless model.id is
+    hf: set on another model, they would be silently ignored."""
+    if config.model.id == "hf":
+        return
+    defaults = type(config.model)()
+    for key in HF_KEYS:
+        value = getattr(config.model, key)
+        if value != getattr(defaults, key):
+            raise ConfigError(f"model.{key}", value, f"its default ({getattr(defaults, key)!r}) unless model.id is hf")
 
 
 def validate_actor(config: Config) -> None:
