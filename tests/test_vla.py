@@ -16,8 +16,6 @@ import pytest
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from fleetrl.algos.ppo import aggregate_tokens
-from fleetrl.algos.ppo_config import PPOConfig
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
 from fleetrl.config.loader import load_config
@@ -34,11 +32,6 @@ from tests.support import REPO
 
 MINIGRID = EnvConfig(id="MiniGrid-GoToDoor-5x5-v0", num_envs=4, vectorization="sync")
 CONFIG = REPO / "configs" / "ppo_minigrid_vla.yaml"
-
-
-@pytest.fixture(scope="module")
-def paligemma(tiny_paligemma):
-    return tiny_paligemma
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +81,9 @@ def test_the_realistic_sizes_are_half_a_billion_to_three_billion_parameters():
         ("processor_config.json", "processor_config.json"),
     ],
 )
-def test_an_incomplete_folder_is_exit_2_naming_the_folder_and_the_file(paligemma, tmp_path, capsys, remove, named):
+def test_an_incomplete_folder_is_exit_2_naming_the_folder_and_the_file(tiny_paligemma, tmp_path, capsys, remove, named):
     folder = tmp_path / "model"
-    shutil.copytree(paligemma, folder)
+    shutil.copytree(tiny_paligemma, folder)
     (folder / remove).unlink()
     assert main(["train", str(CONFIG), f"model.path={folder}", "--dry-run"]) == 2
     error = capsys.readouterr().err
@@ -121,11 +114,11 @@ def test_continuous_actions_are_binned_on_the_last_ids_as_openvla_bins_them():
 
 
 @pytest.mark.parametrize("decode", ["parallel", "autoregressive"])
-def test_acting_samples_only_action_ids_and_the_loss_path_gives_the_same_log_probs(paligemma, minigrid, decode):
+def test_acting_samples_only_action_ids_and_the_loss_path_gives_the_same_log_probs(tiny_paligemma, minigrid, decode):
     observation_space, action_space, obs = minigrid
-    policy = vla(paligemma, observation_space, action_space, decode=decode)
+    policy = vla(tiny_paligemma, observation_space, action_space, decode=decode)
     actions, logprobs, values = policy.act(obs)
-    assert actions.shape == (4,) and logprobs.shape == (4, 1, 1) and values.shape == (4,)
+    assert actions.shape == (4,) and logprobs.shape == (4,) and values.shape == (4,)
     assert ((actions >= 0) & (actions < 7)).all()  # MiniGrid's 7 actions are the first 7 bins
     new_logprobs, entropy, new_values = policy(obs, actions)
     # autoregressive: sampled with the KV cache, recomputed teacher-forced in one pass
@@ -139,27 +132,28 @@ def test_acting_samples_only_action_ids_and_the_loss_path_gives_the_same_log_pro
     assert torch.allclose(entropy.flatten(), -(expected.exp() * expected).sum(-1), atol=1e-5)
 
 
-def test_a_chunk_of_box_actions_is_decoded_in_one_pass_and_combined_per_level(paligemma, minigrid):
+def test_a_chunk_of_box_actions_is_decoded_in_one_pass_per_token_of_each_action(tiny_paligemma, minigrid):
     observation_space, _, obs = minigrid
     box = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    policy = vla(paligemma, observation_space, box, action_chunk=2)
+    one = vla(tiny_paligemma, observation_space, box)
+    actions, logprobs, _ = one.act(obs)
+    assert actions.shape == (4, 3) and logprobs.shape == (4, 3) and one.logprob_shape == (3,)
+    policy = vla(tiny_paligemma, observation_space, box, action_chunk=2)
     actions, logprobs, _ = policy.act(obs)
     assert actions.shape == (4, 2, 3) and logprobs.shape == (4, 2, 3) and policy.logprob_shape == (2, 3)
+    assert policy.action_chunk == 2
     new_logprobs, entropy, _ = policy(obs, actions)
-    assert torch.allclose(new_logprobs, logprobs, atol=1e-5)
-    levels = {}
-    for level in ("token_level", "action_level", "chunk_level"):
-        levels[level] = aggregate_tokens(new_logprobs, logprobs, entropy, PPOConfig(logprob_type=level))[0]
-    assert torch.equal(levels["token_level"], new_logprobs.flatten(1))  # (B, K·D): a ratio per token
-    assert torch.allclose(levels["action_level"], new_logprobs.sum(-1))  # (B, K): a ratio per action
-    assert torch.allclose(levels["chunk_level"], new_logprobs.sum((1, 2)))  # (B,): a ratio per chunk
+    assert torch.allclose(new_logprobs, logprobs, atol=1e-5) and entropy.shape == (4, 2, 3)
+    # the 6 action positions are read from one pass: 6 distinct token distributions
+    log_p, _ = policy.distribution(obs)
+    assert log_p.shape == (4, 6, 255) and not torch.allclose(log_p[:, 0], log_p[:, 1])
 
 
 def test_lora_trains_only_adapters_and_the_value_head_and_checkpoints_them_with_the_base_hash(
-    paligemma, minigrid, tmp_path
+    tiny_paligemma, minigrid, tmp_path
 ):
     observation_space, action_space, obs = minigrid
-    config = load_config(CONFIG, [f"model.path={paligemma}", "model.lora.rank=4"])
+    config = load_config(CONFIG, [f"model.path={tiny_paligemma}", "model.lora.rank=4"])
     actor = ActorWorker(config, observation_space, action_space)
     trainable = {name for name, p in actor.policy.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in name or name.startswith("network.value_head.") for name in trainable)
@@ -182,11 +176,11 @@ def test_lora_trains_only_adapters_and_the_value_head_and_checkpoints_them_with_
 @pytest.mark.usefixtures("quiet_fleetrl_logging")
 @pytest.mark.parametrize("advantages", ["gae", "grpo"])
 def test_the_minigrid_vla_config_trains_with_lora_and_exports_a_folder_that_acts_identically(
-    paligemma, minigrid, tmp_path, advantages
+    tiny_paligemma, minigrid, tmp_path, advantages
 ):
     observation_space, action_space, obs = minigrid
     overrides = [
-        f"model.path={paligemma}",
+        f"model.path={tiny_paligemma}",
         "model.lora.rank=4",
         f"algorithm.adv_type={advantages}",
         f"algorithm.norm_adv={advantages == 'gae'}",  # GRPO's advantages are normalised per group
@@ -202,7 +196,7 @@ def test_the_minigrid_vla_config_trains_with_lora_and_exports_a_folder_that_acts
     summary = Trainer(config, live_progress=False).train()
     records = read_metrics(summary["run_dir"])
     assert len(records) == 2 and all(math.isfinite(r[key]) for r in records for key in ("policy_loss", "value_loss"))
-    before = vla(paligemma, observation_space, action_space)
+    before = vla(tiny_paligemma, observation_space, action_space)
     trained = load_latest(summary["run_dir"])["actor"]["policy"]
     lora = [key for key in trained if "lora_B" in key]
     assert lora and any(trained[key].abs().sum() > 0 for key in lora)  # B starts at zero: the adapters moved
@@ -212,7 +206,7 @@ def test_the_minigrid_vla_config_trains_with_lora_and_exports_a_folder_that_acts
     reloaded = AutoModelForImageTextToText.from_pretrained(tmp_path / "exported", local_files_only=True)
     assert type(reloaded).__name__ == "PaliGemmaForConditionalGeneration"
     exported = vla(tmp_path / "exported", observation_space, action_space)
-    run = vla(paligemma, observation_space, action_space, lora=LoraConfig(rank=4))
+    run = vla(tiny_paligemma, observation_space, action_space, lora=LoraConfig(rank=4))
     run.load_state_dict(trained)
     with torch.no_grad():
         ours, value = run.distribution(obs)
@@ -220,7 +214,7 @@ def test_the_minigrid_vla_config_trains_with_lora_and_exports_a_folder_that_acts
         untrained, _ = before.distribution(obs)
     assert torch.allclose(ours, theirs, atol=1e-5) and torch.allclose(value, exported_value, atol=1e-5)
     assert not torch.allclose(ours, untrained, atol=1e-3)  # and the training shows in them
-    assert all(torch.equal(base[key], value) for key, value in vla(paligemma, *minigrid[:2]).state_dict().items())
+    assert all(torch.equal(base[key], value) for key, value in vla(tiny_paligemma, *minigrid[:2]).state_dict().items())
 
 
 def test_the_second_family_smolvlm_loads_and_acts_through_the_same_adapter(minigrid, tmp_path):
@@ -232,6 +226,6 @@ def test_the_second_family_smolvlm_loads_and_acts_through_the_same_adapter(minig
     for decode in ("parallel", "autoregressive"):
         policy = vla(folder, observation_space, action_space, decode=decode, lora=LoraConfig(rank=4))
         actions, logprobs, values = policy.act(obs)
-        assert ((actions >= 0) & (actions < 7)).all() and logprobs.shape == (4, 1, 1)
+        assert ((actions >= 0) & (actions < 7)).all() and logprobs.shape == (4,)
         new_logprobs, _, new_values = policy(obs, actions)
         assert torch.allclose(new_logprobs, logprobs, atol=1e-5) and torch.allclose(new_values, values, atol=1e-5)

@@ -80,29 +80,21 @@ def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_co
 
 
 def aggregate_tokens(logprobs: torch.Tensor, old_logprobs: torch.Tensor, entropy: torch.Tensor, config: PPOConfig):
-    """A token policy's per-token log-probs and entropies → what the loss uses. They are (B, T)
-    for fleetrl's token policies (T tokens: one action's dimensions, or a whole `env.action_chunk`)
-    and (B, K, D) for a Hugging Face VLA (K actions of D tokens, `model.action_chunk`).
+    """A token policy's per-token (B, K) log-probs and entropies → what the loss uses.
 
-    logprob_type token_level: one ratio per token, (B, T) or (B, K·D) (see `policy_objective`);
-                 action_level: log π(a|s) = Σ over an action's tokens — one ratio per sample for
-                 (B, T), one per action (B, K) for a VLA's chunk;
-                 chunk_level: Σ over every token of the sample, one ratio per chunk (B,).
-    entropy_type action_level: Σ_k H(token_k) — the entropy of the whole (factorised) action
-                 (averaged over a chunk's K actions);
-                 token_level: the mean per-token entropy.
+    logprob_type action_level: log π(a|s) = Σ_k log π(token_k|s), one ratio per sample (B,);
+                 token_level: the (B, K) per-token log-probs stay, one ratio per token (see
+                 `policy_objective`).
+    entropy_type action_level: Σ_k H(token_k) — the entropy of the whole (factorised) action;
+                 token_level: mean_k H(token_k).
     Log-probs and entropies of other policies are (B,) and pass through unchanged.
     """
     if logprobs.dim() == 1:
         return logprobs, old_logprobs, entropy
-    if config.logprob_type == "token_level":
-        logprobs, old_logprobs = logprobs.flatten(1), old_logprobs.flatten(1)
-    elif config.logprob_type == "action_level":
+    if config.logprob_type == "action_level":
         logprobs, old_logprobs = logprobs.sum(-1), old_logprobs.sum(-1)
-    else:
-        logprobs, old_logprobs = logprobs.flatten(1).sum(-1), old_logprobs.flatten(1).sum(-1)
-    entropy = entropy.sum(-1) if config.entropy_type == "action_level" else entropy.flatten(1).mean(-1, keepdim=True)
-    return logprobs, old_logprobs, entropy.mean(-1) if entropy.dim() > 1 else entropy
+    entropy = entropy.sum(-1) if config.entropy_type == "action_level" else entropy.mean(-1)
+    return logprobs, old_logprobs, entropy
 
 
 def policy_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_coef: float) -> torch.Tensor:

@@ -33,8 +33,8 @@ class PPOConfig(AlgorithmConfig):
     group_size: Annotated[int, AtLeastOne] = (
         8  # grpo: envs i..i+g-1 (consecutive, g = group_size) are reset with one seed each iteration and form a group
     )
-    logprob_type: Literal["action_level", "token_level", "chunk_level"] = (
-        "action_level"  # token and chunk levels need a token policy (model.action_bins, or model.id hf): one PPO ratio per action from its summed token log-probs, one clipped ratio per token (averaged), or one per chunk of model.action_chunk actions
+    logprob_type: Literal["action_level", "token_level"] = (
+        "action_level"  # token_level needs model.action_bins: one PPO ratio per action from the summed token log-probs, or one clipped ratio per token, averaged
     )
     entropy_type: Literal["action_level", "token_level"] = (
         "action_level"  # token_level needs model.action_bins: entropy bonus of the whole action (sum over tokens) or the mean per-token entropy
@@ -53,12 +53,12 @@ def validate_ppo(config: Config) -> None:
     """Token-level ratios and entropies, GRPO advantages, and the minibatch dividing the batch."""
     algo, model = config.algorithm, config.model
     for key in ("algorithm.logprob_type", "algorithm.entropy_type"):
-        if get(config, key) != "action_level" and model.action_bins is None and model.id != "hf":
+        if get(config, key) == "token_level" and model.action_bins is None:
             raise ConfigError(
                 key,
-                get(config, key),
-                "'action_level' unless model.action_bins is set or model.id is hf",
-                "token and chunk levels need a policy that emits tokens",
+                "token_level",
+                "'action_level' unless model.action_bins is set",
+                "token_level needs a policy that emits tokens (model.action_bins)",
             )
     if algo.adv_type == "grpo":
         if algo.group_size < 2:

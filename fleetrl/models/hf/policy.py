@@ -18,9 +18,10 @@ the one before the first action token.
 
 The policy follows fleetrl's policy interface (`models/policy.py`): `forward(obs, actions)` →
 (log-probs, entropies, value), `act`, `value`; log-probs and entropies are per token, shaped
-`logprob_shape` = (K, D), so that the PPO loss can combine them per token, per action or per chunk
-(`algorithm.logprob_type`). With K > 1 `act` returns a chunk per sample, (B, K, D) for Box
-actions and (B, K) for Discrete ones.
+`logprob_shape` as every fleetrl token policy's: (D,) for one Box action of D tokens, (K, D) for a
+chunk of K, () and (K,) for Discrete actions (one token each), so that the PPO loss combines them
+per token, per action or per chunk over the executed actions (`algorithm.logprob_type`). With
+K > 1 (`action_chunk`) `act` returns a chunk per decision: (B, K, D) Box actions, (B, K) Discrete.
 
 With `model.lora`, `lora.py` makes only the adapters and the value head trainable and the
 policy's state only those tensors, plus the base folder's fingerprint.
@@ -70,7 +71,9 @@ class VLAPolicy(nn.Module):
     def __init__(self, network: VLANetwork, prompts: Prompts, actions: VocabActions, decode: str):
         super().__init__()
         self.network, self.prompts, self.actions, self.decode = network, prompts, actions, decode
-        self.logprob_shape = (actions.chunk, actions.dim)
+        self.action_chunk = actions.chunk  # the rollout worker's trajectories hold (K, *one action) per decision
+        one_action = () if actions.discrete else (actions.dim,)  # a Discrete action is one token
+        self.logprob_shape = ((actions.chunk,) if actions.chunk > 1 else ()) + one_action
         hf = network.hf
         self.placeholder = prompts.pad_id
         self.prefix_lm = hf.config.model_type == "paligemma"  # its prompt attends both ways (token_type_ids)
@@ -162,12 +165,13 @@ class VLAPolicy(nn.Module):
         return self.network.value_head[0].weight.device
 
     def per_token(self, values: torch.Tensor) -> torch.Tensor:
-        return values.unflatten(1, self.logprob_shape)
+        """(B, K·D) per token → (B, *logprob_shape)."""
+        return values.reshape(values.shape[0], *self.logprob_shape)
 
     # ---------------------------------------------------------------------- the interface
 
     def forward(self, obs, actions: torch.Tensor):
-        """Loss path: (log-probs of `actions`' tokens (B, K, D), their entropies, value (B,))."""
+        """Loss path: (log-probs of `actions`' tokens (B, *logprob_shape), their entropies, value (B,))."""
         bins = self.actions.encode(actions)
         log_p, value = self.distribution(obs, bins)
         return (
@@ -178,7 +182,7 @@ class VLAPolicy(nn.Module):
 
     @torch.no_grad()
     def act(self, obs, deterministic: bool = False):
-        """(env actions, their tokens' log-probs (B, K, D), values (B,))."""
+        """(env actions, their tokens' log-probs (B, *logprob_shape), values (B,))."""
         pick = Categorical.mode if deterministic else Categorical.sample
         with phase("generate"):
             if self.decode == "parallel":
