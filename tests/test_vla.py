@@ -28,6 +28,7 @@ from fleetrl.models.hf.init_model import build_model
 from fleetrl.models.policy import Policy
 from fleetrl.runner import Trainer
 from fleetrl.workers.actor_worker import ActorWorker
+from fleetrl.workers.rollout_worker import RolloutWorker
 from tests.support import REPO
 
 MINIGRID = EnvConfig(id="MiniGrid-GoToDoor-5x5-v0", num_envs=4, vectorization="sync")
@@ -229,3 +230,15 @@ def test_the_second_family_smolvlm_loads_and_acts_through_the_same_adapter(minig
         assert ((actions >= 0) & (actions < 7)).all() and logprobs.shape == (4,)
         new_logprobs, _, new_values = policy(obs, actions)
         assert torch.allclose(new_logprobs, logprobs, atol=1e-5) and torch.allclose(new_values, values, atol=1e-5)
+
+
+def test_a_bfloat16_rollout_acts_under_autocast_with_float32_weights(tiny_paligemma, minigrid):
+    observation_space, action_space, obs = minigrid
+    policy = vla(tiny_paligemma, observation_space, action_space)
+    rollout = RolloutWorker(policy, dtype=torch.bfloat16)
+    actions, logprobs, values = rollout.infer({key: value.numpy() for key, value in obs.items()}, deterministic=True)
+    assert next(policy.parameters()).dtype == torch.float32  # what the actor trains is untouched
+    assert logprobs.dtype == values.dtype == torch.float32
+    _, exact_logprobs, _ = policy.act(obs, deterministic=True)
+    assert ((actions >= 0) & (actions < 7)).all()
+    assert torch.allclose(logprobs, exact_logprobs, atol=0.05)  # bfloat16's 8 bits of mantissa

@@ -23,14 +23,13 @@ from transformers import (
     GemmaConfig,
     Idefics3Config,
     Idefics3ForConditionalGeneration,
-    Idefics3ImageProcessor,
+    Idefics3ImageProcessorPil,
     Idefics3Processor,
     LlamaConfig,
     PaliGemmaConfig,
     PaliGemmaForConditionalGeneration,
     PaliGemmaProcessor,
-    PreTrainedTokenizerFast,
-    SiglipImageProcessor,
+    SiglipImageProcessorPil,
     SiglipVisionConfig,
 )
 from transformers.models.idefics3.configuration_idefics3 import Idefics3VisionConfig
@@ -98,8 +97,7 @@ def paligemma(dims: Dims, bins: int) -> tuple[torch.nn.Module, object]:
     config = PaliGemmaConfig(
         vision_config=vision, text_config=text, image_token_id=ids("<image>"), projection_dim=dims.text_hidden
     )
-    config.pad_token_id, config.bos_token_id, config.eos_token_id = ids(PAD), ids(BOS), ids(EOS)
-    image_processor = SiglipImageProcessor(
+    image_processor = SiglipImageProcessorPil(
         size={"height": dims.image_size, "width": dims.image_size}, image_mean=[0.5] * 3, image_std=[0.5] * 3
     )
     image_processor.image_seq_length = (dims.image_size // dims.patch_size) ** 2
@@ -141,9 +139,8 @@ def smolvlm(dims: Dims, bins: int) -> tuple[torch.nn.Module, object]:
         scale_factor=scale,
         tie_word_embeddings=True,
     )
-    config.pad_token_id = ids(PAD)
     edge = {"longest_edge": dims.image_size}
-    image_processor = Idefics3ImageProcessor(
+    image_processor = Idefics3ImageProcessorPil(
         do_image_splitting=False, size=edge, max_image_size=edge, image_mean=[0.5] * 3, image_std=[0.5] * 3
     )
     image_seq_len = (dims.image_size // dims.patch_size) ** 2 // scale**2
@@ -186,7 +183,3 @@ def init_model(family: str, size: str, out: Path, bins: int = 256, seed: int = 0
     model.save_pretrained(out)
     processor.save_pretrained(out)
     return out
-
-
-def tokenizer_of(processor) -> PreTrainedTokenizerFast:
-    return processor.tokenizer
