@@ -216,6 +216,12 @@ def test_the_minigrid_vla_config_trains_with_lora_and_exports_a_folder_that_acts
     assert torch.allclose(ours, theirs, atol=1e-5) and torch.allclose(value, exported_value, atol=1e-5)
     assert not torch.allclose(ours, untrained, atol=1e-3)  # and the training shows in them
     assert all(torch.equal(base[key], value) for key, value in vla(tiny_paligemma, *minigrid[:2]).state_dict().items())
+    if advantages == "gae":  # resuming these adapters on another base folder: a config error before any worker
+        other = tmp_path / "other"
+        assert main(["init-model", str(other), "--seed", "1"]) == 0
+        resume = load_config(CONFIG, [*overrides, f"model.path={other}", f"runner.resume={summary['run_dir']}"])
+        with pytest.raises(ConfigError, match=f"model.path.*{other}.*the base model the adapters were trained on"):
+            Trainer(resume, live_progress=False)
 
 
 def test_the_second_family_smolvlm_loads_and_acts_through_the_same_adapter(minigrid, tmp_path):

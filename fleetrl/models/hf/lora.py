@@ -20,7 +20,7 @@ import warnings
 import torch
 from torch import nn
 
-from fleetrl.config.schema import LoraConfig
+from fleetrl.config.schema import LoraConfig, ModelConfig
 from fleetrl.errors import ConfigError
 from fleetrl.models.hf.folder import base_hash
 
@@ -44,7 +44,7 @@ def apply_lora(network: nn.Module, config: LoraConfig, path: str) -> nn.Module:
         raise ConfigError(
             "model.lora.target_modules", config.target_modules, "module names of the model", str(error)
         ) from None
-    network.register_buffer(HASH_KEY, torch.tensor(list(base_hash(path).encode()), dtype=torch.uint8))
+    network.register_buffer(HASH_KEY, fingerprint(path))
     network.base_path = path
     return model
 
@@ -61,14 +61,8 @@ def keep_trainable_state(policy: nn.Module) -> None:
 
     def check_base(state: dict, prefix: str, *args) -> None:
         saved = state.get(prefix + hash_key)
-        own = dict(policy.named_buffers())[hash_key]
-        if saved is not None and not torch.equal(saved.cpu(), own.cpu()):
-            raise ConfigError(
-                "model.path",
-                policy.network.base_path,
-                f"the base model the adapters were trained on (sha256 {bytes(saved.tolist()).decode()})",
-                f"this folder's sha256 is {bytes(own.tolist()).decode()}",
-            )
+        if saved is not None:
+            same_base(saved, dict(policy.named_buffers())[hash_key], policy.network.base_path)
 
     def allow_missing_base(module, incompatible) -> None:
         incompatible.missing_keys[:] = [key for key in incompatible.missing_keys if key in trainable]
@@ -76,6 +70,30 @@ def keep_trainable_state(policy: nn.Module) -> None:
     policy._register_state_dict_hook(drop_frozen)
     policy._register_load_state_dict_pre_hook(check_base)
     policy.register_load_state_dict_post_hook(allow_missing_base)
+
+
+def same_base(saved: torch.Tensor, own: torch.Tensor, path: str) -> None:
+    """A ConfigError naming `path` unless the two fingerprints (uint8 hex digests) agree."""
+    if not torch.equal(saved.cpu(), own.cpu()):
+        raise ConfigError(
+            "model.path",
+            path,
+            f"the base model the adapters were trained on (sha256 {bytes(saved.tolist()).decode()})",
+            f"this folder's sha256 is {bytes(own.tolist()).decode()}",
+        )
+
+
+def check_resumed_base(config: ModelConfig, policy_state: dict) -> None:
+    """Before any worker starts: a checkpoint's adapters against `model.path` (exit 2 if the
+    base differs), so a resume on another base fails as a config error, not inside an actor."""
+    saved = next((value for key, value in policy_state.items() if key.endswith(HASH_KEY)), None)
+    if config.id == "hf" and config.lora is not None and saved is not None:
+        same_base(saved, fingerprint(config.path), config.path)
+
+
+def fingerprint(path: str) -> torch.Tensor:
+    """`base_hash(path)` as the uint8 buffer a policy's state holds."""
+    return torch.tensor(list(base_hash(path).encode()), dtype=torch.uint8)
 
 
 def merged_model(network: nn.Module) -> nn.Module:
