@@ -34,7 +34,7 @@ from transformers import (
 )
 from transformers.models.idefics3.configuration_idefics3 import Idefics3VisionConfig
 
-from fleetrl.errors import ConfigError
+from fleetrl.errors import ConfigError, UserError
 from fleetrl.models.hf.tokenizer import BOS, EOS, PAD, UNK, build_tokenizer
 
 SPECIALS = [PAD, EOS, BOS, UNK]
@@ -178,7 +178,7 @@ def init_model(family: str, size: str, out: Path, bins: int = 256, seed: int = 0
     """Write the folder (see the module docstring) to `out`, which must not hold a model already."""
     out = Path(out)
     if (out / "config.json").exists():
-        raise ConfigError("OUT", str(out), "a folder without a model in it", "it has a config.json already")
+        raise UserError(f"{out} holds a model already (config.json): choose an empty folder")
     model, processor = build_model(family, size, bins, seed)
     model.save_pretrained(out)
     processor.save_pretrained(out)
