@@ -20,6 +20,7 @@ from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig, LoraConfig, ModelConfig
+from fleetrl.config.validate import check_spaces
 from fleetrl.envs.make import make_vector_env
 from fleetrl.errors import ConfigError
 from fleetrl.metrics_log import read_metrics
@@ -89,6 +90,18 @@ def test_an_incomplete_folder_is_exit_2_naming_the_folder_and_the_file(tiny_pali
     assert main(["train", str(CONFIG), f"model.path={folder}", "--dry-run"]) == 2
     error = capsys.readouterr().err
     assert "model.path" in error and str(folder) in error and f"missing: {named}" in error
+
+
+def test_what_the_env_must_show_and_its_actions_are_checked_before_any_model_loads(tiny_paligemma, minigrid):
+    observation_space, action_space, _ = minigrid
+    config = load_config(CONFIG, [f"model.path={tiny_paligemma}"])
+    check_spaces(config, observation_space, action_space)
+    with pytest.raises(ConfigError, match="'model.id'.*exactly one image observation"):
+        check_spaces(config, gym.spaces.Box(-1, 1, (4,)), action_space)
+    with pytest.raises(ConfigError, match="'model.prompt_template'.*without {instruction}"):
+        check_spaces(config, gym.spaces.Dict({"image": observation_space["image"]}), action_space)
+    with pytest.raises(ConfigError, match="'model.action_stats'.*infinite bounds"):
+        check_spaces(config, observation_space, gym.spaces.Box(-np.inf, np.inf, (2,)))
 
 
 def test_continuous_actions_are_binned_on_the_last_ids_as_openvla_bins_them():

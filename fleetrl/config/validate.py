@@ -261,7 +261,15 @@ def check_spaces(config: Config, observation_space, action_space) -> None:
     """The rules that need the env's spaces (the algorithm's: e.g. SAC's continuous actions); the
     runtime calls this as soon as they are known, before any actor is built."""
     algorithm_spec(config.algorithm.name).check_spaces(config, observation_space, action_space)
-    if config.model.id in ("mlp", "transformer"):  # an hf folder is checked by check_entry_points, not loaded twice
+    if config.model.id == "hf":  # what needs no model: the folder itself is checked by check_entry_points
+        from fleetrl.models.hf.actions import VocabActions
+        from fleetrl.models.hf.prompts import observation_keys
+
+        model = config.model
+        observation_keys(observation_space, model.prompt_template)
+        bins = model.action_bins or 256
+        VocabActions(action_space, bins, bins, model.action_chunk, model.action_stats)
+    if config.model.id in ("mlp", "transformer"):
         import torch
 
         from fleetrl.models.policy import build_network

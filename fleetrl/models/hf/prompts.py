@@ -32,6 +32,28 @@ from fleetrl.observations import image_layout, is_image
 PIXEL_LAYOUTS = {"paligemma": "flat", "idefics3": "stacked", "smolvlm": "stacked"}
 
 
+def observation_keys(observation_space: gym.Space, template: str) -> tuple:
+    """(the image key, the text key or None) the model reads; a ConfigError when the env shows
+    no single image, or no text while the template wants an {instruction}."""
+    leaves = (
+        dict(observation_space.spaces) if isinstance(observation_space, gym.spaces.Dict) else {None: observation_space}
+    )
+    images = [key for key, leaf in leaves.items() if is_image(leaf)]
+    if len(images) != 1:
+        raise ConfigError(
+            "model.id", "hf", "an env with exactly one image observation (a uint8 HWC or CHW Box)", f"found {images}"
+        )
+    texts = [key for key, leaf in leaves.items() if getattr(leaf, "vocabulary", None) is not None]
+    if not texts and "{instruction}" in template:
+        raise ConfigError(
+            "model.prompt_template",
+            template,
+            "a template without {instruction} for an env without a text observation",
+            f"the observation keys are {sorted(str(k) for k in leaves)}",
+        )
+    return images[0], texts[0] if texts else None
+
+
 class Prompts:
     """Builds (input_ids, attention_mask, position_ids, pixel inputs) for a batch of observations."""
 
@@ -43,33 +65,14 @@ class Prompts:
                 f"a folder of one of the model types {sorted(PIXEL_LAYOUTS)} (config.json's model_type)",
             )
         self.processor, self.layout, self.template = processor, PIXEL_LAYOUTS[model_type], template
+        self.image_key, self.text_key = observation_keys(observation_space, template)
         leaves = (
-            dict(observation_space.spaces)
-            if isinstance(observation_space, gym.spaces.Dict)
-            else {None: observation_space}
+            observation_space.spaces if isinstance(observation_space, gym.spaces.Dict) else {None: observation_space}
         )
-        images = [key for key, leaf in leaves.items() if is_image(leaf)]
-        if len(images) != 1:
-            raise ConfigError(
-                "model.id",
-                "hf",
-                "an env with exactly one image observation (a uint8 HWC or CHW Box)",
-                f"found {images}",
-            )
-        self.image_key = images[0]
         space = leaves[self.image_key]
         self.channels_last = image_layout(space)[3]
         self.scale = pixel_scale(space)
-        texts = [key for key, leaf in leaves.items() if getattr(leaf, "vocabulary", None) is not None]
-        self.text_key = texts[0] if texts else None
-        self.vocabulary = leaves[self.text_key].vocabulary if texts else None
-        if self.text_key is None and "{instruction}" in template:
-            raise ConfigError(
-                "model.prompt_template",
-                template,
-                "a template without {instruction} for an env without a text observation",
-                f"the observation keys are {sorted(str(k) for k in leaves)}",
-            )
+        self.vocabulary = leaves[self.text_key].vocabulary if self.text_key is not None else None
         image_processor = processor.image_processor
         size = image_processor.size
         side = size.get("longest_edge")
