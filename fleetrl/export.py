@@ -17,8 +17,8 @@ from fleetrl.checkpoint import load_latest
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.models.hf.folder import VALUE_HEAD_FILE
+from fleetrl.probe.flight_recorder import phase
 from fleetrl.run_dir import CONFIG_FILE
-from fleetrl.watch.flight_recorder import phase
 
 
 def export_run(run_dir: Path, out: Path) -> Path:
