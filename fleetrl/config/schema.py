@@ -187,7 +187,9 @@ class RolloutConfig:
     dtype: Literal["auto", "float32", "bfloat16"] = (
         "auto"  # compute dtype of acting (autocast; weights stay float32): auto is bfloat16 on a GPU that has it, else float32
     )
-    backend: Literal["hf"] = "hf"  # how a Hugging Face VLA acts: its own transformers model, batched over env lanes
+    backend: Literal["hf"] = (
+        "hf"  # how a Hugging Face VLA acts (the seed's key): its own transformers model, batched over env lanes; the only backend so far
+    )
     pipeline_stage_num: Annotated[int, AtLeastOne] = (
         1  # env stages per env worker: env steps stage i while rollout infers i+1; divides the envs per env worker
     )
