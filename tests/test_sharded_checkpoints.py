@@ -69,3 +69,19 @@ def test_a_run_resumes_from_its_sharded_checkpoint_and_evaluates(tmp_path):
     ).train()
     assert (resumed["iterations"], resumed["global_step"]) == (3, 192)
     assert evaluate(first["run_dir"], episodes=2)["episodes"] == 2
+
+
+def test_a_parameter_that_never_had_a_gradient_has_no_optimizer_state_to_load(tmp_path):
+    """A model's unused head (a VLA's pooling head under LoRA) gets no Adam state: the checkpoint
+    lacks it, and loading keeps the fresh state the loader initialises for it."""
+    used, unused = nn.Linear(3, 2), nn.Linear(3, 2)
+    model = nn.ModuleDict({"used": used, "unused": unused})
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    used(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    dcp.save(tmp_path / "shards", model, optimizer)
+    fresh = nn.ModuleDict({"used": nn.Linear(3, 2), "unused": nn.Linear(3, 2)})
+    fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=0.1)
+    dcp.load(tmp_path / "shards", fresh, fresh_optimizer)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+    assert torch.equal(fresh_optimizer.state[fresh["used"].weight]["exp_avg"], optimizer.state[used.weight]["exp_avg"])

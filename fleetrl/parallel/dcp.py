@@ -47,18 +47,19 @@ def save(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer | Non
 def load(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """Read `folder` into `module` (and `optimizer`), each rank the pieces its shards need."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import DefaultLoadPlanner
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model, optim = get_state_dict(module, [] if optimizer is None else optimizer)
-    state = {"model": model} if optimizer is None else {"model": model, "optimizer": optim}
     with alone():
-        dcp.load(state, checkpoint_id=str(folder))
-    set_state_dict(
-        module,
-        [] if optimizer is None else optimizer,
-        model_state_dict=state["model"],
-        optim_state_dict=state.get("optimizer", {}),
-    )
+        dcp.load({"model": model}, checkpoint_id=str(folder))  # every tensor of the model must be there
+        if optimizer is not None:
+            # A parameter that never had a gradient (a model's unused head) has no optimizer state
+            # in the checkpoint, but get_state_dict initialises one for every parameter: those
+            # keep their fresh state.
+            partial = DefaultLoadPlanner(allow_partial_load=True)
+            dcp.load({"optimizer": optim}, checkpoint_id=str(folder), planner=partial)
+    set_state_dict(module, [] if optimizer is None else optimizer, model_state_dict=model, optim_state_dict=optim)
 
 
 def load_model_weights(folder: Path, module: nn.Module) -> dict:
