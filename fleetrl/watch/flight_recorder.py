@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from fleetrl.watch.collectives import DEFAULT_GROUP, CollectiveLog
 from fleetrl.watch.gpu import gpu_use
+from fleetrl.watch.last_words import stderr_file
 from fleetrl.watch.node_loss import RAYLET_VARIABLE
 from fleetrl.watch.thread_activity import WaitSampler, native_id_of, thread_io_bytes
 
@@ -67,6 +68,7 @@ class Recorder:
             "host": socket.gethostname(),
             "machine": machine_identity(),
             "raylet": os.environ.get(RAYLET_VARIABLE),  # watch/node_loss.py
+            "stderr": stderr_file(),  # a dead worker's last words are read from it (watch/last_words.py)
         }
         self.current: PhaseStats | None = None  # the phase running now
         self.phase_started: float | None = None
