@@ -80,3 +80,28 @@ def test_a_rank_leaving_its_value_head_without_gradient_is_named_before_the_redu
         assert "network.v.weight (rank 1); network.v.bias (rank 1)" in error, error
         step = 1 if drop_at == 1 else 20 - 12  # the gradient steps of iteration 0 were 12
         assert f"without a gradient at gradient step {step}:" in error, error
+
+
+@pytest.mark.slow
+def test_seed_2s_trap_on_ray_names_the_rank_step_and_parameters_not_a_dead_worker(tmp_path):
+    """End to end, seed 2's shape: 2 DDP actor ranks on Ray, actor rank 1 drops its value head
+    from its 20th training forward (iteration 2). The report names rank 1, the step and the
+    head's parameters; nobody is reported dead of Gloo's abort."""
+    result = train(
+        "configs/ppo_cartpole.yaml",
+        *TWO_ACTOR_RANKS_ON_RAY,
+        "env.num_envs=4",
+        "model.id=tests.fault_models:HeadDroppingNet",
+        "model.kwargs={drop_at: 20}",
+        "algorithm.num_steps=16",
+        "algorithm.minibatch_size=32",
+        "algorithm.update_epochs=4",
+        "runner.total_env_steps=6400",
+        runs=tmp_path,
+    )
+    report = result.hang_report
+    assert result.code == 4 and report is not None, result.stderr[-3000:]
+    assert (report["cause"], report["culprit"]) == ("worker_exception", ["actor", 1]), report["summary"]
+    summary = report["summary"]
+    assert "the PPO loss of actor rank 1 left 2 trainable parameter(s) without a gradient at gradient step" in summary
+    assert "network.v.weight (rank 1); network.v.bias (rank 1)" in summary and "of actor.train call" in summary

@@ -23,8 +23,9 @@ clamped to [min_deadline_s, max_deadline_s]. A phase never seen finishing gets
 `startup_step_allowance_s` if it is a start-up step (`STARTUP_STEPS`: its stall is a
 `startup_timeout`), otherwise `first_call_bound_s`. Past its deadline a call is judged from its
 recent beats: *blocked* (no CPU, a stack that does not move) or *spinning* (a wait that polls:
-CPU spent in system calls at a stack that does not move) is an incident at once; *busy* is
-one "slow" warning in the log, and an incident only past `busy_allowance_s`. A worker that never
+CPU at a stack that does not move, and the thread found in a wait sample after sample) is an
+incident at once; *busy* (computing, with system calls or not) is one "slow" warning in the log,
+and an incident only past `busy_allowance_s`. Start-up steps and first calls are judged alike. A worker that never
 published a heartbeat gets `startup_allowance_s` from the start of watching.
 """
 
