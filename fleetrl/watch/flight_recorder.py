@@ -26,10 +26,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from fleetrl.watch.collectives import DEFAULT_GROUP, CollectiveLog
 from fleetrl.watch.gpu import gpu_use
-from fleetrl.watch.last_words import stderr_file
 from fleetrl.watch.node_loss import RAYLET_VARIABLE
 from fleetrl.watch.thread_activity import WaitSampler, native_id_of, thread_io_bytes
 
@@ -214,6 +214,15 @@ def machine_identity() -> str:
         return f"{boot_id}/{os.stat('/proc/self/ns/pid').st_ino}"
     except OSError:  # not Linux: the hostname is all there is
         return socket.gethostname()
+
+
+def stderr_file() -> str | None:
+    """The regular file this process's stderr writes to (a Ray worker's `worker-*.err`), else None."""
+    try:
+        path = os.readlink("/proc/self/fd/2")
+    except OSError:
+        return None
+    return path if path.startswith("/") and Path(path).is_file() else None
 
 
 def join_unless_current(thread: threading.Thread | None, timeout_s: float = 5.0) -> None:

@@ -20,6 +20,8 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fleetrl.watch.flight_recorder import machine_identity, stderr_file
+
 TAIL_BYTES = 16_384  # of the stderr file: a faulthandler stack with its threads, an abort message
 TAIL_LINES = 60
 # A collective whose sizes or ops differ between ranks, as Gloo and NCCL report it when they abort
@@ -59,15 +61,6 @@ def node_name(index, host: str | None) -> str:
     return f"node {index} ({host})" if host else f"node {index}"
 
 
-def stderr_file() -> str | None:
-    """The regular file this process's stderr writes to (a Ray worker's `worker-*.err`), else None."""
-    try:
-        path = os.readlink("/proc/self/fd/2")
-    except OSError:
-        return None
-    return path if path.startswith("/") and Path(path).is_file() else None
-
-
 def read_tail(path: str | Path) -> str:
     with open(path, "rb") as file:
         file.seek(max(0, os.fstat(file.fileno()).st_size - TAIL_BYTES))
@@ -105,8 +98,6 @@ def on_this_node(worker_pid: int, node: str, logs_dir: str | None = None) -> dic
 def from_record(record: dict) -> LastWords | None:
     """Last words read here from the stderr file `record` (a worker's heartbeat) names, where
     that file is on this machine; else None."""
-    from fleetrl.watch.flight_recorder import machine_identity
-
     path = record.get("stderr")
     if not path or record.get("machine") != machine_identity() or not Path(path).is_file():
         return None
