@@ -19,8 +19,8 @@ the thread is in when looked at, again and again:
 
 A sample is a wait when either view says so. Samples are taken by the heartbeat thread of the
 worker's own process, on the worker's node, only in calls older than one heartbeat interval
-(~30 us of CPU a sample, measured on a loaded host). `thread_io_bytes` (Linux's per-thread I/O accounting) vetoes a wait: a thread
-that moves data is working. Elsewhere than Linux the kernel's view is absent.
+(~30 us of CPU a sample, measured on a loaded host). `thread_io_bytes` (Linux's per-thread I/O
+accounting) vetoes a wait: a thread that moves data is working. Elsewhere than Linux the kernel's view is absent.
 """
 
 from __future__ import annotations
