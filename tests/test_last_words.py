@@ -24,9 +24,14 @@ TWO_NODES_ENV_RANK_1_ON_NODE_1 = [
     ("isolation", "node_name"),
     [
         ((), r"[^)]+"),  # read by the watcher, the stderr file being on its machine
-        # read by a Ray task on node 1: its /tmp, and so Ray's logs, are its own
+        # read by a Ray task on node 1: its /tmp, and so Ray's logs, are its own. The watcher cannot
+        # see a pid on another machine go: to it the death is a silence, reported process_frozen
+        # after heartbeat_timeout_s unless the controller's report (Ray's error, the last words
+        # read on node 1: seconds on a loaded host) comes first
         pytest.param(
-            ("cluster.simulate_isolation=namespaces",), "fleetrl-n1", marks=[pytest.mark.slow, needs_isolation]
+            ("cluster.simulate_isolation=namespaces", "watchdog.heartbeat_timeout_s=30"),
+            "fleetrl-n1",
+            marks=[pytest.mark.slow, needs_isolation],
         ),
     ],
     ids=["simulated", "isolated"],
