@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetrl.checkpoint import causes, full_disk
-from fleetrl.watch.host import WorkerError
+from fleetrl.probe.host import WorkerError
 from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.watchdog import Incident, describe, died

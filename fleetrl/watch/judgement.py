@@ -7,7 +7,7 @@ a phase's age is the worker's own elapsed-in-phase at that beat plus that time.
 
 Blocked or busy is told from the beats of the current call in the last `window_s`: the phase's
 thread using CPU, the process using CPU (a simulator computing in threads of its own), its GPU
-running kernels while it is in no collective (watch/gpu.py), or the thread's stack moving
+running kernels while it is in no collective (probe/gpu.py), or the thread's stack moving
 between beats means *busy* — the call works and is only slow; none of these
 means *blocked* — a sleep, a lock, a socket or a peer that will not answer. CPU shares are taken
 between two beats of the worker's own clock, so skew cancels out.
@@ -16,7 +16,7 @@ One wait uses CPU: a loop that polls (`select` with a zero timeout, `os.sched_yi
 `time.sleep(0)` in a loop, a non-blocking socket read until data comes). It is *spinning*, and
 treated as blocked, only on evidence of a wait: on the window's beats its stack is at the same
 lines, its thread uses CPU, moves no data, and at least `SPIN_WAIT_SHARE` of the samples of what
-it sits in (`SPIN_MIN_SAMPLES` or more, watch/thread_activity.py) found it in a wait — a system
+it sits in (`SPIN_MIN_SAMPLES` or more, probe/thread_activity.py) found it in a wait — a system
 call it sleeps in, or a call of a C function that waits or polls — and the rest of the process
 does not compute (a thread polling for a simulator's threads to finish waits on real work: busy).
 A computation at one line — a Python loop, a long numpy or torch kernel, with system calls or not

@@ -20,7 +20,7 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fleetrl.watch.flight_recorder import machine_identity, stderr_file
+from fleetrl.probe.flight_recorder import machine_identity, stderr_file
 
 TAIL_BYTES = 16_384  # of the stderr file: a faulthandler stack with its threads, an abort message
 TAIL_LINES = 60
