@@ -110,7 +110,10 @@ def test_a_busy_first_call_is_a_slow_warning_and_an_incident_only_past_the_busy_
 def test_a_step_that_computes_past_its_learned_deadline_finishes(tmp_path):
     """The 60 s simulator step, shortened: the 20th step computes for 6 s against a deadline
     learned from 19 quick ones (clamped to watchdog.min_deadline_s, 2 s): busy, so a warning."""
-    assert_slow_not_stalled(computing_run(tmp_path, 6, "watchdog.min_deadline_s=2", where="at_step: 20"))
+    result = computing_run(tmp_path, 6, "watchdog.min_deadline_s=2", where="at_step: 20").succeeded()
+    # the computing call warned (as busy); on a loaded host an ordinary step may pass 2 s too
+    slow = [line for line in result.stderr.splitlines() if "slow: inline rank 0 has been in env.step" in line]
+    assert slow and all("but is busy" in line for line in slow), result.stderr[-3000:]
 
 
 @pytest.mark.parametrize(
