@@ -29,7 +29,12 @@ TWO_NODES_ENV_RANK_1_ON_NODE_1 = [
         # after heartbeat_timeout_s unless the controller's report (Ray's error, the last words
         # read on node 1: seconds on a loaded host) comes first
         pytest.param(
-            ("cluster.simulate_isolation=namespaces", "watchdog.heartbeat_timeout_s=30"),
+            # (and isolated nodes' start, over a minute on a loaded host, its own start-up allowance)
+            (
+                "cluster.simulate_isolation=namespaces",
+                "watchdog.heartbeat_timeout_s=30",
+                "watchdog.startup_step_allowance_s=240",
+            ),
             "fleetrl-n1",
             marks=[pytest.mark.slow, needs_isolation],
         ),
