@@ -18,6 +18,9 @@ from fleetrl.errors import ConfigError
 
 @dataclass
 class PPOConfig(AlgorithmConfig):
+    """Proximal Policy Optimization's own keys (Schulman et al. 2017; docs: concepts/algorithms.md,
+    PPO)."""
+
     gae_lambda: Annotated[float, UnitInterval] = 0.95
     """GAE's λ: bias (0) against variance (1) of the advantages."""
     update_epochs: Annotated[int, Positive] = 4

@@ -324,7 +324,8 @@ class WatchdogConfig:
     min <= max)."""
 
     enabled: bool = True
-    """Watch the run (false: no heartbeats, no watchdog, no hang reports)."""
+    """Run the watchdog that judges the heartbeats (false: workers still beat and record their calls,
+    for `fleetrl top` and `fleetrl stack`, but no stall is detected)."""
     heartbeat_interval_s: Annotated[float, Positive] = 0.5
     """How often each worker publishes its heartbeat record."""
     heartbeat_timeout_s: Annotated[float, Positive] = 5.0
