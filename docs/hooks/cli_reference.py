@@ -30,7 +30,9 @@ def argument_rows(parser: argparse.ArgumentParser) -> list[str]:
             name = action.metavar or action.dest
             name += " …" if action.nargs in ("*", "+") else ""
             name = f"[{name}]" if action.nargs in ("?", "*") else name
-        default = "" if action.default in (None, False, argparse.SUPPRESS) or action.nargs == "*" else f"`{action.default}`"
+        default = (
+            "" if action.default in (None, False, argparse.SUPPRESS) or action.nargs == "*" else f"`{action.default}`"
+        )
         what = parser._get_formatter()._expand_help(action) if action.help else ""  # fills %(default)s
         what = " ".join(what.split()).replace("|", "\\|")
         rows.append(f"| `{name}` | {default} | {what} |")

@@ -66,7 +66,9 @@ def section_keys() -> list[tuple[str, type, list[str]]]:
             parents = [c for c in configs.values() if c is not config and issubclass(config, c)]
             inherited = {f.name for parent in parents for f in dataclasses.fields(parent)}
             inherited |= {f.name for f in dataclasses.fields(AlgorithmConfig)}
-            found.append((f"algorithm ({name})", config, [f.name for f in dataclasses.fields(config) if f.name not in inherited]))
+            found.append(
+                (f"algorithm ({name})", config, [f.name for f in dataclasses.fields(config) if f.name not in inherited])
+            )
     return found
 
 
@@ -76,11 +78,10 @@ def every_key() -> list[str]:
 
 
 def strip_optional(hint) -> tuple[object, bool]:
-    """(the hint without `| None`, whether None is allowed)."""
+    """(the hint without `| None`, whether None is allowed); the schema's unions are all `X | None`."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) < len(typing.get_args(hint)):
-            return (args[0] if len(args) == 1 else typing.Union[tuple(args)]), True
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return inner, True
     return hint, False
 
 
@@ -95,7 +96,7 @@ def describe(hint) -> tuple[str, list[str]]:
             continue
         inner, optional = strip_optional(hint)
         if optional:
-            hint, nullable = inner, True
+            hint = inner
             valid.append("null")
             continue
         break
