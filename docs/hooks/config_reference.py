@@ -146,11 +146,11 @@ def section_table(title: str, section: type, names: list[str]) -> str:
 def section_intro(title: str, section: type) -> str:
     if title == "algorithm":
         return "The keys every algorithm reads. `algorithm.name` chooses the algorithm, whose own keys follow."
+    own = section.__dict__.get("__doc__") or ""
+    own = "" if own.startswith(f"{section.__name__}(") else inspect.cleandoc(own)  # not dataclass's generated one
     if title.startswith("algorithm ("):
-        own = section.__dict__.get("__doc__") or ""
-        own = "" if own.startswith(f"{section.__name__}(") else inspect.cleandoc(own)  # dataclass's generated one
         return f"With `algorithm.name: {title[11:-1]}`. {own}".strip()
-    return field_docstring(Config, title) or ""
+    return own or field_docstring(Config, title) or ""
 
 
 def page() -> str:

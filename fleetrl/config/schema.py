@@ -205,7 +205,7 @@ class RolloutConfig:
 @dataclass
 class ClusterConfig:
     """Where the components run: nodes, devices, the backend and how env and rollout talk
-    (docs: concepts/placement.md, concepts/backends.md)."""
+    (docs: concepts/placement.md)."""
 
     backend: Literal["auto", "inline", "ray"] = "auto"
     """`auto`: `inline` (one process) when every component has one rank on one node, else `ray`."""
