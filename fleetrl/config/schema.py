@@ -66,7 +66,7 @@ class EnvConfig:
 @dataclass
 class AlgorithmConfig:
     """The keys every algorithm reads. Each algorithm's section is a subclass holding its own keys
-    too (`PPOConfig` in algos/ppo_config.py, `PPGConfig`, `SACConfig`), chosen by `name` through
+    too (`PPOConfig` in algos/ppo/config.py, `PPGConfig`, `SACConfig`), chosen by `name` through
     the registry (`fleetrl.algos.registry`); the loader builds that subclass."""
 
     name: str = "ppo"
