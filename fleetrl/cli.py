@@ -5,7 +5,7 @@ missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4
 stall, death or desync: hang_report.txt in the run directory; with runner.max_restarts, once no
 restart is left); 130 / 143 stopped by SIGINT / SIGTERM (the controller checkpointed within
 watchdog.stop_grace_s, or was reported as `interrupted` and killed; a second signal stops at
-once). `train` runs under a supervisor (watch/supervisor.py), which returns these codes. `fleetrl sweep` exits 5 when a trial
+once). `train` runs under a supervisor (supervise/supervisor.py), which returns these codes. `fleetrl sweep` exits 5 when a trial
 failed (each listed with its exit code and cause) and every other trial finished.
 """
 
@@ -57,6 +57,19 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--status-interval", type=float, default=30.0, help="seconds between status lines")
     sweep.add_argument("--skip-doctor", action="store_true", help="start each trial even if a preflight check fails")
 
+    init_model = commands.add_parser(
+        "init-model", help="write a randomly initialised Hugging Face VLA folder (nothing downloaded)"
+    )
+    init_model.add_argument("out", help="the folder to write (model, processor, tokenizer)")
+    init_model.add_argument("--family", default="paligemma", help="paligemma | smolvlm")
+    init_model.add_argument("--size", default="tiny", help="tiny (tests, CPU), or the family's real size: 3b | 2b")
+    init_model.add_argument("--action-bins", type=int, default=256, help="action tokens at the end of the vocabulary")
+    init_model.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+
+    export = commands.add_parser("export", help="a run's Hugging Face VLA (LoRA merged) as a standard folder")
+    export.add_argument("run_dir", help="the run directory")
+    export.add_argument("out", help="the folder to write")
+
     evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
     evaluate.add_argument("run_dir", help="the run's directory (its newest intact checkpoint is played)")
     evaluate.add_argument("--episodes", type=int, default=10, help="episodes to play (Atari: whole games)")
@@ -90,9 +103,9 @@ def installed_version() -> str:
 
 
 def command_train(args) -> int:
-    from fleetrl.cluster.layout import dry_run_text, resolve_layout
     from fleetrl.config.loader import load_config
-    from fleetrl.config.validate import check_entry_points
+    from fleetrl.plan.layout import dry_run_text, resolve_layout
+    from fleetrl.plan.rules import check_entry_points
 
     config = load_config(args.config, args.overrides)
     check_entry_points(config)
@@ -102,8 +115,8 @@ def command_train(args) -> int:
         return 0
     if not args.skip_doctor and (code := preflight(config)):
         return code
-    from fleetrl.watch.janitor import start_janitor
-    from fleetrl.watch.supervisor import supervise
+    from fleetrl.supervise.janitor import start_janitor
+    from fleetrl.supervise.supervisor import supervise
 
     start_janitor()  # from here on, nothing of the run outlives this process, even a SIGKILL of it
     return supervise(config, layout.backend)
@@ -136,6 +149,20 @@ def command_eval(args) -> int:
     return 0
 
 
+def command_init_model(args) -> int:
+    from fleetrl.models.hf.init_model import init_model
+
+    print(f"wrote {init_model(args.family, args.size, Path(args.out), args.action_bins, args.seed)}")
+    return 0
+
+
+def command_export(args) -> int:
+    from fleetrl.export import export_run
+
+    print(f"wrote {export_run(Path(args.run_dir), Path(args.out))}")
+    return 0
+
+
 def command_report(args) -> int:
     from fleetrl.plots import write_plots
 
@@ -157,13 +184,13 @@ def command_diagnose(args) -> int:
 
 
 def command_top(args) -> int:
-    from fleetrl.watch.top import top
+    from fleetrl.tools.top import top
 
     return top(args.run_dir, args.once)
 
 
 def command_stack(args) -> int:
-    from fleetrl.watch.stack_command import stack
+    from fleetrl.tools.stack import stack
 
     return stack(args.run_dir)
 
@@ -172,6 +199,8 @@ COMMANDS = {
     "train": command_train,
     "sweep": command_sweep,
     "eval": command_eval,
+    "init-model": command_init_model,
+    "export": command_export,
     "report": command_report,
     "doctor": command_doctor,
     "diagnose": command_diagnose,

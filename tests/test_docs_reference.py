@@ -11,6 +11,7 @@ import dataclasses
 import importlib.util
 import re
 import sys
+import typing
 
 from fleetrl.algos.registry import algorithm_names, algorithm_spec
 from fleetrl.cli import build_parser
@@ -54,9 +55,15 @@ def hook(name: str):
 
 def sections() -> list[tuple[str, type]]:
     """(prefix, dataclass) of every section a config may hold: the `algorithm` section once per
-    registered algorithm, and the top-level Config (whose fields are the sections)."""
+    registered algorithm, sections nested in a section (`model.lora`), and the top-level Config
+    (whose fields are the sections)."""
     found = [(prefix, cls) for prefix, cls in SECTION_TYPES.items() if prefix != "algorithm"]
-    return [("", Config), *found, *(("algorithm", algorithm_spec(name).config) for name in algorithm_names())]
+    found += [("algorithm", algorithm_spec(name).config) for name in algorithm_names()]
+    for prefix, cls in found:  # grows while walked: nested sections' own nested ones too
+        for name, hint in typing.get_type_hints(cls).items():
+            inner = [t for t in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(t)]
+            found += [(f"{prefix}.{name}", t) for t in inner]
+    return [("", Config), *found]
 
 
 def test_every_config_field_has_a_docstring_under_it():

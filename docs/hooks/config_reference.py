@@ -52,13 +52,13 @@ def field_docstring(cls: type, name: str) -> str | None:
 
 
 def section_keys() -> list[tuple[str, type, list[str]]]:
-    """(title, dataclass, its field names to list): every section; `algorithm` as its common keys,
-    then each registered algorithm's own (an algorithm whose config extends another registered
-    one's lists only what it adds)."""
+    """(title, dataclass, its field names to list): every section, each followed by the sections
+    nested in it (`model.lora`); `algorithm` as its common keys, then each registered algorithm's
+    own (an algorithm whose config extends another registered one's lists only what it adds)."""
     found = []
     for prefix, section in SECTION_TYPES.items():
         if prefix != "algorithm":
-            found.append((prefix, section, [f.name for f in dataclasses.fields(section)]))
+            found += with_nested(prefix, section, [f.name for f in dataclasses.fields(section)])
             continue
         found.append(("algorithm", AlgorithmConfig, [f.name for f in dataclasses.fields(AlgorithmConfig)]))
         configs = {name: algorithm_spec(name).config for name in algorithm_names()}
@@ -72,9 +72,15 @@ def section_keys() -> list[tuple[str, type, list[str]]]:
     return found
 
 
-def every_key() -> list[str]:
-    """`section.key` for every key a config may set."""
-    return sorted({f"{title.split()[0]}.{name}" for title, _, names in section_keys() for name in names})
+def with_nested(prefix: str, section: type, names: list[str]) -> list[tuple[str, type, list[str]]]:
+    """The section, then each dataclass-typed field of it as a section of its own (`model.lora`)."""
+    found = [(prefix, section, names)]
+    hints = typing.get_type_hints(section)
+    for name in names:
+        inner, _ = strip_optional(hints[name])
+        if dataclasses.is_dataclass(inner):
+            found += with_nested(f"{prefix}.{name}", inner, [f.name for f in dataclasses.fields(inner)])
+    return found
 
 
 def strip_optional(hint) -> tuple[object, bool]:
@@ -109,7 +115,11 @@ def describe(hint) -> tuple[str, list[str]]:
         kind = f"list of {element}"
         valid[:0] = [f"each {text}" for text in element_valid]
     else:
-        kind = {bool: "bool", int: "int", float: "float", str: "string", dict: "mapping"}.get(hint, str(hint))
+        kind = (
+            "mapping"
+            if dataclasses.is_dataclass(hint)
+            else {bool: "bool", int: "int", float: "float", str: "string", dict: "mapping"}.get(hint, str(hint))
+        )
     for marker in markers:
         if isinstance(marker, Range):
             valid.insert(0, marker.describe() or "finite")

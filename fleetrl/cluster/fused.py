@@ -1,7 +1,7 @@
 """The fused backend: rank r of env, rollout and actor in one Ray worker process.
 
 With `cluster.fuse_collocated: true` and a placement that puts rank r of all three components on
-one device (cluster/layout.py `check_fusable`), each rank is a single Ray actor holding its env
+one device (plan/layout.py `check_fusable`), each rank is a single Ray actor holding its env
 worker, a rollout worker that reads the actor's own policy, and its actor rank. An iteration is
 then one call per rank — collect locally, then train (the DDP group reduces across ranks) —
 instead of two controller calls per env step: a Ray call costs ~1.3 ms, more than a CartPole or
@@ -29,19 +29,19 @@ import torch
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.backend import Workers, close_envs
+from fleetrl.cluster.collect import Collector, CollectThenTrain
 from fleetrl.cluster.groups import InlineGroup, RayGroup
-from fleetrl.cluster.layout import FUSED, Layout, env_worker_args, fused_assignments
 from fleetrl.cluster.ray_backend import RayBackend, connect, join_actor_ranks, start_evaluator, watched
 from fleetrl.cluster.worker_host import FusedHost
-from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_spaces
-from fleetrl.watch.faults import FaultPlan
-from fleetrl.watch.flight_recorder import Recorder
-from fleetrl.watch.host import RecordedCalls
+from fleetrl.debug.faults import FaultPlan
+from fleetrl.plan.layout import FUSED, Layout, env_worker_args, fused_assignments
+from fleetrl.plan.rules import check_spaces
+from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
-from fleetrl.workers.rollout_worker import rollout_seed
+from fleetrl.workers.rollout_worker import rollout_dtype, rollout_seed
 
 
 class FusedRank:
@@ -80,7 +80,7 @@ class FusedRank:
         if self.world_size > 1:  # the actor drew identical weights from the run's seed; actions need distinct noise
             torch.manual_seed(rollout_seed(self.config.runner.seed, self.rank))
         actor_group = self.inline_group("actor", actor)
-        rollout = self.inline_group("rollout", workers.rollout(actor.policy))
+        rollout = self.inline_group("rollout", workers.rollout(actor.policy, dtype=rollout_dtype(self.config)))
         collector = Collector(
             self.env, rollout, self.config.rollout.pipeline_stage_num, self.config.algorithm.num_steps
         )

@@ -16,17 +16,18 @@ import torch
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.backend import Backend, Workers, close_evaluator
+from fleetrl.cluster.collect import Collector, CollectThenTrain
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.cluster.layout import Layout, env_worker_args
-from fleetrl.cluster.placement import EVAL
-from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_spaces
-from fleetrl.watch.faults import FaultPlan
-from fleetrl.watch.host import RecordedCalls
+from fleetrl.debug.faults import FaultPlan
+from fleetrl.plan.layout import Layout, env_worker_args
+from fleetrl.plan.placement import EVAL
+from fleetrl.plan.rules import check_spaces
+from fleetrl.probe.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EvalWorker
+from fleetrl.workers.rollout_worker import rollout_dtype
 
 INLINE = "inline"  # the component name of this process in heartbeats and reports
 
@@ -53,7 +54,7 @@ class InlineBackend(Backend):
         workers = algorithm_spec(config.algorithm.name)
         actor = workers.actor(config, *spaces)
         env_group, actor_group = group("env", env), group("actor", actor)
-        rollout_group = group("rollout", workers.rollout(actor.policy))
+        rollout_group = group("rollout", workers.rollout(actor.policy, dtype=rollout_dtype(config)))
         collector = Collector(env_group, rollout_group, config.rollout.pipeline_stage_num, config.algorithm.num_steps)
         evaluator = None
         if placement.placed(EVAL):

@@ -17,8 +17,8 @@ import yaml
 from fleetrl.algos.registry import DEFAULT_ALGORITHM, algorithm_names, algorithm_spec
 from fleetrl.config.constraints import Check, Note, Range
 from fleetrl.config.schema import SECTION_TYPES, Config
-from fleetrl.config.validate import validate
 from fleetrl.errors import ConfigError, UserError, nearest
+from fleetrl.plan.rules import validate
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
@@ -143,6 +143,8 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
             raise ConfigError(key, value, f"one of {list(choices)}", nearest(str(value), map(str, choices)))
         return value
     expected = origin or hint
+    if dataclasses.is_dataclass(expected) and isinstance(value, dict):  # a nested section (model.lora)
+        return build_section(key, expected, value)
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if expected is float and isinstance(value, str):

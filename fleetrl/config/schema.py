@@ -3,7 +3,7 @@
 The docstring under each field is the reference documentation for its key: the site's config
 reference (docs/reference/config.md) is generated from them. A key's type, choices (`Literal`) and
 range (`Annotated[..., Range]`, `constraints.py`) stand on the field and are checked by the loader;
-rules that relate several keys live in `validate.py`.
+rules that relate several keys live in `plan/rules.py`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from fleetrl.cluster.placement import DEFAULT_PLACEMENT
 from fleetrl.config.constraints import (
     AtLeastOne,
     Finite,
@@ -24,6 +23,7 @@ from fleetrl.config.constraints import (
     TorchDevice,
     UnitInterval,
 )
+from fleetrl.plan.placement import DEFAULT_PLACEMENT
 
 RESUME_AUTO = "auto"  # runner.resume: continue the newest run of this config's name (run_dir.resume_dir)
 TRACKERS = Literal["jsonl", "tensorboard", "wandb", "mlflow"]  # fleetrl/tracking/trackers.py
@@ -104,15 +104,33 @@ def default_algorithm() -> AlgorithmConfig:
     return algorithm_spec(DEFAULT_ALGORITHM).config()
 
 
+DEFAULT_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"  # OpenVLA's
+
+
+@dataclass
+class LoraConfig:
+    """`model.lora`: LoRA adapters through peft (docs: guides/vla.md); only they and the value head
+    train."""
+
+    rank: Annotated[int, Positive] = 32
+    """r: the adapters' inner dimension (RLinf trains OpenVLA-OFT at 32)."""
+    alpha: Annotated[float, Positive] = 32.0
+    """lora_alpha: the update is scaled by alpha / rank."""
+    dropout: Annotated[float, UnitInterval] = 0.0
+    """lora_dropout (0: acting and the loss path see the same model)."""
+    target_modules: list[str] | None = None
+    """Module names to adapt (null: every linear layer but the output head, peft's `all-linear`)."""
+
+
 @dataclass
 class ModelConfig:
     """The policy network: fleetrl's MLP or transformer, or one of your own."""
 
     id: str = "mlp"
-    """`mlp`, `transformer`, or `module:attr` naming an `nn.Module` class of your own
-    (docs: guides/model.md)."""
+    """`mlp`, `transformer`, `hf` (a Hugging Face VLA folder: `model.path`), or `module:attr` naming an
+    `nn.Module` class of your own (docs: guides/model.md)."""
     kwargs: dict = field(default_factory=dict)
-    """Passed to a custom model's constructor (empty with `mlp` and `transformer`, which read the keys
+    """Passed to a custom model's constructor (empty with the built-in models, which read the keys
     below)."""
     hidden_sizes: list[Annotated[int, Positive]] = field(default_factory=lambda: [64, 64])
     """`mlp`: the trunk's hidden layers (`[]`: the heads read the observation, or its encoder's
@@ -145,9 +163,27 @@ class ModelConfig:
     patch_size: Annotated[int, Positive] | None = None
     """`transformer`: image patch side in pixels (null: about 7×7 patches per image; 1 for a 7×7
     grid, one token per cell)."""
+    path: str | None = None
+    """`hf`: a local model folder (config.json, safetensors, processor, tokenizer); never fetched
+    (docs: guides/vla.md). With `hf`, `action_bins` is the number of action tokens (default 256)."""
+    trust_remote_code: bool = False
+    """`hf`: let the folder run modelling code of its own."""
+    prompt_template: str = DEFAULT_PROMPT
+    """`hf`: the prompt; `{instruction}` is the env's text observation."""
+    action_chunk: Annotated[int, AtLeastOne] = 1
+    """`hf`: actions per inference (K); K > 1 returns (B, K, D) chunks."""
+    decode: Literal["parallel", "autoregressive"] = "parallel"
+    """`hf`: all K·D action tokens in one pass (OpenVLA-OFT), or one at a time with the KV cache
+    (OpenVLA)."""
+    action_stats: dict | None = None
+    """`hf`: `{q01: [...], q99: [...]}` per action dimension, normalised to [-1, 1] (null: the action
+    space's bounds)."""
+    lora: LoraConfig | None = None
+    """`hf`: LoRA adapters, `{rank, alpha, dropout, target_modules}` below (null: every parameter
+    trains)."""
 
 
-BUILTIN_MODELS = ("mlp", "transformer")  # model.id values that are no entry point
+BUILTIN_MODELS = ("mlp", "transformer", "hf")  # model.id values that are no entry point
 
 
 @dataclass
@@ -197,6 +233,12 @@ class RolloutConfig:
 
     device: Annotated[str, TorchDevice] = "cpu"
     """Where the rollout workers infer: `cpu`, `cuda`, `cuda:1`."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Compute dtype of acting (autocast; weights stay float32): `auto` is bfloat16 on a GPU that has
+    it, else float32."""
+    backend: Literal["hf"] = "hf"
+    """How a Hugging Face VLA acts (the seed's key): its own transformers model, batched over env
+    lanes; the only backend so far."""
     pipeline_stage_num: Annotated[int, AtLeastOne] = 1
     """Env stages per env worker: the env steps stage i while the rollout infers stage i+1 (a divisor
     of the envs per env worker)."""
@@ -245,7 +287,7 @@ class ClusterConfig:
 
 
 # The incident causes a restart may help with by default (runner.restart_on); watch/watchdog.py
-# lists all of them, and validate.py checks restart_on against that list.
+# lists all of them, and plan/rules.py checks restart_on against that list.
 RESTARTABLE = (
     "worker_died",
     "worker_exception",
@@ -320,7 +362,7 @@ class RunnerConfig:
 @dataclass
 class WatchdogConfig:
     """The supervisor's watchdog: heartbeats, deadlines and allowances, all in seconds but
-    `deadline_factor` (docs: concepts/incidents.md). `validate.py` relates them (interval < timeout,
+    `deadline_factor` (docs: concepts/incidents.md). `plan/rules.py` relates them (interval < timeout,
     min <= max)."""
 
     enabled: bool = True
@@ -363,7 +405,7 @@ class DebugConfig:
 
     fault: dict = field(default_factory=dict)
     """Inject a failure: `{kind, component, rank, method, call}`, e.g. `{kind: kill, component:
-    actor, rank: 1, call: 3}`; watch/faults.py lists the kinds and defaults, and one that could never
+    actor, rank: 1, call: 3}`; debug/faults.py lists the kinds and defaults, and one that could never
     fire is a config error (docs: guides/recover.md, Rehearse a failure)."""
 
 
