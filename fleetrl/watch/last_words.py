@@ -34,6 +34,7 @@ FAULTHANDLER_SIGNALS = {  # faulthandler's "Fatal Python error: <name>" for the 
     "Floating point exception": "SIGFPE",
     "Illegal instruction": "SIGILL",
 }
+RAY_WORKER_LOG = re.compile(r"worker-[0-9a-f]+-[0-9a-f]+-\d+\.err")
 RAY_SIGNAL = re.compile(r"\*\*\* (SIG[A-Z0-9]+) received")
 FATAL = re.compile(r"Fatal Python error: ([A-Za-z -]+)")
 
@@ -99,7 +100,9 @@ def from_record(record: dict) -> LastWords | None:
     """Last words read here from the stderr file `record` (a worker's heartbeat) names, where
     that file is on this machine; else None."""
     path = record.get("stderr")
-    if not path or record.get("machine") != machine_identity() or not Path(path).is_file():
+    if not isinstance(path, str) or not RAY_WORKER_LOG.fullmatch(Path(path).name):
+        return None  # only a Ray worker's own log is read: a record never names another file to read
+    if record.get("machine") != machine_identity() or not Path(path).is_file():
         return None
     tail = read_tail(path)
     return LastWords(how_it_ended(tail), node_name(record.get("node"), record.get("host")), tail, path)
