@@ -35,6 +35,7 @@ BUILTIN_MODULES = {
     "ppo": "fleetrl.workers.actor_worker",
     "ppg": "fleetrl.workers.ppg_actor_worker",
     "sac": "fleetrl.workers.sac_actor_worker",
+    "bc": "fleetrl.algos.bc.actor",
 }
 
 
@@ -59,6 +60,9 @@ class AlgorithmSpec:
     actor: type  # an `ActorBase` subclass
     rollout: type  # a `RolloutWorker` (sub)class
     console_metrics: tuple[ConsoleMetric, ...] = ()  # shown after the return on the console line
+    # Which command runs it: 'rl' (`fleetrl train`) or 'sft' (`fleetrl sft`: a supervised stage,
+    # such as behaviour cloning on demonstrations).
+    stage: str = "rl"
     # Cross-field rules that need only the config (run by `config.validate.validate`).
     validate: Callable[[Config], None] = no_rule
     # Rules that need the actor world size (run by `config.validate.check_actor_layout`).

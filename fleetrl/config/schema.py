@@ -222,6 +222,9 @@ class RunnerConfig:
     resume: str | None = (
         None  # a run directory to continue (it must hold a complete checkpoint), or 'auto': the newest run of this config's name in run_dir, a new run if there is none
     )
+    init_from: str | None = (
+        None  # a run directory (its newest intact checkpoint) or a checkpoint file whose policy weights start this run, e.g. `fleetrl sft`'s for RL; optimizer, counters and normaliser statistics start fresh (docs/guides/manipulation.md)
+    )
     torch_threads: Annotated[int, NonNegative] = 1  # intra-op threads of this process (0: torch's default)
     target_return: Annotated[float, Finite] | None = None  # stop once the last-100-episode mean reaches this
     loggers: list[TRACKERS] = field(
