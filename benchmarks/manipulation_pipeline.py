@@ -38,9 +38,7 @@ def run_dir_of(output: str) -> str:
 
 
 def evaluate(run_dir: str, episodes: int) -> tuple[dict, float]:
-    output, seconds = run(
-        [*FLEETRL, "eval", run_dir, "--episodes", str(episodes), "--seed", str(EVAL_SEED), "--json"]
-    )
+    output, seconds = run([*FLEETRL, "eval", run_dir, "--episodes", str(episodes), "--seed", str(EVAL_SEED), "--json"])
     return json.loads(output.strip().splitlines()[-1]), seconds
 
 

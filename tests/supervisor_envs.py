@@ -2,11 +2,13 @@
 
 `NativeFreeze` calls a C function that never returns while holding the GIL (`ctypes.PyDLL`
 keeps it, as a C/C++ physics engine's binding does), in its constructor or at its first step;
-`CrashOnce` raises at a fixed step of the first run only (a marker file remembers it crashed)."""
+`CrashOnce` raises at a fixed step of the first run only (a marker file remembers it crashed);
+`ComputeAtStart` computes in its constructor for longer than a start-up step is allowed."""
 
 from __future__ import annotations
 
 import ctypes
+import time
 from pathlib import Path
 
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
@@ -40,3 +42,17 @@ class CrashOnce(CartPoleEnv):
             self.marker.write_text("crashed")
             raise RuntimeError("the simulator crashed")
         return super().step(action)
+
+
+class ComputeAtStart(CartPoleEnv):
+    """A simulator that loads a scene for `seconds` in its constructor — computing (pure Python,
+    so the heartbeat thread still runs between bytecodes), never waiting, as OmniGibson or Isaac
+    do for minutes."""
+
+    def __init__(self, seconds: float = 10.0, **kwargs):
+        super().__init__(**kwargs)
+        deadline = time.thread_time() + seconds  # CPU time: a loaded host stretches the wall time, not the work
+        total = 0
+        while time.thread_time() < deadline:
+            total += sum(range(1000))
+        self.work = total
