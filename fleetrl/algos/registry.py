@@ -60,15 +60,15 @@ class AlgorithmSpec:
     actor: type  # an `ActorBase` subclass
     rollout: type  # a `RolloutWorker` (sub)class
     console_metrics: tuple[ConsoleMetric, ...] = ()  # shown after the return on the console line
-    # Which command runs it: 'rl' (`fleetrl train`) or 'sft' (`fleetrl sft`: a supervised stage,
-    # such as behaviour cloning on demonstrations).
-    stage: str = "rl"
     # Cross-field rules that need only the config (run by `config.validate.validate`).
     validate: Callable[[Config], None] = no_rule
     # Rules that need the actor world size (run by `config.validate.check_actor_layout`).
     check_layout: Callable[[Config, int], None] = no_rule
     # Rules that need the env's spaces (`config.validate.check_spaces`, before any actor is built).
     check_spaces: Callable[[Config, Any, Any], None] = no_rule
+    # Which command runs it: 'rl' (`fleetrl train`) or 'sft' (`fleetrl sft`: a supervised stage,
+    # such as behaviour cloning on demonstrations).
+    stage: str = "rl"
 
 
 REGISTRY: dict[str, AlgorithmSpec] = {}
