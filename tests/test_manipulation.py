@@ -16,6 +16,7 @@ import torch
 
 pytest.importorskip("panda_gym")
 
+from fleetrl.algos.ppo.actor import ActorWorker  # noqa: E402
 from fleetrl.checkpoint import initial_weights, load_latest  # noqa: E402
 from fleetrl.cli import main  # noqa: E402
 from fleetrl.config.loader import load_config  # noqa: E402
@@ -23,7 +24,6 @@ from fleetrl.config.schema import EnvConfig  # noqa: E402
 from fleetrl.envs.experts import expert_action  # noqa: E402
 from fleetrl.envs.make import env_factory  # noqa: E402
 from fleetrl.envs.manipulation import INSTRUCTIONS, PandaTasks  # noqa: E402
-from fleetrl.workers.actor_worker import ActorWorker  # noqa: E402
 from fleetrl.workers.env_worker import success_metrics  # noqa: E402
 from tests.support import fleetrl  # noqa: E402
 

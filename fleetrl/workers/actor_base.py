@@ -26,10 +26,10 @@ import gymnasium as gym
 import torch
 
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_actor_layout, check_spaces
 from fleetrl.errors import ConfigError
 from fleetrl.parallel import process_group, reduce, state
 from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
+from fleetrl.plan.rules import check_actor_layout, check_spaces
 from fleetrl.trajectory import Trajectory
 
 log = logging.getLogger("fleetrl")

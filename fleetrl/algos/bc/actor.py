@@ -19,14 +19,14 @@ from __future__ import annotations
 import gymnasium as gym
 import torch
 
-from fleetrl.algos.ppo import check_every_parameter_has_a_gradient
+from fleetrl.algos.ppo.actor import ActorWorker
+from fleetrl.algos.ppo.update import check_every_parameter_has_a_gradient
 from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
 from fleetrl.config.schema import Config
 from fleetrl.envs import demonstrations
 from fleetrl.observations import map_obs
 from fleetrl.parallel.seeds import ACTOR_SAMPLING, rank_seed
 from fleetrl.trajectory import Trajectory
-from fleetrl.workers.actor_worker import ActorWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 
 from .config import BCConfig
