@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 DEFAULT_ALGORITHM = "ppo"
 ENTRY_POINT_GROUP = "fleetrl.algorithms"
 BUILTIN_MODULES = {
-    "ppo": "fleetrl.algos.ppo.update.update.update.actor",
-    "ppg": "fleetrl.algos.ppg.update.update.update.actor",
-    "sac": "fleetrl.algos.sac.learner.learner.learner.actor",
+    "ppo": "fleetrl.algos.ppo.actor",
+    "ppg": "fleetrl.algos.ppg.actor",
+    "sac": "fleetrl.algos.sac.actor",
     "bc": "fleetrl.algos.bc.actor",
 }
 
