@@ -68,6 +68,19 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--status-interval", type=float, default=30.0, help="seconds between status lines")
     sweep.add_argument("--skip-doctor", action="store_true", help="start each trial even if a preflight check fails")
 
+    init_model = commands.add_parser(
+        "init-model", help="write a randomly initialised Hugging Face VLA folder (nothing downloaded)"
+    )
+    init_model.add_argument("out", help="the folder to write (model, processor, tokenizer)")
+    init_model.add_argument("--family", default="paligemma", help="paligemma | smolvlm")
+    init_model.add_argument("--size", default="tiny", help="tiny (tests, CPU), or the family's real size: 3b | 2b")
+    init_model.add_argument("--action-bins", type=int, default=256, help="action tokens at the end of the vocabulary")
+    init_model.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+
+    export = commands.add_parser("export", help="a run's Hugging Face VLA (LoRA merged) as a standard folder")
+    export.add_argument("run_dir", help="the run directory")
+    export.add_argument("out", help="the folder to write")
+
     evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
     evaluate.add_argument("run_dir")
     evaluate.add_argument("--episodes", type=int, default=10)
@@ -188,6 +201,20 @@ def command_eval(args) -> int:
     return 0
 
 
+def command_init_model(args) -> int:
+    from fleetrl.models.hf.init_model import init_model
+
+    print(f"wrote {init_model(args.family, args.size, Path(args.out), args.action_bins, args.seed)}")
+    return 0
+
+
+def command_export(args) -> int:
+    from fleetrl.export import export_run
+
+    print(f"wrote {export_run(Path(args.run_dir), Path(args.out))}")
+    return 0
+
+
 def command_report(args) -> int:
     from fleetrl.plots import write_plots
 
@@ -226,6 +253,8 @@ COMMANDS = {
     "record": command_record,
     "sweep": command_sweep,
     "eval": command_eval,
+    "init-model": command_init_model,
+    "export": command_export,
     "report": command_report,
     "doctor": command_doctor,
     "diagnose": command_diagnose,

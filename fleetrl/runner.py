@@ -96,6 +96,10 @@ class Trainer:
             torch.set_num_threads(runner.torch_threads)
         with phase("startup.resume"):
             saved = load_resumed(resumed, runner.resume) if resumed else None
+            if saved is not None and config.model.id == "hf":
+                from fleetrl.models.hf.lora import check_resumed_base
+
+                check_resumed_base(config.model, saved["actor"]["policy"])
         self.iteration = 0
         self.train_s = 0.0
         self.global_step = 0

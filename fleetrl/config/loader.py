@@ -143,6 +143,8 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
             raise ConfigError(key, value, f"one of {list(choices)}", nearest(str(value), map(str, choices)))
         return value
     expected = origin or hint
+    if dataclasses.is_dataclass(expected) and isinstance(value, dict):  # a nested section (model.lora)
+        return build_section(key, expected, value)
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if expected is float and isinstance(value, str):

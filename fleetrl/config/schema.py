@@ -87,9 +87,24 @@ def default_algorithm() -> AlgorithmConfig:
     return algorithm_spec(DEFAULT_ALGORITHM).config()
 
 
+DEFAULT_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"  # OpenVLA's
+
+
+@dataclass
+class LoraConfig:
+    """model.lora: LoRA adapters through peft (docs/guides/vla.md); only they and the value head train."""
+
+    rank: Annotated[int, Positive] = 32  # r: the adapters' inner dimension (RLinf trains OpenVLA-OFT at 32)
+    alpha: Annotated[float, Positive] = 32.0  # lora_alpha: the update is scaled by alpha / rank
+    dropout: Annotated[float, UnitInterval] = 0.0  # lora_dropout (0: acting and the loss path see the same model)
+    target_modules: list[str] | None = (
+        None  # module names to adapt (None: every linear layer but the output head, peft's 'all-linear')
+    )
+
+
 @dataclass
 class ModelConfig:
-    id: str = "mlp"  # 'mlp', 'transformer', or 'module:attr' building an nn.Module (README: 'Your own network')
+    id: str = "mlp"  # 'mlp', 'transformer', 'hf' (a Hugging Face VLA folder: model.path), or 'module:attr' building an nn.Module
     kwargs: dict = field(
         default_factory=dict
     )  # passed to a custom model's constructor ({} with 'mlp', which reads the keys below)
@@ -116,9 +131,21 @@ class ModelConfig:
     patch_size: Annotated[int, Positive] | None = (
         None  # transformer: image patch side in pixels (None: about 7×7 patches per image; 1 for a 7×7 grid)
     )
+    # Hugging Face VLAs (model.id: hf; docs/guides/vla.md). action_bins is then the number of action tokens (default 256).
+    path: str | None = None  # hf: a local model folder (config.json, safetensors, processor, tokenizer); never fetched
+    trust_remote_code: bool = False  # hf: let the folder run modelling code of its own
+    prompt_template: str = DEFAULT_PROMPT  # hf: the prompt; {instruction} is the env's text observation
+    action_chunk: Annotated[int, AtLeastOne] = 1  # hf: actions per inference (K); K > 1 returns (B, K, D) chunks
+    decode: Literal["parallel", "autoregressive"] = (
+        "parallel"  # hf: all K·D action tokens in one pass (OpenVLA-OFT), or one at a time with the KV cache (OpenVLA)
+    )
+    action_stats: dict | None = (
+        None  # hf: {q01: [...], q99: [...]} per action dimension, normalised to [-1, 1] (None: the action space's bounds)
+    )
+    lora: LoraConfig | None = None  # hf: LoRA adapters (None: every parameter trains)
 
 
-BUILTIN_MODELS = ("mlp", "transformer")  # model.id values that are no entry point
+BUILTIN_MODELS = ("mlp", "transformer", "hf")  # model.id values that are no entry point
 
 
 @dataclass
@@ -157,6 +184,12 @@ class ActorConfig:
 @dataclass
 class RolloutConfig:
     device: Annotated[str, TorchDevice] = "cpu"
+    dtype: Literal["auto", "float32", "bfloat16"] = (
+        "auto"  # compute dtype of acting (autocast; weights stay float32): auto is bfloat16 on a GPU that has it, else float32
+    )
+    backend: Literal["hf"] = (
+        "hf"  # how a Hugging Face VLA acts (the seed's key): its own transformers model, batched over env lanes; the only backend so far
+    )
     pipeline_stage_num: Annotated[int, AtLeastOne] = (
         1  # env stages per env worker: env steps stage i while rollout infers i+1; divides the envs per env worker
     )

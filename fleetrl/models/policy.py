@@ -100,6 +100,12 @@ class Policy(nn.Module):
 
     @classmethod
     def from_config(cls, config: ModelConfig, observation_space, action_space) -> Policy:
+        """The policy `config` describes; with `model.id: hf` a `VLAPolicy` (models/hf/policy.py),
+        which has this interface (imported only then: transformers is the optional `vla` extra)."""
+        if config.id == "hf":
+            from fleetrl.models.hf.policy import VLAPolicy
+
+            return VLAPolicy.from_config(config, observation_space, action_space)
         return cls(
             build_network(config, observation_space, action_space),
             action_space,
