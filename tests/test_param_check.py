@@ -52,7 +52,7 @@ def test_a_diverged_rank_stops_the_run_and_keeps_the_checkpoint(tmp_path):
         "runner.total_env_steps=640",
         runs=tmp_path,
     )
-    # an incident (README: exit code 4): report written, every worker ended
+    # an incident (docs/reference/exit-codes.md: 4): report written, every worker ended
     assert result.code != 0, result.stderr[-3000:]
     run_dir = result.run_dir
     report = (run_dir / "hang_report.txt").read_text()

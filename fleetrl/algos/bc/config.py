@@ -11,8 +11,12 @@ from fleetrl.config.schema import AlgorithmConfig
 
 @dataclass
 class BCConfig(AlgorithmConfig):
-    demonstrations: str = ""  # a folder of demonstrations (`fleetrl record`: index.json + one .npz per episode)
-    updates_per_iteration: Annotated[int, Positive] = 50  # optimizer steps on demonstration minibatches per iteration
-    vf_coef: Annotated[float, NonNegative] = (
-        0.5  # weight of the value loss (the value head learns the demonstrations' discounted returns: RL starts with a critic)
-    )
+    """Behaviour cloning's own keys: the supervised stage (docs: guides/manipulation.md)."""
+
+    demonstrations: str = ""
+    """A folder of demonstrations (`fleetrl record`: index.json and one .npz per episode)."""
+    updates_per_iteration: Annotated[int, Positive] = 50
+    """Optimizer steps on demonstration minibatches per iteration."""
+    vf_coef: Annotated[float, NonNegative] = 0.5
+    """Weight of the value loss: the value head learns the demonstrations' discounted returns, so
+    RL starts with a critic."""
