@@ -3,12 +3,12 @@
 `NativeFreeze` calls a C function that never returns while holding the GIL (`ctypes.PyDLL`
 keeps it, as a C/C++ physics engine's binding does), in its constructor or at its first step;
 `CrashOnce` raises at a fixed step of the first run only (a marker file remembers it crashed);
-`ComputeAtStart` computes in its constructor for longer than a start-up step is allowed."""
+`Segfaulting` reads address 0 at its `at_step`-th step on one env rank (a simulator's crash)."""
 
 from __future__ import annotations
 
 import ctypes
-import time
+import os
 from pathlib import Path
 
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
@@ -44,15 +44,14 @@ class CrashOnce(CartPoleEnv):
         return super().step(action)
 
 
-class ComputeAtStart(CartPoleEnv):
-    """A simulator that loads a scene for `seconds` in its constructor — computing (pure Python,
-    so the heartbeat thread still runs between bytecodes), never waiting, as OmniGibson or Isaac
-    do for minutes."""
-
-    def __init__(self, seconds: float = 10.0, **kwargs):
+class Segfaulting(CartPoleEnv):
+    def __init__(self, at_step: int = 20, on_rank: int = 1, **kwargs):
         super().__init__(**kwargs)
-        deadline = time.thread_time() + seconds  # CPU time: a loaded host stretches the wall time, not the work
-        total = 0
-        while time.thread_time() < deadline:
-            total += sum(range(1000))
-        self.work = total
+        self.at_step, self.steps = at_step, 0
+        self.crashes = os.environ.get("FLEETRL_COMPONENT") == "env" and os.environ.get("FLEETRL_RANK") == str(on_rank)
+
+    def step(self, action):
+        self.steps += 1
+        if self.crashes and self.steps == self.at_step:
+            ctypes.string_at(0)  # SIGSEGV: faulthandler writes this frame to the worker's stderr
+        return super().step(action)

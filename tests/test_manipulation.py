@@ -176,25 +176,3 @@ def test_bad_stage_inputs_exit_2_naming_the_key(args, named, tmp_path, capsys):
     err = capsys.readouterr().err
     assert named in err and "Traceback" not in err
     assert not any(tmp_path.iterdir())
-
-
-def test_a_simulator_computing_in_its_constructor_past_the_startup_allowance_is_no_incident(tmp_path):
-    """Robot simulators load their scenes for minutes: a constructor that computes (busy, never
-    blocked) for 3× watchdog.startup_step_allowance_s is a warning, not a startup_timeout."""
-    finished = fleetrl(
-        "train",
-        "configs/ppo_cartpole.yaml",
-        "env.id=tests.supervisor_envs:ComputeAtStart",
-        "env.kwargs={seconds: 6}",
-        "env.num_envs=1",
-        "algorithm.num_steps=32",
-        "algorithm.minibatch_size=32",
-        "runner.total_env_steps=64",
-        "runner.tensorboard=false",
-        "watchdog.startup_step_allowance_s=2",
-        f"runner.run_dir={tmp_path}",
-        "--skip-doctor",
-        runs=tmp_path,
-        timeout=240,
-    ).succeeded()
-    assert finished.summary["global_step"] == 64
