@@ -24,16 +24,31 @@ class HeartbeatStore:
         self.host = host
         self.server = TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=CONNECT_TIMEOUT)
         self.port = self.server.port
+        self.parsed: dict[tuple[str, int], tuple[bytes, dict]] = {}  # worker → (its last payload, parsed)
 
     def read(self, workers: list[tuple[str, int]]) -> dict[tuple[str, int], dict]:
         """The latest record of each (component, rank) that has published one. Once all have,
         two store round trips per poll (check + multi_get) instead of two per worker."""
         keys = [heartbeat_key(component, rank) for component, rank in workers]
         if keys and self.server.check(keys):
-            return {worker: json.loads(payload) for worker, payload in zip(workers, self.server.multi_get(keys))}
+            return {
+                worker: self.parse(worker, payload) for worker, payload in zip(workers, self.server.multi_get(keys))
+            }
         return {
-            worker: json.loads(self.server.get(key)) for worker, key in zip(workers, keys) if self.server.check([key])
+            worker: self.parse(worker, self.server.get(key))
+            for worker, key in zip(workers, keys)
+            if self.server.check([key])
         }
+
+    def parse(self, worker: tuple[str, int], payload: bytes) -> dict:
+        """The record in `payload`, decoded only when it changed: the watchdog polls twice per
+        beat, and decoding every record on every poll was most of its CPU at 1,024 workers
+        (docs/benchmarks/scale.md). An unchanged record is the same dict (the watchdog's
+        annotations on it are rewritten on each poll)."""
+        last = self.parsed.get(worker)
+        if last is None or last[0] != payload:
+            last = self.parsed[worker] = (payload, json.loads(payload))
+        return last[1]
 
     def publisher(self, component: str, rank: int):
         """A publish function for a recorder living in this (the controller's) process."""
