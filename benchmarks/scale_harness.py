@@ -2,8 +2,8 @@
 
 N simulated workers (fleetrl/debug/fleet.py: real flight recorders, up to 256 actor ranks in one
 process group, the rest env workers), 64 to a simulated node, each node one process that drives
-its workers and publishes each one's real heartbeat record through its own real store client
-(probe/store_client.py) every `heartbeat_interval_s`. This process is the supervisor's side: the
+its workers and publishes each one's real heartbeat record, sealed, through its own real store
+client (probe/store.py's connect_publisher, as a worker host does) every `heartbeat_interval_s`. This process is the supervisor's side: the
 real heartbeat store (probe/store.py, a TCPStore server) and the real watchdog thread
 (watch/watchdog.py, default settings), then the real report (watch/hang_report.py). Each node
 names a "raylet" address of its own (a socket its process listens on), so a killed node process
@@ -44,9 +44,8 @@ import psutil
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.debug.fleet import SimulatedWorker, fleet_layout
-from fleetrl.probe.flight_recorder import heartbeat_key
-from fleetrl.probe.store import HeartbeatStore
-from fleetrl.probe.store_client import StoreClient
+from fleetrl.probe.seal import new_run_secret
+from fleetrl.probe.store import HeartbeatStore, connect_publisher
 from fleetrl.watch.hang_report import build_hang_report, write_hang_report
 from fleetrl.watch.watchdog import Watchdog
 
@@ -62,7 +61,9 @@ class Steps(ctypes.Structure):
 THRESHOLD = {"freeze": "heartbeat_timeout_s", "skip": "collective_timeout_s", "node": "heartbeat_timeout_s"}
 
 
-def node_main(port: int, members: list, culprit: tuple, interval_s: float, fault: str, shared, sets, ready) -> None:
+def node_main(
+    port: int, secret: bytes, members: list, culprit: tuple, interval_s: float, fault: str, shared, sets, ready
+) -> None:
     """One simulated node: its workers step and publish every `interval_s` until killed. Steps are
     numbered on the epoch clock from `shared.begin`, and a node that woke late makes the steps it
     missed, so every actor rank enters the same collectives: all_reduce #n is step begin + n - 1
@@ -71,12 +72,12 @@ def node_main(port: int, members: list, culprit: tuple, interval_s: float, fault
     raylet.bind(("127.0.0.1", 0))
     raylet.listen(64)
     address = f"127.0.0.1:{raylet.getsockname()[1]}"
-    workers, clients = [], []
+    workers, clients = [], []  # a publish function per worker, as probe/host.py makes it
     for component, rank, node in members:
         worker = SimulatedWorker(component, rank, node, host=f"sim-node-{node}")
         worker.recorder.identity["raylet"] = address
         workers.append(worker)
-        clients.append(StoreClient("127.0.0.1", port))
+        clients.append(connect_publisher("127.0.0.1", port, component, rank, secret))
     ready.release()
     done = None  # the last step made
     while True:
@@ -99,7 +100,7 @@ def node_main(port: int, members: list, culprit: tuple, interval_s: float, fault
                 and done >= shared.strike
             ):
                 continue  # the frozen worker: no more beats
-            client.set(heartbeat_key(*worker.key), json.dumps(worker.record()))
+            client(json.dumps(worker.record()))
             sets.value += 1
         time.sleep(max(0.0, interval_s - (time.time() % interval_s)))
 
@@ -112,7 +113,8 @@ def run(workers: int, fault: str, steady_s: float, timeout_s: float) -> dict:
     import torch.distributed  # noqa: F401 (the store's import, before the baseline)
 
     rss_before = psutil.Process().memory_info().rss
-    store = HeartbeatStore("127.0.0.1")
+    secret = new_run_secret()
+    store = HeartbeatStore("127.0.0.1", secret)
     context = multiprocessing.get_context("fork")
     shared = context.Value(Steps, 0, 0, lock=False)
     sets, ready = [], context.Semaphore(0)
@@ -124,15 +126,17 @@ def run(workers: int, fault: str, steady_s: float, timeout_s: float) -> dict:
         sets.append(counter)
         process = context.Process(
             target=node_main,
-            args=(store.port, members, culprit, config.heartbeat_interval_s, fault, shared, counter, ready),
+            args=(store.port, secret, members, culprit, config.heartbeat_interval_s, fault, shared, counter, ready),
             daemon=True,
         )
         process.start()
         processes.append(process)
     try:
-        for _ in nodes:
-            if not ready.acquire(timeout=timeout_s):
+        connecting = time.time()
+        for _ in nodes:  # the store's server takes each client's handshake in turn (~0.1 s each here)
+            if not ready.acquire(timeout=timeout_s + 0.2 * workers):
                 raise TimeoutError("a simulated node did not start")
+        connected_s = time.time() - connecting
         shared.begin = int(time.time() / config.heartbeat_interval_s) + 2
         keys = [(c, r) for c, r, _ in layout]
         reads = [0]
@@ -166,7 +170,7 @@ def run(workers: int, fault: str, steady_s: float, timeout_s: float) -> dict:
             time.sleep(0.05)
         incident = watchdog.incident
         watchdog.stop()
-        result = {"workers": workers, "fault": fault, "load": os.getloadavg(), **steady}
+        result = {"workers": workers, "fault": fault, "load": os.getloadavg(), "connected_s": connected_s, **steady}
         if incident is None:
             return {**result, "detected": False}
         threshold = getattr(config, THRESHOLD[fault])

@@ -21,6 +21,7 @@ import pytest
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.seal import run_secret
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.attempt import RUN_MARK
 from fleetrl.watch.judgement import Seen
@@ -114,9 +115,10 @@ skew = float(sys.argv[2])
 real_time = time.time
 time.time = lambda: real_time() + skew  # this process's clock is off by `skew` seconds
 from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.seal import run_secret
 from fleetrl.probe.store import connect_publisher
 recorder = Recorder("env", 0, 1)
-recorder.start_publishing(connect_publisher("127.0.0.1", int(sys.argv[1]), "env", 0), 0.2)
+recorder.start_publishing(connect_publisher("127.0.0.1", int(sys.argv[1]), "env", 0, run_secret()), 0.2)
 while True:
     with recorder.in_phase("env.step"):
         time.sleep(0.02)
@@ -128,7 +130,7 @@ def test_a_worker_with_a_skewed_clock_is_not_frozen_by_mistake_and_its_freeze_is
     """The worker's heartbeats carry its own clock, 30 s ahead or behind; ages measured by
     subtracting clocks would call it frozen at once (behind) or never (ahead)."""
     config = WatchdogConfig(heartbeat_interval_s=0.2, heartbeat_timeout_s=2.0, min_deadline_s=2.0)
-    store = HeartbeatStore("127.0.0.1")
+    store = HeartbeatStore("127.0.0.1", run_secret())
     incidents: queue.Queue = queue.Queue()
     worker = subprocess.Popen(
         [sys.executable, "-c", SKEWED_WORKER, str(store.port), str(skew_s)], cwd=REPO, env=subprocess_env()

@@ -20,7 +20,7 @@ from fleetrl.cluster.early_ray import take_early
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.isolated_nodes import IsolatedNodes
 from fleetrl.cluster.node_order import in_node_order
-from fleetrl.cluster.ray_loopback import set_ray_loopback
+from fleetrl.cluster.ray_loopback import joins_loopback, set_ray_loopback
 from fleetrl.cluster.worker_host import WorkerHost, pack_step_results
 from fleetrl.cluster.worker_path import worker_python_path
 from fleetrl.config.schema import ClusterConfig
@@ -203,11 +203,6 @@ def build_workers(group: RayGroup, args_for_rank: Callable[[int], tuple]) -> Non
     failure is raised by the rank's next call (`WorkerHost.start`)."""
     for assignment, handle in zip(group.assignments, group.handles):
         handle.start.remote(args_for_rank(assignment.rank))
-
-
-def joins_loopback(ray_address: str) -> bool:
-    """Whether `cluster.ray_address` (host:port) is a Ray instance on this machine's loopback."""
-    return is_loopback(ray_address.rpartition(":")[0].strip("[]"))
 
 
 def start_local_ray(num_nodes: int, cpus_per_node: int, node_ip: str):

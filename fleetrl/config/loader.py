@@ -16,6 +16,7 @@ import yaml
 
 from fleetrl.algos.registry import DEFAULT_ALGORITHM, algorithm_names, algorithm_spec
 from fleetrl.config.constraints import Check, Note, Range
+from fleetrl.config.redact import redacted
 from fleetrl.config.schema import SECTION_TYPES, Config
 from fleetrl.errors import ConfigError, UserError, nearest
 from fleetrl.plan.rules import validate
@@ -161,5 +162,6 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
 
 
 def save_config(config: Config, path: Path) -> None:
-    """Write the fully resolved config; `load_config(path)` reads it back unchanged."""
-    path.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    """Write the fully resolved config; `load_config(path)` reads it back unchanged, but for
+    secrets, which are never written (config/redact.py)."""
+    path.write_text(yaml.safe_dump(redacted(dataclasses.asdict(config)), sort_keys=False))

@@ -13,6 +13,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from fleetrl.config.redact import redact_text
 from fleetrl.watch.alignment import waits_for
 from fleetrl.watch.collective_table import aligned_collectives, render_table, render_torch_traces
 from fleetrl.watch.report_groups import GROUPED, grouped_stacks, grouped_worker_lines
@@ -148,7 +149,7 @@ def worker_line(worker: dict) -> str:
 def write_hang_report(run_dir: Path, report: dict) -> tuple[str, Path]:
     """Write the report into `run_dir`, or, when that cannot take it (a full disk), into a folder
     of the system's temp dir that the returned text names. Returns (text, folder written to)."""
-    text = render_text(report)
+    text = redact_text(render_text(report))  # a stack or a worker's stderr may quote a secret
     try:
         _write_report(Path(run_dir), report, text)
         return text, Path(run_dir)
@@ -157,11 +158,11 @@ def write_hang_report(run_dir: Path, report: dict) -> tuple[str, Path]:
             (Path(run_dir) / name).unlink(missing_ok=True)
         fallback = Path(tempfile.gettempdir()) / f"fleetrl-report-{Path(run_dir).name}-{os.getpid()}"
         text += f"\n(the run directory {run_dir} could not take this report: {error}; it is in {fallback})\n"
-        fallback.mkdir(parents=True, exist_ok=True)
+        fallback.mkdir(mode=0o700, parents=True, exist_ok=True)
         _write_report(fallback, report, text)
         return text, fallback
 
 
 def _write_report(folder: Path, report: dict, text: str) -> None:
-    (folder / REPORT_JSON).write_text(json.dumps(report, indent=2, default=str))
+    (folder / REPORT_JSON).write_text(redact_text(json.dumps(report, indent=2, default=str)))
     (folder / REPORT_TEXT).write_text(text)

@@ -33,12 +33,15 @@ ATTACHED = "fleetrl/link/attached"
 
 
 def put(store, key: str, value) -> None:
+    """Put `value` under `key` of `store`, a `SealedStore` (probe/seal.py)."""
     store.set(key, json.dumps(value))
 
 
 def peek(store, key: str):
-    """The value under `key`, or None when nothing was put there yet (never blocks)."""
-    return json.loads(store.get(key)) if store.check([key]) else None
+    """The value under `key`, or None when nothing was put there yet, or nothing sealed by this
+    run: a forged message is no message (never blocks)."""
+    value = store.peek(key)
+    return None if value is None else json.loads(value)
 
 
 KEYS = ("culprit", "clock", "host")  # an incident's (component, rank) fields
