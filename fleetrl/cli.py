@@ -71,18 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("out", help="the folder to write")
 
     evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
-    evaluate.add_argument("run_dir")
-    evaluate.add_argument("--episodes", type=int, default=10)
+    evaluate.add_argument("run_dir", help="the run's directory (its newest intact checkpoint is played)")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to play (Atari: whole games)")
     evaluate.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
-    evaluate.add_argument("--seed", type=int, default=10_000)
+    evaluate.add_argument("--seed", type=int, default=10_000, help="the eval envs' seed (env i gets seed + i)")
     evaluate.add_argument("--video", action="store_true", help="write <run>/video/episode.gif")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
 
     report = commands.add_parser("report", help="write PNG plots into the run directory")
-    report.add_argument("run_dir")
+    report.add_argument("run_dir", help="the run's directory")
 
     diagnose = commands.add_parser("diagnose", help="print the incident report of a run")
-    diagnose.add_argument("run_dir")
+    diagnose.add_argument("run_dir", help="the run's directory")
     top = commands.add_parser("top", help="a live table of a running job's workers")
     top.add_argument("run_dir", nargs="?", help="the run's directory (default: the newest under ./runs)")
     top.add_argument("--once", action="store_true", help="print one table and exit (also when not a terminal)")

@@ -11,6 +11,7 @@ reports them and ends this process.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import logging
 import os
 import pickle
@@ -52,6 +53,7 @@ def die_with(parent_pid: int) -> None:
 def main() -> int:
     orders: Orders = pickle.load(sys.stdin.buffer)
     die_with(orders.supervisor_pid)
+    faulthandler.enable()  # a crash (an inline simulator's segfault) prints its Python stack: its last words
     start_early(orders.config.cluster)  # Ray's daemons start while this process imports and checks
     from torch.distributed import TCPStore
 

@@ -29,10 +29,12 @@ from fleetrl.parallel.net import is_loopback
 from fleetrl.plan.placement import Assignment
 from fleetrl.probe.flight_recorder import RAYLET_VARIABLE
 from fleetrl.probe.host import WatchSpec
+from fleetrl.watch.last_words import LastWords, node_name, on_this_node
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children
 
+LAST_WORDS_TIMEOUT_S = 20.0  # a task on the dead worker's node: a worker process to start there
 log = logging.getLogger("fleetrl")
 Deadline = Callable[[float, str], contextlib.AbstractContextManager]  # WatchSession.deadline
 
@@ -157,6 +159,25 @@ class RayCluster:
     def actor_ids(self) -> dict:
         """Ray actor id (hex) → (component, rank), to name the worker in a RayActorError."""
         return {handle._actor_id.hex(): (a.component, a.rank) for a, handle in self.workers}
+
+    def last_words(self, key: tuple[str, int], pid: int | None) -> LastWords | None:
+        """The last words of worker `key` (process `pid`, dead), read on its node by a Ray task
+        pinned there (watch/last_words.py); None for a worker this cluster did not start."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = next((a.node for a, _ in self.workers if (a.component, a.rank) == key), None)
+        if node is None or pid is None:
+            return None
+        reader = ray.remote(on_this_node).options(
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_ids[node], soft=False),
+            runtime_env={"env_vars": {"PYTHONPATH": worker_python_path(self.python_path)}},
+        )
+        try:
+            return LastWords(**ray.get(reader.remote(pid, node), timeout=LAST_WORDS_TIMEOUT_S))
+        except Exception as error:  # its node is gone too, or Ray cannot start a task there
+            return LastWords("ended (Ray gave no account of it)", node_name(node, None), f"(not read: {error})")
 
     def kill_remote_workers(self) -> None:
         """After an incident on a cluster fleetrl did not start: ask Ray to end our actors.

@@ -5,7 +5,7 @@ encoders of models/encoders.py first), the built-in transformer (`model.id: tran
 models/transformer.py), or the user's own (`model.id: module:attr`). A user network is built as `Net(observation_space, num_action_params, **model.kwargs)` and its
 `forward(obs)` returns `(action_params, value)`: action_params of shape (B, num_action_params) —
 logits for Discrete actions, Gaussian means for Box actions — and value of shape (B,). fleetrl owns
-the Gaussian's state-independent log std. README.md, "Your own network", has an example.
+the Gaussian's state-independent log std. docs/guides/model.md ("Your own network") has an example.
 
 `forward(obs, actions)` is the loss path (what DDP wraps); `act` is inference only.
 

@@ -10,6 +10,7 @@ import os
 import pickle
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.store_address import ALL_IPV4, store_address
 from fleetrl.watch import link
 from fleetrl.watch.judgement import on_watcher_clock
+from fleetrl.watch.last_words import LastWords, how_it_ended, node_name
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
@@ -207,13 +209,16 @@ class Attempt:
 
     def controller_died(self, code: int) -> Incident:
         record = self.records().get(self.controller_key, {})
-        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        how = how_it_ended("", code)  # this process reaped it: the exit status itself
         was = f"; it was {where(record)}" if record else " before its first heartbeat"
+        node = node_name(record.get("node", 0), record.get("host") or socket.gethostname())
+        words = LastWords(how, node, "(the controller's stderr is this run's own, printed above this report)")
         return Incident(
             "worker_died",
-            f"{describe(self.controller_key)} (the controller, pid {self.controller.pid}) died: {how}{was}",
+            f"{describe(self.controller_key)} (the controller, pid {self.controller.pid}) died: {how}{was}; on {node}",
             time.time() - record.get("heartbeat_age_s", 0.0),  # its last beat, on this clock
             self.controller_key,
+            last_words=words.as_dict(),
         )
 
     def from_controller(self, incident: Incident) -> Incident:

@@ -91,6 +91,7 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
         "reported_at": now,
         "detected_after_s": now - incident.started,
         "detail": incident.detail,
+        "last_words": incident.last_words,
         "workers": entries,
         "collectives": aligned_collectives(incident.records),
         "timeline": [{"time": t, "phases": phases} for t, phases in incident.timeline],
@@ -104,6 +105,10 @@ def render_text(report: dict) -> str:
         f"(detected {report['detected_after_s']:.1f} s after it began)",
         "",
     ]
+    words = report.get("last_words")
+    if words:  # the detail is then the tail of the dead worker's stderr
+        source = f" ({words['stderr_path']})" if words.get("stderr_path") else ""
+        lines.append(f"last words: {words['ended']}, on {words['node']}; the end of its stderr{source}:")
     if report["detail"]:
         lines += [report["detail"].rstrip(), ""]
     lines.append("workers:")

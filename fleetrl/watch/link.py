@@ -50,9 +50,16 @@ KEYS = ("culprit", "clock", "host")  # an incident's (component, rank) fields
 def incident_fields(incident: Incident) -> dict:
     fields = {"cause": incident.cause, "summary": incident.summary, "started": incident.started}
     fields |= {name: list(key) if (key := getattr(incident, name)) else None for name in KEYS}
-    return fields | {"detail": incident.detail}
+    return fields | {"detail": incident.detail, "last_words": incident.last_words}
 
 
 def incident_from_fields(fields: dict) -> Incident:
     keys = {name: tuple(fields[name]) if fields.get(name) else None for name in KEYS}
-    return Incident(fields["cause"], fields["summary"], fields["started"], detail=fields["detail"], **keys)
+    return Incident(
+        fields["cause"],
+        fields["summary"],
+        fields["started"],
+        detail=fields["detail"],
+        last_words=fields.get("last_words"),
+        **keys,
+    )

@@ -38,6 +38,7 @@ from fleetrl.probe.stack_requests import StackAnswerer, stack_asker
 from fleetrl.probe.stacks import register_stack_dump, stack_file
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.watch.classify import incident_from_error
+from fleetrl.watch.last_words import LastWords
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.respond import EXIT_INCIDENT, Responder
 from fleetrl.watch.teardown import kill_own_children
@@ -61,6 +62,9 @@ class RemoteWorkers(Protocol):
 
     def actor_ids(self) -> dict:
         """Ray actor id (hex) → (component, rank), to name the worker behind a RayActorError."""
+
+    def last_words(self, key: tuple[str, int], pid: int | None) -> LastWords | None:
+        """How dead worker `key` (process `pid`) ended, its node, its stderr's tail, read on its node."""
 
 
 class WatchSession:
@@ -130,7 +134,7 @@ class WatchSession:
         # dead one as the cause, with the survivor's error as detail.
         incident = self.watchdog.check_alive(records, time.time())
         if incident is None:
-            incident = incident_from_error(error, records, self.remote.actor_ids() if self.remote else {}, self.run_dir)
+            incident = incident_from_error(error, records, self.remote, self.run_dir)
         else:
             incident.detail = f"seen by the others as: {error}"
         incident.records = records

@@ -60,8 +60,7 @@ class SupervisedSession(WatchSession):
         link.put(self.link, link.WORKERS, workers)
 
     def fail(self, error: BaseException) -> NoReturn:
-        actor_ids = self.remote.actor_ids() if self.remote else {}
-        self.send(incident_from_error(error, {}, actor_ids, self.run_dir))
+        self.send(incident_from_error(error, {}, self.remote, self.run_dir))
 
     @contextlib.contextmanager
     def deadline(self, seconds: float, what: str) -> Iterator[None]:
