@@ -17,7 +17,7 @@ import psutil
 import torch
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.checkpoint import NoIntactCheckpoint, load_latest, save_checkpoint
+from fleetrl.checkpoint import NoIntactCheckpoint, load_latest, save_checkpoint, staging_dir
 from fleetrl.cluster.backend import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.start import start_backend
@@ -96,11 +96,12 @@ class Trainer:
             torch.set_num_threads(runner.torch_threads)
         with phase("startup.resume"):
             saved = load_resumed(resumed, runner.resume) if resumed else None
-            if saved is not None and config.model.id == "hf":
+            if saved is not None and config.model.id == "hf" and "policy" in saved["actor"]:  # sharded: checked on load
                 from fleetrl.models.hf.lora import check_resumed_base
 
                 check_resumed_base(config.model, saved["actor"]["policy"])
         self.iteration = 0
+        self.synced = False  # the rollout workers hold a full copy of the weights (this process's)
         self.train_s = 0.0
         self.global_step = 0
         self.episodes = 0
@@ -240,14 +241,20 @@ class Trainer:
         return record
 
     def sync_weights(self) -> None:
-        """Actor rank 0's weights → every rollout worker, unless they share the policy object.
+        """Actor rank 0's weights → every rollout worker, unless they share the policy object;
+        with `runner.weight_sync: trainable` only the first sync is full, later ones patches.
         Every actor rank is asked (FSDP gathers shards collectively); the rollout workers receive
         rank 0's copy by reference, and run the load before their next `act` (call order)."""
         backend = self.backend
         if backend.shares_policy or self.iteration % self.config.runner.weight_sync_interval:
             return
-        weights = backend.actor.call_all(ActorBase.policy_weights)[0]
-        backend.rollout.call_all(RolloutWorker.load_weights, weights)
+        if self.config.runner.weight_sync == "trainable" and self.synced:  # frozen tensors are there already
+            patch = backend.actor.call_all(ActorBase.trainable_weights)[0]
+            backend.rollout.call_all(RolloutWorker.load_patch, patch)
+        else:
+            weights = backend.actor.call_all(ActorBase.policy_weights)[0]
+            backend.rollout.call_all(RolloutWorker.load_weights, weights)
+        self.synced = True
 
     def gather_env_reports(self) -> tuple[list[float], list[int], list[float]]:
         """Sum the counters of all env workers (global steps and episodes); merge episodes, and
@@ -286,17 +293,31 @@ class Trainer:
         return True
 
     def checkpoint(self) -> None:
+        """The run's state as checkpoint `iteration`; with `actor.checkpoint_format: sharded`
+        the actor ranks first write their shards (phase `checkpoint.dcp_save`)."""
+        shards = None
         with phase("checkpoint.save"):
-            save_checkpoint(self.run_dir, self.iteration, self.state_dict(), self.config.runner.keep_checkpoints)
+            if self.config.actor.checkpoint_format == "sharded":
+                shards = staging_dir(self.run_dir, self.iteration)
+                with phase("checkpoint.dcp_save"):
+                    actor = self.backend.actor
+                    actor_state = actor.get(actor.call_all(ActorBase.save_sharded, str(shards)))[0]
+            else:
+                actor_state = self.actor_state()
+            state = self.state_dict(actor_state)
+            save_checkpoint(self.run_dir, self.iteration, state, self.config.runner.keep_checkpoints, shards)
 
-    def state_dict(self) -> dict:
+    def actor_state(self) -> dict:
         actor = self.backend.actor
+        return actor.get(actor.call_all(ActorBase.state_dict))[0]
+
+    def state_dict(self, actor_state: dict | None = None) -> dict:
         return {
             "iteration": self.iteration,
             "train_s": self.train_s,
             "global_step": self.global_step,
             "episodes": self.episodes,
-            "actor": actor.get(actor.call_all(ActorBase.state_dict))[0],
+            "actor": self.actor_state() if actor_state is None else actor_state,
             "env": self.env_states(),
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
@@ -316,7 +337,11 @@ class Trainer:
         actor, env = self.backend.actor, self.backend.env
         self.iteration, self.train_s = state["iteration"], state["train_s"]
         self.global_step, self.episodes = state["global_step"], state["episodes"]
-        actor.get(actor.call_all(ActorBase.load_state_dict, state["actor"]))
+        saved_actor = state["actor"]
+        if "shards_path" in state:  # a sharded checkpoint: every rank reads the shards it needs
+            saved_actor = {**saved_actor, "shards_path": state["shards_path"]}
+        with phase("checkpoint.dcp_load" if "shards_path" in state else "checkpoint.load_actor"):
+            actor.get(actor.call_all(ActorBase.load_state_dict, saved_actor))
         if len(state["env"]) != env.world_size:
             log.warning(
                 "checkpoint has %d env worker states, this run %d: normaliser statistics start from env rank 0's",

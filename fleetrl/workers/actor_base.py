@@ -165,4 +165,15 @@ class ActorBase(ABC):
 
     @abstractmethod
     def load_state_dict(self, saved: dict) -> None:
-        """Load a state written by `state_dict` (any strategy and rank count)."""
+        """Load a state written by `state_dict` (any strategy and rank count), or by
+        `save_sharded` (then `saved['shards_path']` names the shards' folder)."""
+
+    def trainable_weights(self) -> dict:
+        """Only what training changes, for the rollout workers' `load_patch`
+        (`runner.weight_sync: trainable`); collective under FSDP like `policy_weights`."""
+        raise NotImplementedError(f"{type(self).__name__} sends no partial weights")
+
+    def save_sharded(self, folder: str) -> dict:
+        """Write this rank's shards of the trainable state into `folder` (collective:
+        `actor.checkpoint_format: sharded`); return the rest of the state (complete on rank 0)."""
+        raise NotImplementedError(f"{type(self).__name__} writes no sharded checkpoints")

@@ -42,7 +42,9 @@ class EvalWorker:
         num_envs = 1 if video else min(episodes, MAX_EVAL_ENVS)
         self.episodes, self.video = episodes, video
         self.whole_games = config.env.wrappers == "atari"  # an env episode is one life: count games
-        self.env = EnvWorker(env_config, config.algorithm.gamma, seed, num_envs=num_envs, training=False)
+        self.env = EnvWorker(
+            env_config, config.algorithm.gamma, seed, num_envs=num_envs, training=False, chunk=config.model.action_chunk
+        )
         self.rollout: RolloutWorker = algorithm_spec(config.algorithm.name).rollout.from_config(
             config, self.env.observation_space, self.env.action_space
         )
