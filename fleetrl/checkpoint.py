@@ -215,3 +215,27 @@ def load_latest(run_dir: Path) -> dict:
             log.warning("skipping damaged checkpoint(s), using %s instead. %s", checkpoint.name, skipped)
         return state
     raise NoIntactCheckpoint(run_dir, problems)
+
+
+def initial_weights(source: str) -> dict:
+    """`runner.init_from`: the policy weights of a run directory's newest intact checkpoint, or
+    of one checkpoint file; anything else is a `ConfigError` naming the key and the path."""
+    from fleetrl.errors import ConfigError
+
+    path = Path(source)
+    valid = "a fleetrl run directory holding an intact checkpoint, or a checkpoint file (ckpt_*.pt)"
+    try:
+        if path.is_dir():
+            state = load_latest(path)
+        elif path.is_file():
+            state = verified_load(path)
+        else:
+            raise ConfigError("runner.init_from", source, valid, "no such file or directory")
+    except (UserError, ValueError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError("runner.init_from", source, valid, str(error)) from None
+    weights = state.get("actor", {}).get("policy") if isinstance(state, dict) else None
+    if not weights:
+        raise ConfigError("runner.init_from", source, valid, "it holds no actor policy weights")
+    return weights

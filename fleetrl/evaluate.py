@@ -77,6 +77,7 @@ def evaluate(
         "max": result["return_max"],
         "deterministic": deterministic,
         "eval_s": result["eval_s"],
+        **{key: value for key, value in result.items() if key.startswith("success_rate")},
     }
 
 
@@ -143,6 +144,7 @@ class EvalSchedule:
             "eval_iteration": pending.iteration,
             "eval_global_step": pending.global_step,
             "eval_s": result["eval_s"],
+            **{f"eval_{key}": value for key, value in result.items() if key.startswith("success_rate")},
         }
         if result["gif"] is not None:
             path = save_gif(result["gif"], self.run_dir / VIDEO_DIR / f"eval-{pending.iteration}.gif")

@@ -17,7 +17,7 @@ import psutil
 import torch
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.checkpoint import NoIntactCheckpoint, load_latest, save_checkpoint, staging_dir
+from fleetrl.checkpoint import NoIntactCheckpoint, initial_weights, load_latest, save_checkpoint, staging_dir
 from fleetrl.cluster.backend import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.start import start_backend
@@ -34,7 +34,7 @@ from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
 from fleetrl.watch.signals import install_stop_handlers
 from fleetrl.workers.actor_base import ActorBase
-from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.env_worker import EnvWorker, success_metrics
 from fleetrl.workers.rollout_worker import RolloutWorker
 
 log = logging.getLogger("fleetrl")
@@ -128,9 +128,19 @@ class Trainer:
             else:
                 random.seed(runner.seed)
                 np.random.seed(runner.seed)
+                if runner.init_from is not None:
+                    with phase("startup.init_from"):
+                        self.init_from(runner.init_from)
         except BaseException:
             self.backend.shutdown()
             raise
+
+    def init_from(self, source: str) -> None:
+        """`runner.init_from`: every actor rank starts from `source`'s policy weights."""
+        weights = initial_weights(source)
+        actor = self.backend.actor
+        actor.get(actor.call_all(ActorBase.load_policy_weights, weights))
+        log.info("policy weights from %s (runner.init_from); optimizer and counters start fresh", source)
 
     def train(self) -> dict:
         config = self.config
@@ -214,7 +224,7 @@ class Trainer:
         interval = self.config.runner.param_check_interval
         if interval and self.iteration % interval == 0:  # raises ReplicaDivergenceError naming tensors and ranks
             self.backend.actor.get(self.backend.actor.call_all(ActorBase.verify_replicas))
-        returns, lengths, games = self.gather_env_reports()
+        returns, lengths, games, successes = self.gather_env_reports()
         record = {
             "iteration": self.iteration,
             "global_step": self.global_step,
@@ -224,6 +234,7 @@ class Trainer:
             "episode_return_last100": self.mean_recent_return(),
             "episode_length_last100": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
             **({"game_return_mean": float(np.mean(games)), "games": len(games)} if games else {}),
+            **success_metrics(successes),  # of this iteration's episodes, where the env reports success
             "steps_per_s": (self.global_step - steps_before) / (updated - started),
             "time_weight_sync_s": synced - started,
             "time_collect_s": collect_s,
@@ -256,9 +267,10 @@ class Trainer:
             backend.rollout.call_all(RolloutWorker.load_weights, weights)
         self.synced = True
 
-    def gather_env_reports(self) -> tuple[list[float], list[int], list[float]]:
-        """Sum the counters of all env workers (global steps and episodes); merge episodes, and
-        the raw scores of whole games where the env reports them (Atari: an episode is a life)."""
+    def gather_env_reports(self) -> tuple[list[float], list[int], list[float], list[tuple[str, bool]]]:
+        """Sum the counters of all env workers (global steps and episodes); merge episodes, the
+        raw scores of whole games where the env reports them (Atari: an episode is a life), and
+        each episode's (task, success) where the env reports success (robot manipulation)."""
         env = self.backend.env
         reports = env.get(env.call_all(EnvWorker.report))
         self.env_counters = [{"env_steps": r["env_steps"], "episodes": r["episodes"]} for r in reports]
@@ -268,7 +280,8 @@ class Trainer:
         lengths = [x for r in reports for x in r["lengths"]]
         self.recent_returns.extend(returns)
         self.recent_lengths.extend(lengths)
-        return returns, lengths, [x for r in reports for x in r["game_returns"]]
+        games = [x for r in reports for x in r["game_returns"]]
+        return returns, lengths, games, [tuple(x) for r in reports for x in r["successes"]]
 
     def mean_recent_return(self) -> float | None:
         return float(np.mean(self.recent_returns)) if self.recent_returns else None

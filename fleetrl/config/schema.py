@@ -324,6 +324,10 @@ class RunnerConfig:
     resume: str | None = None
     """A run directory to continue (it must hold an intact checkpoint), or `auto`: the newest run of
     this config's name in `run_dir`, a new run if there is none (docs: guides/recover.md)."""
+    init_from: str | None = None
+    """A run directory (its newest intact checkpoint) or a checkpoint file whose policy weights
+    start this run, e.g. `fleetrl sft`'s for RL; the optimizer, counters and normaliser statistics
+    start fresh (docs: guides/manipulation.md)."""
     torch_threads: Annotated[int, NonNegative] = 1
     """Intra-op threads of the controller's process (0: torch's default)."""
     target_return: Annotated[float, Finite] | None = None

@@ -25,6 +25,21 @@ from fleetrl.observations import map_obs, obs_len, stack_obs
 from fleetrl.probe.flight_recorder import phase
 from fleetrl.step_result import StepResult
 
+ALL_TASKS = "all"  # the task name of episodes whose env names none
+
+
+def success_metrics(successes: list[tuple[str, bool]], prefix: str = "") -> dict:
+    """`<prefix>success_rate` over all `(task, success)` episodes and `<prefix>success_rate/<task>`
+    per task (of a multi-task env), for a metrics record; {} when there are none."""
+    if not successes:
+        return {}
+    record = {f"{prefix}success_rate": float(np.mean([flag for _, flag in successes]))}
+    tasks = sorted({task for task, _ in successes} - {ALL_TASKS})
+    for task in tasks:
+        record[f"{prefix}success_rate/{task}"] = float(np.mean([flag for name, flag in successes if name == task]))
+    return record
+
+
 ASYNC_CLOSE_TIMEOUT_S = 5.0  # an async vector env's subprocesses get this long to answer a pending call at close
 
 
@@ -69,6 +84,7 @@ class EnvWorker:
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
         self.finished_games: list[tuple[int, float]] = []  # (env, raw score) of whole games (`env.wrappers: atari`)
+        self.finished_successes: list[tuple[int, str, bool]] = []  # (env, task, success) where the env says
         self.env_steps = 0
         self.episodes = 0
         if isinstance(self.action_space, gym.spaces.Box):
@@ -108,6 +124,7 @@ class EnvWorker:
         else:
             self._count(envs, reward, done)
         self._count_games(envs, info.get("final_info", {}))
+        self._count_successes(envs, info.get("final_info", {}))
         truncated_index = np.flatnonzero(truncated)
         final_obs = (
             stack_obs(info["final_obs"][truncated_index]) if len(truncated_index) else map_obs(lambda x: x[:0], obs)
@@ -153,6 +170,17 @@ class EnvWorker:
             scores = final_info["game_return"][ended].tolist()
             self.finished_games.extend(zip((envs.start + ended).tolist(), scores))
 
+    def _count_successes(self, envs: slice, final_info: dict) -> None:
+        """(env index, task, success) of the episodes that ended in this step, where the env puts
+        `success` (and, for a multi-task env, `task`: its name) in its info (`envs.manipulation`)."""
+        if "success" in final_info:
+            ended = np.flatnonzero(final_info["_success"])
+            tasks = final_info["task"][ended] if "task" in final_info else [ALL_TASKS] * len(ended)
+            flags = final_info["success"][ended]
+            self.finished_successes.extend(
+                (envs.start + int(i), str(task), bool(flag)) for i, task, flag in zip(ended, tasks, flags)
+            )
+
     def spaces(self) -> tuple[gym.Space, gym.Space]:
         return self.observation_space, self.action_space
 
@@ -160,7 +188,9 @@ class EnvWorker:
         """Counters and the episodes (and whole games) finished since the last report (drained)."""
         returns, lengths = self.drain_episodes()
         games = [score for _, score in self.drain_games()]
+        successes = [(task, success) for _, task, success in self.drain_successes()]
         return {
+            "successes": successes,
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "returns": returns,
@@ -179,6 +209,12 @@ class EnvWorker:
         within a step (empty unless the env reports games: `env.wrappers: atari`)."""
         games, self.finished_games = self.finished_games, []
         return games
+
+    def drain_successes(self) -> list[tuple[int, str, bool]]:
+        """(env index, task, success) of the episodes finished since the last call (empty unless
+        the env reports `success`)."""
+        successes, self.finished_successes = self.finished_successes, []
+        return successes
 
     def state_dict(self) -> dict:
         return {
