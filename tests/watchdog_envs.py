@@ -1,7 +1,9 @@
 """Envs for tests/test_watchdog_failure.py, reachable as entry points (`tests.watchdog_envs:...`).
 
 `CorruptingHeartbeat` breaks the heartbeat its own worker process publishes through the real
-store (its recorder's pid becomes text), a record the controller's watchdog cannot use;
+store: the record keeps the identity and types the store checks (a malformed one is rejected
+there and never reaches the judgement), but its `phase_max_s` becomes a list, which the
+watchdog's deadline check cannot use — a record from a recorder with another idea of the format;
 `RaisingLate` sleeps in a step, writes the wall time to a file and raises right after.
 For tests/test_watchdog_judgement.py: `HangingConstructor` never returns from its constructor (a
 simulator waiting for a licence server); `Computing` computes for `busy_s`, reading the process
@@ -31,7 +33,9 @@ class CorruptingHeartbeat(CartPoleEnv):
     def step(self, action):
         self.steps += 1
         if self.steps == self.after_steps:
-            flight_recorder.current().identity["pid"] = "no longer a pid"
+            recorder = flight_recorder.current()
+            record = recorder.record
+            recorder.record = lambda: {**record(), "phase_max_s": ["not", "a", "mapping"]}
         return super().step(action)
 
 
