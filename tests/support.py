@@ -167,11 +167,19 @@ class Fleetrl:
     whatever happens in the block, the driver and every process it started are ended when it
     leaves."""
 
-    def __init__(self, *args: str, cwd: Path = REPO, runs: Path | None = None, env: Mapping[str, str] = {}):
+    def __init__(
+        self, *args: str, cwd: Path = REPO, runs: Path | None = None, env: Mapping[str, str] = {}, shell: bool = False
+    ):
+        """With `shell`, `args` is one command line as a user types it (`fleetrl ...`, with its own
+        environment assignments), run by bash, which execs it: the driver's pid is fleetrl's."""
         self.args, self.runs, self.ended = args, runs, False
         self.stdout, self.stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # no pipe fills up
         self.process = subprocess.Popen(
-            [*FLEETRL, *args], cwd=cwd, env={**subprocess_env(), **env}, stdout=self.stdout, stderr=self.stderr
+            ["bash", "-c", *args] if shell else [*FLEETRL, *args],
+            cwd=cwd,
+            env={**subprocess_env(), **env},
+            stdout=self.stdout,
+            stderr=self.stderr,
         )
 
     def __enter__(self) -> Fleetrl:
