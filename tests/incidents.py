@@ -9,6 +9,19 @@ from fleetrl.checkpoint import load_latest
 from fleetrl.watch.hang_report import REPORT_TEXT
 from tests.support import Finished, train
 
+HEARTBEAT_TIMEOUT_S = 3  # SMALL's: a worker that stops beating is frozen or gone after this long
+# What a loaded 2-core CI host adds to any detection: a heartbeat thread's or the watchdog's turn
+# on a core, Ray's notice of a dead actor, the controller's report. A bound is the product's
+# threshold plus this, never a figure measured on a quiet machine.
+LOADED_HOST_MARGIN_S = 10
+
+
+def detection_bound(threshold_s: float = HEARTBEAT_TIMEOUT_S) -> float:
+    """How late an incident may be detected: its configured threshold (by default the heartbeat
+    timeout, which bounds the notice of a death or an exception) plus the loaded host's margin."""
+    return threshold_s + LOADED_HOST_MARGIN_S
+
+
 SMALL = [
     "env.num_envs=4",
     "algorithm.num_steps=16",
@@ -17,7 +30,7 @@ SMALL = [
     "runner.checkpoint_interval=1",
     "runner.tensorboard=false",
     "runner.total_env_steps=1000000",
-    "watchdog.heartbeat_timeout_s=3",
+    f"watchdog.heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S}",
     "--skip-doctor",
 ]
 
