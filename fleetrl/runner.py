@@ -193,7 +193,7 @@ class Trainer:
         started = time.perf_counter()
         steps_before = self.global_step
         with phase("weight_sync"):
-            self.sync_weights()
+            weight_syncs = self.sync_weights()
         synced = time.perf_counter()
         if self.config.algorithm.resets_envs_each_iteration:  # e.g. GRPO: group-seeded resets
             self.backend.collector.start(self.iteration)
@@ -221,6 +221,7 @@ class Trainer:
             **({"game_return_mean": float(np.mean(games)), "games": len(games)} if games else {}),
             "steps_per_s": (self.global_step - steps_before) / (updated - started),
             "time_weight_sync_s": synced - started,
+            "weight_syncs": weight_syncs,
             "time_collect_s": collect_s,
             "time_update_s": updated - synced - collect_s,
             **metrics,
@@ -235,15 +236,16 @@ class Trainer:
             self.restart = None
         return record
 
-    def sync_weights(self) -> None:
+    def sync_weights(self) -> int:
         """Actor rank 0's weights → every rollout worker, unless they share the policy object.
         Every actor rank is asked (FSDP gathers shards collectively); the rollout workers receive
-        rank 0's copy by reference, and run the load before their next `act` (call order)."""
+        rank 0's copy by reference, and run the load before their next `act` (call order).
+        Returns how many rollout workers were sent weights (0: none needed them this iteration)."""
         backend = self.backend
         if backend.shares_policy or self.iteration % self.config.runner.weight_sync_interval:
-            return
+            return 0
         weights = backend.actor.call_all(ActorBase.policy_weights)[0]
-        backend.rollout.call_all(RolloutWorker.load_weights, weights)
+        return len(backend.rollout.call_all(RolloutWorker.load_weights, weights))
 
     def gather_env_reports(self) -> tuple[list[float], list[int], list[float]]:
         """Sum the counters of all env workers (global steps and episodes); merge episodes, and

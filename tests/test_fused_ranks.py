@@ -14,7 +14,7 @@ from fleetrl.cluster.placement import resolve_placement
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from tests.incidents import assert_incident, fault, run_fault
-from tests.support import TWO_ACTOR_RANKS_ON_RAY, train
+from tests.support import LEARNING_GUARD_S, TWO_ACTOR_RANKS_ON_RAY, train
 
 FUSE = "cluster.fuse_collocated=true"
 TWO_FUSED_RANKS = [
@@ -113,10 +113,12 @@ def test_two_fused_ranks_train_cartpole_to_target_and_resume(tmp_path):
         "runner.checkpoint_interval=100",
         "--skip-doctor",
         runs=tmp_path,
+        timeout=LEARNING_GUARD_S,
     ).succeeded()
     run_dir, records = first.run_dir, first.metrics
     assert records[-1]["episode_return_last100"] >= 475
-    assert all(r["time_weight_sync_s"] < 1e-3 for r in records)
+    assert first.summary["target_reached_step"] == records[-1]["global_step"], first.summary
+    assert [r["weight_syncs"] for r in records] == [0] * len(records)  # each rank acts with its own policy
     assert [r["global_step"] for r in records[:2]] == [256, 512]  # 2 ranks x 4 envs x 32 steps
     steps = records[-1]["global_step"]
     second = train(
