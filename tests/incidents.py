@@ -7,13 +7,9 @@ from __future__ import annotations
 
 from fleetrl.checkpoint import load_latest
 from fleetrl.watch.hang_report import REPORT_TEXT
-from tests.support import Finished, train
+from tests.support import LOADED_HOST_MARGIN_S, Finished, train
 
 HEARTBEAT_TIMEOUT_S = 3  # SMALL's: a worker that stops beating is frozen or gone after this long
-# What a loaded 2-core CI host adds to any detection: a heartbeat thread's or the watchdog's turn
-# on a core, Ray's notice of a dead actor, the controller's report. A bound is the product's
-# threshold plus this, never a figure measured on a quiet machine.
-LOADED_HOST_MARGIN_S = 10
 
 
 def detection_bound(threshold_s: float = HEARTBEAT_TIMEOUT_S) -> float:

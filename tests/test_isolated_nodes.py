@@ -33,7 +33,7 @@ from tests.isolation import (
     wait_for_output,
 )
 from tests.isolation_envs import BROKEN_MARKER
-from tests.support import ACROSS_NODES_LINE, Fleetrl, controller_of, fleetrl, train
+from tests.support import ACROSS_NODES_LINE, LEARNING_GUARD_S, Fleetrl, controller_of, fleetrl, train
 
 pytestmark = needs_isolation
 
@@ -270,7 +270,7 @@ def test_seed_placement_trains_cartpole_to_475_on_two_isolated_nodes(tmp_path):
         # cores a remote env's heartbeat thread once went 5 s (the default timeout) without a turn
         "watchdog.heartbeat_timeout_s=20",
         runs=tmp_path,
-        timeout=900,
+        timeout=LEARNING_GUARD_S,
     ).succeeded()
     assert run.summary["target_reached"] and run.summary["episode_return_last100"] >= 475, run.summary
     assert ACROSS_NODES_LINE in run.stderr, run.stderr[-3000:]  # the graph: 0.03x inline, and false freezes
