@@ -13,7 +13,7 @@ from fleetrl.cluster.layout import fused_assignments, resolve_layout
 from fleetrl.cluster.placement import resolve_placement
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
-from tests.incidents import assert_incident, fault, run_fault
+from tests.incidents import assert_incident, detection_bound, fault, run_fault
 from tests.support import LEARNING_GUARD_S, TWO_ACTOR_RANKS_ON_RAY, train
 
 FUSE = "cluster.fuse_collocated=true"
@@ -143,8 +143,11 @@ FUSED_FAULTS = {
         ("hang", "env", 1, 40),
         ("rank_missing_from_collective", 10, "in env.step"),
     ),
-    "fused rank 1 killed while training": (("kill", "actor", 1, 3), ("worker_died", 3, "died")),
-    "env.step raises in fused rank 1": (("exception", "env", 1, 40), ("worker_exception", 3, "in env.step")),
+    "fused rank 1 killed while training": (("kill", "actor", 1, 3), ("worker_died", detection_bound(), "died")),
+    "env.step raises in fused rank 1": (
+        ("exception", "env", 1, 40),
+        ("worker_exception", detection_bound(), "in env.step"),
+    ),
 }
 
 
