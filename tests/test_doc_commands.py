@@ -30,13 +30,12 @@ NAMED_RUN = re.compile(r"\bruns/([^\s/]+)-(\d{8}-\d{6})\b")
 TIMEOUT_S = 600  # the 10-trial sweep on a loaded 2-core host
 
 
-def test_the_readme_shows_the_commands_this_test_runs():
+def test_the_extractor_finds_the_documented_sweep_and_no_placeholder():
+    """The README's sweep example (the one that once ended in a traceback) is among the commands
+    run below, and nothing with a placeholder or a comment is."""
     lines = [command.line for command in doc_commands(REPO)]
-    assert (
-        "fleetrl sweep configs/ppo_cartpole.yaml runner.seed=1,2,3,4,5 algorithm.lr=1e-3,3e-4 runner.target_return=475"
-        in lines
-    )
-    assert not any("<" in line or "#" in line for line in lines), lines
+    assert any(line.startswith("fleetrl sweep configs/ppo_cartpole.yaml runner.seed=1,2") for line in lines), lines
+    assert not any("<" in line or "#" in line or " ..." in line for line in lines), lines
 
 
 def test_every_documented_command_runs_as_written(tmp_path, subtests):
