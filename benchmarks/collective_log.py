@@ -44,7 +44,7 @@ def measure(buckets: int) -> dict:
     from fleetrl.parallel import process_group
     from fleetrl.parallel.net import free_port
     from fleetrl.parallel.wrap import ddp
-    from fleetrl.watch import flight_recorder
+    from fleetrl.probe import flight_recorder
 
     torch.set_num_threads(1)
     process_group.init_process_group(0, 1, "127.0.0.1", free_port(), timeout_s=30)

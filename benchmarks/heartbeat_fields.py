@@ -2,7 +2,7 @@
 
 A worker's heartbeat thread builds its record and serialises it every `heartbeat_interval_s`
 (0.5 s). Since issue 11 the record also carries the CPU seconds of the process and of the
-phase's thread and a signature of that thread's stack (fleetrl/watch/flight_recorder.py). This
+phase's thread and a signature of that thread's stack (fleetrl/probe/flight_recorder.py). This
 measures, interleaved over --rounds rounds, from a second thread (as the heartbeat thread does)
 while another thread sits in a phase `--depth` frames deep: a whole beat's record + JSON, and each
 new field's function alone; their share of the beat, and of one core at the default interval.
@@ -18,7 +18,7 @@ import statistics
 import threading
 import time
 
-from fleetrl.watch.flight_recorder import Recorder, stack_signature, thread_cpu_s
+from fleetrl.probe.flight_recorder import Recorder, stack_signature, thread_cpu_s
 
 INTERVAL_S = 0.5  # watchdog.heartbeat_interval_s default
 

@@ -97,8 +97,8 @@ def find_unused_worker() -> type:
     fleetrl's one wrapper per phase (`fleetrl.parallel.phases`) is measured against."""
     from torch import nn
 
+    from fleetrl.algos.ppg.actor import PPGActorWorker
     from fleetrl.parallel.wrap import LossPath, ddp
-    from fleetrl.workers.ppg_actor_worker import PPGActorWorker
 
     methods = {"policy": "forward", "aux": "forward_aux"}
 
@@ -134,11 +134,11 @@ def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, pha
     import numpy as np
     import torch
 
+    from fleetrl.algos.ppg.actor import PPGActorWorker
     from fleetrl.config.loader import load_config
     from fleetrl.models.policy import Policy
     from fleetrl.parallel import process_group
     from fleetrl.trajectory import Trajectory
-    from fleetrl.workers.ppg_actor_worker import PPGActorWorker
 
     torch.set_num_threads(1)
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"

@@ -28,9 +28,9 @@ def main() -> None:
     parser.add_argument("--beats", type=int, default=2000)
     args = parser.parse_args()
 
-    from fleetrl.watch.flight_recorder import Recorder
-    from fleetrl.watch.stack_requests import StackAnswerer, ask_stacks, connect_answerer
-    from fleetrl.watch.store import HeartbeatStore, connect_publisher
+    from fleetrl.probe.flight_recorder import Recorder
+    from fleetrl.probe.stack_requests import StackAnswerer, ask_stacks, connect_answerer
+    from fleetrl.probe.store import HeartbeatStore, connect_publisher
 
     store = HeartbeatStore("127.0.0.1")
     recorder = Recorder("env", 0, 0)

@@ -37,12 +37,12 @@ def ppo_workload(updates: int) -> tuple[list[float], int]:
     import gymnasium as gym
     import torch
 
-    from fleetrl.algos.ppo import PPOBatch, ppo_update
+    from fleetrl.algos.ppo.actor import policy_optimizer
+    from fleetrl.algos.ppo.update import PPOBatch, ppo_update
     from fleetrl.config.loader import load_config
     from fleetrl.models.policy import Policy
     from fleetrl.parallel.sharding import EnvShard, Minibatches
     from fleetrl.parallel.wrap import local_loss_path
-    from fleetrl.workers.actor_worker import policy_optimizer
 
     config = load_config(ROOT / "benchmarks/configs/ppo_cartpole_rlzoo.yaml")
     env = gym.make("CartPole-v1")
@@ -71,9 +71,9 @@ def sac_workload(updates: int) -> tuple[list[float], int]:
     import gymnasium as gym
     import torch
 
-    from fleetrl.algos.sac import SACBatch, SACLearner
+    from fleetrl.algos.sac.learner import SACBatch, SACLearner
+    from fleetrl.algos.sac.networks import EntropyCoefficient, build_sac_actor, build_twin_q
     from fleetrl.config.loader import load_config
-    from fleetrl.models.sac_networks import EntropyCoefficient, build_sac_actor, build_twin_q
 
     config = load_config(ROOT / "configs/sac_pendulum.yaml")
     env = gym.make("Pendulum-v1")

@@ -5,7 +5,7 @@ missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4
 stall, death or desync: hang_report.txt in the run directory; with runner.max_restarts, once no
 restart is left); 130 / 143 stopped by SIGINT / SIGTERM (the controller checkpointed within
 watchdog.stop_grace_s, or was reported as `interrupted` and killed; a second signal stops at
-once). `train` runs under a supervisor (watch/supervisor.py), which returns these codes. `fleetrl sweep` exits 5 when a trial
+once). `train` runs under a supervisor (supervise/supervisor.py), which returns these codes. `fleetrl sweep` exits 5 when a trial
 failed (each listed with its exit code and cause) and every other trial finished.
 """
 
@@ -90,9 +90,9 @@ def installed_version() -> str:
 
 
 def command_train(args) -> int:
-    from fleetrl.cluster.layout import dry_run_text, resolve_layout
     from fleetrl.config.loader import load_config
-    from fleetrl.config.validate import check_entry_points
+    from fleetrl.plan.layout import dry_run_text, resolve_layout
+    from fleetrl.plan.rules import check_entry_points
 
     config = load_config(args.config, args.overrides)
     check_entry_points(config)
@@ -102,8 +102,8 @@ def command_train(args) -> int:
         return 0
     if not args.skip_doctor and (code := preflight(config)):
         return code
-    from fleetrl.watch.janitor import start_janitor
-    from fleetrl.watch.supervisor import supervise
+    from fleetrl.supervise.janitor import start_janitor
+    from fleetrl.supervise.supervisor import supervise
 
     start_janitor()  # from here on, nothing of the run outlives this process, even a SIGKILL of it
     return supervise(config, layout.backend)
@@ -157,13 +157,13 @@ def command_diagnose(args) -> int:
 
 
 def command_top(args) -> int:
-    from fleetrl.watch.top import top
+    from fleetrl.tools.top import top
 
     return top(args.run_dir, args.once)
 
 
 def command_stack(args) -> int:
-    from fleetrl.watch.stack_command import stack
+    from fleetrl.tools.stack import stack
 
     return stack(args.run_dir)
 

@@ -1,5 +1,5 @@
 """The controller process of a supervised run: `python -m fleetrl.controller`, started by
-`fleetrl train`'s supervisor (watch/supervisor.py) with its `Orders` pickled on stdin.
+`fleetrl train`'s supervisor (supervise/supervisor.py) with its `Orders` pickled on stdin.
 
 It runs the training loop (`runner.Trainer`) and nothing else: it beats into the supervisor's
 store from its first instant, dies with the supervisor (parent-death signal), and exits 0 when
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fleetrl.cluster.early_ray import close_early, start_early
 from fleetrl.config.schema import Config
-from fleetrl.watch.host import WatchSpec, start_watching
+from fleetrl.probe.host import WatchSpec, start_watching
 
 PR_SET_PDEATHSIG = 1
 

@@ -20,16 +20,16 @@ from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import NoIntactCheckpoint, load_latest, save_checkpoint
 from fleetrl.cluster.backend import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
-from fleetrl.cluster.layout import Layout, resolve_layout
 from fleetrl.cluster.start import start_backend
 from fleetrl.config.loader import save_config
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.evaluate import EvalSchedule
+from fleetrl.plan.layout import Layout, resolve_layout
+from fleetrl.probe.flight_recorder import beat_soon, phase
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import CONFIG_FILE, create_run_dir, resume_dir, setup_logging
 from fleetrl.tracking.trackers import Trackers
-from fleetrl.watch.flight_recorder import beat_soon, phase
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
 from fleetrl.watch.signals import install_stop_handlers

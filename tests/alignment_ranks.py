@@ -27,8 +27,9 @@ from fleetrl.config.schema import WatchdogConfig
 from fleetrl.parallel import process_group, reduce
 from fleetrl.parallel.recorded import record_fsdp_collectives
 from fleetrl.parallel.wrap import ddp
-from fleetrl.watch import alignment, flight_recorder
-from fleetrl.watch.flight_recorder import Recorder
+from fleetrl.probe import flight_recorder
+from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.watch import alignment
 from fleetrl.watch.hang_report import build_hang_report, render_text
 from fleetrl.watch.watchdog import Incident, Watchdog
 

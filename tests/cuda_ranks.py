@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from fleetrl.parallel import process_group
 from fleetrl.parallel.net import free_port
-from fleetrl.watch import torch_trace
+from fleetrl.probe import torch_trace
 
 
 def nccl_rank(rank: int, world: int, repeats: int) -> dict:

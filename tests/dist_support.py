@@ -15,13 +15,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.observations import leaf_spaces, map_obs
 from fleetrl.parallel.net import free_port
 from fleetrl.trajectory import Trajectory
-from fleetrl.workers.actor_worker import ActorWorker
 
 STEPS, ENVS = 16, 8  # B = 128 samples per iteration
 # adam_eps well above the per-element gradients and a clip norm that only some steps reach: the

@@ -4,7 +4,7 @@ tests/test_fault_matrix.py (a representative few in CI).
 A cell is a fault kind × where it strikes × when × on which backend, and what fleetrl must say
 about it: the cause, the culprit (as hang_report.json names it) and the bound on
 `detected_after_s` that the watchdog's default thresholds promise. A cell that cannot exist says
-why (`infeasible`). Faults in workers go through `debug.fault` (fleetrl/watch/faults.py); the
+why (`infeasible`). Faults in workers go through `debug.fault` (fleetrl/debug/faults.py); the
 controller has no method `debug.fault` can target, so its cells are signals the runner of the
 cell sends to the controller process (`signal_controller`).
 

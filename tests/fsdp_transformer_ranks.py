@@ -22,11 +22,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.observations import map_obs
-from fleetrl.watch import flight_recorder
-from fleetrl.workers.actor_worker import ActorWorker
+from fleetrl.probe import flight_recorder
 from tests.dist_support import BASE, PROGRESS, synthetic_trajectory
 
 VOCABULARY = 9  # mission token ids 1..9, 0 the padding

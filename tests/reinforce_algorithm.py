@@ -16,8 +16,8 @@ from typing import Annotated
 import gymnasium as gym
 import torch
 
-from fleetrl.algos.gae import compute_gae
-from fleetrl.algos.optim import build_optimizer
+from fleetrl.algos.common.gae import compute_gae
+from fleetrl.algos.common.optim import build_optimizer
 from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric
 from fleetrl.config.constraints import UnitInterval
 from fleetrl.config.schema import AlgorithmConfig, Config

@@ -15,11 +15,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fleetrl.algos.sac import SACBatch
+from fleetrl.algos.sac.actor import SACActorWorker
+from fleetrl.algos.sac.learner import SACBatch
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.trajectory import Trajectory
-from fleetrl.workers.sac_actor_worker import SACActorWorker
 
 STEPS, ENVS = 4, 4  # trajectory shape of the train() path
 UPDATES = 6  # gradient steps of the equivalence check

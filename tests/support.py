@@ -343,14 +343,14 @@ def fill(directory: Path) -> None:
 
 
 def run_janitor(train: Fleetrl, timeout_s: float = 120) -> tuple[str, psutil.Process]:
-    """The run token of a running `fleetrl train` and the janitor it started (watch/janitor.py),
-    found as its child `python -m fleetrl.watch.janitor TOKEN PID`."""
+    """The run token of a running `fleetrl train` and the janitor it started (supervise/janitor.py),
+    found as its child `python -m fleetrl.supervise.janitor TOKEN PID`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert train.process.poll() is None, train.stderr_so_far()[-3000:]
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process(train.process.pid).children():
-                if "fleetrl.watch.janitor" in child.cmdline():
+                if "fleetrl.supervise.janitor" in child.cmdline():
                     return child.cmdline()[-2], child
         time.sleep(0.2)
     raise AssertionError("fleetrl train started no janitor")

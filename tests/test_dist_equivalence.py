@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from fleetrl.config.loader import load_config
-from fleetrl.config.validate import check_actor_layout
 from fleetrl.errors import ConfigError
+from fleetrl.plan.rules import check_actor_layout
 from tests import dist_support
 from tests.compare import assert_close_state, max_difference
 from tests.dist_support import PROGRESS, RESUME, train_reference

@@ -10,8 +10,8 @@ import psutil
 import pytest
 import torch
 
+from fleetrl.cluster.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.collect import Collector
 from fleetrl.config.schema import EnvConfig, ModelConfig
 from fleetrl.models.policy import Policy
 from fleetrl.workers.env_worker import EnvWorker

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fleetrl.algos.gae import compute_gae
+from fleetrl.algos.common.gae import compute_gae
 
 F, T_ = False, True
 

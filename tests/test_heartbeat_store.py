@@ -1,12 +1,12 @@
 """The controller's heartbeat store: workers publish through their store client (plain Python, on the
-TCPStore wire protocol: watch/store_client.py) into a real TCPStore server; the
+TCPStore wire protocol: probe/store_client.py) into a real TCPStore server; the
 controller reads whoever has published, before and after every worker has."""
 
 from __future__ import annotations
 
 import json
 
-from fleetrl.watch.store import HeartbeatStore, connect_publisher
+from fleetrl.probe.store import HeartbeatStore, connect_publisher
 
 
 def test_read_returns_the_latest_record_of_each_worker_that_published():

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fleetrl.watch.janitor import processes_of_run
+from fleetrl.supervise.janitor import processes_of_run
 from tests.support import Fleetrl, end, run_janitor
 
 SMALL_ON_RAY = [

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from fleetrl.watch.janitor import processes_of_run
+from fleetrl.probe.stack_requests import ask_stacks
+from fleetrl.supervise.janitor import processes_of_run
 from fleetrl.watch.live import attach
-from fleetrl.watch.stack_requests import ask_stacks
 from tests.support import Fleetrl, fleetrl, run_janitor
 
 RAY_ONE_EACH = [

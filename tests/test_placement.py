@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from fleetrl.cluster.placement import (
+from fleetrl.errors import ConfigError
+from fleetrl.plan.placement import (
     Placement,
     check_divisible,
     parse_device_range,
     resolve_placement,
 )
-from fleetrl.errors import ConfigError
 
 SEED_LAYOUT = {"actor": "0-7", "rollout": "0-3", "env": "8-11"}
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from fleetrl.algos.ppg import is_aux_iteration
+from fleetrl.algos.ppg.update import is_aux_iteration
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from tests import ppg_support

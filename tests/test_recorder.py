@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fleetrl.watch import flight_recorder
+from fleetrl.probe import flight_recorder
 
 
 def reduce_gradients(tensor: torch.Tensor) -> dict:

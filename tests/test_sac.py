@@ -17,20 +17,20 @@ import pytest
 import torch
 from torch import nn
 
-from fleetrl.algos.optim import FusedAdamStep
-from fleetrl.algos.replay import ReplayBuffer
-from fleetrl.algos.sac import polyak_
+from fleetrl.algos.common.optim import FusedAdamStep
+from fleetrl.algos.common.replay import ReplayBuffer
+from fleetrl.algos.sac.actor import SACActorWorker
+from fleetrl.algos.sac.learner import polyak_
+from fleetrl.algos.sac.networks import SquashedGaussianActor
+from fleetrl.algos.sac.rollout import SACRolloutWorker
+from fleetrl.cluster.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.collect import Collector
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig
-from fleetrl.config.validate import check_spaces
 from fleetrl.errors import ConfigError
-from fleetrl.models.sac_networks import SquashedGaussianActor
+from fleetrl.plan.rules import check_spaces
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
-from fleetrl.workers.sac_actor_worker import SACActorWorker
-from fleetrl.workers.sac_rollout_worker import SACRolloutWorker
 from tests import sac_support
 from tests.compare import max_difference
 from tests.ranks import each_scenario, spawn_ranks

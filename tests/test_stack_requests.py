@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from fleetrl.watch.stack_requests import StackAsker, ask_stacks, request_key
-from fleetrl.watch.stacks import capture_stacks
-from fleetrl.watch.store import HeartbeatStore
+from fleetrl.probe.stack_requests import StackAsker, ask_stacks, request_key
+from fleetrl.probe.stacks import capture_stacks
+from fleetrl.probe.store import HeartbeatStore
 from tests.support import REPO, subprocess_env
 
 WORKER = """
 import re, sys, time
-from fleetrl.watch.host import WatchSpec, start_watching
+from fleetrl.probe.host import WatchSpec, start_watching
 recorder = start_watching("env", 0, 0, WatchSpec("127.0.0.1", int(sys.argv[1]), 0.1, sys.argv[2], {}))
 
 def park_here():

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from fleetrl.algos.gae import grpo_advantages
-from fleetrl.algos.ppo import PPOBatch, aggregate_tokens, policy_objective, ppo_loss
+from fleetrl.algos.common.gae import grpo_advantages
+from fleetrl.algos.ppo.update import PPOBatch, aggregate_tokens, policy_objective, ppo_loss
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.evaluate import evaluate

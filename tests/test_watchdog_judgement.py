@@ -20,10 +20,10 @@ import psutil
 import pytest
 
 from fleetrl.config.schema import WatchdogConfig
-from fleetrl.watch.attempt import RUN_MARK
-from fleetrl.watch.flight_recorder import Recorder
+from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.store import HeartbeatStore
+from fleetrl.supervise.attempt import RUN_MARK
 from fleetrl.watch.judgement import Seen
-from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.watchdog import Watchdog
 from tests.incidents import SMALL, assert_incident, detection_bound, fault, run_fault
 from tests.support import REPO, TWO_ACTOR_RANKS_ON_RAY, subprocess_env, train
@@ -113,8 +113,8 @@ import sys, time
 skew = float(sys.argv[2])
 real_time = time.time
 time.time = lambda: real_time() + skew  # this process's clock is off by `skew` seconds
-from fleetrl.watch.flight_recorder import Recorder
-from fleetrl.watch.store import connect_publisher
+from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.store import connect_publisher
 recorder = Recorder("env", 0, 1)
 recorder.start_publishing(connect_publisher("127.0.0.1", int(sys.argv[1]), "env", 0), 0.2)
 while True:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-from fleetrl.watch import flight_recorder
+from fleetrl.probe import flight_recorder
 
 
 class CorruptingHeartbeat(CartPoleEnv):

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 DEFAULT_ALGORITHM = "ppo"
 ENTRY_POINT_GROUP = "fleetrl.algorithms"
 BUILTIN_MODULES = {
-    "ppo": "fleetrl.workers.actor_worker",
-    "ppg": "fleetrl.workers.ppg_actor_worker",
-    "sac": "fleetrl.workers.sac_actor_worker",
+    "ppo": "fleetrl.algos.ppo.actor",
+    "ppg": "fleetrl.algos.ppg.actor",
+    "sac": "fleetrl.algos.sac.actor",
 }
 
 
@@ -59,11 +59,11 @@ class AlgorithmSpec:
     actor: type  # an `ActorBase` subclass
     rollout: type  # a `RolloutWorker` (sub)class
     console_metrics: tuple[ConsoleMetric, ...] = ()  # shown after the return on the console line
-    # Cross-field rules that need only the config (run by `config.validate.validate`).
+    # Cross-field rules that need only the config (run by `plan.rules.validate`).
     validate: Callable[[Config], None] = no_rule
-    # Rules that need the actor world size (run by `config.validate.check_actor_layout`).
+    # Rules that need the actor world size (run by `plan.rules.check_actor_layout`).
     check_layout: Callable[[Config, int], None] = no_rule
-    # Rules that need the env's spaces (`config.validate.check_spaces`, before any actor is built).
+    # Rules that need the env's spaces (`plan.rules.check_spaces`, before any actor is built).
     check_spaces: Callable[[Config, Any, Any], None] = no_rule
 
 

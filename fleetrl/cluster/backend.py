@@ -17,10 +17,10 @@ from typing import NoReturn
 
 import gymnasium as gym
 
+from fleetrl.cluster.collect import Iterations
 from fleetrl.cluster.groups import WorkerGroup
-from fleetrl.cluster.layout import Layout
-from fleetrl.collect import Iterations
 from fleetrl.config.schema import Config
+from fleetrl.plan.layout import Layout
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EvalWorker

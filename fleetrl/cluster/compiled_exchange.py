@@ -43,12 +43,12 @@ import queue
 import threading
 from collections.abc import Callable
 
+from fleetrl.cluster.collect import Exchange, QueuedCalls
 from fleetrl.cluster.direct_exchange import DirectExchange
 from fleetrl.cluster.groups import Interrupted, RayGroup
-from fleetrl.cluster.layout import Lane
 from fleetrl.cluster.worker_host import nothing
-from fleetrl.collect import Exchange, QueuedCalls
 from fleetrl.errors import ConfigError
+from fleetrl.plan.layout import Lane
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 

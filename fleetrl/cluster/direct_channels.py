@@ -26,7 +26,7 @@ import struct
 import time
 from collections.abc import Callable
 
-from fleetrl.watch.host import WorkerError
+from fleetrl.probe.host import WorkerError
 
 HEADER = struct.Struct("!I")  # the pickle's length
 PHASE = "env⇄rollout channel"

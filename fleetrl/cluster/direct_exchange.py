@@ -30,7 +30,7 @@ import time
 
 from fleetrl.cluster.direct_channels import ChannelLost
 from fleetrl.cluster.groups import Interrupted, RayGroup
-from fleetrl.cluster.layout import Lane
+from fleetrl.plan.layout import Lane
 from fleetrl.watch.classify import worker_error
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker

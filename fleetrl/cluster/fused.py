@@ -1,7 +1,7 @@
 """The fused backend: rank r of env, rollout and actor in one Ray worker process.
 
 With `cluster.fuse_collocated: true` and a placement that puts rank r of all three components on
-one device (cluster/layout.py `check_fusable`), each rank is a single Ray actor holding its env
+one device (plan/layout.py `check_fusable`), each rank is a single Ray actor holding its env
 worker, a rollout worker that reads the actor's own policy, and its actor rank. An iteration is
 then one call per rank — collect locally, then train (the DDP group reduces across ranks) —
 instead of two controller calls per env step: a Ray call costs ~1.3 ms, more than a CartPole or
@@ -29,16 +29,16 @@ import torch
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.backend import Workers, close_envs
+from fleetrl.cluster.collect import Collector, CollectThenTrain
 from fleetrl.cluster.groups import InlineGroup, RayGroup
-from fleetrl.cluster.layout import FUSED, Layout, env_worker_args, fused_assignments
 from fleetrl.cluster.ray_backend import RayBackend, connect, join_actor_ranks, start_evaluator, watched
 from fleetrl.cluster.worker_host import FusedHost
-from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_spaces
-from fleetrl.watch.faults import FaultPlan
-from fleetrl.watch.flight_recorder import Recorder
-from fleetrl.watch.host import RecordedCalls
+from fleetrl.debug.faults import FaultPlan
+from fleetrl.plan.layout import FUSED, Layout, env_worker_args, fused_assignments
+from fleetrl.plan.rules import check_spaces
+from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import rollout_seed

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fleetrl.cluster.placement import Assignment
+from fleetrl.plan.placement import Assignment
 
 Method = Callable[..., Any]  # a function defined on a worker class, e.g. `EnvWorker.step`
 

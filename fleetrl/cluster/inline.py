@@ -16,14 +16,14 @@ import torch
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.backend import Backend, Workers, close_evaluator
+from fleetrl.cluster.collect import Collector, CollectThenTrain
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.cluster.layout import Layout, env_worker_args
-from fleetrl.cluster.placement import EVAL
-from fleetrl.collect import Collector, CollectThenTrain
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_spaces
-from fleetrl.watch.faults import FaultPlan
-from fleetrl.watch.host import RecordedCalls
+from fleetrl.debug.faults import FaultPlan
+from fleetrl.plan.layout import Layout, env_worker_args
+from fleetrl.plan.placement import EVAL
+from fleetrl.plan.rules import check_spaces
+from fleetrl.probe.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EvalWorker

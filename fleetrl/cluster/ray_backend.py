@@ -22,15 +22,15 @@ from functools import partial
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.backend import Backend, Workers, close_envs, close_evaluator
+from fleetrl.cluster.collect import Collector, CollectThenTrain, Iterations
 from fleetrl.cluster.compiled_exchange import choose_exchange
 from fleetrl.cluster.groups import RayGroup
-from fleetrl.cluster.layout import Layout, env_worker_args
-from fleetrl.cluster.placement import EVAL, Assignment
 from fleetrl.cluster.ray_cluster import RayCluster, build_workers
-from fleetrl.collect import Collector, CollectThenTrain, Iterations
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_spaces
-from fleetrl.watch.host import WatchSpec
+from fleetrl.plan.layout import Layout, env_worker_args
+from fleetrl.plan.placement import EVAL, Assignment
+from fleetrl.plan.rules import check_spaces
+from fleetrl.probe.host import WatchSpec
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker

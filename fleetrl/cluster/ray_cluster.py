@@ -20,15 +20,15 @@ from fleetrl.cluster.early_ray import take_early
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.isolated_nodes import IsolatedNodes
 from fleetrl.cluster.node_order import in_node_order
-from fleetrl.cluster.placement import Assignment
 from fleetrl.cluster.ray_loopback import set_ray_loopback
 from fleetrl.cluster.worker_host import WorkerHost, pack_step_results
 from fleetrl.cluster.worker_path import worker_python_path
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.net import is_loopback
-from fleetrl.watch.host import WatchSpec
-from fleetrl.watch.node_loss import RAYLET_VARIABLE
+from fleetrl.plan.placement import Assignment
+from fleetrl.probe.flight_recorder import RAYLET_VARIABLE
+from fleetrl.probe.host import WatchSpec
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children

@@ -14,10 +14,10 @@ from fleetrl.cluster.backend import Backend
 from fleetrl.cluster.fused import FusedBackend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.inline import InlineBackend
-from fleetrl.cluster.layout import Layout, lane_sizes
 from fleetrl.cluster.ray_backend import RayBackend
 from fleetrl.config.schema import Config
 from fleetrl.errors import UserError
+from fleetrl.plan.layout import Layout, lane_sizes
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.rollout_worker import RolloutWorker

@@ -7,7 +7,7 @@ stack dumps), and the worker class's imports, done as Ray unpickles `factory` â€
 builds the worker as the watched start-up step `<component>.construct`. The Ray backend starts
 the actor and rollout processes this way while the env worker answers `spaces` (their
 constructors need the spaces). An env worker's process never imports torch (step_result.py,
-watch/store_client.py): ~1.5 s of CPU less on its start-up path (benchmarks/ray_startup.py).
+probe/store_client.py): ~1.5 s of CPU less on its start-up path (benchmarks/ray_startup.py).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import sys
 from collections.abc import Callable
 
 from fleetrl.cluster.direct_channels import DirectChannels
-from fleetrl.cluster.placement import Assignment
+from fleetrl.debug.faults import FaultPlan
 from fleetrl.parallel.net import free_port
-from fleetrl.watch.faults import FaultPlan
-from fleetrl.watch.host import RecordedCalls, WatchSpec, WorkerError, start_watching
+from fleetrl.plan.placement import Assignment
+from fleetrl.probe.host import RecordedCalls, WatchSpec, WorkerError, start_watching
 
 
 class WorkerHost:

@@ -4,7 +4,7 @@ A key's type, its allowed values (`Literal[...]` for choices) and its range or r
 field itself, so a reader finds what a key accepts in one place, and the loader checks every key
 against it before anything starts (`loader.coerce`). Each marker also knows a value it rejects
 (`outside()`, `Check.bad`), so a test can walk every key of the schema with a bad value and a key
-added later is walked too. Rules that relate several keys live in `validate.py` (or an
+added later is walked too. Rules that relate several keys live in `plan/rules.py` (or an
 algorithm's own validation hook).
 """
 

@@ -17,8 +17,8 @@ import yaml
 from fleetrl.algos.registry import DEFAULT_ALGORITHM, algorithm_names, algorithm_spec
 from fleetrl.config.constraints import Check, Note, Range
 from fleetrl.config.schema import SECTION_TYPES, Config
-from fleetrl.config.validate import validate
 from fleetrl.errors import ConfigError, UserError, nearest
+from fleetrl.plan.rules import validate
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from fleetrl.cluster.placement import DEFAULT_PLACEMENT
 from fleetrl.config.constraints import (
     AtLeastOne,
     Finite,
@@ -23,6 +22,7 @@ from fleetrl.config.constraints import (
     TorchDevice,
     UnitInterval,
 )
+from fleetrl.plan.placement import DEFAULT_PLACEMENT
 
 RESUME_AUTO = "auto"  # runner.resume: continue the newest run of this config's name (run_dir.resume_dir)
 TRACKERS = Literal["jsonl", "tensorboard", "wandb", "mlflow"]  # fleetrl/tracking/trackers.py
@@ -56,7 +56,7 @@ class EnvConfig:
 @dataclass
 class AlgorithmConfig:
     """The keys every algorithm reads. Each algorithm's section is a subclass holding its own keys
-    too (`PPOConfig` in algos/ppo_config.py, `PPGConfig`, `SACConfig`), chosen by `name` through
+    too (`PPOConfig` in algos/ppo/config.py, `PPGConfig`, `SACConfig`), chosen by `name` through
     the registry (`fleetrl.algos.registry`); the loader builds that subclass."""
 
     name: str = "ppo"  # a registered algorithm: ppo | ppg | sac (and any a plugin registers)
@@ -291,7 +291,7 @@ class WatchdogConfig:
 @dataclass
 class DebugConfig:
     # Fault injection for rehearsing failures (README: 'Freeze-proofing'): {kind, component, rank,
-    # method, call}, e.g. {kind: kill, component: actor, rank: 1, call: 3} (watch/faults.py lists
+    # method, call}, e.g. {kind: kill, component: actor, rank: 1, call: 3} (debug/faults.py lists
     # the kinds and defaults; validate.py checks it, and the rank against the placement).
     fault: dict = field(default_factory=dict)
 

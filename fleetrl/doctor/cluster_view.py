@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fleetrl.cluster.placement import Placement, resolve_placement
+from fleetrl.plan.placement import Placement, resolve_placement
 
 RAY_DEFAULT_PORT = 6379  # `ray start --head` listens here unless told otherwise
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from fleetrl.parallel import reduce
-from fleetrl.watch import flight_recorder
+from fleetrl.probe import flight_recorder
 
 
 class ReplicaDivergenceError(RuntimeError):

@@ -19,8 +19,8 @@ import torch.distributed as dist
 
 from fleetrl.parallel import endpoints
 from fleetrl.parallel.net import is_loopback, loopback_interface
-from fleetrl.watch import flight_recorder, torch_trace
-from fleetrl.watch.collectives import JOIN_GROUP
+from fleetrl.probe import flight_recorder, torch_trace
+from fleetrl.probe.collectives import JOIN_GROUP
 
 log = logging.getLogger("fleetrl")
 

@@ -7,7 +7,7 @@ blocked waiting for a peer shows the collective in flight. The hook points are t
 own: DDP's comm hook, and FSDP2's `set_custom_all_gather` / `set_custom_reduce_scatter` with
 subclasses of its default communications (which live in a private torch module; the setters are
 public). Not recorded here: HSDP's replicate-dimension all-reduce, which FSDP2 calls directly
-(torch's own flight recorder, watch/torch_trace.py, has it). Without a recorder installed (a
+(torch's own flight recorder, probe/torch_trace.py, has it). Without a recorder installed (a
 process fleetrl does not manage) each one is the library's default, unchanged.
 """
 
@@ -19,8 +19,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
 
-from fleetrl.watch import flight_recorder
-from fleetrl.watch.collectives import DEFAULT_GROUP
+from fleetrl.probe import flight_recorder
+from fleetrl.probe.collectives import DEFAULT_GROUP
 
 
 def recorded_allreduce_hook(state, bucket):  # no annotations: DDP compares them to the real types

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fleetrl.watch import flight_recorder
+from fleetrl.probe import flight_recorder
 
 
 def world_size() -> int:

@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fleetrl.algos.optim import clip_grad_norm_
+from fleetrl.algos.common.optim import clip_grad_norm_
 from fleetrl.config.schema import ActorConfig
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.recorded import record_fsdp_collectives, recorded_allreduce_hook

@@ -19,11 +19,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetrl.cluster.layout import Layout, resolve_layout, worker_processes
 from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_entry_points
 from fleetrl.errors import ConfigError, UserError
+from fleetrl.plan.layout import Layout, resolve_layout, worker_processes
+from fleetrl.plan.rules import check_entry_points
 from fleetrl.sweep.trial import TrialSpec
 
 PER_TRIAL_KEYS = ("runner.run_dir", "runner.name")  # the sweep directory's parent and name: one value

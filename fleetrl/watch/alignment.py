@@ -2,7 +2,7 @@
 
 A rank whose oldest collective in flight, `g` #n, has waited longer than
 `watchdog.collective_timeout_s` waits for every rank of group `g` that has not entered #n. Each
-rank's heartbeat says, per group, the last number it entered (watch/collectives.py), so:
+rank's heartbeat says, per group, the last number it entered (probe/collectives.py), so:
 
 1. A peer that never entered #n and is still inside a call is *behind*: it is the culprit
    (`rank_missing_from_collective`), and the ranks in #n are named as waiting for it — not, as a
@@ -17,7 +17,7 @@ rank's heartbeat says, per group, the last number it entered (watch/collectives.
    on each side the waiting rank is named and the summary says it may be the other way round.
 3. A peer inside #n with another op or other shapes: `collective_mismatch`.
 
-The process-group join is a collective too (group `join`, watch/collectives.py): a rank inside
+The process-group join is a collective too (group `join`, probe/collectives.py): a rank inside
 it waits for every actor rank that has not entered it, judged after the start-up step allowance
 (ranks reach the join seconds apart while they start) rather than `collective_timeout_s`. And a
 rank that is past its own deadline while a peer waits for it in a collective is named by rule 1
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleetrl.watch.collectives import DEFAULT_GROUP, JOIN_GROUP
+from fleetrl.probe.collectives import DEFAULT_GROUP, JOIN_GROUP
 from fleetrl.watch.naming import collective_name, collective_text, describe, where
 
 # Components whose ranks form the actor process group: actor workers, or fused ranks
@@ -53,7 +53,7 @@ class Finding:
 
 def collectives(record: dict) -> dict:
     """The rank's collectives: torch's own recorder's view where it is authoritative (NCCL,
-    watch/torch_trace.py), else fleetrl's log."""
+    probe/torch_trace.py), else fleetrl's log."""
     trace = record.get("torch_trace")
     return trace if trace and trace.get("authoritative") else record.get("collectives") or {}
 

@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from fleetrl.checkpoint import causes, full_disk
-from fleetrl.watch.host import WorkerError
+from fleetrl.probe.host import WorkerError
 from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.watchdog import Incident, describe

@@ -26,7 +26,7 @@ FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
 
 def innermost_frame(stack: str) -> str | None:
     """'file.py:57 (func)' of the main thread: from the worker's own answer (main thread first,
-    most recent call last: watch/stack_requests.py) or from faulthandler (most recent call first,
+    most recent call last: probe/stack_requests.py) or from faulthandler (most recent call first,
     the signalled main thread as 'Current thread')."""
     if "(most recent call last)" in stack:
         frames = FRAME.findall(stack.split("\nThread ", 1)[0])

@@ -7,7 +7,7 @@ a phase's age is the worker's own elapsed-in-phase at that beat plus that time.
 
 Blocked or busy is told from the beats of the current call in the last `window_s`: the phase's
 thread using CPU, the process using CPU (a simulator computing in threads of its own), its GPU
-running kernels while it is in no collective (watch/gpu.py), or the thread's stack moving
+running kernels while it is in no collective (probe/gpu.py), or the thread's stack moving
 between beats means *busy* — the call works and is only slow; none of these
 means *blocked* — a sleep, a lock, a socket or a peer that will not answer. CPU shares are taken
 between two beats of the worker's own clock, so skew cancels out.
@@ -15,7 +15,7 @@ between two beats of the worker's own clock, so skew cancels out.
 One wait uses CPU: a loop that polls (`while not ready: time.sleep(0)`, a non-blocking socket
 read until data comes). It is *spinning*, and treated as blocked, when on every beat of the
 window its stack is at the same lines, its thread uses CPU with at least `SPIN_SYSTEM_SHARE` of
-it in the kernel (system calls that return at once: watch/thread_activity.py), the thread's
+it in the kernel (system calls that return at once: probe/thread_activity.py), the thread's
 progress counters stand still (no byte read or written, (almost) no page fault), and the rest of
 the process does not compute (a thread polling for a simulator's threads to finish waits on real
 work: busy). A computation at one line — a Python loop, a long numpy or torch kernel — spends its

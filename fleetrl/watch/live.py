@@ -18,7 +18,7 @@ import psutil
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.errors import UserError
-from fleetrl.watch.flight_recorder import heartbeat_key, machine_identity
+from fleetrl.probe.flight_recorder import heartbeat_key, machine_identity
 
 WATCH_FILE = "watch.json"
 RUN_KEY = "fleetrl/run"

@@ -3,7 +3,7 @@ same words in an incident's summary, the report's worker lines and its collectiv
 
 from __future__ import annotations
 
-from fleetrl.watch.collectives import DEFAULT_GROUP
+from fleetrl.probe.collectives import DEFAULT_GROUP
 
 
 def describe(key: tuple[str, int]) -> str:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import socket
 
-RAYLET_VARIABLE = "FLEETRL_RAYLET"  # host:port of the worker's node manager, set per worker by the Ray backend
-
 
 def raylet_answers(address: str, timeout_s: float = 1.0) -> bool:
     host, _, port = address.rpartition(":")

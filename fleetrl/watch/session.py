@@ -30,15 +30,15 @@ from pathlib import Path
 from typing import NoReturn, Protocol
 
 from fleetrl.config.schema import Config, WatchdogConfig
-from fleetrl.watch import flight_recorder
+from fleetrl.probe import flight_recorder
+from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.host import WatchSpec
+from fleetrl.probe.stack_requests import StackAnswerer, stack_asker
+from fleetrl.probe.stacks import register_stack_dump, stack_file
+from fleetrl.probe.store import HeartbeatStore
 from fleetrl.watch.classify import incident_from_error
-from fleetrl.watch.flight_recorder import Recorder
-from fleetrl.watch.host import WatchSpec
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.respond import EXIT_INCIDENT, Responder
-from fleetrl.watch.stack_requests import StackAnswerer, stack_asker
-from fleetrl.watch.stacks import register_stack_dump, stack_file
-from fleetrl.watch.store import HeartbeatStore
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Incident, Watchdog
 

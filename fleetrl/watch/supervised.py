@@ -1,6 +1,6 @@
 """The controller's side of a supervised run (`fleetrl train`): the same `WatchSession` facade the
 backends use, but the store, the watchdog and the incident response live in the supervisor
-(watch/supervisor.py), which watches this process like any worker.
+(supervise/supervisor.py), which watches this process like any worker.
 
 `open_store` hands out the supervisor's store; `watch_here` is the controller's own recorder
 (`inline rank 0` on the inline backend, `controller rank 0` elsewhere); `start` tells the
@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from fleetrl.config.schema import Config
+from fleetrl.probe.flight_recorder import Recorder, join_unless_current
+from fleetrl.probe.host import WatchSpec
 from fleetrl.watch import link
 from fleetrl.watch.classify import incident_from_error
-from fleetrl.watch.flight_recorder import Recorder, join_unless_current
-from fleetrl.watch.host import WatchSpec
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, WatchSession, expire_after
 from fleetrl.watch.watchdog import Incident

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from fleetrl.config.schema import WatchdogConfig
+from fleetrl.probe.flight_recorder import join_unless_current
 from fleetrl.watch import alignment
-from fleetrl.watch.flight_recorder import join_unless_current
 from fleetrl.watch.judgement import BUSY, Judgement, Seen
 from fleetrl.watch.naming import collective_text, describe, where  # noqa: F401 (the report's names too)
 from fleetrl.watch.node_loss import node_lost

@@ -26,9 +26,9 @@ import gymnasium as gym
 import torch
 
 from fleetrl.config.schema import Config
-from fleetrl.config.validate import check_actor_layout, check_spaces
 from fleetrl.parallel import process_group, reduce
 from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
+from fleetrl.plan.rules import check_actor_layout, check_spaces
 from fleetrl.trajectory import Trajectory
 
 log = logging.getLogger("fleetrl")

@@ -1,0 +1,1 @@
+"""What several algorithms share: advantages (GAE, group-relative), the replay buffer, optimizers."""

@@ -1,0 +1,83 @@
+"""PPG's `algorithm` section (`algorithm.name: ppg`, Cobbe et al. 2020): PPO's keys, which its
+policy phase reads, plus the auxiliary phase's; and the rules on them (PPO's first)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import gymnasium as gym
+
+from fleetrl.algos.ppo.config import PPOConfig, check_ppo_layout, validate_ppo
+from fleetrl.config.constraints import AtLeastOne, NonNegative, Positive
+from fleetrl.config.schema import Config
+from fleetrl.errors import ConfigError
+from fleetrl.plan.rules import check_split_over_ranks, effective_minibatch_size, minibatch_key
+
+
+@dataclass
+class PPGConfig(PPOConfig):
+    # needs model.aux_value_head: true
+    n_pi: Annotated[int, AtLeastOne] = 32  # policy-phase iterations per auxiliary phase
+    aux_epochs: Annotated[int, AtLeastOne] = 6  # epochs over the phase's stored data in the auxiliary phase
+    aux_minibatch_size: Annotated[int, Positive] | None = (
+        None  # samples per auxiliary optimizer step over all actor ranks (None: the policy phase's minibatch)
+    )
+    beta_clone: Annotated[float, NonNegative] = (
+        1.0  # weight of the behavioural-cloning KL(pi_old || pi) in the auxiliary loss
+    )
+
+
+def aux_minibatch_size(config: Config) -> int:
+    """Samples per auxiliary-phase optimizer step, over all actor ranks."""
+    return config.algorithm.aux_minibatch_size or effective_minibatch_size(config)
+
+
+def validate_ppg(config: Config) -> None:
+    validate_ppo(config)
+    algo, model = config.algorithm, config.model
+    if not model.aux_value_head:
+        raise ConfigError(
+            "model.aux_value_head",
+            False,
+            "true with algorithm.name ppg",
+            "PPG distils the value into an auxiliary head of the policy network",
+        )
+    if config.actor.strategy != "ddp":
+        raise ConfigError(
+            "actor.strategy",
+            config.actor.strategy,
+            "'ddp' with algorithm.name ppg",
+            "PPG's two phases are wrapped per phase with DDP; FSDP is not supported",
+        )
+    aux = aux_minibatch_size(config)
+    stored = algo.n_pi * config.batch_size
+    key = "algorithm.aux_minibatch_size" if algo.aux_minibatch_size is not None else minibatch_key(config)
+    if aux <= 0 or stored % aux:
+        raise ConfigError(
+            key,
+            aux,
+            f"a positive divisor of the auxiliary phase's data algorithm.n_pi * num_steps * num_envs = {stored}",
+        )
+    micro = config.actor.micro_batch_size
+    if micro is not None and aux % micro:
+        raise ConfigError("actor.micro_batch_size", micro, f"a divisor of the auxiliary minibatch {aux}")
+
+
+def check_ppg_layout(config: Config, world: int) -> None:
+    """PPO's, and the auxiliary minibatch split over the ranks."""
+    check_ppo_layout(config, world)
+    check_split_over_ranks(
+        config, "algorithm.aux_minibatch_size", aux_minibatch_size(config), world, "auxiliary minibatch"
+    )
+
+
+def check_ppg_spaces(config: Config, observation_space, action_space) -> None:
+    """PPG stores its observations for the auxiliary phase as one tensor: a Box observation."""
+    if isinstance(observation_space, gym.spaces.Dict):
+        raise ConfigError(
+            "algorithm.name",
+            "ppg",
+            f"an algorithm for env.id {config.env.id!r}, whose observation is a Dict",
+            "ppg's auxiliary phase stores Box observations only; ppo trains on Dict observations",
+        )

@@ -1,0 +1,80 @@
+"""Phasic Policy Gradient (Cobbe et al. 2020): the auxiliary phase.
+
+The policy phase is PPO (`fleetrl.algos.ppo.update`) on each iteration's data. Every `algorithm.n_pi`
+policy iterations the auxiliary phase revisits the observations and value targets (GAE returns)
+stored over those iterations for `algorithm.aux_epochs` epochs, minimising per minibatch
+
+    L_aux = ½ (V_aux(s) − V_targ)²  +  β_clone · KL(π_old(·|s) ‖ π(·|s))  +  ½ (V(s) − V_targ)²
+
+— the value distilled into the auxiliary head of the policy network, a behavioural-cloning term
+that keeps the policy where the policy phase left it (π_old: the policy at the start of the
+auxiliary phase), and the value network trained further on the same targets (the paper's
+L_joint + L_value, as in its and CleanRL's implementations).
+
+`aux_update` does this for one rank of W, holding its env columns of the stored data, with the
+same rank-invariant minibatches one process would draw (`fleetrl.parallel.sharding`), losses summed
+× W / M per micro-batch (DDP averages over ranks: the optimizer sees the single-process mean),
+and empty micro-batches where a rank holds fewer members, so every rank joins every reduction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from fleetrl.algos.ppg.config import PPGConfig
+from fleetrl.algos.ppo.update import minibatch_step
+from fleetrl.parallel.sharding import Minibatches
+from fleetrl.parallel.wrap import LossPath
+
+
+def is_aux_iteration(policy_iterations: int, n_pi: int) -> bool:
+    """Whether the auxiliary phase follows policy iteration number `policy_iterations` (1-based):
+    after every n_pi-th. A function of the iteration count only, hence the same on every rank."""
+    return policy_iterations > 0 and policy_iterations % n_pi == 0
+
+
+@torch.no_grad()
+def distribution_inputs(policy, obs: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    """π_old for the stored observations (see `Policy.distribution_inputs`), in chunks."""
+    return torch.cat([policy.distribution_inputs(policy.network(part)[0]) for part in obs.split(chunk)])
+
+
+def aux_update(
+    loss_path: LossPath,
+    optimizer: torch.optim.Optimizer,
+    obs: torch.Tensor,
+    returns: torch.Tensor,
+    old: torch.Tensor,
+    config: PPGConfig,
+    minibatches: Minibatches,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor],
+) -> dict:
+    """The auxiliary phase on this rank's stored data: `obs`, `returns` and `old` (π_old's
+    distribution inputs) flattened step-major over the stored (steps, local envs). `loss_path`:
+    a LossPath whose module is the policy's `forward_aux` (DDP-wrapped with several ranks).
+    Returns global metrics, identical on every rank."""
+    policy = loss_path.policy
+    scale = minibatches.shard.world_size / minibatches.size
+    device = obs.device
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # Σ aux-head loss, KL, value loss
+    grad_steps = 0
+
+    def micro_loss(index: torch.Tensor) -> torch.Tensor:
+        index = index.to(device)
+        inputs, values, aux_values = loss_path.module(obs[index])
+        target = returns[index]
+        aux_sum = 0.5 * (aux_values - target).pow(2).sum()
+        kl_sum = policy.kl(old[index], inputs).sum()
+        value_sum = 0.5 * (values - target).pow(2).sum()
+        totals.add_(torch.stack([aux_sum.detach(), kl_sum.detach(), value_sum.detach()]).double())
+        return (aux_sum + config.beta_clone * kl_sum + value_sum) * scale
+
+    for _ in range(config.aux_epochs):
+        for micro_batches in minibatches.epoch():
+            check = "PPG auxiliary" if grad_steps == 0 else None
+            minibatch_step(loss_path, optimizer, micro_batches, micro_loss, config.max_grad_norm, check)
+            grad_steps += 1
+    head, kl, value = (all_reduce(totals) / (grad_steps * minibatches.size)).tolist()
+    return {"aux_head_loss": head, "aux_kl": kl, "aux_value_loss": value, "aux_grad_steps": grad_steps}

@@ -1,0 +1,208 @@
+"""PPO's actor component: the trainable policy and its optimizer; advantages and PPO updates.
+
+One `ActorWorker` per actor rank. With one rank it trains alone: no process group, no wrapping,
+no collective. With W ranks the runtime builds W workers (rank 0..W-1), then calls
+`init_distributed(master_addr, master_port)` on all of them together; each then trains on its
+shard of every trajectory (env columns, `Trajectory.shard`) and together they compute exactly the
+single-process update (`fleetrl.algos.ppo.update.ppo_update`).
+
+Collective methods — every rank must call them, in the same order, or the others wait (until
+`actor.dist_timeout_s`, then fail): those of `ActorBase`, and with `actor.strategy: fsdp` also
+`state_dict`, `load_state_dict` and `policy_weights`, which gather or scatter the shards (rank 0
+receives the full state, other ranks an empty dict).
+
+This module registers the `ppo` algorithm.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import gymnasium as gym
+import torch
+
+from fleetrl.algos.common.gae import compute_gae, grpo_advantages
+from fleetrl.algos.common.optim import build_optimizer
+from fleetrl.algos.ppo.config import PPOConfig, check_ppo_layout, validate_ppo
+from fleetrl.algos.ppo.update import PPOBatch, ppo_update
+from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
+from fleetrl.config.schema import Config
+from fleetrl.models.policy import Policy
+from fleetrl.observations import map_obs
+from fleetrl.parallel import state
+from fleetrl.parallel.sharding import EnvShard, Minibatches
+from fleetrl.parallel.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
+from fleetrl.plan.rules import effective_minibatch_size
+from fleetrl.trajectory import Trajectory
+from fleetrl.workers.actor_base import ActorBase
+from fleetrl.workers.rollout_worker import RolloutWorker
+
+log = logging.getLogger("fleetrl")
+
+
+def policy_optimizer(config: Config, policy: torch.nn.Module) -> torch.optim.Optimizer:
+    return build_optimizer(config.actor, [{"params": list(policy.parameters()), "lr": config.algorithm.lr}])
+
+
+class ActorWorker(ActorBase):
+    def __init__(
+        self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
+    ):
+        super().__init__(config, observation_space, action_space, rank, world_size)
+        self.policy = Policy.from_config(config.model, observation_space, action_space).to(self.device)
+        if config.actor.gradient_checkpointing:
+            enable_gradient_checkpointing(self.policy.network)
+        self.optimizer = policy_optimizer(config, self.policy)
+        self.generator = torch.Generator().manual_seed(config.runner.seed)
+        self.minibatch_size = effective_minibatch_size(config)
+        # One rank: the policy itself. Several ranks get theirs (DDP or FSDP) in init_distributed.
+        self.loss_path: LossPath = local_loss_path(self.policy)
+        if world_size == 1 and config.actor.strategy == "fsdp":
+            log.info(
+                "one actor rank: actor.strategy 'fsdp' and the actor.fsdp_* settings do not "
+                "apply (no sharding, no mixed precision)"
+            )
+
+    @property
+    def sharded(self) -> bool:
+        """Parameters and optimizer state are FSDP shards (state getters/setters are collective)."""
+        return self.loss_path.strategy == "fsdp"
+
+    def replicated_modules(self) -> dict:
+        return {"policy": self.policy}
+
+    def wrap_for_ranks(self) -> None:
+        self.loss_path = self.wrap_loss_path()
+        if self.sharded:  # fully_shard replaced the parameters: the optimizer must see the shards
+            self.optimizer = policy_optimizer(self.config, self.policy)
+
+    def wrap_loss_path(self) -> LossPath:
+        """The loss path of several ranks (DDP or FSDP2 around the policy); algorithms whose
+        phases use different parameters wrap each phase their own way (PPG)."""
+        return wrap_policy(self.policy, self.config.actor, self.device)
+
+    def schedule(self, progress: float) -> tuple[float, float]:
+        """(lr, clip_coef) at `progress` = global env steps / total env steps."""
+        algo = self.config.algorithm
+        remaining = max(0.0, 1.0 - progress)
+        lr = algo.lr * remaining if algo.anneal_lr else algo.lr
+        clip = algo.clip_coef * remaining if algo.anneal_clip else algo.clip_coef
+        return lr, clip
+
+    def train(self, trajectory: Trajectory, progress: float) -> dict:
+        """Train on `trajectory` — this rank's shard (its env columns) when there are several
+        ranks — and return metrics reduced over all ranks: identical on every rank. A
+        collective with several ranks: all train together, with the same `progress`."""
+        self.require_distributed()
+        advantages, returns = self.advantages(trajectory)
+        batch = PPOBatch(
+            map_obs(lambda x: x.flatten(0, 1), trajectory.obs),
+            trajectory.actions.flatten(0, 1),
+            trajectory.logprobs.flatten(0, 1),
+            trajectory.values.flatten(),
+            advantages.flatten(),
+            returns.flatten(),
+        ).to(self.device)
+        lr, clip = self.schedule(progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        minibatches = Minibatches(
+            self.shard(trajectory), self.minibatch_size, self.config.actor.micro_batch_size, self.generator
+        )
+        metrics = ppo_update(
+            self.loss_path, self.optimizer, batch, self.config.algorithm, clip, minibatches, self.all_reduce
+        )
+        metrics.update(lr=lr, clip_coef=clip, explained_variance=self.explained_variance(batch.values, batch.returns))
+        return metrics
+
+    def advantages(self, trajectory: Trajectory) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, value targets), both (T, N). The value targets are GAE's returns;
+        the advantages GAE's, or with `algorithm.adv_type: grpo` group-relative episode returns
+        (`fleetrl.algos.common.gae.grpo_advantages`: groups lie within one rank's env columns)."""
+        algo = self.config.algorithm
+        advantages, returns = compute_gae(
+            trajectory.rewards,
+            trajectory.values,
+            trajectory.next_values,
+            trajectory.terminated,
+            trajectory.dones,
+            algo.gamma,
+            algo.gae_lambda,
+        )
+        if algo.adv_type == "grpo":
+            advantages = grpo_advantages(trajectory.rewards, trajectory.dones, algo.group_size)
+        return advantages, returns
+
+    def shard(self, trajectory: Trajectory) -> EnvShard:
+        """Where this rank's part of `trajectory` lies in the whole. A shard of another size than
+        the config's would make this rank plan other minibatches than the others — a desync:
+        fail loudly instead."""
+        config = self.config
+        steps, envs = trajectory.rewards.shape
+        shard = EnvShard(steps, envs * self.world_size, self.rank, self.world_size)
+        if self.world_size > 1 and (shard.steps, shard.total_envs) != (config.algorithm.num_steps, config.env.num_envs):
+            raise ValueError(
+                f"actor rank {self.rank}: got a trajectory shard of {shard.steps} steps × "
+                f"{shard.envs_per_rank} envs, expected {config.algorithm.num_steps} × "
+                f"{config.env.num_envs // self.world_size} (env.num_envs / {self.world_size} ranks)"
+            )
+        return shard
+
+    def explained_variance(self, predicted: torch.Tensor, target: torch.Tensor) -> float:
+        """1 - Var[target - predicted] / Var[target] over all ranks' samples (1: a perfect value
+        function, ≤ 0 useless): one all-reduce of five float64 sums."""
+        target, error = target.double(), (target - predicted).double()
+        sums = self.all_reduce(
+            torch.stack(
+                [
+                    torch.tensor(float(target.numel()), dtype=torch.float64, device=target.device),
+                    target.sum(),
+                    target.pow(2).sum(),
+                    error.sum(),
+                    error.pow(2).sum(),
+                ]
+            )
+        )
+        count, target_sum, target_squares, error_sum, error_squares = sums.tolist()
+        target_var = target_squares - target_sum * target_sum / count
+        error_var = error_squares - error_sum * error_sum / count
+        return float("nan") if target_var <= 0 else 1 - error_var / target_var
+
+    def policy_weights(self) -> dict:
+        """A full CPU copy of the plain Policy's state_dict: what rollout workers load. Without
+        FSDP every rank returns it, locally. Under FSDP it is gathered from the shards: ALL
+        ranks must call this together; rank 0 gets the weights, the other ranks {}."""
+        return state.model_state(self.policy, self.sharded)
+
+    def state_dict(self) -> dict:
+        """The full actor state in the single-process format. Under FSDP: collective, complete
+        on rank 0 only (other ranks get empty 'policy' and 'optimizer' dicts)."""
+        if not self.sharded:
+            policy = self.policy.state_dict()
+            optimizer = self.optimizer.state_dict()
+            if self.device.type != "cpu":  # checkpoints hold CPU tensors, loadable anywhere
+                policy, optimizer = state.to_cpu(policy), state.to_cpu(optimizer)
+        else:
+            policy = state.model_state(self.policy, True)
+            optimizer = state.optimizer_state(self.policy, self.optimizer, True)
+        return {"policy": policy, "optimizer": optimizer, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, saved: dict) -> None:
+        """Load a full state (from any strategy and rank count). Under FSDP: collective, and
+        every rank must be given the full state."""
+        state.load_model_state(self.policy, saved["policy"], self.sharded)
+        state.load_optimizer_state(self.policy, self.optimizer, saved["optimizer"], self.sharded)
+        self.generator.set_state(saved["generator"])
+
+
+PPO = register_algorithm(
+    AlgorithmSpec(
+        name="ppo",
+        config=PPOConfig,
+        actor=ActorWorker,
+        rollout=RolloutWorker,
+        validate=validate_ppo,
+        check_layout=check_ppo_layout,
+        console_metrics=(ConsoleMetric("approx_kl", "kl", ".4f"), ConsoleMetric("clip_fraction", "clip", ".3f")),
+    )
+)

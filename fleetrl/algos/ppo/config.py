@@ -1,0 +1,99 @@
+"""PPO's `algorithm` section and the rules on it (`algorithm.name: ppo`; PPG extends both).
+
+Each key's type, choices and range stand on its field (checked by the loader); the functions here
+are the rules that relate several keys, run through PPO's registered spec: `validate_ppo` once
+the config is read, `check_ppo_layout` once the actor world size is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from fleetrl.config.constraints import AtLeastOne, NonNegative, Positive, UnitInterval
+from fleetrl.config.schema import AlgorithmConfig, Config
+from fleetrl.errors import ConfigError
+from fleetrl.plan.rules import effective_minibatch_size, get, minibatch_key
+
+
+@dataclass
+class PPOConfig(AlgorithmConfig):
+    gae_lambda: Annotated[float, UnitInterval] = 0.95  # GAE's λ: bias (0) against variance (1) of the advantages
+    update_epochs: Annotated[int, Positive] = 4  # passes over each iteration's data
+    clip_coef: Annotated[float, NonNegative] = 0.2  # ε of the clipped ratio 1 ± ε
+    anneal_clip: bool = False  # linear decay of clip_coef to 0, as RL-Zoo's lin_0.2
+    clip_vloss: bool = False  # clip the value update around the old values (clip_coef)
+    vf_coef: Annotated[float, NonNegative] = 0.5  # weight of the value loss
+    ent_coef: Annotated[float, NonNegative] = 0.0  # weight of the entropy bonus
+    norm_adv: bool = True  # normalise advantages per minibatch
+    target_kl: Annotated[float, Positive] | None = None  # stop the epoch loop when the approx. KL exceeds this
+    adv_type: Literal["gae", "grpo"] = (
+        "gae"  # gae | grpo: (return - group mean) / group std over episodes that started from one state (README: 'GRPO')
+    )
+    group_size: Annotated[int, AtLeastOne] = (
+        8  # grpo: envs i..i+g-1 (consecutive, g = group_size) are reset with one seed each iteration and form a group
+    )
+    logprob_type: Literal["action_level", "token_level"] = (
+        "action_level"  # token_level needs model.action_bins: one PPO ratio per action from the summed token log-probs, or one clipped ratio per token, averaged
+    )
+    entropy_type: Literal["action_level", "token_level"] = (
+        "action_level"  # token_level needs model.action_bins: entropy bonus of the whole action (sum over tokens) or the mean per-token entropy
+    )
+
+    @property
+    def resets_envs_each_iteration(self) -> bool:
+        return self.adv_type == "grpo"
+
+    @property
+    def reset_group_size(self) -> int:
+        return self.group_size if self.adv_type == "grpo" else 1
+
+
+def validate_ppo(config: Config) -> None:
+    """Token-level ratios and entropies, GRPO advantages, and the minibatch dividing the batch."""
+    algo, model = config.algorithm, config.model
+    for key in ("algorithm.logprob_type", "algorithm.entropy_type"):
+        if get(config, key) == "token_level" and model.action_bins is None:
+            raise ConfigError(
+                key,
+                "token_level",
+                "'action_level' unless model.action_bins is set",
+                "token_level needs a policy that emits tokens (model.action_bins)",
+            )
+    if algo.adv_type == "grpo":
+        if algo.group_size < 2:
+            raise ConfigError("algorithm.group_size", algo.group_size, "an integer >= 2 with adv_type grpo")
+        if config.env.num_envs % algo.group_size:
+            raise ConfigError(
+                "algorithm.group_size",
+                algo.group_size,
+                f"a divisor of env.num_envs ({config.env.num_envs}): groups are consecutive envs",
+            )
+        if algo.norm_adv:
+            raise ConfigError(
+                "algorithm.norm_adv",
+                True,
+                "false with algorithm.adv_type grpo",
+                "group-relative advantages are normalised within each group already, and "
+                "steps outside complete episodes must keep advantage 0",
+            )
+    if config.batch_size % effective_minibatch_size(config):
+        key = minibatch_key(config)
+        raise ConfigError(
+            key,
+            get(config, key),
+            f"a divisor of the batch algorithm.num_steps * env.num_envs = "
+            f"{algo.num_steps} * {config.env.num_envs} = {config.batch_size}",
+        )
+
+
+def check_ppo_layout(config: Config, world: int) -> None:
+    """GRPO groups never span actor ranks."""
+    algo = config.algorithm
+    if algo.adv_type == "grpo" and (config.env.num_envs // world) % algo.group_size:
+        raise ConfigError(
+            "algorithm.group_size",
+            algo.group_size,
+            f"a divisor of the envs per actor rank env.num_envs / {world} = "
+            f"{config.env.num_envs // world} (a group must not span actor ranks)",
+        )

@@ -1,0 +1,313 @@
+"""PPO's clipped actor-critic update over minibatches × epochs (Schulman et al. 2017).
+
+One loss (`ppo_loss`) and one driver (`ppo_update`) for every layout: one process, or this rank's
+env columns of a trajectory spread over W actor ranks, with or without gradient accumulation over
+micro-batches. Every rank trains on exactly the minibatches one process would draw from the whole
+trajectory (`fleetrl.parallel.sharding`), so the result equals the single process's up to float
+reordering. What differs is only how a minibatch's losses are reduced:
+
+- whole (one rank, no accumulation: `Minibatches.whole`): the minibatch is one piece on this
+  rank; its losses are means and its advantages are normalised with its own mean and std — no
+  collective anywhere;
+- pieces (several ranks and/or micro-batches): each piece's loss is its *sum* × W / M (M: the
+  global minibatch size). DDP and FSDP average gradients over the W ranks, so the optimizer sees
+  Σ over the minibatch / M — the single-process mean — however the members are split; advantages
+  are normalised with the global minibatch's mean and std (one all-reduce per epoch); every rank
+  runs the same number of micro-batches (empty ones where it holds fewer members), gradient sync
+  off for all but the last, so every rank joins every reduction.
+
+The target-KL decision uses the epoch's KL summed over ranks, the same value on every rank; the
+returned metrics are global (reduced over ranks), identical on every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch import nn
+
+from fleetrl.algos.common.optim import fused_step
+from fleetrl.algos.ppo.config import PPOConfig
+from fleetrl.constants import constant
+from fleetrl.observations import Observation, map_obs
+from fleetrl.parallel.sharding import Minibatches
+from fleetrl.parallel.wrap import LossPath
+
+
+@dataclass
+class PPOBatch:
+    """Flat (B, ...) training data of one iteration."""
+
+    obs: Observation  # a tensor, or a dict of tensors (Dict observations)
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+    def __getitem__(self, index: torch.Tensor) -> PPOBatch:
+        return PPOBatch(
+            map_obs(lambda x: x[index], self.obs),
+            self.actions[index],
+            self.logprobs[index],
+            self.values[index],
+            self.advantages[index],
+            self.returns[index],
+        )
+
+    def __len__(self) -> int:
+        return self.actions.shape[0]
+
+    def to(self, device: torch.device) -> PPOBatch:
+        return PPOBatch(
+            map_obs(lambda x: x.to(device), self.obs),
+            self.actions.to(device),
+            self.logprobs.to(device),
+            self.values.to(device),
+            self.advantages.to(device),
+            self.returns.to(device),
+        )
+
+
+def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_coef: float) -> torch.Tensor:
+    """Per-sample policy loss: max(-A·r, -A·clip(r, 1±ε))."""
+    ratio = log_ratio.exp()
+    return torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef))
+
+
+def aggregate_tokens(logprobs: torch.Tensor, old_logprobs: torch.Tensor, entropy: torch.Tensor, config: PPOConfig):
+    """A token policy's per-token (B, K) log-probs and entropies → what the loss uses.
+
+    logprob_type action_level: log π(a|s) = Σ_k log π(token_k|s), one ratio per sample (B,);
+                 token_level: the (B, K) per-token log-probs stay, one ratio per token (see
+                 `policy_objective`).
+    entropy_type action_level: Σ_k H(token_k) — the entropy of the whole (factorised) action;
+                 token_level: mean_k H(token_k).
+    Log-probs and entropies of other policies are (B,) and pass through unchanged.
+    """
+    if logprobs.dim() == 1:
+        return logprobs, old_logprobs, entropy
+    if config.logprob_type == "action_level":
+        logprobs, old_logprobs = logprobs.sum(-1), old_logprobs.sum(-1)
+    entropy = entropy.sum(-1) if config.entropy_type == "action_level" else entropy.mean(-1)
+    return logprobs, old_logprobs, entropy
+
+
+def policy_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_coef: float) -> torch.Tensor:
+    """Per-sample clipped policy loss (B,). With per-token log-ratios (B, K) (token_level) each
+    token's ratio is clipped on its own against the sample's advantage, and the sample's loss is
+    the mean over its K tokens."""
+    if log_ratio.dim() > 1:
+        return clipped_surrogate(log_ratio, advantages.unsqueeze(-1), clip_coef).mean(-1)
+    return clipped_surrogate(log_ratio, advantages, clip_coef)
+
+
+def per_sample(value: torch.Tensor) -> torch.Tensor:
+    """(B,) as is; per-token (B, K) statistics averaged over the tokens."""
+    return value.mean(-1) if value.dim() > 1 else value
+
+
+def value_error(values: torch.Tensor, batch: PPOBatch, config: PPOConfig, clip_coef: float) -> torch.Tensor:
+    """Per-sample squared value error, clipped around the old values with `clip_vloss`."""
+    error = (values - batch.returns).pow(2)
+    if config.clip_vloss:
+        clipped = batch.values + (values - batch.values).clamp(-clip_coef, clip_coef)
+        error = torch.max(error, (clipped - batch.returns).pow(2))
+    return error
+
+
+def ppo_loss(
+    module: nn.Module,
+    batch: PPOBatch,
+    advantages: torch.Tensor,
+    config: PPOConfig,
+    clip_coef: float,
+    reduce: Callable[[torch.Tensor], torch.Tensor] = torch.mean,
+):
+    """(scalar loss, detached [policy loss, value loss, entropy], detached log-ratio) of `batch`
+    with these (normalised) `advantages`; `reduce` (mean or sum) makes the per-sample terms scalars.
+
+    Nothing here calls `.item()`: the statistics stay tensors, so a minibatch never waits.
+    """
+    logprobs, entropy, values = module(batch.obs, batch.actions)
+    logprobs, old_logprobs, entropy = aggregate_tokens(logprobs, batch.logprobs, entropy, config)
+    log_ratio = logprobs - old_logprobs
+    policy_loss = reduce(policy_objective(log_ratio, advantages, clip_coef))
+    value_loss = reduce(value_error(values, batch, config, clip_coef)) * constant(0.5)
+    entropy = reduce(entropy)
+    loss = policy_loss + value_loss * constant(config.vf_coef)
+    if config.ent_coef:
+        loss = loss - entropy * constant(config.ent_coef)
+    parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach()])
+    return loss, parts, log_ratio.detach()
+
+
+def normalised(advantages: torch.Tensor, normalise: bool) -> torch.Tensor:
+    """Advantages shifted and scaled to mean 0, std 1 with their own statistics (when `normalise`)."""
+    return standardised(advantages, advantages.mean(), advantages.std()) if normalise else advantages
+
+
+def standardised(values: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """`values` shifted by `mean` and scaled by `std` (guarded against a zero std)."""
+    return (values - mean) / (std + 1e-8)
+
+
+def kl_and_clipped(log_ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
+    """[Σ approximate KL(old‖new), Σ clipped] over the samples, float64: the k3 estimator
+    (unbiased, always ≥ 0) and the clipped share, per token averaged for token-level ratios."""
+    ratio = log_ratio.exp()
+    return torch.stack(
+        [
+            per_sample((ratio - 1) - log_ratio).sum().double(),
+            per_sample(((ratio - 1).abs() > clip_coef).float()).sum().double(),
+        ]
+    )
+
+
+def minibatch_advantage_stats(
+    advantages: torch.Tensor,
+    plan: list[list[torch.Tensor]],
+    size: int,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor],
+):
+    """Per-minibatch mean and std (unbiased, as `Tensor.std`) of the advantages over the whole
+    global minibatch — all ranks' members — from one all-reduce of [Σa, Σa²] per minibatch,
+    accumulated in float64 so the one-pass variance loses nothing at float32 precision."""
+    sums = torch.stack(
+        [
+            torch.stack([a.sum(), a.pow(2).sum()])
+            for a in (advantages[torch.cat(micro).to(advantages.device)].double() for micro in plan)
+        ]
+    )
+    sums = all_reduce(sums)
+    mean = sums[:, 0] / size
+    variance = ((sums[:, 1] - sums[:, 0] * mean) / (size - 1)).clamp_min(0)
+    return mean.float(), variance.sqrt().float()
+
+
+def check_every_parameter_has_a_gradient(policy: nn.Module, ignored=frozenset(), loss: str = "PPO") -> None:
+    """A trainable parameter the loss never reached would leave DDP waiting for its gradient
+    (or FSDP reducing garbage); name it instead. The graph is the same on every rank, so every
+    rank raises together. `ignored`: names this phase's wrapping leaves out on purpose (PPG's
+    auxiliary head in the policy phase)."""
+    missing = [
+        name for name, p in policy.named_parameters() if p.requires_grad and p.grad is None and name not in ignored
+    ]
+    if missing:
+        raise RuntimeError(
+            f"the {loss} loss produced no gradient for the trainable parameter(s) {missing}: "
+            "every trainable parameter must take part in Policy.forward(obs, actions), "
+            "or be frozen (requires_grad=False)"
+        )
+
+
+def minibatch_step(
+    loss_path: LossPath,
+    optimizer: torch.optim.Optimizer,
+    micro_batches: list[torch.Tensor],
+    micro_loss: Callable[[torch.Tensor], torch.Tensor],
+    max_grad_norm: float,
+    check: str | None = None,
+) -> None:
+    """One optimizer step on a minibatch: `micro_loss(index)` backpropagated for each of its
+    micro-batches (gradient sync off for all but the last), the global gradient norm clipped.
+    `check`: the loss's name, to check once that every parameter got a gradient (several pieces)."""
+    step = None if loss_path.strategy == "fsdp" else fused_step(optimizer)  # FSDP's DTensor shards: torch's own
+    if step is None:
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        step.zero_grad()
+    for j, index in enumerate(micro_batches):
+        with nullcontext() if j == len(micro_batches) - 1 else loss_path.no_sync():
+            micro_loss(index).backward()
+    if check is not None:
+        check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored, check)
+    if max_grad_norm > 0:
+        loss_path.clip_grad_norm_(max_grad_norm)
+    if step is None:
+        optimizer.step()
+    else:
+        step()
+
+
+def ppo_update(
+    loss_path: LossPath,
+    optimizer: torch.optim.Optimizer,
+    batch: PPOBatch,
+    config: PPOConfig,
+    clip_coef: float,
+    minibatches: Minibatches,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor],
+) -> dict:
+    """Run the epochs on this rank's `batch` (its env columns, flattened step-major); returns the
+    mean losses, KL, clip fraction, grad steps and the epochs done, global over ranks.
+    `all_reduce` sums a tensor over ranks (identity with one).
+
+    Per gradient step only the loss, its backward, the clip and the optimizer step run: the loss
+    terms are collected and summed once per update, and the KL / clip fraction statistics are
+    computed once per epoch where `target_kl` reads them, else once for the last epoch (the one
+    reported). When the one minibatch is the whole batch in order (one rank, minibatch ≥ batch:
+    RL-Zoo's CartPole set), it is used as is and its advantages normalised once per update."""
+    whole, size, minibatch = minibatches.whole, minibatches.shard.global_size, minibatches.size
+    scale = minibatches.shard.world_size / minibatch
+    device = batch.actions.device
+    normalise = config.norm_adv and minibatch > 1
+    reduce = torch.mean if whole else torch.sum
+    whole_batch = whole and len(batch) <= minibatch  # every epoch's only minibatch: the batch, in order
+    parts: list[torch.Tensor] = []  # [policy loss, value loss, entropy] of each piece
+    weights: list[int] = []  # what each piece's parts are multiplied by to make sums over samples
+    log_ratios: list[torch.Tensor] = []  # this epoch's, for its KL and clip fraction
+    grad_steps, epochs_done, reduced_kl = 0, 0, None
+    means = stds = None  # whole: each minibatch's own; pieces: the global minibatches', per epoch
+    fixed_advantages = normalised(batch.advantages, normalise) if whole_batch else None
+    whole_plan = [[torch.arange(len(batch))]]  # what `minibatches.epoch()` plans then, without the planning
+
+    def micro_loss(index: torch.Tensor, k: int) -> torch.Tensor:
+        if whole_batch:
+            part, advantages = batch, fixed_advantages
+        else:
+            part = batch[index.to(device)]
+            advantages = part.advantages
+            if normalise:
+                advantages = normalised(advantages, True) if whole else standardised(advantages, means[k], stds[k])
+        loss, loss_parts, log_ratio = ppo_loss(loss_path.module, part, advantages, config, clip_coef, reduce)
+        parts.append(loss_parts)
+        weights.append(len(part) if whole else 1)
+        log_ratios.append(log_ratio)
+        return loss if whole else loss * scale
+
+    for _ in range(config.update_epochs):
+        plan = whole_plan if whole_batch else minibatches.epoch()
+        if normalise and not whole:
+            means, stds = minibatch_advantage_stats(batch.advantages, plan, minibatch, all_reduce)
+        log_ratios.clear()
+        for k, micro_batches in enumerate(plan):
+            check = "PPO" if grad_steps == 0 and not whole else None
+            minibatch_step(loss_path, optimizer, micro_batches, partial(micro_loss, k=k), config.max_grad_norm, check)
+            grad_steps += 1
+        epochs_done += 1
+        if config.target_kl is not None:
+            # Agreed across ranks: all see the same reduced KL, so all break at the same epoch.
+            reduced_kl = all_reduce(kl_and_clipped(torch.cat(log_ratios), clip_coef))
+            if (reduced_kl[0] / size).item() > config.target_kl:
+                break
+    totals = (torch.stack(parts).double() * torch.tensor(weights, dtype=torch.float64, device=device)[:, None]).sum(0)
+    if reduced_kl is None:
+        reduced = all_reduce(torch.cat([totals, kl_and_clipped(torch.cat(log_ratios), clip_coef)]))
+    else:
+        reduced = torch.cat([all_reduce(totals), reduced_kl])
+    samples = grad_steps * minibatch
+    policy_loss, value_loss, entropy = (reduced[:3] / samples).tolist()
+    return {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": float(reduced[3] / size),
+        "clip_fraction": float(reduced[4] / size),
+        "grad_steps": grad_steps,
+        "epochs": epochs_done,
+    }

@@ -1,0 +1,1 @@
+"""Fault injection (`debug.fault`): imported only where faults are injected."""

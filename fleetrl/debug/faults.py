@@ -1,0 +1,177 @@
+"""Fault injection (`debug.fault`), to rehearse failures on purpose and to test fleetrl's diagnosis.
+
+    debug:
+      fault: {kind: kill, component: actor, rank: 1, method: train, call: 3}
+
+fires on the 3rd call of `train` on actor rank 1 (`method` defaults to the component's main
+method, `rank` to 0, `call` to 1; `check_fault` rejects anything that could never fire). The
+components: env, rollout, actor, and eval (the eval worker, in a run with runner.eval_interval > 0;
+its main method `run` is one whole evaluation). Kinds:
+  kill              SIGKILL the worker process
+  stop              SIGSTOP it (frozen, not dead)
+  exception         raise an error inside the worker
+  hang              block forever in a sleep (a simulator that never returns; the GIL is free)
+  gil_hang          spin forever in C code holding the GIL (heartbeats stop too)
+  extra_collective  (actor) after the call, an all_reduce that no other rank makes
+  extra_step        (actor) train twice: one rank doing more optimisation steps than the others
+  hang_in_forward   (actor) the next forward pass of the rank's model blocks forever (a forward
+                    pre-hook that sleeps: a user model waiting on something); its peers wait in
+                    DDP's gradient all-reduce
+  skip_forward      (actor) the call returns at once, without its forward, backward, optimizer step
+                    and collectives (an early return on local data): the peers wait in DDP's
+                    gradient all-reduce for a rank that skipped it
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from fleetrl.errors import ConfigError, nearest
+
+KINDS = (
+    "kill",
+    "stop",
+    "exception",
+    "hang",
+    "gil_hang",
+    "extra_collective",
+    "extra_step",
+    "hang_in_forward",
+    "skip_forward",
+)
+ACTOR_ONLY = ("extra_collective", "extra_step", "hang_in_forward", "skip_forward")
+DEFAULT_METHOD = {"env": "step", "rollout": "act", "actor": "train", "eval": "run"}  # the component's main method
+FAULT_KEYS = ("kind", "component", "rank", "method", "call")  # rank defaults to 0, call to 1
+
+
+class InjectedFault(RuntimeError):
+    """The error raised by `kind: exception`."""
+
+
+def check_fault(fault: dict, algorithm: str) -> None:
+    """`debug.fault` before anything starts: a misspelt key, kind, component or method would
+    otherwise never fire, silently. Its rank is checked against the placement later
+    (`validate.check_fault_placement`)."""
+    if not fault:
+        return
+    for key in fault:
+        if key not in FAULT_KEYS:
+            raise ConfigError(
+                f"debug.fault.{key}", fault[key], f"one of the keys {list(FAULT_KEYS)}", nearest(str(key), FAULT_KEYS)
+            )
+    for key in ("kind", "component"):
+        if key not in fault:
+            raise ConfigError(
+                f"debug.fault.{key}",
+                None,
+                f"one of {list(KINDS if key == 'kind' else DEFAULT_METHOD)}",
+                "kind and component are required",
+            )
+    kind, component = fault["kind"], fault["component"]
+    if kind not in KINDS:
+        raise ConfigError("debug.fault.kind", kind, f"one of {list(KINDS)}", nearest(str(kind), KINDS))
+    if component not in tuple(DEFAULT_METHOD):  # (a tuple: an unhashable value is just not in it)
+        raise ConfigError(
+            "debug.fault.component",
+            component,
+            f"one of {list(DEFAULT_METHOD)}",
+            nearest(str(component), DEFAULT_METHOD),
+        )
+    if kind in ACTOR_ONLY and component != "actor":
+        raise ConfigError(
+            "debug.fault.component",
+            component,
+            f"'actor' with kind {kind!r} (a collective or an optimisation step only an actor rank makes)",
+        )
+    for key, low in (("rank", 0), ("call", 1)):
+        value = fault.get(key, low)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"debug.fault.{key}", value, f"an integer >= {low}")
+    method = fault.get("method", DEFAULT_METHOD[component])
+    methods = worker_methods(component, algorithm)
+    if method not in methods:
+        raise ConfigError(
+            "debug.fault.method",
+            method,
+            f"a method of the {component} worker, one of {methods}",
+            nearest(str(method), methods),
+        )
+
+
+def worker_methods(component: str, algorithm: str) -> list[str]:
+    """The public methods of the component's worker class for this algorithm."""
+    from fleetrl.algos.registry import algorithm_spec
+    from fleetrl.workers.env_worker import EnvWorker
+    from fleetrl.workers.eval_worker import EvalWorker
+
+    spec = algorithm_spec(algorithm)
+    worker = {"env": EnvWorker, "rollout": spec.rollout, "actor": spec.actor, "eval": EvalWorker}[component]
+    return sorted(name for name in dir(worker) if not name.startswith("_") and callable(getattr(worker, name)))
+
+
+class FaultPlan:
+    """Decides, per method call of one worker, whether the configured fault fires now."""
+
+    def __init__(self, fault: dict, component: str, rank: int):
+        self.armed = bool(fault) and fault["component"] == component and fault.get("rank", 0) == rank
+        self.kind = fault.get("kind")
+        self.method = fault.get("method", DEFAULT_METHOD.get(component))
+        self.call = fault.get("call", 1)
+        self.calls = 0
+
+    def fires(self, method: str) -> bool:
+        if not self.armed or method != self.method:
+            return False
+        self.calls += 1
+        return self.calls == self.call
+
+    def strike(self, worker, phase: str, method: str, *args):
+        """Run `worker.method(*args)` with the fault injected (phase: the recorded phase's name)."""
+        inject_before(self.kind, phase)
+        if self.kind == "skip_forward":
+            return None
+        if self.kind == "hang_in_forward":
+            block_in_forward(worker)
+        if self.kind == "extra_step":
+            getattr(worker, method)(*args)
+        result = getattr(worker, method)(*args)
+        if self.kind == "extra_collective":
+            inject_extra_collective()
+        return result
+
+
+def inject_before(kind: str, where: str) -> None:
+    """Faults that strike before the method runs."""
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif kind == "exception":
+        raise InjectedFault(f"injected fault (debug.fault) in {where}")
+    elif kind == "hang":
+        sleep_forever()
+    elif kind == "gil_hang":
+        sum(range(10**15))  # one C call that never yields the GIL
+
+
+def sleep_forever(*_) -> None:
+    while True:
+        time.sleep(3600)
+
+
+def block_in_forward(worker) -> None:
+    """The next forward pass of any of the actor's models (under DDP, of the module DDP wraps)
+    sleeps forever, inside the model's call."""
+    for module in worker.replicated_modules().values():
+        module.register_forward_pre_hook(sleep_forever)
+
+
+def inject_extra_collective() -> None:
+    """After the method: one all_reduce more than the other ranks make."""
+    import torch  # here, not at the top: an env worker imports this module and never needs torch
+
+    from fleetrl.parallel import reduce
+
+    reduce.all_reduce_sum(torch.zeros(7))

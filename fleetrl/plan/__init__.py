@@ -1,0 +1,2 @@
+"""Config → a checked run plan: the algorithm section parsed with its registered spec, the rules
+that relate keys across sections, the placement and the layout. Nothing here starts anything."""

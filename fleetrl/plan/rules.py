@@ -1,0 +1,250 @@
+"""Cross-field rules of the config, checked before anything starts.
+
+A key's own type, choices and range are declared on its field (`schema.py`, `constraints.py`) and
+checked by the loader; what is here relates keys to each other (or, once the placement is
+resolved, to it: `check_actor_layout`, `check_fault_placement`). `debug.fault`'s own keys are
+checked by `watch/faults.check_fault`, next to the kinds it implements.
+
+The rules on an algorithm's own keys live with the algorithm and run through its registered spec
+(`fleetrl.algos.registry`): `validate` runs `spec.validate`, `check_actor_layout` runs
+`spec.check_layout`, `check_spaces` runs `spec.check_spaces`.
+"""
+
+from __future__ import annotations
+
+from fleetrl.algos.registry import algorithm_spec
+from fleetrl.cluster.isolated_nodes import why_not_isolated
+from fleetrl.config.schema import BUILTIN_MODELS, ClusterConfig, Config
+from fleetrl.debug.faults import check_fault
+from fleetrl.errors import ConfigError
+from fleetrl.plan.placement import PLACEMENT_KEY, Placement
+from fleetrl.run_dir import resume_dir
+from fleetrl.watch.restarts import check_restart_on
+
+
+def get(config: Config, dotted: str):
+    section, key = dotted.split(".")
+    return getattr(getattr(config, section), key)
+
+
+def validate(config: Config) -> None:
+    validate_actor(config)
+    algorithm_spec(config.algorithm.name).validate(config)
+    resume_dir(config)  # raises naming the run directory that cannot be continued
+    if config.model.id in BUILTIN_MODELS and config.model.kwargs:
+        raise ConfigError(
+            "model.kwargs",
+            config.model.kwargs,
+            f"{{}} with model.id {config.model.id!r}",
+            "the built-in models read the model section's own keys (hidden_sizes, embed_dim, ...); kwargs go to a custom model",
+        )
+    validate_cluster(config)
+    validate_watchdog(config)
+    validate_restarts(config)
+    check_fault(config.debug.fault, config.algorithm.name)
+
+
+def validate_cluster(config: Config) -> None:
+    cluster = config.cluster
+    if cluster.simulate_nodes > 1 and cluster.simulate_nodes != cluster.num_nodes:
+        raise ConfigError(
+            "cluster.simulate_nodes", cluster.simulate_nodes, f"0, or equal to cluster.num_nodes ({cluster.num_nodes})"
+        )
+    if cluster.simulate_nodes > 1 and cluster.ray_address is not None:
+        raise ConfigError(
+            "cluster.simulate_nodes",
+            cluster.simulate_nodes,
+            f"0 with cluster.ray_address set ({cluster.ray_address!r}): either join a cluster or simulate one",
+        )
+    validate_isolation(cluster)
+    for name, value in cluster.env_vars.items():
+        node = isinstance(name, int) and not isinstance(name, bool) or isinstance(name, str) and name.isdigit()
+        entries = value.items() if node and isinstance(value, dict) else [(name, value)]
+        for key, item in entries:
+            where = f"cluster.env_vars.{name}" + (f".{key}" if node else "")
+            if not isinstance(key, str) or not isinstance(item, (str, int, float, bool)):
+                raise ConfigError(
+                    where, item, "a variable name with a string or number value, or a node index with a mapping of them"
+                )
+
+
+def validate_isolation(cluster: ClusterConfig) -> None:
+    """`cluster.simulate_isolation` and its clock skews: only for simulated nodes, on a machine
+    that can isolate them (root, iproute2, util-linux)."""
+    for node, seconds in cluster.simulate_clock_skew_s.items():
+        index = int(node) if str(node).isdigit() else -1
+        if not 0 <= index < cluster.num_nodes or isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise ConfigError(
+                f"cluster.simulate_clock_skew_s.{node}",
+                seconds,
+                f"a node index below cluster.num_nodes ({cluster.num_nodes}) with a number of seconds",
+            )
+    if cluster.simulate_clock_skew_s and cluster.simulate_isolation != "namespaces":
+        raise ConfigError(
+            "cluster.simulate_clock_skew_s",
+            cluster.simulate_clock_skew_s,
+            "{} unless cluster.simulate_isolation is 'namespaces' (only isolated nodes have clocks of their own)",
+        )
+    if cluster.simulate_isolation == "none":
+        return
+    if cluster.simulate_nodes <= 1:
+        raise ConfigError(
+            "cluster.simulate_isolation",
+            cluster.simulate_isolation,
+            "'none' unless cluster.simulate_nodes is above 1 (it isolates simulated nodes)",
+        )
+    missing = why_not_isolated()
+    if missing:
+        raise ConfigError(
+            "cluster.simulate_isolation",
+            cluster.simulate_isolation,
+            f"'none' here: isolated simulated nodes need {missing}",
+        )
+
+
+def validate_watchdog(config: Config) -> None:
+    """The relations between the watchdog's keys (each key's own range is on its field)."""
+    watchdog = config.watchdog
+    if watchdog.heartbeat_interval_s >= watchdog.heartbeat_timeout_s:
+        raise ConfigError(
+            "watchdog.heartbeat_interval_s",
+            watchdog.heartbeat_interval_s,
+            f"less than watchdog.heartbeat_timeout_s ({watchdog.heartbeat_timeout_s:g})",
+            "a worker that beats less often than the timeout would be declared frozen while it is fine",
+        )
+    if watchdog.min_deadline_s > watchdog.max_deadline_s:
+        raise ConfigError(
+            "watchdog.min_deadline_s",
+            watchdog.min_deadline_s,
+            f"at most watchdog.max_deadline_s ({watchdog.max_deadline_s:g})",
+        )
+
+
+def validate_restarts(config: Config) -> None:
+    """runner.restart_on: incident causes (watch/watchdog.py) a restart can help with; an
+    interruption, a full disk or a failed watchdog would only come back."""
+    check_restart_on(config.runner.restart_on)
+
+
+def check_fault_placement(config: Config, placement: Placement) -> None:
+    """`debug.fault.rank` against the placement: a rank beyond its component's world size would
+    never fire. The runtime calls this once placement is resolved."""
+    fault = config.debug.fault
+    if fault:
+        world = placement.world_size(fault["component"])
+        if fault.get("rank", 0) >= world:
+            raise ConfigError(
+                "debug.fault.rank",
+                fault["rank"],
+                f"a rank of {fault['component']} below its world size {world}",
+                f"{PLACEMENT_KEY}.{fault['component']} places {world} rank(s)",
+            )
+
+
+FSDP_ONLY = (
+    "fsdp_sharding_strategy",
+    "fsdp_hybrid_shard_size",
+    "fsdp_param_dtype",
+    "fsdp_reduce_dtype",
+    "fsdp_cpu_offload",
+)
+
+
+def minibatch_key(config: Config) -> str:
+    """The key that sets the minibatch: `actor.global_batch_size` when set, else
+    `algorithm.minibatch_size`."""
+    return "algorithm.minibatch_size" if config.actor.global_batch_size is None else "actor.global_batch_size"
+
+
+def effective_minibatch_size(config: Config) -> int:
+    """Samples per optimizer step, summed over all actor ranks."""
+    return get(config, minibatch_key(config))
+
+
+def validate_actor(config: Config) -> None:
+    """The actor's distributed-training keys, as far as they can be checked without knowing the
+    actor world size (`check_actor_layout` does the rest once placement is resolved)."""
+    actor = config.actor
+    minibatch = effective_minibatch_size(config)
+    if actor.micro_batch_size is not None and minibatch % actor.micro_batch_size:
+        raise ConfigError(
+            "actor.micro_batch_size",
+            actor.micro_batch_size,
+            f"a divisor of the minibatch {minibatch_key(config)} = {minibatch}",
+        )
+    if actor.fsdp_hybrid_shard_size is not None and actor.fsdp_sharding_strategy != "hybrid_shard":
+        raise ConfigError(
+            "actor.fsdp_hybrid_shard_size",
+            actor.fsdp_hybrid_shard_size,
+            f"null unless actor.fsdp_sharding_strategy is 'hybrid_shard' (it is {actor.fsdp_sharding_strategy!r})",
+        )
+    if actor.strategy != "fsdp":
+        defaults = type(actor)()
+        for key in FSDP_ONLY:
+            if getattr(actor, key) != getattr(defaults, key):
+                raise ConfigError(
+                    f"actor.{key}",
+                    getattr(actor, key),
+                    f"its default ({getattr(defaults, key)!r}) unless actor.strategy is "
+                    f"'fsdp' (it is {actor.strategy!r})",
+                )
+
+
+def check_actor_layout(config: Config, actor_world_size: int) -> None:
+    """The rules that need the actor world size W; the runtime calls this once placement is
+    resolved (and `ActorWorker` on construction). Trajectories are sharded by env columns, so W
+    must divide env.num_envs; the minibatch M is spread over the W ranks, so W must divide M; and
+    a micro-batch must divide each rank's share M / W."""
+    world = actor_world_size
+    if world < 1:
+        raise ConfigError("cluster.component_placement.actor", world, "at least one actor rank")
+    if config.env.num_envs % world:
+        raise ConfigError(
+            "env.num_envs",
+            config.env.num_envs,
+            f"a multiple of the actor world size {world} (trajectories are split by env)",
+        )
+    check_split_over_ranks(config, minibatch_key(config), effective_minibatch_size(config), world)
+    hybrid = config.actor.fsdp_hybrid_shard_size
+    if world > 1 and config.actor.strategy == "fsdp" and hybrid is not None and world % hybrid:
+        raise ConfigError("actor.fsdp_hybrid_shard_size", hybrid, f"a divisor of the actor world size {world}")
+    algorithm_spec(config.algorithm.name).check_layout(config, world)
+
+
+def check_split_over_ranks(config: Config, key: str, minibatch: int, world: int, what: str = "minibatch") -> None:
+    """A minibatch of `minibatch` samples (set by `key`) spread over `world` ranks: W must divide
+    it, and a micro-batch each rank's share."""
+    if minibatch % world:
+        raise ConfigError(key, minibatch, f"a multiple of the actor world size {world}")
+    micro = config.actor.micro_batch_size
+    if micro is not None and (minibatch // world) % micro:
+        raise ConfigError(
+            "actor.micro_batch_size",
+            micro,
+            f"a divisor of the per-rank {what} {key} / actor ranks = {minibatch} / {world} = {minibatch // world}",
+        )
+
+
+def check_entry_points(config: Config) -> None:
+    """Resolve `env.id` and a custom `model.id` now, and check the kwargs each is given against its
+    signature, so a typo fails before anything starts."""
+    from fleetrl.entry_points import check_keyword_arguments, resolve_entry_point
+    from fleetrl.envs.make import env_factory
+
+    env_factory(config.env)
+    if config.model.id not in BUILTIN_MODELS:
+        network = resolve_entry_point("model.id", config.model.id)
+        check_keyword_arguments("model.kwargs", network, config.model.kwargs)
+
+
+def check_spaces(config: Config, observation_space, action_space) -> None:
+    """The rules that need the env's spaces (the algorithm's: e.g. SAC's continuous actions); the
+    runtime calls this as soon as they are known, before any actor is built."""
+    algorithm_spec(config.algorithm.name).check_spaces(config, observation_space, action_space)
+    if config.model.id in BUILTIN_MODELS:
+        import torch
+
+        from fleetrl.models.policy import build_network
+
+        with torch.random.fork_rng():  # its ConfigErrors now, before any worker; no draw from the seeded RNG
+            build_network(config.model, observation_space, action_space)

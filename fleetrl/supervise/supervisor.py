@@ -1,0 +1,130 @@
+"""`fleetrl train`'s own process: the supervisor. It does no training work, so nothing a simulator,
+a model or a file system does can freeze it.
+
+It decides the run directory, hosts the heartbeat store, starts the controller (fleetrl/
+controller.py) as its child in a process group of its own (a terminal's Ctrl-C reaches only the
+supervisor) and watches it from its first instant, then the workers the controller publishes
+(watch/link.py). It is a child subreaper: Ray's daemons orphaned by a killed controller become
+its children, so its teardown (`attempt.kill_run_tree`) is complete whatever state the controller is
+in. Every incident — seen by its watchdog, sent by the controller, or the controller's own death —
+is reported here (watch/respond.py) and ends the whole tree; with `runner.max_restarts` the
+controller is then started again from the newest intact checkpoint (watch/restarts.py).
+
+Exit codes (cli.py): the controller's 0 or 2; 4 after an incident that does not restart; 130 /
+143 after Ctrl-C / SIGTERM (the first asks the controller to checkpoint and stop within
+`watchdog.stop_grace_s`, a second kills everything at once).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from fleetrl.checkpoint import newest_intact
+from fleetrl.config.schema import Config
+from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
+from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
+from fleetrl.watch.restarts import Restart, RestartPolicy
+from fleetrl.watch.watchdog import Incident
+
+log = logging.getLogger("fleetrl")
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: orphans of a killed controller may outlive the run")
+
+
+class Supervisor:
+    def __init__(self, config: Config, run_dir: Path, component: str):
+        self.config, self.run_dir, self.component = config, Path(run_dir), component
+        self.policy = RestartPolicy.of(config.runner)
+        self.signals: list[int] = []
+
+    def run(self) -> int:
+        """Supervise the controller until the run ends; the exit code."""
+        become_subreaper()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self.on_signal)
+        restart = None
+        while True:
+            code, incident = Attempt(self, restart).run()
+            refusal = self.policy.refusal(incident.cause, time.time()) if incident else "no incident"
+            if incident is None or refusal is not None:
+                if incident is not None and self.policy.max_restarts:
+                    log.error("not restarting: %s", refusal)
+                self.record_restarts_in_summary()
+                return code
+            restart = self.keep_report_and_restart(incident)
+
+    def on_signal(self, signum: int, frame) -> None:
+        self.signals.append(signum)
+        if len(self.signals) > 1:
+            print(f"fleetrl: second {signal.Signals(signum).name}: stopping now", file=sys.stderr, flush=True)
+            kill_run_tree(self.config)  # (an isolated simulation's namespaces too: none left for the next start)
+            print(closing_message(self.run_dir, 128 + self.signals[0]), file=sys.stderr, flush=True)
+            os._exit(128 + self.signals[0])
+
+    def keep_report_and_restart(self, incident: Incident) -> dict:
+        number = len(self.policy.done) + 1
+        kept = []
+        for name in (REPORT_JSON, REPORT_TEXT):
+            path = self.run_dir / name
+            if path.exists():
+                kept.append(path.rename(path.with_name(name.replace(".", f"-{number}."))))
+        self.policy.done.append(Restart(number, incident.cause, incident.started, str(kept[0] if kept else "")))
+        resume = newest_intact(self.run_dir)
+        log.warning(
+            "restart %d (runner.max_restarts=%d) after %s: %s (report kept as %s)",
+            number,
+            self.policy.max_restarts,
+            incident.cause,
+            f"continuing from {resume.name}" if resume else "no checkpoint yet, starting over",
+            ", ".join(path.name for path in kept) or "none",
+        )
+        return {"number": number, "cause": incident.cause, "incident_at": incident.started}
+
+    def record_restarts_in_summary(self) -> None:
+        """summary.json (written by the last controller, if it finished) gets the restarts: how
+        many, their causes, and what each cost (from the metrics of the iteration after it)."""
+        from fleetrl.metrics_log import read_metrics
+
+        path = self.run_dir / "summary.json"  # runner.SUMMARY_FILE (the runner is too heavy to import here)
+        if not self.policy.done or not path.is_file():
+            return
+        summary = json.loads(path.read_text())
+        summary["restarts"] = len(self.policy.done)
+        summary["restart_causes"] = [restart.cause for restart in self.policy.done]
+        summary["restart_s"] = [r["restart_s"] for r in read_metrics(self.run_dir) if "restart_s" in r]
+        path.write_text(json.dumps(summary, indent=2))
+
+
+def supervise(config: Config, backend: str) -> int:
+    """Run `config` under a supervisor: decide the run directory (a new one, its config saved; or
+    the one runner.resume names), then supervise its controller; the exit code."""
+    from fleetrl.config.loader import save_config
+    from fleetrl.run_dir import CONFIG_FILE, create_run_dir, resume_dir, setup_logging
+
+    resumed = resume_dir(config)
+    run_dir = resumed or create_run_dir(config)
+    if resumed is None:
+        save_config(config, run_dir / CONFIG_FILE)
+    setup_logging(run_dir)
+    if config.runner.resume is not None and resumed is None:
+        log.info("runner.resume=auto: no run of this name in %s yet, starting %s", config.runner.run_dir, run_dir)
+    code = Supervisor(config, run_dir, "inline" if backend == "inline" else "controller").run()
+    # Every process of the run is gone: what is left is this interpreter's exit, whose final
+    # garbage collections walk every object the imports made (torch's) — 1.5-4 s measured on a
+    # loaded host after an incident, added to its teardown. Frozen, they are skipped.
+    gc.freeze()
+    if code == 0:
+        print(f"run directory: {run_dir}")
+    return code

@@ -1,0 +1,1 @@
+"""Live tools for a running job: `fleetrl top` and `fleetrl stack`."""
