@@ -1,4 +1,4 @@
-"""The `fleetrl` command: train | sweep | eval | report | doctor | diagnose | top | stack.
+"""The `fleetrl` command: train | sft | record | sweep | eval | report | doctor | diagnose | top | stack.
 
 Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
 missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4 an incident (a
@@ -31,13 +31,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fleetrl {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="train from a YAML config")
-    train.add_argument("config", help="YAML config file")
-    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.lr=3e-4")
-    train.add_argument(
-        "--dry-run", action="store_true", help="check the config, print the resolved placement, start nothing"
-    )
-    train.add_argument("--skip-doctor", action="store_true", help="start even if a preflight check fails")
+    for name, help_text in (
+        ("train", "train from a YAML config (RL)"),
+        ("sft", "the supervised stage from a YAML config: behaviour cloning on demonstrations (algorithm.name: bc)"),
+    ):
+        train = commands.add_parser(name, help=help_text)
+        train.add_argument("config", help="YAML config file")
+        train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.lr=3e-4")
+        train.add_argument(
+            "--dry-run", action="store_true", help="check the config, print the resolved placement, start nothing"
+        )
+        train.add_argument("--skip-doctor", action="store_true", help="start even if a preflight check fails")
+
+    record = commands.add_parser("record", help="record a scripted expert's demonstrations of a config's env")
+    record.add_argument("config", help="YAML config file (its env section)")
+    record.add_argument("overrides", nargs="*", help="dotted overrides, e.g. env.kwargs.tasks=[reach]")
+    record.add_argument("--episodes", type=int, required=True, help="successful episodes to keep")
+    record.add_argument("--out", required=True, help="a new folder: index.json and one .npz per episode")
+    record.add_argument("--seed", type=int, default=0, help="the first reset seed (then seed + 1, ...)")
 
     sweep = commands.add_parser(
         "sweep",
@@ -57,19 +68,32 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--status-interval", type=float, default=30.0, help="seconds between status lines")
     sweep.add_argument("--skip-doctor", action="store_true", help="start each trial even if a preflight check fails")
 
+    init_model = commands.add_parser(
+        "init-model", help="write a randomly initialised Hugging Face VLA folder (nothing downloaded)"
+    )
+    init_model.add_argument("out", help="the folder to write (model, processor, tokenizer)")
+    init_model.add_argument("--family", default="paligemma", help="paligemma | smolvlm")
+    init_model.add_argument("--size", default="tiny", help="tiny (tests, CPU), or the family's real size: 3b | 2b")
+    init_model.add_argument("--action-bins", type=int, default=256, help="action tokens at the end of the vocabulary")
+    init_model.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+
+    export = commands.add_parser("export", help="a run's Hugging Face VLA (LoRA merged) as a standard folder")
+    export.add_argument("run_dir", help="the run directory")
+    export.add_argument("out", help="the folder to write")
+
     evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
-    evaluate.add_argument("run_dir")
-    evaluate.add_argument("--episodes", type=int, default=10)
+    evaluate.add_argument("run_dir", help="the run's directory (its newest intact checkpoint is played)")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to play (Atari: whole games)")
     evaluate.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
-    evaluate.add_argument("--seed", type=int, default=10_000)
+    evaluate.add_argument("--seed", type=int, default=10_000, help="the eval envs' seed (env i gets seed + i)")
     evaluate.add_argument("--video", action="store_true", help="write <run>/video/episode.gif")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
 
     report = commands.add_parser("report", help="write PNG plots into the run directory")
-    report.add_argument("run_dir")
+    report.add_argument("run_dir", help="the run's directory")
 
     diagnose = commands.add_parser("diagnose", help="print the incident report of a run")
-    diagnose.add_argument("run_dir")
+    diagnose.add_argument("run_dir", help="the run's directory")
     top = commands.add_parser("top", help="a live table of a running job's workers")
     top.add_argument("run_dir", nargs="?", help="the run's directory (default: the newest under ./runs)")
     top.add_argument("--once", action="store_true", help="print one table and exit (also when not a terminal)")
@@ -96,6 +120,11 @@ def command_train(args) -> int:
 
     config = load_config(args.config, args.overrides)
     check_entry_points(config)
+    check_stage(config, args.command)
+    if config.runner.init_from is not None:
+        from fleetrl.checkpoint import initial_weights
+
+        initial_weights(config.runner.init_from)  # a bad path: exit 2 now, naming it
     layout = resolve_layout(config)
     if args.dry_run:
         print(dry_run_text(layout))
@@ -107,6 +136,42 @@ def command_train(args) -> int:
 
     start_janitor()  # from here on, nothing of the run outlives this process, even a SIGKILL of it
     return supervise(config, layout.backend)
+
+
+def check_stage(config, command: str) -> None:
+    """`fleetrl train` runs RL algorithms, `fleetrl sft` supervised ones (the spec's `stage`)."""
+    from fleetrl.algos.registry import algorithm_names, algorithm_spec
+    from fleetrl.errors import ConfigError
+
+    stage = "sft" if command == "sft" else "rl"
+    if algorithm_spec(config.algorithm.name).stage != stage:
+        fitting = [name for name in algorithm_names() if algorithm_spec(name).stage == stage]
+        other = "sft" if stage == "rl" else "train"
+        raise ConfigError(
+            "algorithm.name",
+            config.algorithm.name,
+            f"one of {fitting} with fleetrl {command}",
+            f"it is a {'supervised' if stage == 'rl' else 'reinforcement-learning'} algorithm: run it with fleetrl {other}",
+        )
+
+
+def command_record(args) -> int:
+    from fleetrl.config.loader import apply_override, build_config, read_yaml
+    from fleetrl.envs.demonstrations import record
+
+    if args.episodes < 1:
+        raise UserError(f"--episodes must be >= 1, got {args.episodes}")
+    raw = read_yaml(args.config)
+    for override in args.overrides:
+        apply_override(raw, override)
+    # Only the env section is used, type-checked as it is built: the algorithm's rules (bc's
+    # demonstrations folder, which this command is about to write) are not checked.
+    index = record(build_config(raw).env, args.episodes, Path(args.out), args.seed)
+    kept = index["episodes"]
+    tasks = sorted({entry["task"] for entry in kept})
+    counts = ", ".join(f"{task} {sum(entry['task'] == task for entry in kept)}" for task in tasks)
+    print(f"{len(kept)} successful episodes of {index['attempted']} attempted ({counts}) in {args.out}")
+    return 0
 
 
 def command_sweep(args) -> int:
@@ -133,6 +198,20 @@ def command_eval(args) -> int:
             f"{result['episodes']} {result['unit']}s: return {result['mean']:.2f} ± {result['std']:.2f} "
             f"(min {result['min']:.2f}, max {result['max']:.2f})"
         )
+    return 0
+
+
+def command_init_model(args) -> int:
+    from fleetrl.models.hf.init_model import init_model
+
+    print(f"wrote {init_model(args.family, args.size, Path(args.out), args.action_bins, args.seed)}")
+    return 0
+
+
+def command_export(args) -> int:
+    from fleetrl.export import export_run
+
+    print(f"wrote {export_run(Path(args.run_dir), Path(args.out))}")
     return 0
 
 
@@ -170,8 +249,12 @@ def command_stack(args) -> int:
 
 COMMANDS = {
     "train": command_train,
+    "sft": command_train,  # the same run; check_stage tells them apart
+    "record": command_record,
     "sweep": command_sweep,
     "eval": command_eval,
+    "init-model": command_init_model,
+    "export": command_export,
     "report": command_report,
     "doctor": command_doctor,
     "diagnose": command_diagnose,

@@ -118,7 +118,7 @@ def test_a_rollout_worker_that_cannot_reach_its_env_worker_says_which_and_where(
     """Connecting to a port nobody listens on (127.0.0.1): the error names the rollout worker (the
     report's raiser), the env rank and the address it tried, not a bare ConnectionRefusedError."""
     with refusing_port() as port, pytest.raises(WorkerError) as caught:
-        DirectChannels(print, ("rollout", 0)).connect({1: ("127.0.0.1", port)}, 10.0)
+        DirectChannels(print, ("rollout", 0), b"secret").connect({1: ("127.0.0.1", port)}, 10.0)
     error = caught.value
     assert (error.component, error.rank, error.phase, error.error_type) == (
         "rollout",

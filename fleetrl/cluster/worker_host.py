@@ -35,7 +35,7 @@ class WorkerHost:
         self.recorder = start_watching(assignment.component, assignment.rank, assignment.node, watch)
         self.run: Callable | None = None
         self.failed: WorkerError | None = None
-        self.channels = DirectChannels(self.call, (assignment.component, assignment.rank))
+        self.channels = DirectChannels(self.call, (assignment.component, assignment.rank), watch.secret)
 
     def start(self, args: tuple) -> None:
         """Build the worker from `factory(*args)`, as the phase `<component>.construct`."""

@@ -16,6 +16,7 @@ import yaml
 
 from fleetrl.algos.registry import DEFAULT_ALGORITHM, algorithm_names, algorithm_spec
 from fleetrl.config.constraints import Check, Note, Range
+from fleetrl.config.redact import redacted
 from fleetrl.config.schema import SECTION_TYPES, Config
 from fleetrl.errors import ConfigError, UserError, nearest
 from fleetrl.plan.rules import validate
@@ -103,7 +104,12 @@ def unknown_key_hint(prefix: str, key: str, names: list[str], values: dict) -> s
         ]
         if owners:
             return f"{key!r} is a key of {' and '.join(owners)}, not of {values.get('name', DEFAULT_ALGORITHM)}"
+    if f"{prefix}.{key}" in MOVED_KEYS:
+        return f"it is {MOVED_KEYS[f'{prefix}.{key}']} now"
     return nearest(key, names)
+
+
+MOVED_KEYS = {"env.action_chunk": "model.action_chunk"}  # old key: where it lives now
 
 
 def coerce(key: str, value: Any, hint: Any) -> Any:
@@ -143,6 +149,8 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
             raise ConfigError(key, value, f"one of {list(choices)}", nearest(str(value), map(str, choices)))
         return value
     expected = origin or hint
+    if dataclasses.is_dataclass(expected) and isinstance(value, dict):  # a nested section (model.lora)
+        return build_section(key, expected, value)
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if expected is float and isinstance(value, str):
@@ -159,5 +167,6 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
 
 
 def save_config(config: Config, path: Path) -> None:
-    """Write the fully resolved config; `load_config(path)` reads it back unchanged."""
-    path.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    """Write the fully resolved config; `load_config(path)` reads it back unchanged, but for
+    secrets, which are never written (config/redact.py)."""
+    path.write_text(yaml.safe_dump(redacted(dataclasses.asdict(config)), sort_keys=False))

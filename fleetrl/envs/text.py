@@ -11,7 +11,9 @@ simulator, so the vector env already batches arrays and nothing downstream ever 
 
 The vocabulary is built from the space itself — nothing is downloaded: a `MissionSpace` knows its
 mission template and every value of each placeholder, so its words (and the longest mission) are
-known before the first reset; a `Text` space is tokenised per character of its character set.
+known before the first reset; so does a `Text` space that lists its `sentences`
+(`envs.manipulation.InstructionSpace`); any other `Text` space is tokenised per character of its
+character set.
 A word outside the vocabulary (a mission the template did not announce) becomes `<unk>`.
 """
 
@@ -39,6 +41,9 @@ class Vocabulary:
     def of(cls, space: gym.Space) -> Vocabulary:
         if hasattr(space, "mission_func"):  # minigrid.core.mission.MissionSpace
             return cls.of_mission_space(space)
+        if hasattr(space, "sentences"):  # a Text space that lists its sentences (envs.manipulation)
+            words = [sentence.split() for sentence in space.sentences]
+            return cls([word for sentence in words for word in sentence], max(map(len, words)), per_character=False)
         if isinstance(space, gym.spaces.Text):
             return cls(list(space.character_set), space.max_length, per_character=True)
         raise TypeError(f"no vocabulary for {space}")
@@ -65,8 +70,17 @@ class Vocabulary:
         pieces = [self.symbols[i] for i in ids if i != PAD]
         return ("" if self.per_character else " ").join(pieces)
 
-    def space(self) -> gym.spaces.Box:
-        return gym.spaces.Box(0, len(self.symbols) - 1, (self.max_length,), np.int64)
+    def space(self) -> TextIds:
+        return TextIds(self)
+
+
+class TextIds(gym.spaces.Box):
+    """The Box of a text observation's token ids, carrying its `Vocabulary`: a model that reads
+    text with a tokenizer of its own (a Hugging Face VLA) decodes the ids back to the words."""
+
+    def __init__(self, vocabulary: Vocabulary):
+        super().__init__(0, len(vocabulary.symbols) - 1, (vocabulary.max_length,), np.int64)
+        self.vocabulary = vocabulary
 
 
 def is_text(space: gym.Space) -> bool:

@@ -17,15 +17,18 @@ from fleetrl.plan.rules import check_split_over_ranks, effective_minibatch_size,
 
 @dataclass
 class PPGConfig(PPOConfig):
-    # needs model.aux_value_head: true
-    n_pi: Annotated[int, AtLeastOne] = 32  # policy-phase iterations per auxiliary phase
-    aux_epochs: Annotated[int, AtLeastOne] = 6  # epochs over the phase's stored data in the auxiliary phase
-    aux_minibatch_size: Annotated[int, Positive] | None = (
-        None  # samples per auxiliary optimizer step over all actor ranks (None: the policy phase's minibatch)
-    )
-    beta_clone: Annotated[float, NonNegative] = (
-        1.0  # weight of the behavioural-cloning KL(pi_old || pi) in the auxiliary loss
-    )
+    """PPO's keys (its policy phase reads them) plus the auxiliary phase's; needs
+    `model.aux_value_head: true` (docs: concepts/algorithms.md, PPG)."""
+
+    n_pi: Annotated[int, AtLeastOne] = 32
+    """Policy-phase iterations per auxiliary phase."""
+    aux_epochs: Annotated[int, AtLeastOne] = 6
+    """Epochs over the stored observations and value targets in each auxiliary phase."""
+    aux_minibatch_size: Annotated[int, Positive] | None = None
+    """Samples per auxiliary optimizer step over all actor ranks (null: the policy phase's
+    minibatch)."""
+    beta_clone: Annotated[float, NonNegative] = 1.0
+    """Weight of the behavioural-cloning KL(π_old ‖ π) in the auxiliary loss."""
 
 
 def aux_minibatch_size(config: Config) -> int:
@@ -49,6 +52,20 @@ def validate_ppg(config: Config) -> None:
             config.actor.strategy,
             "'ddp' with algorithm.name ppg",
             "PPG's two phases are wrapped per phase with DDP; FSDP is not supported",
+        )
+    if config.actor.checkpoint_format != "full":
+        raise ConfigError(
+            "actor.checkpoint_format",
+            config.actor.checkpoint_format,
+            "'full' with algorithm.name ppg",
+            "PPG's checkpoints hold its auxiliary phase's stored data, gathered on rank 0",
+        )
+    if model.action_chunk > 1:
+        raise ConfigError(
+            "model.action_chunk",
+            model.action_chunk,
+            "1 with algorithm.name ppg",
+            "PPG's auxiliary KL compares whole actions; chunks would need it per executed action",
         )
     aux = aux_minibatch_size(config)
     stored = algo.n_pi * config.batch_size

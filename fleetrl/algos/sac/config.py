@@ -22,40 +22,43 @@ from fleetrl.plan.rules import get
 
 @dataclass
 class SACConfig(AlgorithmConfig):
-    buffer_size: Annotated[int, Positive] = (
-        1_000_000  # replay capacity in transitions over all actor ranks; each env keeps its newest buffer_size // env.num_envs
-    )
-    learning_starts: Annotated[int, NonNegative] = (
-        100  # the first this many global env steps take uniform random actions, and training waits until the replay holds this many
-    )
-    update_to_data: Annotated[float, Positive] = (
-        1.0  # gradient steps per new env step, global: an iteration runs update_to_data * num_steps * env.num_envs of them (fractions carry over), all ranks together
-    )
-    tau: Annotated[float, UnitInterval] = (
-        0.005  # Polyak factor of the target critics, target += tau * (critic - target)
-    )
-    q_lr: Annotated[float, Positive] | None = (
-        None  # learning rate of the twin critics and of the entropy coefficient (None: algorithm.lr)
-    )
-    policy_lr: Annotated[float, Positive] | None = None  # learning rate of the actor (None: algorithm.lr)
-    alpha: Annotated[float, Positive] = 1.0  # entropy coefficient: its initial value with autotune, else fixed
-    autotune: bool = True  # tune alpha so that the policy's entropy tracks target_entropy
-    target_entropy: Annotated[float, Range()] | None = (
-        None  # autotune's target entropy (None: minus the action dimension)
-    )
-    policy_frequency: Annotated[int, AtLeastOne] = 1  # one actor (and alpha) update every this many critic updates
-    target_network_frequency: Annotated[int, AtLeastOne] = (
-        1  # one Polyak update of the target critics every this many critic updates
-    )
-    matmul_dtype: Literal["float32", "bfloat16"] | None = (
-        None  # bfloat16 runs the hidden-to-hidden layers' matmuls (forward and backward) in bfloat16, ~4x faster on CPUs with AVX512-BF16/AMX; weights, Adam, losses and the input/output layers stay float32 (None: float32 throughout)
-    )
+    """Soft Actor-Critic's own keys (docs: concepts/algorithms.md, SAC)."""
+
+    buffer_size: Annotated[int, Positive] = 1_000_000
+    """Replay capacity in transitions over all actor ranks; each env keeps its newest
+    `buffer_size // env.num_envs` (more than one iteration's)."""
+    learning_starts: Annotated[int, NonNegative] = 100
+    """The first this many global env steps take uniform random actions, and training waits until the
+    replay holds this many."""
+    update_to_data: Annotated[float, Positive] = 1.0
+    """Gradient steps per new global env step: an iteration runs `update_to_data * num_steps *
+    env.num_envs` of them over all ranks together (fractions carry over)."""
+    tau: Annotated[float, UnitInterval] = 0.005
+    """Polyak factor of the target critics: target += tau · (critic − target)."""
+    q_lr: Annotated[float, Positive] | None = None
+    """Learning rate of the twin critics and of the entropy coefficient (null: `algorithm.lr`)."""
+    policy_lr: Annotated[float, Positive] | None = None
+    """Learning rate of the actor (null: `algorithm.lr`)."""
+    alpha: Annotated[float, Positive] = 1.0
+    """Entropy coefficient: its initial value with `autotune`, else fixed."""
+    autotune: bool = True
+    """Tune `alpha` so that the policy's entropy tracks `target_entropy`."""
+    target_entropy: Annotated[float, Range()] | None = None
+    """`autotune`'s target entropy (null: minus the action dimension)."""
+    policy_frequency: Annotated[int, AtLeastOne] = 1
+    """One actor (and alpha) update every this many critic updates."""
+    target_network_frequency: Annotated[int, AtLeastOne] = 1
+    """One Polyak update of the target critics every this many critic updates."""
+    matmul_dtype: Literal["float32", "bfloat16"] | None = None
+    """`bfloat16` runs the hidden-to-hidden layers' matmuls (forward and backward) in bfloat16, faster
+    on CPUs with AVX512-BF16/AMX; weights, Adam, losses and the input and output layers stay float32
+    (null: float32 throughout)."""
 
 
 UNSUPPORTED = {  # key: (the value SAC needs, why)
     "model.id": ("mlp", "sac builds its own actor and twin-critic MLPs from model.hidden_sizes and model.activation"),
     "model.action_bins": (None, "sac's actor is a squashed Gaussian"),
-    "env.action_chunk": (1, "sac's replay stores one action per env step"),
+    "model.action_chunk": (1, "sac's replay stores one action per env step"),
     "env.normalize_obs": (
         False,
         "the replay buffer would keep observations normalised with statistics that later change",
@@ -64,6 +67,8 @@ UNSUPPORTED = {  # key: (the value SAC needs, why)
     "actor.strategy": ("ddp", "sac's replicas train with DDP"),
     "actor.micro_batch_size": (None, "sac does not accumulate gradients"),
     "actor.gradient_checkpointing": (False, "sac does not recompute activations"),
+    "runner.weight_sync": ("full", "sac's rollout workers load its actor network, not a policy's state"),
+    "actor.checkpoint_format": ("full", "sac's checkpoints gather its replicas and replay buffer on rank 0"),
 }
 
 
