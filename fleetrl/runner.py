@@ -208,7 +208,7 @@ class Trainer:
         started = time.perf_counter()
         steps_before = self.global_step
         with phase("weight_sync"):
-            self.sync_weights()
+            weight_syncs = self.sync_weights()
         synced = time.perf_counter()
         if self.config.algorithm.resets_envs_each_iteration:  # e.g. GRPO: group-seeded resets
             self.backend.collector.start(self.iteration)
@@ -237,6 +237,7 @@ class Trainer:
             **success_metrics(successes),  # of this iteration's episodes, where the env reports success
             "steps_per_s": (self.global_step - steps_before) / (updated - started),
             "time_weight_sync_s": synced - started,
+            "weight_syncs": weight_syncs,
             "time_collect_s": collect_s,
             "time_update_s": updated - synced - collect_s,
             **metrics,
@@ -251,21 +252,23 @@ class Trainer:
             self.restart = None
         return record
 
-    def sync_weights(self) -> None:
+    def sync_weights(self) -> int:
         """Actor rank 0's weights → every rollout worker, unless they share the policy object;
         with `runner.weight_sync: trainable` only the first sync is full, later ones patches.
         Every actor rank is asked (FSDP gathers shards collectively); the rollout workers receive
-        rank 0's copy by reference, and run the load before their next `act` (call order)."""
+        rank 0's copy by reference, and run the load before their next `act` (call order).
+        Returns how many rollout workers were sent weights (0: none needed them this iteration)."""
         backend = self.backend
         if backend.shares_policy or self.iteration % self.config.runner.weight_sync_interval:
-            return
+            return 0
         if self.config.runner.weight_sync == "trainable" and self.synced:  # frozen tensors are there already
             patch = backend.actor.call_all(ActorBase.trainable_weights)[0]
-            backend.rollout.call_all(RolloutWorker.load_patch, patch)
+            sent = backend.rollout.call_all(RolloutWorker.load_patch, patch)
         else:
             weights = backend.actor.call_all(ActorBase.policy_weights)[0]
-            backend.rollout.call_all(RolloutWorker.load_weights, weights)
+            sent = backend.rollout.call_all(RolloutWorker.load_weights, weights)
         self.synced = True
+        return len(sent)
 
     def gather_env_reports(self) -> tuple[list[float], list[int], list[float], list[tuple[str, bool]]]:
         """Sum the counters of all env workers (global steps and episodes); merge episodes, the

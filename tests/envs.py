@@ -67,3 +67,30 @@ class FilmedCartPole(CartPoleEnv):
         frame = np.zeros((4, 16, 3), np.uint8)
         frame[0, :, :] = 255 * ((self.t >> np.arange(16)) & 1)[:, None]
         return frame
+
+
+class MetronomeEnv(gym.Env):
+    """Episodes of exactly `length` steps, each starting from the same state whatever the seed:
+    observation [t / length], reward 1 when the action is t's parity. With `length` equal to
+    `algorithm.num_steps`, every iteration starts on a fresh episode, so a resumed run's reset
+    (the simulator is not checkpointed) puts the env where the uninterrupted run's is."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, length: int = 16):
+        self.length, self.t = length, 0
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self.t % 2)
+        self.t += 1
+        return self._obs(), reward, self.t >= self.length, False, {}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t / self.length], np.float32)

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from fleetrl.checkpoint import load_latest
 from fleetrl.watch.hang_report import REPORT_TEXT
-from tests.support import Finished, train
+from tests.support import LOADED_HOST_MARGIN_S, Finished, train
+
+HEARTBEAT_TIMEOUT_S = 3  # SMALL's: a worker that stops beating is frozen or gone after this long
+
+
+def detection_bound(threshold_s: float = HEARTBEAT_TIMEOUT_S) -> float:
+    """How late an incident may be detected: its configured threshold (by default the heartbeat
+    timeout, which bounds the notice of a death or an exception) plus the loaded host's margin."""
+    return threshold_s + LOADED_HOST_MARGIN_S
+
 
 SMALL = [
     "env.num_envs=4",
@@ -17,7 +26,7 @@ SMALL = [
     "runner.checkpoint_interval=1",
     "runner.tensorboard=false",
     "runner.total_env_steps=1000000",
-    "watchdog.heartbeat_timeout_s=3",
+    f"watchdog.heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S}",
     "--skip-doctor",
 ]
 

@@ -12,7 +12,14 @@ import time
 import psutil
 import pytest
 
-from fleetrl.cluster.isolated_nodes import LINK_PATTERN, NETNS_PATTERN, WORK_DIR_PATTERN, WORK_ROOT, why_not_isolated
+from fleetrl.cluster.isolated_nodes import (
+    CLUSTER_MARK,
+    LINK_PATTERN,
+    NETNS_PATTERN,
+    WORK_DIR_PATTERN,
+    WORK_ROOT,
+    why_not_isolated,
+)
 
 needs_isolation = pytest.mark.skipif(why_not_isolated() is not None, reason=f"needs {why_not_isolated()}")
 
@@ -40,24 +47,29 @@ def namespace_of(pid: int | str, kind: str) -> str | None:
         return None
 
 
-def namespaced_pids() -> set[int]:
-    """Processes in a PID or network namespace other than this test's."""
-    ours = namespace_of("self", "pid"), namespace_of("self", "net")
-    return {
-        p.pid
-        for p in psutil.process_iter()
-        if namespace_of(p.pid, "pid") not in (ours[0], None) or namespace_of(p.pid, "net") not in (ours[1], None)
-    }
+def cluster_processes(tag: int) -> list[int]:
+    """The running processes of the simulated cluster tagged `tag` (the pid of the process that
+    started it): each carries the tag in its environment, wherever it was reparented to. Other
+    clusters, and other namespaces on this machine, are not this test's business."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            marked = process.environ().get(CLUSTER_MARK) == str(tag)
+        except psutil.Error:
+            continue
+        if marked and running(process.pid):
+            found.append(process.pid)
+    return found
 
 
-def leftovers(driver_pid: int, before: set[int]) -> list[str]:
-    """Everything of the run of `driver_pid` still there: its namespaces, links, work folder and
-    running processes in other namespaces that were not there `before`."""
+def leftovers(tag: int) -> list[str]:
+    """Everything of the simulated cluster tagged `tag` still there: its namespaces, links, work
+    folder and running processes."""
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-    found = [line.split()[0] for line in netns.splitlines() if line.startswith(f"fleetrl-{driver_pid}-")]
-    found += [name for name in psutil.net_if_addrs() if name.startswith(f"frl{driver_pid}")]
-    found += [str(p) for p in [WORK_ROOT / f"fleetrl-iso-{driver_pid}"] if p.exists()]
-    found += [f"pid {pid}" for pid in namespaced_pids() - before if running(pid)]
+    found = [line.split()[0] for line in netns.splitlines() if line.startswith(f"fleetrl-{tag}-")]
+    found += [name for name in psutil.net_if_addrs() if name.startswith(f"frl{tag}")]
+    found += [str(p) for p in [WORK_ROOT / f"fleetrl-iso-{tag}"] if p.exists()]
+    found += [f"pid {pid}" for pid in cluster_processes(tag)]
     return found
 
 

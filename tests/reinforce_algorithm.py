@@ -1,9 +1,11 @@
 """A fourth algorithm defined outside the package: REINFORCE with a learned baseline.
 
 Its config section, its actor (an `ActorBase`), the standard rollout worker and one
-`register_algorithm` call are all it takes; nothing in the package names it. Importing this
-module registers it (as a plugin's module does); `SPEC` is also what an entry point in the
-`fleetrl.algorithms` group names (tests/test_algorithm_plugin.py uses both).
+`AlgorithmSpec` are all it takes; nothing in the package names it. `SPEC` is what an entry point
+in the `fleetrl.algorithms` group names (fleetrl registers it when `algorithm.name` asks for it),
+and what tests/test_algorithm_plugin.py registers for the length of each of its tests only: a
+module-level registration would make every later test's set of algorithms depend on which
+modules pytest collected.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from fleetrl.algos.common.gae import compute_gae
 from fleetrl.algos.common.optim import build_optimizer
-from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
+from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric
 from fleetrl.config.constraints import UnitInterval
 from fleetrl.config.schema import AlgorithmConfig, Config
 from fleetrl.models.policy import Policy
@@ -90,12 +92,10 @@ class ReinforceActor(ActorBase):
         self.optimizer.load_state_dict(saved["optimizer"])
 
 
-SPEC = register_algorithm(
-    AlgorithmSpec(
-        name="reinforce",
-        config=ReinforceConfig,
-        actor=ReinforceActor,
-        rollout=RolloutWorker,
-        console_metrics=(ConsoleMetric("baseline_loss", "baseline", ".3f"),),
-    )
+SPEC = AlgorithmSpec(
+    name="reinforce",
+    config=ReinforceConfig,
+    actor=ReinforceActor,
+    rollout=RolloutWorker,
+    console_metrics=(ConsoleMetric("baseline_loss", "baseline", ".3f"),),
 )

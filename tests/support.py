@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,13 @@ FOUR_LANES_ON_RAY = [
     "cluster.component_placement={actor: 0, env: 0-1, rollout: 0}",
     "rollout.pipeline_stage_num=2",
 ]
+# What a loaded 2-core CI host adds to anything the product promises within a configured time: a
+# heartbeat thread's or the watchdog's turn on a core, Ray's notice of a dead actor, a report
+# written. A bound is the configured threshold plus this, never a figure measured on a quiet host.
+LOADED_HOST_MARGIN_S = 10
+# The wait for a run that trains to a target return: it ends a run that hangs despite its watchdog,
+# and makes no speed claim (the learning claims are in env steps: `summary["target_reached_step"]`).
+LEARNING_GUARD_S = 1800
 TIMING_METRICS = ("wall_s", "steps_per_s", "time_weight_sync_s", "time_collect_s", "time_update_s")
 
 
@@ -73,6 +81,16 @@ def four_lane_cartpole(runs, *overrides: str, iterations: int = 4) -> list[str]:
         "--skip-doctor",
         *overrides,
     ]
+
+
+@contextlib.contextmanager
+def refusing_port():
+    """A 127.0.0.1 port that refuses every connection while the block runs: bound, so no other
+    process can take it meanwhile, and never listening (a closed port, probed and released,
+    could be anyone's by the time it is used)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
 
 
 def subprocess_env() -> dict:
@@ -167,11 +185,19 @@ class Fleetrl:
     whatever happens in the block, the driver and every process it started are ended when it
     leaves."""
 
-    def __init__(self, *args: str, cwd: Path = REPO, runs: Path | None = None, env: Mapping[str, str] = {}):
+    def __init__(
+        self, *args: str, cwd: Path = REPO, runs: Path | None = None, env: Mapping[str, str] = {}, shell: bool = False
+    ):
+        """With `shell`, `args` is one command line as a user types it (`fleetrl ...`, with its own
+        environment assignments), run by bash, which execs it: the driver's pid is fleetrl's."""
         self.args, self.runs, self.ended = args, runs, False
         self.stdout, self.stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # no pipe fills up
         self.process = subprocess.Popen(
-            [*FLEETRL, *args], cwd=cwd, env={**subprocess_env(), **env}, stdout=self.stdout, stderr=self.stderr
+            ["bash", "-c", *args] if shell else [*FLEETRL, *args],
+            cwd=cwd,
+            env={**subprocess_env(), **env},
+            stdout=self.stdout,
+            stderr=self.stderr,
         )
 
     def __enter__(self) -> Fleetrl:

@@ -10,17 +10,25 @@ import os
 
 import pytest
 
-from fleetrl.algos.registry import algorithm_names, algorithm_spec
+from fleetrl.algos.registry import algorithm_names, algorithm_spec, register_algorithm, unregister_algorithm
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.metrics_log import read_metrics
 from fleetrl.progress import summary_line
 from fleetrl.run_dir import LOG_FILE
 from fleetrl.runner import Trainer
-from tests.reinforce_algorithm import ReinforceActor, ReinforceConfig
+from tests.reinforce_algorithm import SPEC, ReinforceActor, ReinforceConfig
 from tests.support import subprocess_env, train
 
 REINFORCE = ["algorithm.name=reinforce", "env.num_envs=4", "algorithm.num_steps=32"]
+
+
+@pytest.fixture(autouse=True)
+def reinforce_registered():
+    """REINFORCE registered for this test only, as a plugin's import would register it."""
+    register_algorithm(SPEC)
+    yield
+    unregister_algorithm(SPEC.name)
 
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")
@@ -99,3 +107,16 @@ def test_an_installed_plugin_is_found_by_its_entry_point(tmp_path):
     ).succeeded()
     records = result.metrics
     assert len(records) == 2 and all(r["baseline_loss"] > 0 for r in records)
+
+
+def test_unregistered_it_is_unknown_again():
+    """What the fixture registered is gone once unregistered: no later test sees REINFORCE unless
+    it registers it (or installs its entry point)."""
+    unregister_algorithm(SPEC.name)
+    try:
+        assert "reinforce" not in algorithm_names()
+        with pytest.raises(ConfigError) as caught:
+            load_config(None, REINFORCE)
+        assert (caught.value.key, caught.value.value) == ("algorithm.name", "reinforce")
+    finally:
+        register_algorithm(SPEC)  # for the fixture's own unregistering

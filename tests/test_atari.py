@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import ale_py  # noqa: F401 (the `atari` extra, in `test`: registers the games; a broken install fails here)
 import numpy as np
 import pytest
 
@@ -25,8 +26,6 @@ from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import play
 from tests.image_envs import RecordedBreakout
 from tests.support import REPO, train
-
-pytest.importorskip("ale_py")
 
 CONFIG = REPO / "configs" / "ppo_atari.yaml"
 BREAKOUT = EnvConfig(id="BreakoutNoFrameskip-v4", wrappers="atari", num_envs=1)

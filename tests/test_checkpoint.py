@@ -20,7 +20,7 @@ from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.metrics_log import read_metrics
 from fleetrl.runner import Trainer
-from tests.support import REPO, Fleetrl, fleetrl, own_children, subprocess_env
+from tests.support import REPO, TIMING_METRICS, Fleetrl, fleetrl, own_children, subprocess_env
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 
@@ -234,6 +234,40 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path):
     # keep-last-K in a real run: checkpoints every 3 iterations (3, 6) and at the end (8), keep 2
     assert names(run_dir) == ["ckpt_00000006.pt", "ckpt_00000008.pt"]
     assert names(Path(straight["run_dir"])) == ["ckpt_00000006.pt", "ckpt_00000008.pt"]
+
+
+@pytest.mark.usefixtures("quiet_fleetrl_logging")
+def test_a_run_stopped_and_resumed_is_the_uninterrupted_run_bit_for_bit(tmp_path):
+    """Stopped after 4 of 8 iterations and resumed, a run is the uninterrupted one: every number of
+    every iteration (losses, KL, entropy, returns, counters; timings aside) and the final weights
+    are equal, bit for bit. The simulator, which no checkpoint can hold, is reset on resume: the
+    env's episodes end on the iteration boundary (MetronomeEnv), where that reset is the state it
+    would be in anyway. The schedule is flat so the first half's 4 iterations are the same as the
+    whole run's first 4 (an annealed one would anneal over the half's total); the test above
+    checks that an annealed schedule carries on."""
+    total = ITERATIONS * STEPS_PER_ITERATION
+    flat = ["env.id=tests.envs:MetronomeEnv", "env.kwargs={length: 16}", "algorithm.anneal_lr=false"]
+    flat.append("algorithm.anneal_clip=false")
+    straight = run(tmp_path, "straight", total, *flat)
+    half = run(tmp_path, "split", total // 2, *flat)
+    run(tmp_path, "ignored", total, *flat, f"runner.resume={half['run_dir']}")
+
+    def untimed(run_dir: str) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in TIMING_METRICS} for r in read_metrics(Path(run_dir))]
+
+    resumed, uninterrupted = untimed(half["run_dir"]), untimed(straight["run_dir"])
+    assert [r["iteration"] for r in resumed] == list(range(1, ITERATIONS + 1))
+    assert {"policy_loss", "value_loss", "approx_kl", "entropy"} <= resumed[-1].keys()
+    assert resumed == uninterrupted
+    mine = load_latest(Path(half["run_dir"]))["actor"]
+    theirs = load_latest(Path(straight["run_dir"]))["actor"]
+    for part in ("policy", "optimizer"):
+        assert mine[part].keys() == theirs[part].keys()
+    for key in mine["policy"]:
+        torch.testing.assert_close(mine["policy"][key], theirs["policy"][key], rtol=0, atol=0, msg=key)
+    for index, state in theirs["optimizer"]["state"].items():
+        for name, tensor in state.items():
+            torch.testing.assert_close(mine["optimizer"]["state"][index][name], tensor, rtol=0, atol=0)
 
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")

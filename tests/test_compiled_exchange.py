@@ -11,7 +11,7 @@ from fleetrl.cluster.compiled_exchange import unroll_for
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.plan.layout import resolve_layout
-from tests.incidents import assert_incident, fault, run_fault
+from tests.incidents import assert_incident, detection_bound, fault, run_fault
 from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES
 from tests.support import TIMING_METRICS as TIMING
 from tests.support import Fleetrl
@@ -87,7 +87,7 @@ def test_env_worker_killed_on_its_first_step_inside_the_graph_is_named(tmp_path)
         tmp_path, *FOUR_LANES, "cluster.exchange=compiled", fault("kill", "env", 1, 1), checkpointed=False
     )
     assert COMPILED_LINE in result.stderr, result.stderr[-3000:]
-    assert_incident(result, "worker_died", ["env", 1], 3)
+    assert_incident(result, "worker_died", ["env", 1], detection_bound())
 
 
 @pytest.mark.parametrize(

@@ -14,13 +14,12 @@ from fleetrl.checkpoint import load_latest
 from fleetrl.cluster.direct_channels import Channel, ChannelLost, DirectChannels
 from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
-from fleetrl.parallel.net import free_port
 from fleetrl.plan.layout import resolve_layout
 from fleetrl.probe.host import WorkerError
 from tests.incidents import assert_incident, fault, run_fault
 from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES
 from tests.support import TIMING_METRICS as TIMING
-from tests.support import Fleetrl
+from tests.support import Fleetrl, refusing_port
 from tests.support import four_lane_cartpole as cartpole
 
 DIRECT_LINE = "[fleetrl] env⇄rollout exchange: direct worker-to-worker channels (4 lanes)"
@@ -118,8 +117,7 @@ def test_direct_exchange_where_env_and_rollout_share_a_process_is_a_config_error
 def test_a_rollout_worker_that_cannot_reach_its_env_worker_says_which_and_where():
     """Connecting to a port nobody listens on (127.0.0.1): the error names the rollout worker (the
     report's raiser), the env rank and the address it tried, not a bare ConnectionRefusedError."""
-    port = free_port()
-    with pytest.raises(WorkerError) as caught:
+    with refusing_port() as port, pytest.raises(WorkerError) as caught:
         DirectChannels(print, ("rollout", 0), b"secret").connect({1: ("127.0.0.1", port)}, 10.0)
     error = caught.value
     assert (error.component, error.rank, error.phase, error.error_type) == (

@@ -11,7 +11,6 @@ tens of milliseconds).
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
@@ -23,6 +22,7 @@ from tests import dist_support
 from tests.compare import assert_close_state, max_difference
 from tests.dist_support import PROGRESS, RESUME, train_reference
 from tests.ranks import each_scenario, spawn_ranks
+from tests.support import LOADED_HOST_MARGIN_S
 
 WORLD = 2
 DDP = ["ddp", "ddp_target_kl", "ddp_accumulation", "ddp_continuous", "ddp_checkpointing"]
@@ -134,12 +134,11 @@ def test_gradient_accumulation_equals_no_accumulation(references):
 
 
 def test_joining_fails_after_the_configured_timeout_not_30_minutes():
-    started = time.perf_counter()
+    """actor.dist_timeout_s (3 s) ends the join: not before it, and within it plus a loaded host's
+    margin (Gloo's own default would be 30 minutes; spawn_ranks' timeout ends the test otherwise)."""
     (result,) = spawn_ranks(dist_support.lonely_rank, 3.0, world=1, join=False, timeout_s=60)
-    wall = time.perf_counter() - started
     assert result["outcome"].startswith("JoinError") and "actor.dist_timeout_s" in result["outcome"]
-    assert 2.5 <= result["seconds"] < 20, result
-    assert wall < 40
+    assert 2.5 <= result["seconds"] <= 3.0 + LOADED_HOST_MARGIN_S, result
 
 
 BAD_ACTOR_CONFIGS = {

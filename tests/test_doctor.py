@@ -38,7 +38,7 @@ from fleetrl.doctor.handshake import run_handshake
 from fleetrl.doctor.interfaces import interfaces
 from fleetrl.doctor.processes import RESULT
 from fleetrl.parallel.net import free_port
-from tests.support import fill, fleetrl, mounted_tmpfs, own_children
+from tests.support import LOADED_HOST_MARGIN_S, fill, fleetrl, mounted_tmpfs, own_children
 
 MIB = 1024**2
 
@@ -256,15 +256,13 @@ class TestInterfaces:
 
 
 class TestReachability:
-    def test_doctor_catches_an_unreachable_peer_in_well_under_a_second(self, tmp_path):
+    def test_doctor_catches_an_unreachable_peer_as_refused_not_timed_out(self, tmp_path):
         with closed_port() as holder:
             port = holder.getsockname()[1]
-            start = time.monotonic()
             code, text = doctor(make_config(tmp_path), only=["reachability"], peers=(f"127.0.0.1:{port}",))
-            elapsed = time.monotonic() - start
-        assert code == EXIT_CHECK_FAILED and elapsed < 1.0
+        assert code == EXIT_CHECK_FAILED
         failure = next(line for line in text.splitlines() if line.startswith("FAIL"))
-        assert f"127.0.0.1:{port}" in failure and "connection refused" in failure
+        assert f"127.0.0.1:{port}" in failure and "connection refused" in failure and "timed out" not in failure
         assert "fix:" in text
 
     def test_listening_peer_and_self_connect_pass(self, tmp_path):
@@ -300,11 +298,11 @@ class TestGlooHandshake:
         assert not own_children()
 
     def test_unreachable_rendezvous_fails_at_once_naming_it(self):
+        """At once: refused before any rank is started, not the 10 s deadline of ranks waiting."""
         with closed_port() as holder:
             port = holder.getsockname()[1]
-            start = time.monotonic()
             result = run_handshake(2, store_port=port, timeout=10)
-        assert not result.ok and time.monotonic() - start < 1.0
+        assert not result.ok and result.outcomes == [], result.outcomes
         assert f"the rendezvous store 127.0.0.1:{port} is unreachable" in result.detail
         assert "connection refused" in result.detail
 
@@ -316,9 +314,10 @@ class TestGlooHandshake:
             silent.listen()
             port = silent.getsockname()[1]
             start = time.monotonic()
-            result = run_handshake(2, store_port=port, timeout=8)  # start-up under load included
+            # the deadline covers start-up: importing torch took 8 s on a loaded 2-core host
+            result = run_handshake(2, store_port=port, timeout=20)
             elapsed = time.monotonic() - start
-        assert not result.ok and elapsed < 10
+        assert not result.ok and 20 <= elapsed <= 20 + LOADED_HOST_MARGIN_S
         # the phase is what fleetrl.parallel.process_group's join says it waits for
         joining = f"ranks 0, 1 still joining the gloo process group at tcp://127.0.0.1:{port} (the rendezvous,"
         assert joining in result.detail, result.detail
@@ -406,7 +405,7 @@ time.sleep(120)  # as a rank in connectFullMesh whose peer will never connect
 @pytest.fixture
 def loopback_ray(monkeypatch):
     """A private one-node Ray on 127.0.0.1 (address='local': never anyone else's cluster)."""
-    ray = pytest.importorskip("ray")
+    import ray
     import ray._private.ray_constants as ray_constants
 
     # On Linux Ray swaps a loopback node address for the machine's routable one; keep loopback.
@@ -429,9 +428,10 @@ class TestLiveRay:
     def test_unreachable_ray_address_fails_before_ray_init(self, tmp_path):
         with closed_port() as holder:
             port = holder.getsockname()[1]
-            start = time.monotonic()
             check = one(run(make_config(tmp_path, f"cluster.ray_address=127.0.0.1:{port}"), "ray"), "ray.cluster")
-        assert time.monotonic() - start < 1.0
+        ray = sys.modules.get("ray")
+        assert ray is None or not ray.is_initialized()  # before ray.init: nothing joined, nothing started
+        assert not own_children()
         assert check.status is Status.FAIL
         assert f"cannot join the Ray cluster at 127.0.0.1:{port}" in check.detail
 
@@ -474,7 +474,8 @@ class TestLiveRay:
 
 class TestCudaAndPlacement:
     def test_cuda_skipped_without_gpus_unless_asked_for(self, tmp_path):
-        torch = pytest.importorskip("torch")
+        import torch
+
         if torch.cuda.is_available():
             pytest.skip("this machine has a GPU")
         check = one(run(make_config(tmp_path), "cuda"), "cuda")
@@ -530,7 +531,7 @@ class TestEnv:
         config = make_config(tmp_path, "env.id=tests.doctor_envs:HangingResetEnv")
         start = time.monotonic()
         check = one(run(config, "env", env_timeout=5), "env.reset_step")
-        assert time.monotonic() - start < 6.5
+        assert 5 <= time.monotonic() - start <= 5 + LOADED_HOST_MARGIN_S
         assert check.status is Status.FAIL
         assert "still in env.reset() after 5.0 s" in check.detail and "killed" in check.detail
         assert "--env-timeout" in check.remedy
@@ -617,12 +618,6 @@ class TestOutput:
 # ---- the `fleetrl` command ------------------------------------------------------------------------
 
 
-def cli_has_doctor() -> bool:
-    from fleetrl import cli
-
-    return "doctor" in getattr(cli, "COMMANDS", {})
-
-
 def test_importing_the_doctor_is_cheap():
     """cli.py imports it at start-up: no torch, no Ray, no gymnasium until a check needs them."""
     code = "import sys, fleetrl.doctor; print([m for m in ('torch', 'ray', 'gymnasium') if m in sys.modules])"
@@ -630,7 +625,6 @@ def test_importing_the_doctor_is_cheap():
     assert result.stdout.strip() == "[]"
 
 
-@pytest.mark.skipif(not cli_has_doctor(), reason="`fleetrl doctor` is not wired into cli.py yet")
 def test_fleetrl_doctor_exit_codes(tmp_path):
     with closed_port() as holder:
         port = holder.getsockname()[1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from fleetrl.config.schema import WatchdogConfig
-from tests.fault_cells import Cell, make_cell
+from tests.fault_cells import METHOD, WHEN, Cell, make_cell
 from tests.support import train
 
 CONFIG = WatchdogConfig()
@@ -73,3 +73,16 @@ def test_a_hang_before_the_process_group_join_on_ray_names_the_rank_that_never_j
     result = run_cell(tmp_path, cell)
     assert_named(result, cell, allowance_s + JUDGING_WINDOW_S + MARGIN_S)
     assert "; actor rank 0 waits in join (gloo rendezvous at tcp://" in result.hang_report["summary"]
+
+
+@pytest.mark.parametrize("when", WHEN)
+def test_an_exception_in_the_rollout_is_named_at_every_moment_inline(tmp_path, when):
+    """The rollout component, fault-injected at start-up (its lanes' configuration), on its first
+    `act` and in steady state (its 40th): each is the rollout's own `worker_exception`, named
+    within the cell's bound, its method in the summary."""
+    cell = make_cell("exception", "rollout", when, "inline")
+    assert not cell.infeasible, cell.infeasible
+    result = run_cell(tmp_path, cell)
+    assert_named(result, cell, cell.bound_s)
+    method, _ = METHOD["rollout"][when]
+    assert f"InjectedFault in rollout.{method}" in result.hang_report["summary"], result.hang_report["summary"]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fleetrl.checkpoint import load_latest
-from tests.incidents import SMALL, assert_incident, fault, run_fault
+from tests.incidents import SMALL, assert_incident, detection_bound, fault, run_fault
 from tests.support import REPO, Fleetrl, fleetrl, subprocess_env
 
 RAY_TWO_ACTORS = [
@@ -26,10 +26,18 @@ RAY_TWO_ACTORS = [
 
 # (fault kind, component, rank, call) → (cause, bound in s, words the summary must hold)
 CATALOGUE = {
-    "rank killed mid all-reduce": (("kill", "actor", 1, 3), ("worker_died", 3, "died")),
+    "rank killed mid all-reduce": (("kill", "actor", 1, 3), ("worker_died", detection_bound(), "died")),
     "rank frozen with SIGSTOP": (("stop", "actor", 1, 3), ("process_frozen", 10, "stopped (SIGSTOP")),
     "env.step never returns on one env worker": (("hang", "env", 1, 40), ("phase_timeout", 10, "env.step")),
-    "rank-dependent extra collective": (("extra_collective", "actor", 1, 2), ("collective_mismatch", 10, "#")),
+    "rank-dependent extra collective": (
+        ("extra_collective", "actor", 1, 2),
+        (
+            "collective_mismatch",
+            10,
+            "actor rank 1 made more collectives (or optimisation steps) than the others "
+            "(9 collectives in call 2 of actor.train, 8 in the call before)",
+        ),
+    ),
     "one rank does more optimisation steps": (
         ("extra_step", "actor", 1, 2),
         ("collective_mismatch", 10, "more collectives"),
@@ -86,7 +94,7 @@ def test_exception_in_one_worker_shows_its_traceback(tmp_path):
     assert "InjectedFault" in report["summary"] and "env.step" in report["summary"]
     assert "Traceback" in report["detail"] and "faults.py" in report["detail"]
     assert report["culprit"] == ["env", 1]
-    assert report["detected_after_s"] <= 3
+    assert report["detected_after_s"] <= detection_bound()
 
 
 def test_head_without_gradient_is_named_not_a_hang(tmp_path):

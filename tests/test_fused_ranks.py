@@ -13,8 +13,8 @@ from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.plan.layout import fused_assignments, resolve_layout
 from fleetrl.plan.placement import resolve_placement
-from tests.incidents import assert_incident, fault, run_fault
-from tests.support import TWO_ACTOR_RANKS_ON_RAY, train
+from tests.incidents import assert_incident, detection_bound, fault, run_fault
+from tests.support import LEARNING_GUARD_S, TWO_ACTOR_RANKS_ON_RAY, train
 
 FUSE = "cluster.fuse_collocated=true"
 TWO_FUSED_RANKS = [
@@ -113,10 +113,12 @@ def test_two_fused_ranks_train_cartpole_to_target_and_resume(tmp_path):
         "runner.checkpoint_interval=100",
         "--skip-doctor",
         runs=tmp_path,
+        timeout=LEARNING_GUARD_S,
     ).succeeded()
     run_dir, records = first.run_dir, first.metrics
     assert records[-1]["episode_return_last100"] >= 475
-    assert all(r["time_weight_sync_s"] < 1e-3 for r in records)
+    assert first.summary["target_reached_step"] == records[-1]["global_step"], first.summary
+    assert [r["weight_syncs"] for r in records] == [0] * len(records)  # each rank acts with its own policy
     assert [r["global_step"] for r in records[:2]] == [256, 512]  # 2 ranks x 4 envs x 32 steps
     steps = records[-1]["global_step"]
     second = train(
@@ -141,8 +143,11 @@ FUSED_FAULTS = {
         ("hang", "env", 1, 40),
         ("rank_missing_from_collective", 10, "in env.step"),
     ),
-    "fused rank 1 killed while training": (("kill", "actor", 1, 3), ("worker_died", 3, "died")),
-    "env.step raises in fused rank 1": (("exception", "env", 1, 40), ("worker_exception", 3, "in env.step")),
+    "fused rank 1 killed while training": (("kill", "actor", 1, 3), ("worker_died", detection_bound(), "died")),
+    "env.step raises in fused rank 1": (
+        ("exception", "env", 1, 40),
+        ("worker_exception", detection_bound(), "in env.step"),
+    ),
 }
 
 

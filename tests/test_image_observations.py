@@ -206,7 +206,8 @@ def test_sac_keeps_image_observations_uint8_in_its_replay_buffer():
 
 
 def test_mission_vocabulary_is_built_from_the_minigrid_space():
-    minigrid = pytest.importorskip("minigrid")  # noqa: F841 (registers the ids)
+    import minigrid  # noqa: F401 (the `minigrid` extra, in `test`: registers the ids)
+
     from fleetrl.envs.make import env_factory
 
     env = env_factory(EnvConfig(id="MiniGrid-GoToObject-6x6-N2-v0"))()
@@ -257,7 +258,8 @@ def assert_trained_on_counting_images(result) -> None:
 
 
 def test_the_minigrid_transformer_config_trains_and_resumes_from_its_checkpoint(tmp_path):
-    pytest.importorskip("minigrid")
+    import minigrid  # noqa: F401 (registers the ids)
+
     config = REPO / "configs" / "ppo_minigrid_transformer.yaml"
     small = ["env.num_envs=4", "algorithm.num_steps=16", "algorithm.minibatch_size=32", "runner.tensorboard=false"]
     small += ["env.normalize_obs=true", "runner.checkpoint_interval=1"]  # direction, the one float key, normalised
@@ -293,7 +295,8 @@ MINIGRID_TARGET = 0.8  # docs/benchmarks.md (git log benchmarks/README.md): reac
 
 @pytest.mark.slow
 def test_minigrid_transformer_config_reaches_its_target(tmp_path):
-    pytest.importorskip("minigrid")
+    import minigrid  # noqa: F401 (registers the ids)
+
     config = REPO / "configs" / "ppo_minigrid_transformer.yaml"
     overrides = [f"runner.target_return={MINIGRID_TARGET}", "runner.tensorboard=false"]
     result = train(config, *overrides, runs=tmp_path / "runs", timeout=5400).succeeded()

@@ -54,7 +54,7 @@ def test_a_diverged_rank_stops_the_run_and_keeps_the_checkpoint(tmp_path):
         runs=tmp_path,
     )
     # an incident (docs/reference/exit-codes.md: 4): report written, every worker ended
-    assert result.code != 0, result.stderr[-3000:]
+    assert result.code == 4, result.stderr[-3000:]
     run_dir = result.run_dir
     report = (run_dir / "hang_report.txt").read_text()
     assert "ReplicaDivergenceError" in report and "policy.network.pi.bias (rank 1)" in report, report

@@ -5,6 +5,7 @@ incident restarts the controller from the newest intact checkpoint with runner.m
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -162,13 +163,17 @@ def test_a_simulator_that_crashes_once_costs_one_restart_not_the_run(tmp_path):
         runs=runs,
         timeout=180,
     ).succeeded()
+    ended_at = time.time()
     summary = result.summary
     assert marker.exists()
     assert summary["restarts"] == 1 and summary["restart_causes"] == ["worker_exception"], summary
     assert summary["target_reached"], summary
-    assert len(summary["restart_s"]) == 1 and 0 < summary["restart_s"][0] < 120, summary
-    kept = (result.run_dir / "hang_report-1.json").read_text()
-    assert "the simulator crashed" in kept
+    kept = json.loads((result.run_dir / "hang_report-1.json").read_text())
+    assert "the simulator crashed" in kept["detail"] + kept["summary"], kept
+    # restart_s is what the README says: from the incident's start to training again, so it
+    # spans the report (written before the restart) and ends before this test saw the run end
+    (restart_s,) = summary["restart_s"]
+    assert kept["detected_after_s"] < restart_s < ended_at - kept["incident_started"], (restart_s, kept)
     assert [r["restarts"] for r in result.metrics if "restarts" in r] == [1]
 
 

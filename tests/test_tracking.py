@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import struct
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, Finished, train
+from tests.support import REPO, Finished, refusing_port, train
 
 SMALL = [
     "env.num_envs=4",
@@ -152,17 +150,17 @@ def test_an_incident_attaches_the_hang_report(tmp_path):
     assert [e.exit_code for e in of_kind(wandb, "exit")] == [1]
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]  # nothing listens there once the socket is closed
-
-
 def test_trackers_that_cannot_work_are_one_warning_each_and_the_run_finishes(tmp_path):
     """MLflow at a server that refuses connections (it would retry for minutes) and W&B online
     against one, with a key it cannot check: each is dropped after runner.tracker_timeout_s with
-    one warning; jsonl and TensorBoard get everything; the run ends normally."""
-    port = closed_port()
+    one warning; jsonl and TensorBoard get everything; the run ends normally. MLflow's retries
+    are what the bound cuts short: its warning says so (the bound, not the wall time, is what the
+    README promises)."""
+    with refusing_port() as port:
+        run_with_unreachable_trackers(tmp_path, port)
+
+
+def run_with_unreachable_trackers(tmp_path, port: int) -> None:
     env = {
         "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}",
         "WANDB_MODE": "online",
@@ -170,18 +168,17 @@ def test_trackers_that_cannot_work_are_one_warning_each_and_the_run_finishes(tmp
         "WANDB_API_KEY": "x" * 40,
         "WANDB_SILENT": "true",
     }
-    started = time.monotonic()
     result, run_dir = train_tracked(
         tmp_path, env, "runner.loggers=[jsonl, tensorboard, mlflow, wandb]", "runner.tracker_timeout_s=4"
     )
     result.succeeded()
-    assert time.monotonic() - started < 90
     warnings = [line for line in result.stderr.splitlines() if "tracker" in line and "failed" in line]
     assert len(warnings) == 2, result.stderr
     for name, warning in zip(["mlflow", "wandb"], warnings):
         assert re.match(
             rf"\[fleetrl\] tracker {name} failed and is switched off, training goes on without it: start ", warning
         )
+    assert warnings[0].endswith("start did not return within 4 s (runner.tracker_timeout_s)"), warnings[0]
     assert [r["global_step"] for r in result.metrics] == [256, 512, 768, 1024]
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert result.summary["global_step"] == 1024

@@ -21,7 +21,7 @@ from fleetrl.runner import Trainer
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import play
 from fleetrl.workers.rollout_worker import RolloutWorker
-from tests.support import FLEETRL, REPO, fleetrl, subprocess_env, train
+from tests.support import FLEETRL, LEARNING_GUARD_S, REPO, fleetrl, subprocess_env, train
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -32,7 +32,9 @@ def cartpole_run(tmp_path_factory) -> Path:
     """One real training run, shared by the tests below: the config file's 100k-step budget,
     stopping early once the last-100-episode mean reaches 195 (it gets there in ~30k steps)."""
     tmp = tmp_path_factory.mktemp("cartpole")
-    result = train(CARTPOLE, "runner.seed=1", "runner.target_return=195", runs=tmp / "runs", cwd=tmp, timeout=600)
+    result = train(
+        CARTPOLE, "runner.seed=1", "runner.target_return=195", runs=tmp / "runs", cwd=tmp, timeout=LEARNING_GUARD_S
+    )
     assert result.code == 0, result.stderr[-3000:]
     assert f"run directory: {result.run_dir}" in result.stdout
     return result.run_dir

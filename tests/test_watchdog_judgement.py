@@ -28,7 +28,7 @@ from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.attempt import RUN_MARK
 from fleetrl.watch.judgement import Seen
 from fleetrl.watch.watchdog import Watchdog
-from tests.incidents import SMALL, assert_incident, fault, run_fault
+from tests.incidents import SMALL, assert_incident, detection_bound, fault, run_fault
 from tests.support import REPO, TWO_ACTOR_RANKS_ON_RAY, subprocess_env, train
 
 RAY_TWO_ENV_RANKS = [
@@ -271,7 +271,7 @@ def test_workers_with_a_skewed_clock_give_no_false_stall_and_a_true_detection_ti
     assert result.code == 4 and report is not None, result.stderr[-3000:]
     assert (report["cause"], report["culprit"]) == ("worker_exception", ["env", 0]), report["summary"]
     assert "InjectedFault in env.step" in report["summary"]
-    assert 0 <= report["detected_after_s"] <= 3, report["detected_after_s"]
+    assert 0 <= report["detected_after_s"] <= detection_bound(), report["detected_after_s"]  # not 30 s off
 
 
 def judged(recorder: Recorder, work, stop, reads: tuple[dict, ...] = ({},), beats: int = 8) -> list:

@@ -83,6 +83,14 @@ def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
     return spec
 
 
+def unregister_algorithm(name: str) -> None:
+    """Forget the spec registered as `name`, so that what a caller registered for a while (a
+    test's algorithm) does not outlive its use. A built-in's module registers it only once."""
+    if name in BUILTIN_MODULES:
+        raise ValueError(f"{name!r} is a built-in algorithm")
+    del REGISTRY[name]
+
+
 def load_builtins() -> None:
     for module in BUILTIN_MODULES.values():
         importlib.import_module(module)

@@ -44,6 +44,9 @@ NETNS_PATTERN = re.compile(r"^fleetrl-(\d+)-n\d+$")
 LINK_PATTERN = re.compile(r"^frl(\d+)[bh]\d*$")
 WORK_DIR_PATTERN = re.compile(r"^fleetrl-iso-(\d+)$")
 SUBNET_PREFIX = "10.213"  # one /24 of 10.213.0.0/16 per run: 10.213.<k>.0/24
+# In the environment of every process of a simulated cluster (its daemons, and the Ray workers
+# they start): the cluster's tag, so what one cluster left is told from any other's by process.
+CLUSTER_MARK = "FLEETRL_ISOLATED_CLUSTER"
 WORK_ROOT = Path("/var/tmp")  # the run's folder: hosts file, logs, clocks, the head's Ray temp dir
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 REQUIRED_TOOLS = ("ip", "unshare")
@@ -136,7 +139,7 @@ class IsolatedNodes:
         ]
         self.head = subprocess.Popen(
             command,
-            env=ray_environment(),
+            env=ray_environment(self.tag),
             start_new_session=True,
             stdout=self.log_file("head"),
             stderr=subprocess.STDOUT,
@@ -175,7 +178,7 @@ class IsolatedNodes:
         command += ["--kill-child", "sh", "-c", inside]
         process = subprocess.Popen(
             command,
-            env=ray_environment(clock),
+            env=ray_environment(self.tag, clock),
             start_new_session=True,
             stdout=self.log_file(f"n{index}"),
             stderr=subprocess.STDOUT,
@@ -258,10 +261,11 @@ def wait_for_port(address: str, port: int, process: subprocess.Popen, log_path: 
     raise RuntimeError(f"the simulated cluster's Ray head did not start at {address}:{port}; see {log_path}")
 
 
-def ray_environment(clock: Path | None = None) -> dict[str, str]:
-    """The environment of a node's Ray daemons. Ray turns token authentication on for a cluster
-    on a non-loopback address; these nodes reach only each other, so it stays off as on 127.0.0.1."""
-    variables = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+def ray_environment(tag: str, clock: Path | None = None) -> dict[str, str]:
+    """The environment of a node's Ray daemons, marked with the cluster's `tag`. Ray turns token
+    authentication on for a cluster on a non-loopback address; these nodes reach only each other,
+    so it stays off as on 127.0.0.1."""
+    variables = {**os.environ, "RAY_AUTH_MODE": "disabled", CLUSTER_MARK: tag}
     variables.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # set for loopback-only runs: not for nodes
     if clock is not None:  # its sitecustomize on the path of the node's daemons, and of fleetrl's workers there
         variables["PYTHONPATH"] = os.pathsep.join(filter(None, [str(clock), os.environ.get("PYTHONPATH")]))

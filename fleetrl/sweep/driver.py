@@ -130,7 +130,9 @@ def run_sweep(
     train_flags: tuple[str, ...] = (),
     status_interval_s: float = 30.0,
 ) -> int:
-    sweep_dir = create_run_dir(plan.sweep_dir_config())
+    # Absolute: Ray Tune reads storage_path as a URI (a relative one has no scheme), and every trial,
+    # whatever its working directory, writes its run directory under it.
+    sweep_dir = create_run_dir(plan.sweep_dir_config()).resolve()
     say(f"sweep directory {sweep_dir}: {len(plan.trials)} trials")
     launch = Launch(plan.config_path, sweep_dir, os.getcwd(), dict(os.environ), train_flags, plan.trials)
     become_subreaper()

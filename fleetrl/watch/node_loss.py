@@ -23,24 +23,26 @@ def raylet_answers(address: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def node_lost_summary(records: dict, key: tuple[str, int], now: float) -> str | None:
-    """The summary of a `node_lost` incident when the node of worker `key` no longer runs Ray
-    (naming the node and every worker it held); None while its raylet answers, or when the
-    worker's record names no raylet (inline workers, runs before this field)."""
+def node_lost(records: dict, key: tuple[str, int], now: float) -> tuple[tuple[str, int], str] | None:
+    """The `node_lost` incident's culprit and summary when the node of worker `key` no longer runs
+    Ray (naming the node and every worker it held); None while its raylet answers, or when the
+    worker's record names no raylet (inline workers, runs before this field). The culprit is the
+    node's first worker by key, whichever of its workers fell silent first: one lost node is one
+    report, the same however its workers' last heartbeats raced."""
     record = records[key]
     raylet = record.get("raylet")
     if not raylet or raylet_answers(raylet):
         return None
     held = sorted(k for k, r in records.items() if r.get("raylet") == raylet)
     workers = describe_many(held)
-    return (
+    return held[0], (
         f"node {record['node']} ({record.get('host', '?')}) is lost: its Ray node manager at {raylet} "
         f"does not answer, and its workers ({workers}) stopped {now - record['time']:.1f} s ago"
     )
 
 
 def lost_node(records: dict, now: float) -> tuple[tuple[str, int], str] | None:
-    """The first worker (by key) whose node no longer runs Ray, with the `node_lost` summary;
+    """The culprit and summary of the first node (by its workers' keys) that no longer runs Ray;
     None while every node's raylet answers. Each raylet is asked once."""
     asked = set()
     for key in sorted(records):
@@ -48,7 +50,7 @@ def lost_node(records: dict, now: float) -> tuple[tuple[str, int], str] | None:
         if not raylet or raylet in asked:
             continue
         asked.add(raylet)
-        summary = node_lost_summary(records, key, now)
-        if summary is not None:
-            return key, summary
+        lost = node_lost(records, key, now)
+        if lost is not None:
+            return lost
     return None

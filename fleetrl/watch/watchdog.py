@@ -46,7 +46,7 @@ from fleetrl.probe.flight_recorder import join_unless_current
 from fleetrl.watch import alignment, last_words
 from fleetrl.watch.judgement import BUSY, Judgement, Seen
 from fleetrl.watch.naming import collective_text, describe, where  # noqa: F401 (the report's names too)
-from fleetrl.watch.node_loss import node_lost_summary
+from fleetrl.watch.node_loss import node_lost
 
 log = logging.getLogger("fleetrl")
 
@@ -253,9 +253,10 @@ class Watchdog(threading.Thread):
             age = record["heartbeat_age_s"]
             if age <= self.config.heartbeat_timeout_s:
                 continue
-            lost = node_lost_summary(records, key, now)
+            lost = node_lost(records, key, now)
             if lost is not None:
-                return Incident("node_lost", lost, now - age, key)
+                culprit, summary = lost
+                return Incident("node_lost", summary, now - age, culprit)
             key, record = self.stopped_among_silent(records, key, record)
             age, state = record["heartbeat_age_s"], self.process_state(record)
             return Incident(
