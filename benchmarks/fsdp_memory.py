@@ -50,9 +50,9 @@ def tensor_bytes(tensor: torch.Tensor) -> int:
 def measure(overrides: list[str], rank: int, world: int, port: int) -> dict:
     """One rank's parameter and optimizer-state bytes after one optimizer step."""
     from fleetrl.algos.ppo.actor import ActorWorker
-    from fleetrl.config.loader import load_config
     from fleetrl.envs.make import env_factory
     from fleetrl.observations import stack_obs
+    from fleetrl.plan.load import load_config
 
     torch.set_num_threads(1)
     config = load_config(str(CONFIG), ["actor.strategy=fsdp", *overrides])

@@ -46,7 +46,6 @@ WORK_DIR_PATTERN = re.compile(r"^fleetrl-iso-(\d+)$")
 SUBNET_PREFIX = "10.213"  # one /24 of 10.213.0.0/16 per run: 10.213.<k>.0/24
 WORK_ROOT = Path("/var/tmp")  # the run's folder: hosts file, logs, clocks, the head's Ray temp dir
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
-REQUIRED_TOOLS = ("ip", "unshare")
 
 
 @dataclass
@@ -63,16 +62,6 @@ class IsolatedNode:
         if not children:
             raise RuntimeError(f"simulated node {self.index} ({self.netns}) has no init process any more")
         return children[0].pid
-
-
-def why_not_isolated() -> str | None:
-    """What this machine lacks to isolate simulated nodes, or None."""
-    if os.geteuid() != 0:
-        return f"root (network, PID and mount namespaces need it; this process runs as uid {os.geteuid()})"
-    missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
-    if missing:
-        return f"the command(s) {', '.join(missing)} (Debian's iproute2, util-linux)"
-    return None
 
 
 class IsolatedNodes:
