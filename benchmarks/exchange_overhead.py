@@ -109,7 +109,7 @@ def direct_host(payload: type) -> type:
             from fleetrl.cluster.direct_channels import DirectChannels
 
             super().__init__()
-            self.channels = DirectChannels(self.call, ("benchmark", rank))
+            self.channels = DirectChannels(self.call, ("benchmark", rank), b"benchmark secret")
 
         def direct(self, operation: str, *args):
             return getattr(self.channels, operation)(*args)

@@ -86,7 +86,7 @@ def rank_main(overrides: list[str], rank: int, world: int, port: int, queue) -> 
 def run_ranks(overrides: list[str], world: int, timeout_s: float = 300) -> list[dict]:
     """`measure` in `world` spawned processes. Bounded: a rank that dies or stalls fails the run
     (after every rank is killed) instead of leaving it waiting."""
-    from fleetrl.parallel.net import free_port
+    from fleetrl.net import free_port
 
     context = multiprocessing.get_context("spawn")
     queue, port = context.Queue(), free_port()

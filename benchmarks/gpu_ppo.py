@@ -10,8 +10,8 @@ or without a GPU).
 
     python benchmarks/gpu_ppo.py [--steps 65536] [--modes cuda,cpu] [--reps 1] [--threads 8]
 
-Needs a CUDA build of torch and a GPU for the cuda mode (the device machine: benchmarks/README.md
-'On a GPU'). Raw results go to benchmarks/results/gpu_ppo-<time>/results.json, the table to stdout.
+Needs a CUDA build of torch and a GPU for the cuda mode (the device machine: docs/benchmarks.md,
+'Hardware and memory'). Raw results go to benchmarks/results/gpu_ppo-<time>/results.json, the table to stdout.
 """
 
 from __future__ import annotations

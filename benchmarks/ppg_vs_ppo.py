@@ -194,7 +194,7 @@ def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, pha
 def measure_wrapping(wrapping: str, hidden: list, phases: int) -> dict:
     import torch.multiprocessing as mp
 
-    from fleetrl.parallel.net import free_port
+    from fleetrl.net import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         wait_for_quiet(0.5, 5)

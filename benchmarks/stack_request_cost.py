@@ -14,6 +14,8 @@ import json
 import statistics
 import time
 
+SECRET = b"benchmark secret"  # the run's secret (probe/seal.py): every value is sealed with it
+
 
 def per_call_us(fn, calls: int) -> float:
     started = time.perf_counter()
@@ -32,10 +34,10 @@ def main() -> None:
     from fleetrl.probe.stack_requests import StackAnswerer, ask_stacks, connect_answerer
     from fleetrl.probe.store import HeartbeatStore, connect_publisher
 
-    store = HeartbeatStore("127.0.0.1")
+    store = HeartbeatStore("127.0.0.1", SECRET)
     recorder = Recorder("env", 0, 0)
-    publish = connect_publisher("127.0.0.1", store.port, "env", 0)
-    answer = connect_answerer("127.0.0.1", store.port, "env", 0)
+    publish = connect_publisher("127.0.0.1", store.port, "env", 0, SECRET)
+    answer = connect_answerer("127.0.0.1", store.port, "env", 0, SECRET)
 
     def beat() -> None:
         publish(json.dumps(recorder.record()))
@@ -50,21 +52,21 @@ def main() -> None:
         checked.append(per_call_us(beat_and_check, args.beats))
     heartbeat, with_check = statistics.median(plain), statistics.median(checked)
 
-    answering = StackAnswerer(store.server, "rollout", 0)
+    answering = StackAnswerer(store.sealed, "rollout", 0)
     answers = []
     for _ in range(args.rounds):
-        store.server.add("fleetrl/stack-request/rollout/0", 1)
+        store.sealed.add("fleetrl/stack-request/rollout/0", 1)
         answers.append(per_call_us(answering, 1))
     recorder = Recorder("actor", 0, 0)
     recorder.start_publishing(
-        connect_publisher("127.0.0.1", store.port, "actor", 0),
+        connect_publisher("127.0.0.1", store.port, "actor", 0, SECRET),
         0.5,
-        connect_answerer("127.0.0.1", store.port, "actor", 0),
+        connect_answerer("127.0.0.1", store.port, "actor", 0, SECRET),
     )
     round_trips = []
     for _ in range(args.rounds):
         started = time.perf_counter()
-        assert ask_stacks(store.server, [("actor", 0)], 5.0)
+        assert ask_stacks(store.sealed, [("actor", 0)], 5.0)
         round_trips.append(time.perf_counter() - started)
     recorder.stop()
 

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _runkit as kit  # noqa: E402
 
 CONFIG = "configs/ppo_cartpole.yaml"
+SECRET = b"benchmark secret"  # the run's secret (probe/seal.py): every value is sealed with it
 COMMON = ["runner.checkpoint_interval=100000", "runner.log_interval=1000", "runner.target_return=null"]
 RAY2 = [
     "cluster.backend=ray",
@@ -165,8 +166,8 @@ def micro(rounds: int = 7) -> dict:
                 pass
 
         results["Recorder.in_collective mark"].append(per_call_ns(mark, 5_000))
-    store = HeartbeatStore("127.0.0.1")
-    publish = connect_publisher("127.0.0.1", store.port, "env", 0)
+    store = HeartbeatStore("127.0.0.1", SECRET)
+    publish = connect_publisher("127.0.0.1", store.port, "env", 0, SECRET)
     import json
 
     def beat():
@@ -175,7 +176,7 @@ def micro(rounds: int = 7) -> dict:
     results["heartbeat (record + JSON + TCPStore set)"] = [per_call_ns(beat, 500) for _ in range(rounds)]
     keys = [(c, r) for c in ("env", "rollout", "actor") for r in range(2)]
     for key in keys:
-        connect_publisher("127.0.0.1", store.port, *key)(
+        connect_publisher("127.0.0.1", store.port, *key, SECRET)(
             json.dumps({**recorder.record(), "component": key[0], "rank": key[1]})
         )
     dog = Watchdog(WatchdogConfig(), store.read, keys, lambda incident: None)

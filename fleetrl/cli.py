@@ -57,19 +57,32 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--status-interval", type=float, default=30.0, help="seconds between status lines")
     sweep.add_argument("--skip-doctor", action="store_true", help="start each trial even if a preflight check fails")
 
+    init_model = commands.add_parser(
+        "init-model", help="write a randomly initialised Hugging Face VLA folder (nothing downloaded)"
+    )
+    init_model.add_argument("out", help="the folder to write (model, processor, tokenizer)")
+    init_model.add_argument("--family", default="paligemma", help="paligemma | smolvlm")
+    init_model.add_argument("--size", default="tiny", help="tiny (tests, CPU), or the family's real size: 3b | 2b")
+    init_model.add_argument("--action-bins", type=int, default=256, help="action tokens at the end of the vocabulary")
+    init_model.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+
+    export = commands.add_parser("export", help="a run's Hugging Face VLA (LoRA merged) as a standard folder")
+    export.add_argument("run_dir", help="the run directory")
+    export.add_argument("out", help="the folder to write")
+
     evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
-    evaluate.add_argument("run_dir")
-    evaluate.add_argument("--episodes", type=int, default=10)
+    evaluate.add_argument("run_dir", help="the run's directory (its newest intact checkpoint is played)")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to play (Atari: whole games)")
     evaluate.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
-    evaluate.add_argument("--seed", type=int, default=10_000)
+    evaluate.add_argument("--seed", type=int, default=10_000, help="the eval envs' seed (env i gets seed + i)")
     evaluate.add_argument("--video", action="store_true", help="write <run>/video/episode.gif")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
 
     report = commands.add_parser("report", help="write PNG plots into the run directory")
-    report.add_argument("run_dir")
+    report.add_argument("run_dir", help="the run's directory")
 
     diagnose = commands.add_parser("diagnose", help="print the incident report of a run")
-    diagnose.add_argument("run_dir")
+    diagnose.add_argument("run_dir", help="the run's directory")
     top = commands.add_parser("top", help="a live table of a running job's workers")
     top.add_argument("run_dir", nargs="?", help="the run's directory (default: the newest under ./runs)")
     top.add_argument("--once", action="store_true", help="print one table and exit (also when not a terminal)")
@@ -136,6 +149,20 @@ def command_eval(args) -> int:
     return 0
 
 
+def command_init_model(args) -> int:
+    from fleetrl.models.hf.init_model import init_model
+
+    print(f"wrote {init_model(args.family, args.size, Path(args.out), args.action_bins, args.seed)}")
+    return 0
+
+
+def command_export(args) -> int:
+    from fleetrl.export import export_run
+
+    print(f"wrote {export_run(Path(args.run_dir), Path(args.out))}")
+    return 0
+
+
 def command_report(args) -> int:
     from fleetrl.plots import write_plots
 
@@ -172,6 +199,8 @@ COMMANDS = {
     "train": command_train,
     "sweep": command_sweep,
     "eval": command_eval,
+    "init-model": command_init_model,
+    "export": command_export,
     "report": command_report,
     "doctor": command_doctor,
     "diagnose": command_diagnose,

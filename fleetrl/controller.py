@@ -11,6 +11,7 @@ reports them and ends this process.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import logging
 import os
 import pickle
@@ -33,7 +34,8 @@ class Orders:
 
     config: Config  # resolved; runner.resume names the run directory when it continues one
     run_dir: str
-    store_port: int  # the supervisor's heartbeat store, on this machine
+    store_host: str  # the supervisor's heartbeat store: where it listens (supervise/store_address.py)
+    store_port: int
     component: str  # the controller's name in heartbeats and reports: 'inline' or 'controller'
     supervisor_pid: int
     restart: dict | None = None  # {number, cause, incident_at} when this controller is a restart
@@ -51,25 +53,31 @@ def die_with(parent_pid: int) -> None:
 def main() -> int:
     orders: Orders = pickle.load(sys.stdin.buffer)
     die_with(orders.supervisor_pid)
+    faulthandler.enable()  # a crash (an inline simulator's segfault) prints its Python stack: its last words
     start_early(orders.config.cluster)  # Ray's daemons start while this process imports and checks
     from torch.distributed import TCPStore
 
     from fleetrl.errors import UserError
+    from fleetrl.net import ALL_IPV4
+    from fleetrl.probe.seal import Seal, SealedStore, run_secret
     from fleetrl.runner import Trainer
     from fleetrl.watch import signals
     from fleetrl.watch.respond import IncidentStop
     from fleetrl.watch.supervised import SupervisedSession
 
     config = orders.config
-    spec = WatchSpec(
-        "127.0.0.1", orders.store_port, config.watchdog.heartbeat_interval_s, str(Path(orders.run_dir) / "stacks"), {}
-    )
+    secret = run_secret()  # handed down by the supervisor
+    stacks = str(Path(orders.run_dir) / "stacks")
+    on_all = orders.store_host == ALL_IPV4
+    host = "127.0.0.1" if on_all else orders.store_host
+    spec = WatchSpec(host, orders.store_port, config.watchdog.heartbeat_interval_s, stacks, {}, secret)
     recorder = start_watching(orders.component, 0, 0, spec)
-    store = TCPStore("127.0.0.1", orders.store_port, is_master=False, timeout=timedelta(seconds=10))
+    client = TCPStore(host, orders.store_port, is_master=False, timeout=timedelta(seconds=10))
+    store = SealedStore(client, Seal(secret))
     signals.install_stop_handlers()
     try:
         with recorder.in_phase("startup"):
-            session = SupervisedSession(config, Path(orders.run_dir), store, orders.store_port, recorder)
+            session = SupervisedSession(config, Path(orders.run_dir), store, spec, recorder, on_all)
             trainer = Trainer(config, run_dir=Path(orders.run_dir), session=session, restart=orders.restart)
         trainer.train()
         return 0

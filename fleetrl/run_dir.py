@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from fleetrl.checkpoint import checkpoint_dir, list_checkpoints
+from fleetrl.config.redact import redact_text
 from fleetrl.config.schema import RESUME_AUTO, Config
 from fleetrl.errors import ConfigError
 
@@ -37,6 +38,13 @@ def create_run_dir(config: Config) -> Path:
         run_dir = Path(config.runner.run_dir) / f"{name}-{stamp}-{suffix}"
         suffix += 1
     run_dir.mkdir(parents=True)
+    return owner_only(run_dir)
+
+
+def owner_only(run_dir: Path) -> Path:
+    """`run_dir`, readable by its owner alone (0700, whatever the umask): it holds the run's
+    secret while the run is live (watch.json), its checkpoints and its logs."""
+    run_dir.chmod(0o700)
     return run_dir
 
 
@@ -87,13 +95,21 @@ def resume_dir(config: Config) -> Path | None:
     )
 
 
+class Redacting(logging.Formatter):
+    """A formatter that takes every secret from the environment out of what it formats, a
+    traceback included (config/redact.py)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 def setup_logging(run_dir: Path) -> None:
     """'fleetrl' logs to stderr and train.log; 'fleetrl.iterations' to train.log only (the live
-    progress line already shows those on the terminal)."""
+    progress line already shows those on the terminal). No secret is logged (`Redacting`)."""
     file_handler = logging.FileHandler(run_dir / LOG_FILE)
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    file_handler.setFormatter(Redacting("%(asctime)s %(levelname)s %(message)s"))
     console = logging.StreamHandler(sys.stderr)
-    console.setFormatter(logging.Formatter("[fleetrl] %(message)s"))
+    console.setFormatter(Redacting("[fleetrl] %(message)s"))
     root = logging.getLogger("fleetrl")
     for handler in list(root.handlers):
         root.removeHandler(handler)

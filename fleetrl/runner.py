@@ -29,7 +29,7 @@ from fleetrl.plan.layout import Layout, resolve_layout
 from fleetrl.plan.load import parsed_algorithm
 from fleetrl.probe.flight_recorder import beat_soon, phase
 from fleetrl.progress import ConsoleProgress
-from fleetrl.run_dir import CONFIG_FILE, create_run_dir, resume_dir, setup_logging
+from fleetrl.run_dir import CONFIG_FILE, create_run_dir, owner_only, resume_dir, setup_logging
 from fleetrl.tracking.trackers import Trackers
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
@@ -86,7 +86,7 @@ class Trainer:
         runner = config.runner
         self.layout: Layout = layout or resolve_layout(config)
         resumed = resume_dir(config)  # runner.resume: a run directory, 'auto' (the newest of this name) or None
-        self.run_dir = resumed or run_dir or create_run_dir(config)
+        self.run_dir = owner_only(Path(resumed or run_dir)) if resumed or run_dir else create_run_dir(config)
         if resumed is None and run_dir is None:
             save_config(config, self.run_dir / CONFIG_FILE)
         self.restart = restart
@@ -97,6 +97,10 @@ class Trainer:
             torch.set_num_threads(runner.torch_threads)
         with phase("startup.resume"):
             saved = load_resumed(resumed, runner.resume) if resumed else None
+            if saved is not None and config.model.id == "hf":
+                from fleetrl.models.hf.lora import check_resumed_base
+
+                check_resumed_base(config.model, saved["actor"]["policy"])
         self.iteration = 0
         self.train_s = 0.0
         self.global_step = 0

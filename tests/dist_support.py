@@ -18,8 +18,8 @@ import torch
 from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
+from fleetrl.net import free_port
 from fleetrl.observations import leaf_spaces, map_obs
-from fleetrl.parallel.net import free_port
 from fleetrl.plan.load import load_config
 from fleetrl.trajectory import Trajectory
 

@@ -10,7 +10,10 @@ import time
 import torch
 from torch import nn
 
+from fleetrl.algos.registry import algorithm_spec
 from fleetrl.parallel.param_check import ReplicaDivergenceError
+from fleetrl.plan.load import load_config
+from tests.dist_support import BASE, synthetic_spaces, synthetic_trajectory
 from tests.ppg_support import build_worker
 
 
@@ -57,3 +60,21 @@ class DriftingNet(nn.Module):
                     self.pi.bias.add_(1e-3)
         h = self.body(obs)
         return self.pi(h), self.v(h).squeeze(-1)
+
+
+def head_dropping_rank(rank: int, world: int, drop_at: int) -> dict:
+    """PPO on 2 DDP ranks with `HeadDroppingNet`: actor rank 1 drops its value head from its
+    `drop_at`-th training forward. Trains until an update raises; what each rank raised."""
+    os.environ["FLEETRL_COMPONENT"], os.environ["FLEETRL_RANK"] = "actor", str(rank)
+    config = load_config(
+        None, [*BASE, "model.id=tests.fault_models:HeadDroppingNet", f"model.kwargs={{drop_at: {drop_at}}}"]
+    )
+    spaces = synthetic_spaces(False)
+    worker = algorithm_spec("ppo").actor(config, *spaces, rank, world)
+    worker.init_distributed("127.0.0.1", 0)
+    for iteration in range(3):
+        try:
+            worker.train(synthetic_trajectory(config, spaces, iteration, 0.1, 0.05).shard(rank, world), 0.0)
+        except Exception as error:
+            return {"iteration": iteration, "error": f"{type(error).__name__}: {error}"}
+    return {"iteration": None, "error": None}

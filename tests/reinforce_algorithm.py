@@ -29,7 +29,10 @@ from fleetrl.workers.rollout_worker import RolloutWorker
 
 @dataclass
 class ReinforceConfig(AlgorithmConfig):
-    baseline_coef: Annotated[float, UnitInterval] = 0.5  # weight of the baseline's squared error in the loss
+    """REINFORCE's own keys."""
+
+    baseline_coef: Annotated[float, UnitInterval] = 0.5
+    """Weight of the baseline's squared error in the loss."""
 
 
 class ReinforceActor(ActorBase):

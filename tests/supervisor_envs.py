@@ -2,11 +2,13 @@
 
 `NativeFreeze` calls a C function that never returns while holding the GIL (`ctypes.PyDLL`
 keeps it, as a C/C++ physics engine's binding does), in its constructor or at its first step;
-`CrashOnce` raises at a fixed step of the first run only (a marker file remembers it crashed)."""
+`CrashOnce` raises at a fixed step of the first run only (a marker file remembers it crashed);
+`Segfaulting` reads address 0 at its `at_step`-th step on one env rank (a simulator's crash)."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 from pathlib import Path
 
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
@@ -39,4 +41,17 @@ class CrashOnce(CartPoleEnv):
         if self.steps == self.at_step and not self.marker.exists():
             self.marker.write_text("crashed")
             raise RuntimeError("the simulator crashed")
+        return super().step(action)
+
+
+class Segfaulting(CartPoleEnv):
+    def __init__(self, at_step: int = 20, on_rank: int = 1, **kwargs):
+        super().__init__(**kwargs)
+        self.at_step, self.steps = at_step, 0
+        self.crashes = os.environ.get("FLEETRL_COMPONENT") == "env" and os.environ.get("FLEETRL_RANK") == str(on_rank)
+
+    def step(self, action):
+        self.steps += 1
+        if self.crashes and self.steps == self.at_step:
+            ctypes.string_at(0)  # SIGSEGV: faulthandler writes this frame to the worker's stderr
         return super().step(action)

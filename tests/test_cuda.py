@@ -4,7 +4,7 @@ own join code with torch's flight recorder seeing its collectives complete, and 
 and NCCL checks.
 
 Skipped where torch sees no GPU (CI's machine has none): they run on the device machine, and
-benchmarks/README.md ('On a GPU') says when they last ran there and what passed.
+docs/benchmarks.md ('The GPU tests') says when they last ran there and what passed.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import torch
 from fleetrl.checkpoint import load_latest
 from fleetrl.cluster.direct_channels import Channel, ChannelLost, DirectChannels
 from fleetrl.errors import ConfigError
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
 from fleetrl.plan.layout import resolve_layout
 from fleetrl.plan.load import load_config
 from fleetrl.probe.host import WorkerError
@@ -120,7 +120,7 @@ def test_a_rollout_worker_that_cannot_reach_its_env_worker_says_which_and_where(
     report's raiser), the env rank and the address it tried, not a bare ConnectionRefusedError."""
     port = free_port()
     with pytest.raises(WorkerError) as caught:
-        DirectChannels(print, ("rollout", 0)).connect({1: ("127.0.0.1", port)}, 10.0)
+        DirectChannels(print, ("rollout", 0), b"secret").connect({1: ("127.0.0.1", port)}, 10.0)
     error = caught.value
     assert (error.component, error.rank, error.phase, error.error_type) == (
         "rollout",

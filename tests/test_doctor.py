@@ -36,7 +36,7 @@ from fleetrl.doctor.disk import check_directory
 from fleetrl.doctor.handshake import run_handshake
 from fleetrl.doctor.interfaces import interfaces
 from fleetrl.doctor.processes import RESULT
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
 from fleetrl.plan.load import load_config
 from tests.support import fill, fleetrl, mounted_tmpfs, own_children
 

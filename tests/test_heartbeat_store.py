@@ -6,19 +6,34 @@ from __future__ import annotations
 
 import json
 
+from fleetrl.probe.seal import run_secret
 from fleetrl.probe.store import HeartbeatStore, connect_publisher
 
 
+def beat(worker: tuple[str, int], phase: str, n: int) -> dict:
+    """A heartbeat record of `worker` with the fields the store checks."""
+    return {
+        "component": worker[0],
+        "rank": worker[1],
+        "pid": 1,
+        "beat": n,
+        "time": 0.0,
+        "phase": phase,
+        "phase_started": None,
+    }
+
+
 def test_read_returns_the_latest_record_of_each_worker_that_published():
-    store = HeartbeatStore("127.0.0.1")
+    secret = run_secret()
+    store = HeartbeatStore("127.0.0.1", secret)
     workers = [("env", 0), ("rollout", 0), ("actor", 0), ("actor", 1)]
-    publish = {worker: connect_publisher("127.0.0.1", store.port, *worker) for worker in workers}
+    publish = {worker: connect_publisher("127.0.0.1", store.port, *worker, secret) for worker in workers}
     assert store.read(workers) == {}
-    publish[("actor", 1)](json.dumps({"phase": "actor.train", "n": 1}))
-    assert store.read(workers) == {("actor", 1): {"phase": "actor.train", "n": 1}}
+    publish[("actor", 1)](json.dumps(beat(("actor", 1), "actor.train", 1)))
+    assert store.read(workers) == {("actor", 1): beat(("actor", 1), "actor.train", 1)}
     for n, worker in enumerate(workers):
-        publish[worker](json.dumps({"phase": f"{worker[0]}.call", "n": n + 10}))
+        publish[worker](json.dumps(beat(worker, f"{worker[0]}.call", n + 10)))
     records = store.read(workers)
     assert list(records) == workers
-    assert [r["n"] for r in records.values()] == [10, 11, 12, 13]
+    assert [r["beat"] for r in records.values()] == [10, 11, 12, 13]
     assert store.read([]) == {}

@@ -288,7 +288,7 @@ def test_a_model_key_that_does_not_fit_the_images_is_a_config_error(tmp_path, ca
     env.close()
 
 
-MINIGRID_TARGET = 0.8  # benchmarks/README.md: reached at 233k env steps; the RL Zoo's tuned PPO reports 0.56 after 5M
+MINIGRID_TARGET = 0.8  # docs/benchmarks.md (git log benchmarks/README.md): reached at 233k env steps; the RL Zoo's tuned PPO reports 0.56 after 5M
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ the tensor and the rank."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fleetrl.checkpoint import list_checkpoints
@@ -52,7 +53,7 @@ def test_a_diverged_rank_stops_the_run_and_keeps_the_checkpoint(tmp_path):
         "runner.total_env_steps=640",
         runs=tmp_path,
     )
-    # an incident (README: exit code 4): report written, every worker ended
+    # an incident (docs/reference/exit-codes.md: 4): report written, every worker ended
     assert result.code != 0, result.stderr[-3000:]
     run_dir = result.run_dir
     report = (run_dir / "hang_report.txt").read_text()
@@ -60,3 +61,47 @@ def test_a_diverged_rank_stops_the_run_and_keeps_the_checkpoint(tmp_path):
     assert [p.name for p in list_checkpoints(run_dir)] == ["ckpt_00000001.pt"]
     saved = torch.load(list_checkpoints(run_dir)[0], weights_only=False)
     assert saved["iteration"] == 1
+
+
+@pytest.mark.parametrize("drop_at", [1, 20], ids=["first-step", "after-warm-up"])
+def test_a_rank_leaving_its_value_head_without_gradient_is_named_before_the_reduction(drop_at):
+    """Seed 2's trap on 2 Gloo ranks: actor rank 1 stops using its value head at its first
+    training forward, or at its 20th (iteration 0 has 12 gradient steps: after warm-up). Without the check Gloo
+    aborts rank 1 on mismatched buckets; with it every rank raises the same error, naming the
+    rank, the step and the parameters, before the reduction."""
+    ranks = spawn_ranks(param_check_support.head_dropping_rank, drop_at, timeout_s=120)
+    iteration = 0 if drop_at == 1 else 1
+    for result in ranks:
+        assert result["iteration"] == iteration, result
+        error = result["error"]
+        assert error.startswith("UnusedParameterError: the PPO loss of actor rank 1 left 2 trainable parameter(s)"), (
+            error
+        )
+        assert "network.v.weight (rank 1); network.v.bias (rank 1)" in error, error
+        step = 1 if drop_at == 1 else 20 - 12  # the gradient steps of iteration 0 were 12
+        assert f"without a gradient at gradient step {step}:" in error, error
+
+
+@pytest.mark.slow
+def test_seed_2s_trap_on_ray_names_the_rank_step_and_parameters_not_a_dead_worker(tmp_path):
+    """End to end, seed 2's shape: 2 DDP actor ranks on Ray, actor rank 1 drops its value head
+    from its 20th training forward (iteration 2). The report names rank 1, the step and the
+    head's parameters; nobody is reported dead of Gloo's abort."""
+    result = train(
+        "configs/ppo_cartpole.yaml",
+        *TWO_ACTOR_RANKS_ON_RAY,
+        "env.num_envs=4",
+        "model.id=tests.fault_models:HeadDroppingNet",
+        "model.kwargs={drop_at: 20}",
+        "algorithm.num_steps=16",
+        "algorithm.minibatch_size=32",
+        "algorithm.update_epochs=4",
+        "runner.total_env_steps=6400",
+        runs=tmp_path,
+    )
+    report = result.hang_report
+    assert result.code == 4 and report is not None, result.stderr[-3000:]
+    assert (report["cause"], report["culprit"]) == ("worker_exception", ["actor", 1]), report["summary"]
+    summary = report["summary"]
+    assert "the PPO loss of actor rank 1 left 2 trainable parameter(s) without a gradient at gradient step" in summary
+    assert "network.v.weight (rank 1); network.v.bias (rank 1)" in summary and "of actor.train call" in summary

@@ -10,13 +10,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
 from pathlib import Path
 
 import psutil
 import pytest
 
-from fleetrl.parallel.net import free_port
-from tests.support import end, subprocess_env, train
+from fleetrl.net import free_port
+from tests.support import Fleetrl, end, fleetrl, subprocess_env, train
 
 RAY = str(Path(sys.executable).parent / "ray")
 # Ray's token authentication, explicitly (as every driver of a cluster that uses it must say), and
@@ -36,9 +38,23 @@ print(json.dumps({"actors": actors, "work": alive}))
 @pytest.fixture
 def running_ray():
     """A Ray head started as a user would; yields its address."""
+    yield from ray_head(RAY_ENV)
+
+
+@pytest.fixture
+def token_ray():
+    """A Ray head whose token the user gives explicitly (`RAY_AUTH_TOKEN`, not Ray's default
+    ~/.ray/auth_token); yields its address and the environment its clients need."""
+    env = RAY_ENV | {"RAY_AUTH_TOKEN": uuid.uuid4().hex}
+    for address in ray_head(env):
+        yield address, env
+
+
+def ray_head(ray_env: dict):
+    """Start a Ray head with `ray_env`; yield its address; end its whole process tree."""
     temp_dir = tempfile.mkdtemp(prefix="fr-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     port = free_port("127.0.0.1")
-    env = {**subprocess_env(), **RAY_ENV}
+    env = {**subprocess_env(), **ray_env}
     head = subprocess.Popen(
         [RAY, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=1"]
         + ["--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
@@ -89,3 +105,60 @@ def test_a_run_joins_a_running_instance_and_leaves_it_running_without_its_actors
     components = sorted(name.split("-")[1] for name, _ in after["actors"] if name.startswith("fleetrl-"))
     assert components == ["actor", "env", "rollout"], after["actors"]
     assert {state for _, state in after["actors"]} == {"DEAD"}, after["actors"]
+
+
+@pytest.mark.slow  # a Ray head, a run joining it, top and the whole doctor: ~3 min on a loaded 2-core host
+def test_a_token_authenticated_cluster_works_with_train_top_and_doctor(tmp_path, token_ray):
+    """Ray's token authentication (RAY_AUTH_MODE=token, the token in RAY_AUTH_TOKEN): `fleetrl
+    train` joins it, `fleetrl top` shows the live run, `fleetrl doctor` passes against it; the
+    token is in no file of the run. A client without the token is turned away (the check that the
+    cluster really is authenticated)."""
+    address, env = token_ray
+    runs, hold = tmp_path / "runs", tmp_path / "hold"
+    hold.touch()  # each env step takes 0.3 s while it exists
+    joined = [
+        "cluster.backend=ray",
+        f"cluster.ray_address={address}",
+        "cluster.devices_per_node=1",
+        "cluster.component_placement={actor: 0, rollout: 0, env: 0}",
+    ]
+    command = [
+        "train",
+        "configs/ppo_cartpole.yaml",
+        f"runner.run_dir={runs}",
+        *joined,
+        "runner.tensorboard=false",
+        "env.id=tests.live_envs:HeldCartPole",
+        f"env.kwargs={{hold_file: {hold}}}",
+        "env.num_envs=1",
+        "algorithm.num_steps=8",
+        "algorithm.minibatch_size=8",
+        "algorithm.update_epochs=1",
+        "runner.total_env_steps=400",
+        "--skip-doctor",
+    ]
+    with Fleetrl(*command, runs=runs, env=env) as running:
+        deadline = time.monotonic() + 240
+        while not (metrics := list(runs.glob("*/metrics.jsonl"))) or not metrics[0].read_text().strip():
+            assert running.process.poll() is None and time.monotonic() < deadline, running.stderr_so_far()[-3000:]
+            time.sleep(0.5)
+        top = fleetrl("top", str(metrics[0].parent), timeout=120)
+        assert top.code == 0, top.stderr[-3000:]
+        shown = {line.split()[0] for line in top.stdout.splitlines()[1:] if line.strip()}
+        assert {"env", "rollout", "actor", "controller"} <= shown, top.stdout
+        hold.unlink()
+        run = running.finish(timeout=300).succeeded()
+    assert f"joined the running Ray instance at {address}" in run.stderr, run.stderr[-3000:]
+    token = env["RAY_AUTH_TOKEN"].encode()
+    assert not any(token in path.read_bytes() for path in run.run_dir.rglob("*") if path.is_file())
+
+    doctor = fleetrl("doctor", "configs/ppo_cartpole.yaml", *joined, "--handshake-timeout=60", timeout=300, env=env)
+    assert doctor.code == 0, doctor.stdout[-3000:] + doctor.stderr[-3000:]
+    stranger = subprocess.run(
+        [sys.executable, "-c", QUERY, address],
+        env={**subprocess_env(), **RAY_ENV, "RAY_AUTH_TOKEN": "not-the-token"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert stranger.returncode != 0 and "uthenticat" in stranger.stderr, stranger.stderr[-3000:]

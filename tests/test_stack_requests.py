@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from fleetrl.probe.seal import run_secret
 from fleetrl.probe.stack_requests import StackAsker, ask_stacks, request_key
 from fleetrl.probe.stacks import capture_stacks
 from fleetrl.probe.store import HeartbeatStore
@@ -20,7 +21,8 @@ from tests.support import REPO, subprocess_env
 WORKER = """
 import re, sys, time
 from fleetrl.probe.host import WatchSpec, start_watching
-recorder = start_watching("env", 0, 0, WatchSpec("127.0.0.1", int(sys.argv[1]), 0.1, sys.argv[2], {}))
+from fleetrl.probe.seal import run_secret
+recorder = start_watching("env", 0, 0, WatchSpec("127.0.0.1", int(sys.argv[1]), 0.1, sys.argv[2], {}, run_secret()))
 
 def park_here():
     while True:
@@ -39,7 +41,7 @@ def worker(tmp_path, request):
     """A watched worker process (`request.param`: park_here or hold_gil) beating into this test's
     store every 0.1 s; the store, the process, its record once it is parked (or its first, when
     it holds the GIL: it may never publish another) and its stack folder."""
-    store = HeartbeatStore("127.0.0.1")
+    store = HeartbeatStore("127.0.0.1", run_secret())
     command = [sys.executable, "-c", WORKER, str(store.port), str(tmp_path / "stacks"), request.param]
     process = subprocess.Popen(command, cwd=REPO, env=subprocess_env())
     try:
@@ -61,11 +63,11 @@ def ready(record: dict | None, mode: str) -> bool:
 @pytest.mark.parametrize("worker", ["park_here"], indirect=True)
 def test_a_worker_answers_with_every_threads_stack(worker):
     store, process, record, stack_dir = worker
-    stacks = capture_stacks([record], stack_dir, StackAsker(store.server, 30))
+    stacks = capture_stacks([record], stack_dir, StackAsker(store.sealed, 30))
     text = stacks[("env", 0)]
     assert "in park_here" in text and '"MainThread"' in text, text
     assert '"fleetrl-heartbeat" (taking these stacks)' in text, text
-    asked_again = ask_stacks(store.server, [("env", 0)], timeout_s=30)  # a second request, a fresh answer
+    asked_again = ask_stacks(store.sealed, [("env", 0)], timeout_s=30)  # a second request, a fresh answer
     assert "in park_here" in asked_again[("env", 0)]
     assert process.poll() is None
 
@@ -77,13 +79,13 @@ def test_a_stopped_worker_is_read_from_outside_and_a_pid_elsewhere_is_never_sign
     try:
         process.send_signal(signal.SIGSTOP)
         elsewhere = {**record, "component": "actor", "pid": bystander.pid, "host": "node-7", "machine": "other/1"}
-        stacks = capture_stacks([record, elsewhere], stack_dir, StackAsker(store.server, 1.0))
+        stacks = capture_stacks([record, elsewhere], stack_dir, StackAsker(store.sealed, 1.0))
         stopped, _, read = stacks[("env", 0)].partition("read from outside by py-spy)")
         assert "process is stopped" in stopped and "park_here" in read, stacks
         assert "runs on node-7, not on this machine" in stacks[("actor", 0)], stacks
         assert bystander.poll() is None, "a pid said to live on another machine was signalled"
         process.send_signal(signal.SIGCONT)  # running again, it answers through the store
-        assert "in park_here" in ask_stacks(store.server, [("env", 0)], timeout_s=30)[("env", 0)]
+        assert "in park_here" in ask_stacks(store.sealed, [("env", 0)], timeout_s=30)[("env", 0)]
     finally:
         bystander.kill()
         bystander.wait()
@@ -99,8 +101,8 @@ def test_a_worker_holding_the_gil_is_dumped_from_outside_with_native_frames(work
         assert time.monotonic() < deadline, "the worker kept beating: it never held the GIL"
         time.sleep(0.1)
     # its beats stopped for longer than an answer may take: it is not asked, nor waited for
-    stacks = capture_stacks([{**record, "heartbeat_age_s": age}], stack_dir, StackAsker(store.server, 1.0))
-    assert store.server.add(request_key("env", 0), 0) == 0, "a worker whose heartbeat thread cannot run was asked"
+    stacks = capture_stacks([{**record, "heartbeat_age_s": age}], stack_dir, StackAsker(store.sealed, 1.0))
+    assert store.sealed.add(request_key("env", 0), 0) == 0, "a worker whose heartbeat thread cannot run was asked"
     text = stacks[("env", 0)]
     python, _, native = text.partition("--- py-spy (native) ---")
     assert "in hold_gil" in python, text

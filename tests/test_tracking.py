@@ -185,3 +185,29 @@ def test_trackers_that_cannot_work_are_one_warning_each_and_the_run_finishes(tmp
     assert [r["global_step"] for r in result.metrics] == [256, 512, 768, 1024]
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert result.summary["global_step"] == 1024
+
+
+FAKE_SECRETS = {"WANDB_API_KEY": "fake-wandb-key-0123456789abcdef", "MY_SECRET_TOKEN": "fake-token-9f8e7d6c5b4a"}
+
+
+@pytest.mark.usefixtures("file_store")
+def test_no_secret_from_the_environment_reaches_disk_and_wandb_dir_is_honoured(tmp_path):
+    """Secrets in the environment (and one also given to the workers through cluster.env_vars)
+    are in no file of the run directory — config.yaml, train.log, the trackers' files — nor in
+    the trackers' parameters; W&B writes where WANDB_DIR says."""
+    wandb_dir = tmp_path / "wandb-dir"
+    wandb_dir.mkdir()
+    env = tracker_env(tmp_path) | FAKE_SECRETS | {"WANDB_DIR": str(wandb_dir)}
+    given = f"cluster.env_vars={{MY_SECRET_TOKEN: {FAKE_SECRETS['MY_SECRET_TOKEN']}}}"
+    result, run_dir = train_tracked(tmp_path, env, "runner.loggers=[jsonl, wandb, mlflow]", given)
+    result.succeeded()
+    assert not (run_dir / "wandb").exists() and list(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    written = [path for folder in (run_dir, wandb_dir, tmp_path / "mlruns") for path in folder.rglob("*")]
+    files = [path for path in written if path.is_file()]
+    assert run_dir / "config.yaml" in files and run_dir / "train.log" in files
+    for path in files:
+        data = path.read_bytes()
+        assert not any(secret.encode() in data for secret in FAKE_SECRETS.values()), path
+    assert "MY_SECRET_TOKEN: <redacted>" in (run_dir / "config.yaml").read_text()
+    _, run = mlflow_run(tmp_path, run_dir)
+    assert run.data.params["cluster.env_vars"] == "{'MY_SECRET_TOKEN': '<redacted>'}"

@@ -8,7 +8,9 @@ hanging constructor inside a Ray worker, SIGSTOP), through the real heartbeat st
 
 from __future__ import annotations
 
+import os
 import queue
+import select
 import signal
 import subprocess
 import sys
@@ -21,6 +23,7 @@ import pytest
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.seal import run_secret
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.attempt import RUN_MARK
 from fleetrl.watch.judgement import Seen
@@ -72,22 +75,24 @@ def test_an_env_constructor_that_hangs_in_a_ray_worker_is_a_startup_timeout(tmp_
     assert "watchdog_envs.py" in culprit["stack"] and "__init__" in culprit["stack"]
 
 
-def busy_first_step(tmp_path, busy_s: float, *overrides: str):
+def computing_run(tmp_path, busy_s: float, *overrides: str, where: str = "at_step: 1", timeout: float = 120):
+    """A short run whose env computes for `busy_s` CPU seconds, reading the process CPU clock as
+    it goes, once per process `where` (watchdog_envs.Computing's kwargs)."""
     return train(
         "configs/ppo_cartpole.yaml",
         *[o for o in SMALL if not o.startswith("runner.total_env_steps")],  # a run that finishes
         "runner.total_env_steps=128",
-        "env.id=tests.watchdog_envs:BusyFirstStep",
-        f"env.kwargs={{busy_s: {busy_s}}}",
+        "env.id=tests.watchdog_envs:Computing",
+        f"env.kwargs={{busy_s: {busy_s}, {where}}}",
         *overrides,
         runs=tmp_path,
-        timeout=busy_s + 120,
+        timeout=3 * busy_s + timeout,
     )
 
 
-def assert_slow_not_stalled(result) -> None:
+def assert_slow_not_stalled(result, who: str = "inline rank 0", phase: str = "env.step") -> None:
     result.succeeded()
-    slow = [line for line in result.stderr.splitlines() if "slow: inline rank 0 has been in env.step" in line]
+    slow = [line for line in result.stderr.splitlines() if f"slow: {who} has been in {phase}" in line]
     assert len(slow) == 1, result.stderr[-3000:]  # one warning for the call, not one per poll
     assert "but is busy" in slow[0] and "CPU in its thread" in slow[0]
 
@@ -96,16 +101,49 @@ def test_a_busy_first_call_is_a_slow_warning_and_an_incident_only_past_the_busy_
     """The mechanism with short bounds: 8 s of computing in the first env step, a 2 s first-call
     bound. With the busy allowance above 8 s the run finishes, warned once; below, it is a
     `phase_timeout` in state busy."""
-    assert_slow_not_stalled(busy_first_step(tmp_path / "allowed", 8, "watchdog.first_call_bound_s=2"))
-    result = busy_first_step(tmp_path / "overrun", 30, "watchdog.first_call_bound_s=2", "watchdog.busy_allowance_s=5")
+    assert_slow_not_stalled(computing_run(tmp_path / "allowed", 8, "watchdog.first_call_bound_s=2"))
+    result = computing_run(tmp_path / "overrun", 30, "watchdog.first_call_bound_s=2", "watchdog.busy_allowance_s=5")
     assert_incident(result, "phase_timeout", ["inline", 0], 15)
     assert result.hang_report["state"] == "busy", result.hang_report["summary"]
     assert "watchdog.busy_allowance_s" in result.hang_report["summary"]
 
 
+def test_a_step_that_computes_past_its_learned_deadline_finishes(tmp_path):
+    """The 60 s simulator step, shortened: the 20th step computes for 6 s against a deadline
+    learned from 19 quick ones (clamped to watchdog.min_deadline_s, 2 s): busy, so a warning."""
+    result = computing_run(tmp_path, 6, "watchdog.min_deadline_s=2", where="at_step: 20").succeeded()
+    # the computing call warned (as busy); on a loaded host an ordinary step may pass 2 s too
+    slow = [line for line in result.stderr.splitlines() if "slow: inline rank 0 has been in env.step" in line]
+    assert slow and all("but is busy" in line for line in slow), result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("placement", "who", "allowance_s", "busy_s"),
+    [
+        ((), "inline rank 0", 4, 10),
+        # the controller's own start-up steps (starting Ray: ~5 s here, 15 s loaded) get the allowance too
+        pytest.param(("cluster.backend=ray",), "env rank 0", 30, 40, marks=pytest.mark.slow),
+    ],
+    ids=["inline", "ray"],
+)
+def test_a_constructor_that_computes_past_the_startup_step_allowance_finishes(
+    tmp_path, placement, who, allowance_s, busy_s
+):
+    """The 90 s scene load, shortened: the env's constructor computes past
+    watchdog.startup_step_allowance_s; a start-up step is judged by the same rule as any call."""
+    result = computing_run(
+        tmp_path,
+        busy_s,
+        *placement,
+        f"watchdog.startup_step_allowance_s={allowance_s}",
+        where="in_constructor: true",
+    )
+    assert_slow_not_stalled(result, who, "env.construct")
+
+
 @pytest.mark.slow
 def test_a_first_call_that_computes_for_60_s_is_no_incident_with_default_settings(tmp_path):
-    assert_slow_not_stalled(busy_first_step(tmp_path, 60))
+    assert_slow_not_stalled(computing_run(tmp_path, 60))
 
 
 SKEWED_WORKER = """
@@ -114,9 +152,10 @@ skew = float(sys.argv[2])
 real_time = time.time
 time.time = lambda: real_time() + skew  # this process's clock is off by `skew` seconds
 from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.seal import run_secret
 from fleetrl.probe.store import connect_publisher
 recorder = Recorder("env", 0, 1)
-recorder.start_publishing(connect_publisher("127.0.0.1", int(sys.argv[1]), "env", 0), 0.2)
+recorder.start_publishing(connect_publisher("127.0.0.1", int(sys.argv[1]), "env", 0, run_secret()), 0.2)
 while True:
     with recorder.in_phase("env.step"):
         time.sleep(0.02)
@@ -128,7 +167,7 @@ def test_a_worker_with_a_skewed_clock_is_not_frozen_by_mistake_and_its_freeze_is
     """The worker's heartbeats carry its own clock, 30 s ahead or behind; ages measured by
     subtracting clocks would call it frozen at once (behind) or never (ahead)."""
     config = WatchdogConfig(heartbeat_interval_s=0.2, heartbeat_timeout_s=2.0, min_deadline_s=2.0)
-    store = HeartbeatStore("127.0.0.1")
+    store = HeartbeatStore("127.0.0.1", run_secret())
     incidents: queue.Queue = queue.Queue()
     worker = subprocess.Popen(
         [sys.executable, "-c", SKEWED_WORKER, str(store.port), str(skew_s)], cwd=REPO, env=subprocess_env()
@@ -156,11 +195,22 @@ def test_a_worker_with_a_skewed_clock_is_not_frozen_by_mistake_and_its_freeze_is
         worker.wait(timeout=30)
 
 
-@pytest.mark.parametrize("poll", ["sleep", pytest.param("socket", marks=pytest.mark.slow)])  # the same rule twice
-def test_a_first_call_that_spins_waiting_is_reported_spinning_not_busy(tmp_path, poll):
-    """The first env step waits forever by polling (`time.sleep(0)` in a loop, or a non-blocking
-    socket read): CPU moves, the stack does not. Busy would wait for busy_allowance_s (600 s);
-    spinning is a stall, reported once the first-call bound has passed."""
+@pytest.mark.parametrize(
+    ("poll", "wait"),
+    [
+        ("select", ("select.select",)),
+        pytest.param("yield", ("os.sched_yield",), marks=pytest.mark.slow),  # the same rule again
+        pytest.param(
+            "sleep", ("clock_nanosleep", "time.sleep"), marks=pytest.mark.slow
+        ),  # the kernel's or Python's view
+        pytest.param("socket", ("socket.recv",), marks=pytest.mark.slow),
+    ],
+)
+def test_a_first_call_that_spins_waiting_is_reported_spinning_not_busy(tmp_path, poll, wait):
+    """The first env step waits forever by polling (a zero-timeout `select`, `sched_yield` or
+    `time.sleep(0)` in a loop, or a non-blocking socket read): CPU moves, the stack does not.
+    Busy would wait for busy_allowance_s (600 s); spinning is a stall, reported once the
+    first-call bound has passed, naming the wait."""
     result = train(
         "configs/ppo_cartpole.yaml",
         *SMALL,
@@ -175,6 +225,7 @@ def test_a_first_call_that_spins_waiting_is_reported_spinning_not_busy(tmp_path,
     report = result.hang_report
     assert report["state"] == "spinning", report["summary"]
     assert "is spinning: its stack did not move" in report["summary"] and "watchdog_envs.py" in report["summary"]
+    assert any(f"was found waiting in {name} in " in report["summary"] for name in wait), report["summary"]
 
 
 def clock_off_under_the_supervisor(folder, skew_s: float) -> dict:
@@ -237,7 +288,8 @@ def judged(recorder: Recorder, work, stop, reads: tuple[dict, ...] = ({},), beat
     thread.start()
     try:
         for _ in range(beats):
-            time.sleep(0.4)
+            time.sleep(0.35)
+            recorder.sample_waits(0.0)  # as the heartbeat thread does before each beat (~0.05 s)
             record, now = recorder.record(), time.monotonic()
             for judge, read in zip(seen, reads):
                 judge.update({**record, **read}, now)
@@ -259,20 +311,41 @@ def computing(flag: list) -> None:
     while not flag[0]: sum(range(10_000))  # noqa: E701 (one line: the stack stays there)  # fmt: skip
 
 
+def selecting(flag: list) -> None:
+    while not flag[0]: select.select([], [], [], 0)  # noqa: E701 (one line: the stack stays there)  # fmt: skip
+
+
+def yielding(flag: list) -> None:
+    while not flag[0]: os.sched_yield()  # noqa: E701 (one line: the stack stays there)  # fmt: skip
+
+
+def reading_the_cpu_clock(flag: list) -> None:
+    while not flag[0]: time.process_time()  # noqa: E701 (one line: the stack stays there)  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("loop", "state"),
-    [(spin_sleeping, "spinning"), (allocating, "busy"), (computing, "busy")],
-    ids=["sleep(0)", "allocating", "computing"],
+    ("loop", "state", "wait"),
+    [
+        (spin_sleeping, "spinning", ("clock_nanosleep", "time.sleep")),
+        (selecting, "spinning", ("select.select",)),
+        (yielding, "spinning", ("os.sched_yield",)),
+        (allocating, "busy", None),
+        (computing, "busy", None),
+        (reading_the_cpu_clock, "busy", None),
+    ],
+    ids=["sleep(0)", "select-0", "sched_yield", "allocating", "computing", "process_time"],
 )
-def test_a_loop_at_one_line_is_spinning_only_when_it_waits(loop, state):
+def test_a_loop_at_one_line_is_spinning_only_when_it_waits(loop, state, wait):
     """Real loops in a thread of this process, its recorder's beats judged as the watchdog judges
-    them: all three use CPU at one line, the first two mostly in the kernel. time.sleep(0)'s
-    system calls move nothing (spinning); allocating 100 MB at a time is page faults for new memory
-    (busy: a computation filling buffers); sum's CPU is in user space (busy)."""
+    them: all use CPU at one line, most of them mostly in the kernel. time.sleep(0), a zero-timeout
+    select and sched_yield are waits (spinning, the wait named); allocating 100 MB at a time,
+    sum, and reading the process CPU clock in a loop (clock_gettime, a real system call) compute
+    (busy)."""
     flag = [False]
     (judgement,) = judged(Recorder("env", 0, 0), partial(loop, flag), partial(flag.__setitem__, 0, True))
     assert judgement is not None and not judgement.stack_moved, judgement
     assert judgement.state == state, judgement.text()
+    assert wait is None or judgement.waits[2] in wait, judgement.text()
 
 
 GPU_READ = {"gpu_util_pct": 90.0, "gpu_memory_mib": 512.0}  # what a worker computing on a GPU publishes

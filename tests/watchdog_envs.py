@@ -4,13 +4,16 @@
 store (its recorder's pid becomes text), a record the controller's watchdog cannot use;
 `RaisingLate` sleeps in a step, writes the wall time to a file and raises right after.
 For tests/test_watchdog_judgement.py: `HangingConstructor` never returns from its constructor (a
-simulator waiting for a licence server); `BusyFirstStep` computes for `busy_s` in the first step
-its process makes (a scene loaded on the first auto-reset, a JIT warm-up), then is CartPole;
+simulator waiting for a licence server); `Computing` computes for `busy_s`, reading the process
+CPU clock as it goes (a real system call), once per process: in its constructor (a scene load),
+its first step (a JIT warm-up) or its `at_step`-th step (a hard simulator step), then is CartPole;
 `SpinningFirstStep` waits forever in its first step by polling (a spin-wait: CPU, one line)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import socket
 import time
 from pathlib import Path
@@ -52,25 +55,34 @@ class HangingConstructor(CartPoleEnv):
             time.sleep(3600)
 
 
-class BusyFirstStep(CartPoleEnv):
-    busy_in_this_process = True  # once per process, not once per sub-env of the vector env
+class Computing(CartPoleEnv):
+    computed_in_this_process = False  # once per process, not once per sub-env of the vector env
 
-    def __init__(self, busy_s: float = 60.0, **kwargs):
+    def __init__(self, busy_s: float = 60.0, at_step: int = 1, in_constructor: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.busy_s = busy_s
+        self.busy_s, self.at_step, self.steps = busy_s, at_step, 0
+        if in_constructor:
+            self.compute()
+
+    def compute(self) -> None:
+        if not Computing.computed_in_this_process:
+            Computing.computed_in_this_process = True
+            spent = time.process_time() + self.busy_s  # CPU seconds: a loaded host's steal is not work
+            deadline = time.monotonic() + 3 * self.busy_s  # ... but never more than this
+            while time.process_time() < spent and time.monotonic() < deadline:
+                sum(range(1_000))  # computation in the calling thread, the CPU clock read between
 
     def step(self, action):
-        if BusyFirstStep.busy_in_this_process:
-            BusyFirstStep.busy_in_this_process = False
-            deadline = time.monotonic() + self.busy_s
-            while time.monotonic() < deadline:
-                sum(range(10_000))  # pure computation: CPU in the calling thread
+        self.steps += 1
+        if self.steps == self.at_step:
+            self.compute()
         return super().step(action)
 
 
 class SpinningFirstStep(CartPoleEnv):
     """The first step waits for something that never comes by polling: `time.sleep(0)` in a loop
-    (`poll: sleep`) or a non-blocking socket read (`poll: socket`), using CPU at one line."""
+    (`poll: sleep`), a non-blocking socket read (`poll: socket`), `select` with a zero timeout
+    (`poll: select`) or `os.sched_yield()` (`poll: yield`), using CPU at one line."""
 
     spin_in_this_process = True  # once per process, not once per sub-env of the vector env
 
@@ -85,6 +97,12 @@ class SpinningFirstStep(CartPoleEnv):
             if self.poll == "sleep":
                 while not ready:
                     time.sleep(0)
+            elif self.poll == "select":
+                while not ready:
+                    ready = bool(select.select([], [], [], 0)[0])
+            elif self.poll == "yield":
+                while not ready:
+                    os.sched_yield()
             else:
                 never, _peer = socket.socketpair()  # nothing is ever sent on it
                 never.setblocking(False)

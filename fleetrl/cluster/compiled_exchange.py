@@ -30,7 +30,7 @@ sockets: cluster/direct_exchange.py). Between nodes the graph's channels go thro
 transfer: on two isolated simulated nodes the seed layout collected at 0.03× inline through them
 against 0.61× direct, and an env worker waiting in the channel's read (`get_objects`, in Ray's core
 worker) kept its heartbeat thread from running for 5 s: a false `process_frozen`
-(benchmarks/README.md, issue 12 section).
+(docs/benchmarks.md, the seed layout on 2 isolated nodes).
 The controller never waits on the graph without a bound: it reads each execution's outcomes on a
 thread of its own (`OutcomeReader`) and gives up as soon as the watchdog reports.
 """

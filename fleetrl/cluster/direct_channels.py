@@ -2,7 +2,9 @@
 
 Each env worker listens on its node's address (never 0.0.0.0) for the one rollout worker that
 serves its lanes (`layout.plan_lanes` gives an env worker's lanes to one rollout worker); each
-rollout worker connects to the env workers of its lanes. A message is one length-prefixed pickle
+rollout worker connects to the env workers of its lanes. Both ends prove the run's secret before
+anything is unpickled (cluster/peer_proof.py): a connection that does not is closed and logged,
+naming its address, and the env worker goes on waiting for its rollout worker. A message is one length-prefixed pickle
 (TCP_NODELAY: an outcome leaves at once): actions one way, the env's outcome back. Both ends run
 the worker's own `act`/`step` through `WorkerHost.call`, so every step is a recorded phase with
 its injected faults, exactly as on the classic path; waiting on a channel is not a phase (a
@@ -20,14 +22,19 @@ controller never waits on these loops without a bound (`DirectExchange.wait`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import pickle
 import socket
 import struct
 import time
 from collections.abc import Callable
 
+from fleetrl.cluster.peer_proof import admit, prove
+from fleetrl.net import listening_socket
 from fleetrl.probe.host import WorkerError
 
+log = logging.getLogger("fleetrl")
+PROOF_TIMEOUT_S = 5.0  # a connection that says nothing is refused after this long
 HEADER = struct.Struct("!I")  # the pickle's length
 PHASE = "env⇄rollout channel"
 Identity = tuple[str, int]  # (component, rank)
@@ -84,35 +91,50 @@ class Channel:
 
 
 class DirectChannels:
-    """One worker's end of the direct channels; `call(method, *args)` is its `WorkerHost.call`."""
+    """One worker's end of the direct channels; `call(method, *args)` is its `WorkerHost.call`;
+    `secret` the run's, which every peer proves."""
 
-    def __init__(self, call: Callable, identity: Identity):
-        self.call, self.identity = call, identity
+    def __init__(self, call: Callable, identity: Identity, secret: bytes):
+        self.call, self.identity, self.secret = call, identity, secret
         self.listener: socket.socket | None = None
         self.peers: dict[int, Channel] = {}  # peer rank → channel (an env worker: its one rollout worker)
 
     # The env worker's end.
-    def listen(self) -> tuple[str, int]:
-        """Listen on this node's address (where Ray runs this worker); (address, port)."""
-        import ray
+    def listen(self, address: str | None = None) -> tuple[str, int]:
+        """Listen on `address`, by default this node's (where Ray runs this worker, the address
+        its peers reach it at); (address, port)."""
+        if address is None:
+            import ray
 
-        address = ray.util.get_node_ip_address()
-        self.listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
-        self.listener.bind((address, 0))
-        self.listener.listen(1)
+            address = ray.util.get_node_ip_address()
+        self.listener = listening_socket(address, backlog=8)  # room for intruders beside the peer
         return address, self.listener.getsockname()[1]
 
     def accept(self, timeout_s: float) -> None:
-        """Take the rollout worker's connection (it says its rank first); no longer listen."""
+        """Take the rollout worker's connection (it proves the run's secret, then says its rank);
+        no longer listen. A connection that proves nothing is closed, logged, and waited past."""
         listener, self.listener = self.listener, None
+        deadline = time.monotonic() + timeout_s
+        refused: list[str] = []
         with listener:
-            listener.settimeout(timeout_s)
-            try:
-                sock, _ = listener.accept()
-            except OSError as error:
-                host, port = listener.getsockname()[:2]
-                message = f"no rollout worker connected to {host}:{port} within {timeout_s:g} s"
-                raise self.failed("accept", error, message) from None
+            while True:
+                try:
+                    listener.settimeout(max(deadline - time.monotonic(), 0.001))
+                    sock, (host, port, *_) = listener.accept()
+                except OSError as error:
+                    host, port = listener.getsockname()[:2]
+                    message = f"no rollout worker connected to {host}:{port} within {timeout_s:g} s" + (
+                        f" (refused, for not proving the run's secret: {', '.join(refused)})" if refused else ""
+                    )
+                    raise self.failed("accept", error, message) from None
+                try:
+                    sock.settimeout(min(max(deadline - time.monotonic(), 0.001), PROOF_TIMEOUT_S))
+                    admit(sock, self.secret)
+                    break
+                except OSError as error:  # NotProven, a silent peer's timeout, a reset
+                    sock.close()
+                    refused.append(f"{host}:{port}")
+                    log.warning("%s rank %d refused a connection from %s:%d: %s", *self.identity, host, port, error)
         channel = Channel(sock, ("rollout", -1), self.identity)
         rank = channel.receive()
         channel.peer = ("rollout", rank)
@@ -132,7 +154,8 @@ class DirectChannels:
         for rank, address in envs.items():
             try:
                 sock = socket.create_connection(address, timeout=timeout_s)
-            except OSError as error:
+                prove(sock, self.secret)
+            except OSError as error:  # NotProven too: whoever listens there is no worker of this run
                 message = f"cannot reach env rank {rank} at {address[0]}:{address[1]}: {error}"
                 raise self.failed("connect", error, message) from None
             channel = Channel(sock, ("env", rank), self.identity)

@@ -41,7 +41,7 @@ from fleetrl.probe.flight_recorder import Recorder
 from fleetrl.probe.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
-from fleetrl.workers.rollout_worker import rollout_seed
+from fleetrl.workers.rollout_worker import rollout_dtype, rollout_seed
 
 
 class FusedRank:
@@ -80,7 +80,7 @@ class FusedRank:
         if self.world_size > 1:  # the actor drew identical weights from the run's seed; actions need distinct noise
             torch.manual_seed(rollout_seed(self.config.runner.seed, self.rank))
         actor_group = self.inline_group("actor", actor)
-        rollout = self.inline_group("rollout", workers.rollout(actor.policy))
+        rollout = self.inline_group("rollout", workers.rollout(actor.policy, dtype=rollout_dtype(self.config)))
         collector = Collector(
             self.env, rollout, self.config.rollout.pipeline_stage_num, self.config.algorithm.num_steps
         )

@@ -27,6 +27,7 @@ from fleetrl.probe.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EvalWorker
+from fleetrl.workers.rollout_worker import rollout_dtype
 
 INLINE = "inline"  # the component name of this process in heartbeats and reports
 
@@ -53,7 +54,7 @@ class InlineBackend(Backend):
         workers = algorithm_spec(config.algorithm.name)
         actor = workers.actor(config, *spaces)
         env_group, actor_group = group("env", env), group("actor", actor)
-        rollout_group = group("rollout", workers.rollout(actor.policy))
+        rollout_group = group("rollout", workers.rollout(actor.policy, dtype=rollout_dtype(config)))
         collector = Collector(env_group, rollout_group, config.rollout.pipeline_stage_num, config.algorithm.num_steps)
         evaluator = None
         if placement.placed(EVAL):

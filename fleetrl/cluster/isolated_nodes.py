@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 
 from fleetrl.cluster.worker_path import NODE_PATHS_VARIABLE, node_paths
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
 from fleetrl.watch.teardown import kill_tree, wait_ended
 
 log = logging.getLogger("fleetrl")

@@ -20,19 +20,21 @@ from fleetrl.cluster.early_ray import take_early
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.isolated_nodes import IsolatedNodes
 from fleetrl.cluster.node_order import in_node_order
-from fleetrl.cluster.ray_loopback import set_ray_loopback
+from fleetrl.cluster.ray_loopback import joins_loopback, set_ray_loopback
 from fleetrl.cluster.worker_host import WorkerHost, pack_step_results
 from fleetrl.cluster.worker_path import worker_python_path
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
-from fleetrl.parallel.net import is_loopback
+from fleetrl.net import is_loopback
 from fleetrl.plan.placement import Assignment
 from fleetrl.probe.flight_recorder import RAYLET_VARIABLE
 from fleetrl.probe.host import WatchSpec
+from fleetrl.watch.last_words import LastWords, node_name, on_this_node
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children
 
+LAST_WORDS_TIMEOUT_S = 20.0  # a task on the dead worker's node: a worker process to start there
 log = logging.getLogger("fleetrl")
 Deadline = Callable[[float, str], contextlib.AbstractContextManager]  # WatchSession.deadline
 
@@ -158,6 +160,25 @@ class RayCluster:
         """Ray actor id (hex) → (component, rank), to name the worker in a RayActorError."""
         return {handle._actor_id.hex(): (a.component, a.rank) for a, handle in self.workers}
 
+    def last_words(self, key: tuple[str, int], pid: int | None) -> LastWords | None:
+        """The last words of worker `key` (process `pid`, dead), read on its node by a Ray task
+        pinned there (watch/last_words.py); None for a worker this cluster did not start."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = next((a.node for a, _ in self.workers if (a.component, a.rank) == key), None)
+        if node is None or pid is None:
+            return None
+        reader = ray.remote(on_this_node).options(
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_ids[node], soft=False),
+            runtime_env={"env_vars": {"PYTHONPATH": worker_python_path(self.python_path)}},
+        )
+        try:
+            return LastWords(**ray.get(reader.remote(pid, node), timeout=LAST_WORDS_TIMEOUT_S))
+        except Exception as error:  # its node is gone too, or Ray cannot start a task there
+            return LastWords("ended (Ray gave no account of it)", node_name(node, None), f"(not read: {error})")
+
     def kill_remote_workers(self) -> None:
         """After an incident on a cluster fleetrl did not start: ask Ray to end our actors.
         (A cluster fleetrl started dies with this process's children; isolated simulated nodes
@@ -203,11 +224,6 @@ def build_workers(group: RayGroup, args_for_rank: Callable[[int], tuple]) -> Non
     failure is raised by the rank's next call (`WorkerHost.start`)."""
     for assignment, handle in zip(group.assignments, group.handles):
         handle.start.remote(args_for_rank(assignment.rank))
-
-
-def joins_loopback(ray_address: str) -> bool:
-    """Whether `cluster.ray_address` (host:port) is a Ray instance on this machine's loopback."""
-    return is_loopback(ray_address.rpartition(":")[0].strip("[]"))
 
 
 def start_local_ray(num_nodes: int, cpus_per_node: int, node_ip: str):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import sys
 
+from fleetrl.net import is_loopback
+
 
 def set_ray_loopback(on: bool) -> None:
     """Whether Ray resolves 'this node' to the loopback address, in this process and the raylets
@@ -25,3 +27,8 @@ def set_ray_loopback(on: bool) -> None:
         from ray._private import ray_constants
 
         ray_constants.ENABLE_RAY_CLUSTER = not on and not ray_constants.IS_WINDOWS_OR_OSX
+
+
+def joins_loopback(ray_address: str) -> bool:
+    """Whether `cluster.ray_address` (host:port) is a Ray instance on this machine's loopback."""
+    return is_loopback(ray_address.rpartition(":")[0].strip("[]"))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from fleetrl.cluster.direct_channels import DirectChannels
 from fleetrl.debug.faults import FaultPlan
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
 from fleetrl.plan.placement import Assignment
 from fleetrl.probe.host import RecordedCalls, WatchSpec, WorkerError, start_watching
 
@@ -35,7 +35,7 @@ class WorkerHost:
         self.recorder = start_watching(assignment.component, assignment.rank, assignment.node, watch)
         self.run: Callable | None = None
         self.failed: WorkerError | None = None
-        self.channels = DirectChannels(self.call, (assignment.component, assignment.rank))
+        self.channels = DirectChannels(self.call, (assignment.component, assignment.rank), watch.secret)
 
     def start(self, args: tuple) -> None:
         """Build the worker from `factory(*args)`, as the phase `<component>.construct`."""

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import yaml
 
 from fleetrl.config.constraints import Check, Note, Range
+from fleetrl.config.redact import redacted
 from fleetrl.config.schema import SECTION_TYPES, AlgorithmConfig, Config
 from fleetrl.errors import ConfigError, UserError, nearest
 
@@ -156,6 +157,8 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
             raise ConfigError(key, value, f"one of {list(choices)}", nearest(str(value), map(str, choices)))
         return value
     expected = origin or hint
+    if dataclasses.is_dataclass(expected) and isinstance(value, dict):  # a nested section (model.lora)
+        return build_section(key, expected, value)
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if expected is float and isinstance(value, str):
@@ -172,5 +175,6 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
 
 
 def save_config(config: Config, path: Path) -> None:
-    """Write the fully resolved config; `plan.load.load_config(path)` reads it back unchanged."""
-    path.write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    """Write the fully resolved config; `plan.load.load_config(path)` reads it back unchanged, but
+    for secrets, which are never written (config/redact.py)."""
+    path.write_text(yaml.safe_dump(redacted(dataclasses.asdict(config)), sort_keys=False))

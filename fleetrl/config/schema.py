@@ -1,8 +1,9 @@
 """The typed config: one dataclass per YAML section, with the defaults a user gets.
 
-Field comments are the reference documentation for each key. A key's type, choices (`Literal`) and
+The docstring under each field is the reference documentation for its key: the site's config
+reference (docs/reference/config.md) is generated from them. A key's type, choices (`Literal`) and
 range (`Annotated[..., Range]`, `constraints.py`) stand on the field and are checked by the loader;
-rules that relate several keys live in `validate.py`.
+rules that relate several keys live in `plan/rules.py`.
 """
 
 from __future__ import annotations
@@ -33,25 +34,34 @@ FLOAT16 = Note("float16 is not offered: it needs loss scaling, which fleetrl doe
 
 @dataclass
 class EnvConfig:
-    id: str = (
-        "CartPole-v1"  # Gymnasium id, or 'module:attr' returning a gymnasium.Env (resolved before anything starts)
-    )
-    kwargs: dict = field(
-        default_factory=dict
-    )  # passed to gymnasium.make / the entry point (checked against its signature)
-    num_envs: Annotated[int, Positive] = 8  # simulators in total, split over the env workers
-    max_episode_steps: Annotated[int, Positive] | None = None  # truncate episodes here (None: the env's own limit)
-    vectorization: Literal["sync", "async"] = "sync"  # sync (one process) | async (one subprocess per env)
-    normalize_obs: bool = False  # running mean/std of observations, checkpointed
-    normalize_reward: bool = False  # scale rewards by the std of the discounted return
-    clip_obs: Annotated[float, PositiveOrInf] = 10.0  # clip normalised observations to [-clip_obs, clip_obs]
-    clip_reward: Annotated[float, PositiveOrInf] = 10.0  # clip normalised rewards likewise
-    action_chunk: Annotated[int, AtLeastOne] = (
-        1  # Box actions: each policy step emits this many consecutive actions, executed in order until the episode ends (README: 'Token-level policies')
-    )
-    wrappers: Literal["none", "atari"] = (
-        "none"  # a preset of standard wrappers around each simulator; atari: CleanRL's Atari preprocessing (envs/atari.py)
-    )
+    """The simulators: which environment, how many copies, and what wraps them."""
+
+    id: str = "CartPole-v1"
+    """A Gymnasium id, or `module:attr` naming a callable that returns one `gymnasium.Env`; resolved
+    before anything starts (docs: guides/simulator.md)."""
+    kwargs: dict = field(default_factory=dict)
+    """Passed to `gymnasium.make` or to the `module:attr` callable (checked against its signature)."""
+    num_envs: Annotated[int, Positive] = 8
+    """Simulators in total, split evenly over the env workers."""
+    max_episode_steps: Annotated[int, Positive] | None = None
+    """Truncate episodes after this many simulator steps (null: the env's own limit)."""
+    vectorization: Literal["sync", "async"] = "sync"
+    """How an env worker steps its simulators: `sync` in its own process, `async` one subprocess per
+    simulator."""
+    normalize_obs: bool = False
+    """Normalise observations by a running mean and std (per float key of a Dict), checkpointed."""
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return, checkpointed."""
+    clip_obs: Annotated[float, PositiveOrInf] = 10.0
+    """Clip normalised observations to [-clip_obs, clip_obs]."""
+    clip_reward: Annotated[float, PositiveOrInf] = 10.0
+    """Clip normalised rewards to [-clip_reward, clip_reward]."""
+    action_chunk: Annotated[int, AtLeastOne] = 1
+    """Box actions: each policy step emits this many consecutive actions, executed in order until the
+    episode ends, with their rewards summed (docs: guides/model.md, Token-level action policies)."""
+    wrappers: Literal["none", "atari"] = "none"
+    """A preset of standard wrappers around each simulator: `atari` is CleanRL's Atari preprocessing
+    (docs: guides/atari.md); `none` leaves the env as it is."""
 
 
 @dataclass
@@ -60,15 +70,22 @@ class AlgorithmConfig:
     too (`PPOConfig` in algos/ppo/config.py, `PPGConfig`, `SACConfig`), chosen by `name` through
     the registry (`fleetrl.algos.registry`); the loader builds that subclass."""
 
-    name: str = "ppo"  # a registered algorithm: ppo | ppg | sac (and any a plugin registers)
-    num_steps: Annotated[int, Positive] = 128  # steps per env per iteration (rollout length)
-    gamma: Annotated[float, UnitInterval] = 0.99  # discount factor
-    lr: Annotated[float, Positive] = 3e-4  # learning rate
-    anneal_lr: bool = True  # linear decay of lr to 0 over runner.total_env_steps
-    minibatch_size: Annotated[int, Positive] = (
-        256  # samples per optimizer step, over all actor ranks (on-policy: must divide num_steps * env.num_envs)
-    )
-    max_grad_norm: Annotated[float, NonNegative] = 0.5  # clip the global gradient norm to this (0: no clipping)
+    name: str = "ppo"
+    """A registered algorithm: `ppo`, `ppg`, `sac`, or one a plugin registers
+    (docs: guides/algorithm.md). A key of another algorithm is an error that says whose it is."""
+    num_steps: Annotated[int, Positive] = 128
+    """Env steps per env per iteration (the rollout length)."""
+    gamma: Annotated[float, UnitInterval] = 0.99
+    """Discount factor."""
+    lr: Annotated[float, Positive] = 3e-4
+    """Learning rate."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over `runner.total_env_steps`."""
+    minibatch_size: Annotated[int, Positive] = 256
+    """Samples per optimizer step, over all actor ranks (on-policy: a divisor of
+    `num_steps * env.num_envs`)."""
+    max_grad_norm: Annotated[float, NonNegative] = 0.5
+    """Clip the global gradient norm to this (0: no clipping)."""
 
     @property
     def resets_envs_each_iteration(self) -> bool:
@@ -81,117 +98,190 @@ class AlgorithmConfig:
         return 1
 
 
+DEFAULT_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"  # OpenVLA's
+
+
+@dataclass
+class LoraConfig:
+    """`model.lora`: LoRA adapters through peft (docs: guides/vla.md); only they and the value head
+    train."""
+
+    rank: Annotated[int, Positive] = 32
+    """r: the adapters' inner dimension (RLinf trains OpenVLA-OFT at 32)."""
+    alpha: Annotated[float, Positive] = 32.0
+    """lora_alpha: the update is scaled by alpha / rank."""
+    dropout: Annotated[float, UnitInterval] = 0.0
+    """lora_dropout (0: acting and the loss path see the same model)."""
+    target_modules: list[str] | None = None
+    """Module names to adapt (null: every linear layer but the output head, peft's `all-linear`)."""
+
+
 @dataclass
 class ModelConfig:
-    id: str = "mlp"  # 'mlp', 'transformer', or 'module:attr' building an nn.Module (README: 'Your own network')
-    kwargs: dict = field(
-        default_factory=dict
-    )  # passed to a custom model's constructor ({} with 'mlp', which reads the keys below)
-    hidden_sizes: list[Annotated[int, Positive]] = field(
-        default_factory=lambda: [64, 64]
-    )  # mlp: hidden layers of the trunk ([]: the heads read the observation, or its encoder's features, directly)
+    """The policy network: fleetrl's MLP or transformer, or one of your own."""
+
+    id: str = "mlp"
+    """`mlp`, `transformer`, `hf` (a Hugging Face VLA folder: `model.path`), or `module:attr` naming an
+    `nn.Module` class of your own (docs: guides/model.md)."""
+    kwargs: dict = field(default_factory=dict)
+    """Passed to a custom model's constructor (empty with the built-in models, which read the keys
+    below)."""
+    hidden_sizes: list[Annotated[int, Positive]] = field(default_factory=lambda: [64, 64])
+    """`mlp`: the trunk's hidden layers (`[]`: the heads read the observation, or its encoder's
+    features, directly)."""
     activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
-    shared_trunk: bool = False  # one trunk for policy and value, or one each
-    init_log_std: Annotated[float, Finite] = 0.0  # initial log std of the Gaussian policy (Box actions)
+    """The activation between the MLP's hidden layers (SAC's actor and critics too)."""
+    shared_trunk: bool = False
+    """One trunk for policy and value, or one each."""
+    init_log_std: Annotated[float, Finite] = 0.0
+    """Initial log std of the Gaussian policy (Box actions)."""
     ortho_init: bool = True
-    aux_value_head: bool = (
-        False  # an auxiliary value head on the policy trunk (PPG); computed only in PPG's auxiliary phase
-    )
-    action_bins: Annotated[int, Range(2)] | None = (
-        None  # Box actions as tokens: each dimension (of each chunked action) discretised into this many evenly spaced values, one categorical each (None: Gaussian)
-    )
-    # Image and Dict observations (README: 'Images, instructions and the transformer policy').
-    image_encoder: Literal["auto", "nature_cnn", "grid_cnn", "flatten"] = (
-        "auto"  # mlp: the encoder of image keys (auto: nature_cnn from 36 pixels a side, grid_cnn from 7, flatten below)
-    )
-    embed_dim: Annotated[int, Positive] = 64  # width of token embeddings: the text encoder's, and the transformer's
-    num_layers: Annotated[int, Positive] = 2  # transformer: blocks
-    num_heads: Annotated[int, Positive] = 4  # transformer: attention heads per block (divides embed_dim)
-    patch_size: Annotated[int, Positive] | None = (
-        None  # transformer: image patch side in pixels (None: about 7×7 patches per image; 1 for a 7×7 grid)
-    )
+    """Orthogonal initialisation: hidden layers and encoders with gain √2, the policy head 0.01, the
+    value head 1 (as CleanRL and SB3)."""
+    aux_value_head: bool = False
+    """An auxiliary value head on the policy trunk, computed only in PPG's auxiliary phase (required
+    by `algorithm.name: ppg`)."""
+    action_bins: Annotated[int, Range(2)] | None = None
+    """Box actions as tokens: each dimension (of each chunked action) discretised into this many
+    evenly spaced values, one categorical each (null: a Gaussian; docs: guides/model.md, Token-level
+    action policies)."""
+    image_encoder: Literal["auto", "nature_cnn", "grid_cnn", "flatten"] = "auto"
+    """`mlp`: the encoder of image keys (`auto`: `nature_cnn` from 36 pixels a side, `grid_cnn` from 7,
+    `flatten` below; docs: guides/model.md, Images, instructions and the transformer policy)."""
+    embed_dim: Annotated[int, Positive] = 64
+    """Width of token embeddings: the text encoder's, and the transformer's."""
+    num_layers: Annotated[int, Positive] = 2
+    """`transformer`: the number of blocks."""
+    num_heads: Annotated[int, Positive] = 4
+    """`transformer`: attention heads per block (a divisor of `embed_dim`)."""
+    patch_size: Annotated[int, Positive] | None = None
+    """`transformer`: image patch side in pixels (null: about 7×7 patches per image; 1 for a 7×7
+    grid, one token per cell)."""
+    path: str | None = None
+    """`hf`: a local model folder (config.json, safetensors, processor, tokenizer); never fetched
+    (docs: guides/vla.md). With `hf`, `action_bins` is the number of action tokens (default 256)."""
+    trust_remote_code: bool = False
+    """`hf`: let the folder run modelling code of its own."""
+    prompt_template: str = DEFAULT_PROMPT
+    """`hf`: the prompt; `{instruction}` is the env's text observation."""
+    action_chunk: Annotated[int, AtLeastOne] = 1
+    """`hf`: actions per inference (K); K > 1 returns (B, K, D) chunks."""
+    decode: Literal["parallel", "autoregressive"] = "parallel"
+    """`hf`: all K·D action tokens in one pass (OpenVLA-OFT), or one at a time with the KV cache
+    (OpenVLA)."""
+    action_stats: dict | None = None
+    """`hf`: `{q01: [...], q99: [...]}` per action dimension, normalised to [-1, 1] (null: the action
+    space's bounds)."""
+    lora: LoraConfig | None = None
+    """`hf`: LoRA adapters, `{rank, alpha, dropout, target_modules}` below (null: every parameter
+    trains)."""
 
 
-BUILTIN_MODELS = ("mlp", "transformer")  # model.id values that are no entry point
+BUILTIN_MODELS = ("mlp", "transformer", "hf")  # model.id values that are no entry point
 
 
 @dataclass
 class ActorConfig:
+    """The trainable model's ranks: optimizer, device, and how several ranks share the model. The
+    `fsdp_*` keys keep their defaults unless `strategy` is `fsdp` (docs: guides/fsdp.md)."""
+
     optimizer: Literal["adam", "adamw"] = "adam"
+    """Adam, or AdamW (decoupled weight decay)."""
     adam_eps: Annotated[float, Positive] = 1e-5
+    """The optimizer's epsilon."""
     weight_decay: Annotated[float, NonNegative] = 0.0
+    """The optimizer's weight decay (L2 with `adam`, decoupled with `adamw`)."""
     device: Annotated[str, TorchDevice] = "cpu"
-    strategy: Literal["ddp", "fsdp"] = "ddp"  # how several actor ranks share the model; ignored with one rank
-    dist_timeout_s: Annotated[float, Positive] = (
-        60.0  # the actor ranks' rendezvous and every collective fail after this long (never torch's 30 min)
-    )
-    global_batch_size: Annotated[int, Positive] | None = (
-        None  # samples per optimizer step summed over all actor ranks (None: algorithm.minibatch_size; set, it replaces it)
-    )
-    micro_batch_size: Annotated[int, Positive] | None = (
-        None  # samples per forward/backward on one rank; gradients accumulate over a minibatch's micro-batches (None: no accumulation)
-    )
-    gradient_checkpointing: bool = (
-        False  # recompute the network's activations in backward: less memory, one more forward
-    )
-    # The fsdp_* keys keep their defaults unless strategy is fsdp.
+    """Where the actor ranks train: `cpu`, `cuda`, `cuda:1` (docs: guides/gpu.md)."""
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """How several actor ranks share the model; ignored with one rank."""
+    dist_timeout_s: Annotated[float, Positive] = 60.0
+    """The actor ranks' rendezvous and every collective fail after this long (never torch's 30 min)."""
+    global_batch_size: Annotated[int, Positive] | None = None
+    """Samples per optimizer step summed over all actor ranks (null: `algorithm.minibatch_size`;
+    set, it replaces it)."""
+    micro_batch_size: Annotated[int, Positive] | None = None
+    """Samples per forward/backward on one rank; gradients accumulate over a minibatch's
+    micro-batches (null: no accumulation)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward (per block for the transformer, the whole network for the
+    MLP): less memory, one more forward."""
     fsdp_sharding_strategy: Literal["full_shard", "shard_grad_op", "no_shard", "hybrid_shard"] = "full_shard"
-    fsdp_hybrid_shard_size: Annotated[int, Positive] | None = (
-        None  # hybrid_shard: ranks per shard group (None: the actor ranks of one node)
-    )
-    fsdp_param_dtype: Annotated[Literal["float32", "bfloat16"] | None, FLOAT16] = (
-        None  # compute dtype of forward and backward (None: the parameters' own)
-    )
-    fsdp_reduce_dtype: Annotated[Literal["float32", "bfloat16"] | None, FLOAT16] = (
-        None  # dtype of the gradient reduction (None: fsdp_param_dtype)
-    )
-    fsdp_cpu_offload: bool = False  # keep sharded parameters, gradients and optimizer state in CPU memory
+    """`full_shard` (ZeRO-3), `shard_grad_op` (ZeRO-2: blocks stay gathered from forward to
+    backward), `no_shard` (replicas), `hybrid_shard` (sharded within a node, replicated across)."""
+    fsdp_hybrid_shard_size: Annotated[int, Positive] | None = None
+    """`hybrid_shard`: ranks per shard group (null: the actor ranks of one node)."""
+    fsdp_param_dtype: Annotated[Literal["float32", "bfloat16"] | None, FLOAT16] = None
+    """Compute dtype of forward and backward (null: the parameters' own, float32); master weights,
+    optimizer state, checkpoints and the rollout's weights stay float32."""
+    fsdp_reduce_dtype: Annotated[Literal["float32", "bfloat16"] | None, FLOAT16] = None
+    """Dtype gradients are reduce-scattered in (null: `fsdp_param_dtype`)."""
+    fsdp_cpu_offload: bool = False
+    """Keep sharded parameters, gradients and optimizer state in CPU memory, copied to the device per
+    block."""
 
 
 @dataclass
 class RolloutConfig:
+    """The inference copies of the policy that turn observations into actions."""
+
     device: Annotated[str, TorchDevice] = "cpu"
-    pipeline_stage_num: Annotated[int, AtLeastOne] = (
-        1  # env stages per env worker: env steps stage i while rollout infers i+1; divides the envs per env worker
-    )
+    """Where the rollout workers infer: `cpu`, `cuda`, `cuda:1`."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Compute dtype of acting (autocast; weights stay float32): `auto` is bfloat16 on a GPU that has
+    it, else float32."""
+    backend: Literal["hf"] = "hf"
+    """How a Hugging Face VLA acts (the seed's key): its own transformers model, batched over env
+    lanes; the only backend so far."""
+    pipeline_stage_num: Annotated[int, AtLeastOne] = 1
+    """Env stages per env worker: the env steps stage i while the rollout infers stage i+1 (a divisor
+    of the envs per env worker)."""
 
 
 @dataclass
 class ClusterConfig:
-    backend: Literal["auto", "inline", "ray"] = (
-        "auto"  # auto: inline when every component has one rank on one node, else ray
-    )
+    """Where the components run: nodes, devices, the backend and how env and rollout talk
+    (docs: concepts/placement.md)."""
+
+    backend: Literal["auto", "inline", "ray"] = "auto"
+    """`auto`: `inline` (one process) when every component has one rank on one node, else `ray`."""
     num_nodes: Annotated[int, AtLeastOne] = 1
-    devices_per_node: Annotated[int, AtLeastOne] | None = (
-        None  # GPUs per node, or CPU slots without GPUs (None: detect)
-    )
-    # {component: device range} for actor, rollout, env, eval (README: 'Placement'). A component it
-    # does not name keeps its default: actor and env device 0; rollout on the actor's devices, one
-    # rank each, as many as divide the env ranks; eval (one device, placed only when
-    # runner.eval_interval > 0) with env rank 0. So `component_placement.actor=0-1` alone is complete.
+    """Nodes of the cluster; device ranks count across them."""
+    devices_per_node: Annotated[int, AtLeastOne] | None = None
+    """GPUs per node, or CPU slots where there are none (null: detected)."""
     component_placement: dict = field(default_factory=lambda: dict(DEFAULT_PLACEMENT))
-    simulate_nodes: Annotated[int, NonNegative] = (
-        0  # >1: rehearse num_nodes (equal to it) on this machine as a local multi-raylet Ray cluster
-    )
-    simulate_isolation: Literal["none", "namespaces"] = (
-        "none"  # namespaces: each simulated node its own network, PIDs, /tmp and hostname (root; README: 'Rehearsing a cluster in isolation')
-    )
-    simulate_clock_skew_s: dict = field(
-        default_factory=dict
-    )  # {node index: seconds} a simulated node's clock is off by (its Python processes' wall clock; needs simulate_isolation: namespaces)
-    ray_address: str | None = None  # an existing Ray cluster (as after `ray start`); None: start one
-    node_ip: Annotated[str, IPAddress] = "127.0.0.1"  # the address a locally started Ray advertises
-    env_vars: dict = field(
-        default_factory=dict
-    )  # set in every worker: {NAME: value}, and {node index: {NAME: value}} per node
-    exchange: Literal["auto", "compiled", "classic", "direct"] = (
-        "auto"  # ray: env ⇄ rollout through a Ray Compiled Graph (compiled), two actor calls per step via the controller (classic), worker-to-worker sockets (direct), or, auto: direct when env and rollout workers are on different nodes, else the graph where it can be built (README: 'Env ⇄ rollout exchanges')
-    )
-    fuse_collocated: bool = False  # ray: run rank r of env, rollout and actor in one process when they share a device (one call per rank per iteration, no weight sync; README: 'Fused ranks')
+    """`{component: device range}` for `actor`, `rollout`, `env`, `eval`. A component it does not name
+    keeps its default: actor and env on device 0; rollout on the actor's devices, one rank each, as
+    many as divide the env ranks; eval (one device, placed only when `runner.eval_interval` > 0) with
+    env rank 0. So `component_placement.actor=0-1` alone is complete (docs: concepts/placement.md)."""
+    simulate_nodes: Annotated[int, NonNegative] = 0
+    """Above 1: rehearse `num_nodes` (equal to it) on this machine as a local multi-raylet Ray
+    cluster."""
+    simulate_isolation: Literal["none", "namespaces"] = "none"
+    """`namespaces`: each simulated node gets its own network, PIDs, /tmp and hostname (needs root;
+    docs: guides/isolation.md)."""
+    simulate_clock_skew_s: dict = field(default_factory=dict)
+    """`{node index: seconds}` a simulated node's wall clock is off by (its Python processes'; needs
+    `simulate_isolation: namespaces`)."""
+    ray_address: str | None = None
+    """An existing Ray cluster to join (as after `ray start`); null: start a private one."""
+    node_ip: Annotated[str, IPAddress] = "127.0.0.1"
+    """The address a locally started Ray advertises."""
+    env_vars: dict = field(default_factory=dict)
+    """Environment variables set in every worker: `{NAME: value}`, or `{node index: {NAME: value}}`
+    per node."""
+    exchange: Literal["auto", "compiled", "classic", "direct"] = "auto"
+    """On Ray, how env and rollout workers exchange observations and actions: a Ray Compiled Graph
+    (`compiled`), two actor calls per step through the controller (`classic`), worker-to-worker
+    sockets (`direct`); `auto`: direct when env and rollout workers are on different nodes, else the
+    graph where it can be built (docs: concepts/backends.md, Env ⇄ rollout exchanges)."""
+    fuse_collocated: bool = False
+    """On Ray, run rank r of env, rollout and actor in one process when they share a device: one call
+    per rank per iteration, no weight sync (docs: concepts/backends.md, Fused ranks)."""
 
 
 # The incident causes a restart may help with by default (runner.restart_on); watch/watchdog.py
-# lists all of them, and validate.py checks restart_on against that list.
+# lists all of them, and plan/rules.py checks restart_on against that list.
 RESTARTABLE = (
     "worker_died",
     "worker_exception",
@@ -206,102 +296,136 @@ RESTARTABLE = (
 
 @dataclass
 class RunnerConfig:
+    """The run: its length, seed, directory, checkpoints, logging, evaluation and restarts."""
+
     total_env_steps: Annotated[int, Positive] = 100_000
+    """Env steps to train for, counted over all env workers (policy steps with `env.action_chunk`)."""
     seed: Annotated[int, NonNegative] = 1
-    run_dir: str = "runs"  # parent folder of run directories
-    name: str | None = None  # run name (default: env id); the folder is <name>-<time>
-    checkpoint_interval: Annotated[int, AtLeastOne] = 50  # iterations between checkpoints (and one at the end)
-    keep_checkpoints: Annotated[int, AtLeastOne] = 3  # how many of the newest checkpoints to keep
-    log_interval: Annotated[int, AtLeastOne] = 1  # iterations between console lines
-    resume: str | None = (
-        None  # a run directory to continue (it must hold a complete checkpoint), or 'auto': the newest run of this config's name in run_dir, a new run if there is none
-    )
-    torch_threads: Annotated[int, NonNegative] = 1  # intra-op threads of this process (0: torch's default)
-    target_return: Annotated[float, Finite] | None = None  # stop once the last-100-episode mean reaches this
-    loggers: list[TRACKERS] = field(
-        default_factory=lambda: ["jsonl", "tensorboard"]
-    )  # where metrics go: jsonl (metrics.jsonl) | tensorboard | wandb | mlflow (optional extras; README: 'Tracking')
-    tensorboard: bool = (
-        True  # false: no TensorBoard even where runner.loggers names it (the switch from before runner.loggers)
-    )
-    tracker_timeout_s: Annotated[float, Positive] = (
-        30.0  # the longest one tracker call may take; past it (or on an error) that tracker is dropped with one warning and training goes on
-    )
-    weight_sync_interval: Annotated[int, AtLeastOne] = (
-        1  # iterations between actor → rollout weight syncs (separate processes)
-    )
-    param_check_interval: Annotated[int, NonNegative] = (
-        10  # iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a divergence stops the run (0: never)
-    )
-    checkpoint_replay_buffer: bool = False  # sac: checkpoints also hold every actor rank's replay buffer shard (bigger files; a resume trains on the same data instead of refilling)
-    eval_interval: Annotated[int, NonNegative] = (
-        0  # iterations between deterministic evaluations on eval envs of their own (0: never; README: 'Evaluation during training')
-    )
-    eval_episodes: Annotated[int, Positive] = (
-        10  # deterministic episodes per evaluation, shared evenly by min(eval_episodes, 10) eval envs
-    )
-    eval_video: bool = False  # film each evaluation's first episode: <run>/video/eval-<iteration>.gif (its episodes then play on one env)
-    max_restarts: Annotated[int, NonNegative] = (
-        0  # after an incident whose cause is in restart_on, restart from the newest intact checkpoint, at most this often within restart_window_s (README: 'Supervisor and restarts')
-    )
-    restart_on: list[str] = field(
-        default_factory=lambda: list(RESTARTABLE)
-    )  # incident causes that restart (watch/watchdog.py CAUSES; never interrupted, disk_full or watchdog_error)
-    restart_window_s: Annotated[float, Positive] = (
-        3600.0  # a restart storm ends the run: max_restarts within this many seconds
-    )
+    """The seed every rank's and env's random streams derive from."""
+    run_dir: str = "runs"
+    """Parent folder of run directories."""
+    name: str | None = None
+    """Run name (null: the env id); the run's folder is `<name>-<time>`."""
+    checkpoint_interval: Annotated[int, AtLeastOne] = 50
+    """Iterations between checkpoints (and one at the end)."""
+    keep_checkpoints: Annotated[int, AtLeastOne] = 3
+    """How many of the newest checkpoints to keep."""
+    log_interval: Annotated[int, AtLeastOne] = 1
+    """Iterations between console lines."""
+    resume: str | None = None
+    """A run directory to continue (it must hold an intact checkpoint), or `auto`: the newest run of
+    this config's name in `run_dir`, a new run if there is none (docs: guides/recover.md)."""
+    torch_threads: Annotated[int, NonNegative] = 1
+    """Intra-op threads of the controller's process (0: torch's default)."""
+    target_return: Annotated[float, Finite] | None = None
+    """Stop once the last-100-episode mean return reaches this (null: train to the end)."""
+    loggers: list[TRACKERS] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    """Where metrics go: `jsonl` (metrics.jsonl), `tensorboard`, `wandb`, `mlflow` (optional extras;
+    docs: guides/trackers.md)."""
+    tensorboard: bool = True
+    """false: no TensorBoard even where `loggers` names it (the switch from before `loggers`)."""
+    tracker_timeout_s: Annotated[float, Positive] = 30.0
+    """The longest one tracker call may take; past it (or on an error) that tracker is dropped with
+    one warning and training goes on."""
+    weight_sync_interval: Annotated[int, AtLeastOne] = 1
+    """Iterations between actor → rollout weight syncs (when they are separate processes)."""
+    param_check_interval: Annotated[int, NonNegative] = 10
+    """Iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a
+    divergence stops the run (0: never)."""
+    checkpoint_replay_buffer: bool = False
+    """SAC: checkpoints also hold every actor rank's replay buffer shard (bigger files; a resume
+    trains on the same data instead of refilling)."""
+    eval_interval: Annotated[int, NonNegative] = 0
+    """Iterations between deterministic evaluations on eval envs of their own (0: never;
+    docs: guides/evaluation.md)."""
+    eval_episodes: Annotated[int, Positive] = 10
+    """Deterministic episodes per evaluation, shared evenly by min(eval_episodes, 10) eval envs."""
+    eval_video: bool = False
+    """Film each evaluation's first episode to `<run>/video/eval-<iteration>.gif` (its episodes then
+    play one after another on one env)."""
+    max_restarts: Annotated[int, NonNegative] = 0
+    """After an incident whose cause is in `restart_on`, restart from the newest intact checkpoint, at
+    most this often within `restart_window_s` (docs: concepts/supervisor.md, Restarts)."""
+    restart_on: list[str] = field(default_factory=lambda: list(RESTARTABLE))
+    """Incident causes that restart (docs: reference/incident-causes.md); never `interrupted`,
+    `disk_full` or `watchdog_error`, which a restart cannot cure."""
+    restart_window_s: Annotated[float, Positive] = 3600.0
+    """A restart storm ends the run: more than `max_restarts` within this many seconds is exit 4."""
 
 
 @dataclass
 class WatchdogConfig:
-    # All in seconds but deadline_factor; validate.py relates them (interval < timeout, min <= max).
+    """The supervisor's watchdog: heartbeats, deadlines and allowances, all in seconds but
+    `deadline_factor` (docs: concepts/incidents.md). `plan/rules.py` relates them (interval < timeout,
+    min <= max)."""
+
     enabled: bool = True
-    heartbeat_interval_s: Annotated[float, Positive] = 0.5  # how often each worker publishes its record
-    heartbeat_timeout_s: Annotated[float, Positive] = (
-        5.0  # no beat for this long: the process is frozen (or gone); > heartbeat_interval_s
-    )
-    startup_allowance_s: Annotated[float, Positive] = (
-        300.0  # a worker process's first heartbeat (Ray scheduling and starting it), from when watching starts
-    )
-    startup_step_allowance_s: Annotated[float, Positive] = (
-        60.0  # a start-up step never seen finishing (env construction, spaces, first reset, group join)
-    )
-    first_call_bound_s: Annotated[float, Positive] = 15.0  # any other call never seen finishing
-    busy_allowance_s: Annotated[float, Positive] = (
-        600.0  # a call past its deadline that is busy (CPU, a moving stack), not blocked: a warning until this
-    )
-    deadline_factor: Annotated[float, AtLeastOne] = (
-        10.0  # a phase may take this many times its longest observed duration
-    )
-    min_deadline_s: Annotated[float, Positive] = 5.0  # ... but never less than this
-    max_deadline_s: Annotated[float, Positive] = 1800.0  # ... nor more than this (>= min_deadline_s)
-    collective_timeout_s: Annotated[float, Positive] = 5.0  # ranks waiting in a collective another rank never entered
-    poll_interval_s: Annotated[float, Positive] = 0.25  # how often the watchdog reads the heartbeats
-    stop_grace_s: Annotated[float, Positive] = (
-        30.0  # after Ctrl-C / SIGTERM, how long the controller has to checkpoint and stop before it is killed
-    )
+    """Run the watchdog that judges the heartbeats (false: workers still beat and record their calls,
+    for `fleetrl top` and `fleetrl stack`, but no stall is detected)."""
+    heartbeat_interval_s: Annotated[float, Positive] = 0.5
+    """How often each worker publishes its heartbeat record."""
+    heartbeat_timeout_s: Annotated[float, Positive] = 5.0
+    """No beat for this long: the process is frozen (or gone); above `heartbeat_interval_s`."""
+    startup_allowance_s: Annotated[float, Positive] = 300.0
+    """A worker process's first heartbeat (Ray scheduling and starting it), from when watching
+    starts."""
+    startup_step_allowance_s: Annotated[float, Positive] = 60.0
+    """A start-up step never seen finishing (worker construction, spaces, first reset, process-group
+    join)."""
+    first_call_bound_s: Annotated[float, Positive] = 15.0
+    """Any other call never seen finishing."""
+    busy_allowance_s: Annotated[float, Positive] = 600.0
+    """A call past its deadline that is busy (CPU, a moving stack), not blocked: a warning until this,
+    then an incident."""
+    deadline_factor: Annotated[float, AtLeastOne] = 10.0
+    """A phase may take this many times its longest observed duration."""
+    min_deadline_s: Annotated[float, Positive] = 5.0
+    """A learned deadline is never shorter than this."""
+    max_deadline_s: Annotated[float, Positive] = 1800.0
+    """A learned deadline is never longer than this (at least `min_deadline_s`)."""
+    collective_timeout_s: Annotated[float, Positive] = 5.0
+    """Ranks waiting this long in a collective another rank never entered (or entered differently)
+    are an incident."""
+    poll_interval_s: Annotated[float, Positive] = 0.25
+    """How often the watchdog reads the heartbeats."""
+    stop_grace_s: Annotated[float, Positive] = 30.0
+    """After Ctrl-C / SIGTERM, how long the controller has to checkpoint and stop before it is
+    killed."""
 
 
 @dataclass
 class DebugConfig:
-    # Fault injection for rehearsing failures (README: 'Freeze-proofing'): {kind, component, rank,
-    # method, call}, e.g. {kind: kill, component: actor, rank: 1, call: 3} (debug/faults.py lists
-    # the kinds and defaults; validate.py checks it, and the rank against the placement).
+    """Rehearsing failures on purpose."""
+
     fault: dict = field(default_factory=dict)
+    """Inject a failure: `{kind, component, rank, method, call}`, e.g. `{kind: kill, component:
+    actor, rank: 1, call: 3}`; debug/faults.py lists the kinds and defaults, and one that could never
+    fire is a config error (docs: guides/recover.md, Rehearse a failure)."""
 
 
 @dataclass
 class Config:
+    """A whole run's config: one section per YAML section."""
+
     env: EnvConfig = field(default_factory=EnvConfig)
-    # The common keys until the plan parses the section as its algorithm's own (plan/load.py).
+    """The simulators."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """The algorithm, chosen by `algorithm.name`, and its keys (the common ones until the plan parses
+    the section as its algorithm's own: plan/load.py)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy network."""
     actor: ActorConfig = field(default_factory=ActorConfig)
+    """The trainable model's ranks."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """The inference copies of the policy."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Nodes, devices, placement and backend."""
     runner: RunnerConfig = field(default_factory=RunnerConfig)
+    """The run itself."""
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    """The supervisor's watchdog."""
     debug: DebugConfig = field(default_factory=DebugConfig)
+    """Fault injection."""
 
     @property
     def batch_size(self) -> int:

@@ -65,8 +65,17 @@ class Vocabulary:
         pieces = [self.symbols[i] for i in ids if i != PAD]
         return ("" if self.per_character else " ").join(pieces)
 
-    def space(self) -> gym.spaces.Box:
-        return gym.spaces.Box(0, len(self.symbols) - 1, (self.max_length,), np.int64)
+    def space(self) -> TextIds:
+        return TextIds(self)
+
+
+class TextIds(gym.spaces.Box):
+    """The Box of a text observation's token ids, carrying its `Vocabulary`: a model that reads
+    text with a tokenizer of its own (a Hugging Face VLA) decodes the ids back to the words."""
+
+    def __init__(self, vocabulary: Vocabulary):
+        super().__init__(0, len(vocabulary.symbols) - 1, (vocabulary.max_length,), np.int64)
+        self.vocabulary = vocabulary
 
 
 def is_text(space: gym.Space) -> bool:

@@ -5,7 +5,7 @@ encoders of models/encoders.py first), the built-in transformer (`model.id: tran
 models/transformer.py), or the user's own (`model.id: module:attr`). A user network is built as `Net(observation_space, num_action_params, **model.kwargs)` and its
 `forward(obs)` returns `(action_params, value)`: action_params of shape (B, num_action_params) —
 logits for Discrete actions, Gaussian means for Box actions — and value of shape (B,). fleetrl owns
-the Gaussian's state-independent log std. README.md, "Your own network", has an example.
+the Gaussian's state-independent log std. docs/guides/model.md ("Your own network") has an example.
 
 `forward(obs, actions)` is the loss path (what DDP wraps); `act` is inference only.
 
@@ -100,6 +100,12 @@ class Policy(nn.Module):
 
     @classmethod
     def from_config(cls, config: ModelConfig, observation_space, action_space) -> Policy:
+        """The policy `config` describes; with `model.id: hf` a `VLAPolicy` (models/hf/policy.py),
+        which has this interface (imported only then: transformers is the optional `vla` extra)."""
+        if config.id == "hf":
+            from fleetrl.models.hf.policy import VLAPolicy
+
+            return VLAPolicy.from_config(config, observation_space, action_space)
         return cls(
             build_network(config, observation_space, action_space),
             action_space,

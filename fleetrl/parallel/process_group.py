@@ -17,8 +17,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from fleetrl.net import is_loopback, listening_socket, loopback_interface
 from fleetrl.parallel import endpoints
-from fleetrl.parallel.net import is_loopback, loopback_interface
 from fleetrl.probe import flight_recorder, torch_trace
 from fleetrl.probe.collectives import JOIN_GROUP
 
@@ -87,7 +87,7 @@ def init_process_group(
     # Recorded as a collective of its own: a rank waiting here names the ranks that never came
     with flight_recorder.collective(f"join ({backend} rendezvous at {url})", group=JOIN_GROUP):
         try:
-            store, _, _ = next(dist.rendezvous(url, rank=rank, world_size=world_size, timeout=timeout))
+            store = rendezvous_store(url, rank, world_size, timeout)
         except Exception as error:
             raise JoinError(
                 f"actor rank {rank} of {world_size} could not join the {backend} process group's rendezvous at "
@@ -109,6 +109,27 @@ def init_process_group(
                 f"network between the nodes"
             ) from error
     return backend
+
+
+def rendezvous_store(url: str, rank: int, world_size: int, timeout: datetime.timedelta):
+    """torch's tcp:// rendezvous, but for where rank 0 hosts it: a TCPStore given a host binds
+    every interface, so rank 0 listens on the rendezvous address alone (the socket made here,
+    handed to the store), as every fleetrl listener does (docs/concepts/security.md)."""
+    from torch.distributed.rendezvous import _torchelastic_use_agent_store
+
+    if rank != 0 or _torchelastic_use_agent_store():
+        return next(dist.rendezvous(url, rank=rank, world_size=world_size, timeout=timeout))[0]
+    address, port = url.removeprefix("tcp://").rsplit(":", 1)
+    listener = listening_socket(address.strip("[]"), int(port))
+    return dist.TCPStore(
+        address.strip("[]"),
+        int(port),
+        world_size,
+        is_master=True,
+        timeout=timeout,
+        multi_tenant=True,
+        master_listen_fd=listener.detach(),
+    )
 
 
 def describe_peers(store, rank: int, world_size: int) -> str:

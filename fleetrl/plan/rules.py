@@ -38,6 +38,7 @@ def validate(config: Config) -> None:
             f"{{}} with model.id {config.model.id!r}",
             "the built-in models read the model section's own keys (hidden_sizes, embed_dim, ...); kwargs go to a custom model",
         )
+    validate_hf_keys(config)
     validate_cluster(config)
     validate_watchdog(config)
     validate_restarts(config)
@@ -160,6 +161,21 @@ FSDP_ONLY = (
 )
 
 
+HF_KEYS = ("path", "trust_remote_code", "prompt_template", "decode", "action_stats", "lora")
+
+
+def validate_hf_keys(config: Config) -> None:
+    """The Hugging Face keys (model.path, model.lora, ...) keep their defaults unless model.id is
+    hf: set on another model, they would be silently ignored."""
+    if config.model.id == "hf":
+        return
+    defaults = type(config.model)()
+    for key in HF_KEYS:
+        value = getattr(config.model, key)
+        if value != getattr(defaults, key):
+            raise ConfigError(f"model.{key}", value, f"its default ({getattr(defaults, key)!r}) unless model.id is hf")
+
+
 def validate_actor(config: Config) -> None:
     """The actor's distributed-training keys, as far as they can be checked without knowing the
     actor world size (`check_actor_layout` does the rest once placement is resolved)."""
@@ -217,7 +233,11 @@ def check_entry_points(config: Config) -> None:
     from fleetrl.envs.make import env_factory
 
     env_factory(config.env)
-    if config.model.id not in BUILTIN_MODELS:
+    if config.model.id == "hf":
+        from fleetrl.models.hf.folder import check_folder
+
+        check_folder(config.model.path)
+    elif config.model.id not in BUILTIN_MODELS:
         network = resolve_entry_point("model.id", config.model.id)
         check_keyword_arguments("model.kwargs", network, config.model.kwargs)
 
@@ -226,7 +246,15 @@ def check_spaces(config: Config, observation_space, action_space) -> None:
     """The rules that need the env's spaces (the algorithm's: e.g. SAC's continuous actions); the
     runtime calls this as soon as they are known, before any actor is built."""
     algorithm_spec(config.algorithm.name).check_spaces(config, observation_space, action_space)
-    if config.model.id in BUILTIN_MODELS:
+    if config.model.id == "hf":  # what needs no model: the folder itself is checked by check_entry_points
+        from fleetrl.models.hf.actions import VocabActions
+        from fleetrl.models.hf.prompts import observation_keys
+
+        model = config.model
+        observation_keys(observation_space, model.prompt_template)
+        bins = model.action_bins or 256
+        VocabActions(action_space, bins, bins, model.action_chunk, model.action_stats)
+    if config.model.id in ("mlp", "transformer"):
         import torch
 
         from fleetrl.models.policy import build_network

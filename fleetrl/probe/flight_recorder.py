@@ -26,13 +26,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from fleetrl.probe.collectives import DEFAULT_GROUP, CollectiveLog
 from fleetrl.probe.gpu import gpu_use
-from fleetrl.probe.thread_activity import thread_activity
+from fleetrl.probe.thread_activity import WaitSampler, native_id_of, thread_io_bytes
 
 HEARTBEAT_PREFIX = "fleetrl/heartbeat/"
 RAYLET_VARIABLE = "FLEETRL_RAYLET"  # host:port of the worker's node manager, set per worker by the Ray backend
+# Before each beat of a call older than one interval, its thread is sampled this many times, this
+# far apart: what it sits in, a wait or not (probe/thread_activity.py)
+SAMPLES_PER_BEAT, SAMPLE_GAP_S = 5, 0.01
 
 
 def heartbeat_key(component: str, rank: int) -> str:
@@ -64,6 +68,7 @@ class Recorder:
             "host": socket.gethostname(),
             "machine": machine_identity(),
             "raylet": os.environ.get(RAYLET_VARIABLE),  # watch/node_loss.py
+            "stderr": stderr_file(),  # a dead worker's last words are read from it (watch/last_words.py)
         }
         self.current: PhaseStats | None = None  # the phase running now
         self.phase_started: float | None = None
@@ -75,6 +80,18 @@ class Recorder:
         self.publisher: threading.Thread | None = None
         self.stopped = threading.Event()
         self.wake = threading.Event()  # set: publish the next beat at once (`beat_soon`)
+        self.waits = WaitSampler()
+
+    def call(self) -> tuple:
+        """(start, thread) of the phase call running now: one call, whatever its phase's name."""
+        return (self.phase_started, self.phase_thread)
+
+    def sample_waits(self, older_than_s: float) -> None:
+        """Sample what the current call's thread sits in, if the call is older than `older_than_s`
+        (short calls, the hot path, are never sampled)."""
+        started = self.phase_started
+        if started is not None and _now() - started >= older_than_s:
+            self.waits.take(self.call(), SAMPLES_PER_BEAT, SAMPLE_GAP_S, self.call)
 
     @property
     def phase(self) -> str | None:
@@ -142,7 +159,8 @@ class Recorder:
             "cpu_s": time.process_time(),
             "thread_cpu_s": thread_cpu_s(thread),
             "stack_signature": stack_signature(thread),
-            **thread_activity(thread),  # thread_sys_s, thread_io_bytes: a spinning wait (watch/judgement.py)
+            "thread_io_bytes": thread_io_bytes(native_id_of(thread)),
+            **self.waits.fields((phase_started, thread)),  # a spinning wait's evidence (watch/judgement.py)
             **gpu_use(),  # gpu_util_pct, gpu_memory_mib where this process computes on a GPU
             "phase_counts": {stats.name: stats.calls for stats in phases},
             "phase_max_s": {stats.name: stats.longest_s for stats in finished},
@@ -164,6 +182,7 @@ class Recorder:
                 if self.stopped.is_set():
                     return
                 with contextlib.suppress(Exception):  # a lost beat is reported as staleness
+                    self.sample_waits(interval_s)
                     publish(json.dumps(self.record()))
                     after_beat()
 
@@ -195,6 +214,15 @@ def machine_identity() -> str:
         return f"{boot_id}/{os.stat('/proc/self/ns/pid').st_ino}"
     except OSError:  # not Linux: the hostname is all there is
         return socket.gethostname()
+
+
+def stderr_file() -> str | None:
+    """The regular file this process's stderr writes to (a Ray worker's `worker-*.err`), else None."""
+    try:
+        path = os.readlink("/proc/self/fd/2")
+    except OSError:
+        return None
+    return path if path.startswith("/") and Path(path).is_file() else None
 
 
 def join_unless_current(thread: threading.Thread | None, timeout_s: float = 5.0) -> None:

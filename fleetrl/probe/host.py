@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -30,6 +30,7 @@ class WatchSpec:
     interval_s: float
     stack_dir: str
     fault: dict
+    secret: bytes = field(repr=False)  # the run's (probe/seal.py): seals heartbeats, authenticates direct channels
 
 
 def start_watching(component: str, rank: int, node: int, spec: WatchSpec) -> Recorder:
@@ -38,8 +39,8 @@ def start_watching(component: str, rank: int, node: int, spec: WatchSpec) -> Rec
     recorder = Recorder(component, rank, node)
     flight_recorder.install(recorder)
     register_stack_dump(stack_file(Path(spec.stack_dir), component, rank))
-    publish = connect_publisher(spec.store_host, spec.store_port, component, rank)
-    answer = connect_answerer(spec.store_host, spec.store_port, component, rank)
+    publish = connect_publisher(spec.store_host, spec.store_port, component, rank, spec.secret)
+    answer = connect_answerer(spec.store_host, spec.store_port, component, rank, spec.secret)
     recorder.start_publishing(publish, spec.interval_s, answer)
     return recorder
 

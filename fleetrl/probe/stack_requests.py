@@ -60,15 +60,16 @@ class StackAnswerer:
         asked = self.store.add(self.request, 0)
         if asked > self.answered:
             answer = {"request": asked, "pid": os.getpid(), "time": time.time(), "stacks": own_stacks()}
-            self.store.set(self.reply, json.dumps(answer))
+            self.store.set(self.reply, json.dumps(answer))  # sealed (a SealedStore)
             self.answered = asked
 
 
-def connect_answerer(host: str, port: int, component: str, rank: int) -> StackAnswerer:
+def connect_answerer(host: str, port: int, component: str, rank: int, secret: bytes) -> StackAnswerer:
     """Worker side: an answerer on a connection of its own to the heartbeat store."""
+    from fleetrl.probe.seal import Seal, SealedStore
     from fleetrl.probe.store_client import StoreClient
 
-    return StackAnswerer(StoreClient(host, port), component, rank)
+    return StackAnswerer(SealedStore(StoreClient(host, port), Seal(secret)), component, rank)
 
 
 @dataclass(frozen=True)
@@ -88,17 +89,18 @@ def stack_asker(store, heartbeat_interval_s: float) -> StackAsker:
 
 
 def ask_stacks(store, workers: list[tuple[str, int]], timeout_s: float) -> dict[tuple[str, int], str]:
-    """Ask each (component, rank) for its stacks; (component, rank) → stack text of those that
-    answered within `timeout_s` (a worker answers at its next heartbeat)."""
+    """Ask each (component, rank) for its stacks, through `store` (a `SealedStore`);
+    (component, rank) → stack text of those that answered within `timeout_s` (a worker answers at
+    its next heartbeat)."""
     asked = {worker: store.add(request_key(*worker), 1) for worker in workers}
     answers: dict[tuple[str, int], str] = {}
     deadline = time.monotonic() + timeout_s
     while len(answers) < len(asked) and time.monotonic() < deadline:
         for worker, number in asked.items():
-            key = reply_key(*worker)
-            if worker in answers or not store.check([key]):
+            value = None if worker in answers else store.peek(reply_key(*worker))
+            if value is None:
                 continue
-            answer = json.loads(store.get(key))
+            answer = json.loads(value)
             if answer["request"] >= number:
                 answers[worker] = answer["stacks"]
         time.sleep(0.05)

@@ -10,6 +10,7 @@ import os
 import pickle
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,10 +23,13 @@ from fleetrl.checkpoint import list_checkpoints, newest_intact
 from fleetrl.cluster.isolated_nodes import sweep_stale
 from fleetrl.config.schema import Config
 from fleetrl.controller import Orders
+from fleetrl.net import ALL_IPV4
 from fleetrl.probe.stack_requests import stack_asker
 from fleetrl.probe.store import HeartbeatStore
+from fleetrl.supervise.store_address import store_address
 from fleetrl.watch import link
 from fleetrl.watch.judgement import on_watcher_clock
+from fleetrl.watch.last_words import LastWords, how_it_ended, node_name
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
@@ -64,7 +68,8 @@ class Attempt:
 
     def __init__(self, supervisor, restart: dict | None):  # a watch.supervisor.Supervisor
         self.supervisor, self.config, self.run_dir = supervisor, supervisor.config, supervisor.run_dir
-        self.store = HeartbeatStore("127.0.0.1")  # it listens on every interface of this machine
+        host = store_address(self.config.cluster, supervisor.component == "inline")
+        self.store = HeartbeatStore(host, supervisor.secret)
         self.controller_key = (supervisor.component, 0)
         self.workers: list[dict] = [{"component": supervisor.component, "rank": 0, "node": 0}]
         self.workers_taken = False  # the controller's published workers are watched
@@ -73,13 +78,15 @@ class Attempt:
         self.incidents: queue.Queue[Incident] = queue.Queue()
         self.watchdog: Watchdog | None = None
         self.watch([self.controller_key])
-        advertise(self.run_dir, "127.0.0.1", self.store.port)  # for `fleetrl top` / `fleetrl stack`
-        publish_run(self.store.server, self.workers, self.config.watchdog)
+        advertise(
+            self.run_dir, "127.0.0.1" if host == ALL_IPV4 else host, self.store.port, supervisor.secret
+        )  # for `fleetrl top` / `fleetrl stack`
+        publish_run(self.store.sealed, self.workers, self.config.watchdog)
         resume = (
             str(self.run_dir) if list_checkpoints(self.run_dir) and (restart or self.config.runner.resume) else None
         )
         config = replace(self.config, runner=replace(self.config.runner, resume=resume))
-        orders = Orders(config, str(self.run_dir), self.store.port, supervisor.component, os.getpid(), restart)
+        orders = Orders(config, str(self.run_dir), host, self.store.port, supervisor.component, os.getpid(), restart)
         self.controller = subprocess.Popen(
             [sys.executable, "-m", "fleetrl.controller"],
             stdin=subprocess.PIPE,
@@ -123,7 +130,7 @@ class Attempt:
         """The controller's death, an incident it sent, or one the watchdog saw — in that order."""
         if code is not None:
             return self.controller_died(code)
-        failure = link.peek(self.store.server, link.FAILURE)
+        failure = link.peek(self.store.sealed, link.FAILURE)
         if failure is not None:
             return self.from_controller(link.incident_from_fields(failure))
         self.follow_controller()
@@ -159,7 +166,7 @@ class Attempt:
     def follow_controller(self) -> None:
         """Watch the workers the controller published; stop watching them when it says it is
         shutting them down (their exit is then no incident)."""
-        server = self.store.server
+        server = self.store.sealed
         published = link.peek(server, link.WORKERS)
         if published is not None and not self.workers_taken:
             self.workers_taken = True
@@ -186,7 +193,7 @@ class Attempt:
         controller = records.get(self.controller_key)
         if controller is None:
             return records
-        if link.peek(self.store.server, link.DEADLINE) is not None:  # a beat now, as the watchdog counts beats
+        if link.peek(self.store.sealed, link.DEADLINE) is not None:  # a beat now, as the watchdog counts beats
             records[self.controller_key] = controller = {**controller, "beat": ("declared step", time.monotonic())}
         if len(keys) > 1 and controller.get("phase") in link.CONTROLLER_WAITS:
             records[self.controller_key] = {**controller, "phase": None, "phase_started": None}
@@ -195,7 +202,7 @@ class Attempt:
     def overdue_step(self) -> Incident | None:
         """A start-up step the controller declared (`SupervisedSession.deadline`) past its
         deadline, when the controller could not report it itself (a second later)."""
-        step = link.peek(self.store.server, link.DEADLINE)
+        step = link.peek(self.store.sealed, link.DEADLINE)
         if step is None or time.time() < step["started"] + step["seconds"] + 1:
             return None
         summary = f"{step['what']} did not finish within {step['seconds']:.0f} s"
@@ -203,13 +210,16 @@ class Attempt:
 
     def controller_died(self, code: int) -> Incident:
         record = self.records().get(self.controller_key, {})
-        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        how = how_it_ended("", code)  # this process reaped it: the exit status itself
         was = f"; it was {where(record)}" if record else " before its first heartbeat"
+        node = node_name(record.get("node", 0), record.get("host") or socket.gethostname())
+        words = LastWords(how, node, "(the controller's stderr is this run's own, printed above this report)")
         return Incident(
             "worker_died",
-            f"{describe(self.controller_key)} (the controller, pid {self.controller.pid}) died: {how}{was}",
+            f"{describe(self.controller_key)} (the controller, pid {self.controller.pid}) died: {how}{was}; on {node}",
             time.time() - record.get("heartbeat_age_s", 0.0),  # its last beat, on this clock
             self.controller_key,
+            last_words=words.as_dict(),
         )
 
     def from_controller(self, incident: Incident) -> Incident:
@@ -244,7 +254,7 @@ class Attempt:
         if self.watchdog is not None and not incident.timeline:
             incident.timeline = list(self.watchdog.timeline)
         responder = Responder(self.run_dir)
-        responder.ask_stacks = stack_asker(self.store.server, self.config.watchdog.heartbeat_interval_s)
+        responder.ask_stacks = stack_asker(self.store.sealed, self.config.watchdog.heartbeat_interval_s)
         responder.add_report_hook(self.attach_in_controller, self.config.runner.tracker_timeout_s + 2)
         bound = RESPONSE_BOUND_S + self.config.runner.tracker_timeout_s + 2
 
@@ -265,8 +275,8 @@ class Attempt:
     def attach_in_controller(self, paths: list[Path]) -> None:
         """Let the controller's report hooks (its trackers) attach the report; returns when they
         are done or the controller cannot run them (gone, or its threads no longer run)."""
-        link.put(self.store.server, link.REPORT, str(paths[0].parent))
-        while self.controller.poll() is None and link.peek(self.store.server, link.ATTACHED) is None:
+        link.put(self.store.sealed, link.REPORT, str(paths[0].parent))
+        while self.controller.poll() is None and link.peek(self.store.sealed, link.ATTACHED) is None:
             beat = self.records().get(self.controller_key, {}).get("time", 0)
             if time.time() - beat > max(4 * self.config.watchdog.heartbeat_interval_s, 2.0):  # missed beats
                 return

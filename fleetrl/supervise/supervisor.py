@@ -29,6 +29,7 @@ from pathlib import Path
 
 from fleetrl.checkpoint import newest_intact
 from fleetrl.config.schema import Config
+from fleetrl.probe.seal import new_run_secret
 from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
 from fleetrl.watch.restarts import Restart, RestartPolicy
@@ -48,6 +49,7 @@ class Supervisor:
         self.config, self.run_dir, self.component = config, Path(run_dir), component
         self.policy = RestartPolicy.of(config.runner)
         self.signals: list[int] = []
+        self.secret = new_run_secret()  # the controller inherits it (FLEETRL_RUN_SECRET): probe/seal.py
 
     def run(self) -> int:
         """Supervise the controller until the run ends; the exit code."""
@@ -111,10 +113,10 @@ def supervise(config: Config, backend: str) -> int:
     """Run `config` under a supervisor: decide the run directory (a new one, its config saved; or
     the one runner.resume names), then supervise its controller; the exit code."""
     from fleetrl.config.loader import save_config
-    from fleetrl.run_dir import CONFIG_FILE, create_run_dir, resume_dir, setup_logging
+    from fleetrl.run_dir import CONFIG_FILE, create_run_dir, owner_only, resume_dir, setup_logging
 
     resumed = resume_dir(config)
-    run_dir = resumed or create_run_dir(config)
+    run_dir = owner_only(resumed) if resumed else create_run_dir(config)
     if resumed is None:
         save_config(config, run_dir / CONFIG_FILE)
     setup_logging(run_dir)

@@ -14,6 +14,7 @@ import json
 import math
 from pathlib import Path
 
+from fleetrl.config.redact import redacted
 from fleetrl.config.schema import Config
 
 
@@ -46,12 +47,18 @@ def numbers(record: dict) -> dict[str, float]:
 
 
 def flat_params(config: Config) -> dict[str, str]:
-    """The resolved config as `section.key` → text, the form run parameters take."""
+    """The resolved config as `section.key` → text, the form run parameters take; no secret
+    (config/redact.py)."""
     return {
         f"{section}.{key}": str(value)
-        for section, values in dataclasses.asdict(config).items()
+        for section, values in tracked_config(config).items()
         for key, value in values.items()
     }
+
+
+def tracked_config(config: Config) -> dict:
+    """The resolved config as a tracker records it: as a dict, its secrets redacted."""
+    return redacted(dataclasses.asdict(config))
 
 
 RUN_IDS_FILE = "trackers.json"

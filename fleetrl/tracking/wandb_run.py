@@ -1,19 +1,19 @@
 """Weights & Biases (`pip install 'fleetrl[wandb]'`): one W&B run per run directory, configured the
 way W&B users already do it — `WANDB_PROJECT` (default 'fleetrl'), `WANDB_ENTITY`, `WANDB_API_KEY`,
-`WANDB_MODE=offline` (the run is written under `<run>/wandb/` for a later `wandb sync`).
+`WANDB_MODE=offline` (the run is written under `<run>/wandb/` for a later `wandb sync`), `WANDB_DIR`
+(where W&B writes its files instead of the run directory).
 
 A resumed run directory continues the same W&B run: its id is kept in `<run>/trackers.json`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 from pathlib import Path
 
 from fleetrl.config.schema import Config
-from fleetrl.tracking.base import Tracker, numbers, recall_run_id, remember_run_id
+from fleetrl.tracking.base import Tracker, numbers, recall_run_id, remember_run_id, tracked_config
 
 
 class WandbTracker(Tracker):
@@ -25,8 +25,8 @@ class WandbTracker(Tracker):
             name=run_dir.name,
             id=recall_run_id(run_dir, "wandb"),  # None: a new run, W&B picks the id
             resume="allow",
-            dir=str(run_dir),
-            config=dataclasses.asdict(config),
+            dir=os.environ.get("WANDB_DIR") or str(run_dir),  # W&B's convention: the variable decides
+            config=tracked_config(config),
             # the console stays fleetrl's own; init gives up within the bound (else its exit hook waits for it)
             settings=wandb.Settings(console="off", init_timeout=config.runner.tracker_timeout_s),
         )

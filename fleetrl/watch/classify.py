@@ -7,16 +7,21 @@ on the raiser's clock and named (`Incident.clock`) for the watcher that sees the
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleetrl.checkpoint import causes, full_disk
 from fleetrl.probe.host import WorkerError
 from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.node_loss import lost_node
-from fleetrl.watch.watchdog import Incident, describe
+from fleetrl.watch.watchdog import Incident, describe, died
+
+if TYPE_CHECKING:
+    from fleetrl.watch.session import RemoteWorkers
 
 DISK_FULL_HINT = (
     "Free space on that file system or point runner.run_dir at a larger disk, then resume "
@@ -25,12 +30,14 @@ DISK_FULL_HINT = (
 
 
 def incident_from_error(
-    error: BaseException, records: dict, actor_ranks: dict, run_dir: Path | None = None
+    error: BaseException, records: dict, remote: RemoteWorkers | None = None, run_dir: Path | None = None
 ) -> Incident:
-    """`records`: (component, rank) → heartbeat record; `actor_ranks`: Ray actor id (hex) →
-    (component, rank). A worker's exception arrives as a `WorkerError` naming its raiser (on Ray
-    inside a RayTaskError, possibly after travelling as another call's argument); a dead Ray
-    worker as a RayActorError carrying its actor id; the controller's own ENOSPC is `disk_full`
+    """`records`: (component, rank) → heartbeat record; `remote`: the Ray workers, which name the
+    worker behind an actor id and read a dead one's last words on its node. A worker's exception
+    arrives as a `WorkerError` naming its raiser (on Ray inside a RayTaskError, possibly after
+    travelling as another call's argument); a dead Ray worker as a RayActorError carrying its
+    actor id and pid (`worker_died` with its last words, or the collective mismatch its stderr
+    names: watchdog.died); the controller's own ENOSPC is `disk_full`
     naming the file (else `run_dir`) and the bytes left there. Any of these while a worker's node
     no longer runs Ray is that node's loss (`node_lost`), the error its echo."""
     now = time.time()
@@ -43,9 +50,14 @@ def incident_from_error(
     except ImportError:  # the inline backend without Ray installed
         RayActorError = ()
     if isinstance(error, RayActorError):
-        key = actor_ranks.get(getattr(error, "actor_id", None))
+        key = (remote.actor_ids() if remote else {}).get(getattr(error, "actor_id", None))
         who = describe(key) if key else "a worker"
         last_beat = now - records.get(key, {}).get("heartbeat_age_s", 0.0)  # the watcher's clock, not the worker's
+        if key is not None:
+            pid = ray_pid(error) or records.get(key, {}).get("pid")
+            words = remote.last_words(key, pid) if remote else None
+            first = str(error).splitlines()[0]
+            return died(key, {**records.get(key, {}), "pid": pid}, words, f"Ray lost its process: {first}", last_beat)
         return Incident(
             "worker_died",
             f"{who} died (Ray lost its process): {str(error).splitlines()[0]}",
@@ -78,9 +90,22 @@ def incident_from_error(
             clock=clock,
             host=raised.clock,
         )
+    diverged = (
+        re.match(r"the .+ loss of actor rank (\d+)", message) if raised.error_type == "UnusedParameterError" else None
+    )
+    if diverged:  # every rank raises it (parallel/grad_check.py): the culprit is the rank it names
+        culprit = ("actor", int(diverged.group(1)))
+        said = f"{describe(culprit)} diverged ({describe(key)} raised {raised.error_type} in {raised.phase}): {message}"
+        return Incident("worker_exception", said, started, culprit, raised.trace, clock=clock)
     if "No space left on device" in raised.message:
         return Incident("disk_full", said, started, key, raised.trace, clock=clock, host=raised.clock)
     return Incident("worker_exception", said, started, key, raised.trace, clock=clock, host=raised.clock)
+
+
+def ray_pid(error: BaseException) -> int | None:
+    """The dead actor's pid, from the `pid: N` line Ray's ActorDiedError carries."""
+    found = re.search(r"^\s*pid: (\d+)$", str(error), re.MULTILINE)
+    return int(found.group(1)) if found else None
 
 
 def raised_on_watcher_clock(raised: WorkerError, records: dict, now: float) -> tuple[float, tuple | None]:

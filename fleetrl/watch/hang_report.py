@@ -12,6 +12,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from fleetrl.config.redact import redact_text
 from fleetrl.watch.alignment import behind_peers
 from fleetrl.watch.collective_table import aligned_collectives, render_table, render_torch_traces
 from fleetrl.watch.watchdog import Incident, collective_text, describe, where
@@ -88,6 +89,7 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
         "reported_at": now,
         "detected_after_s": now - incident.started,
         "detail": incident.detail,
+        "last_words": incident.last_words,
         "workers": entries,
         "collectives": aligned_collectives(incident.records),
         "timeline": [{"time": t, "phases": phases} for t, phases in incident.timeline],
@@ -101,6 +103,10 @@ def render_text(report: dict) -> str:
         f"(detected {report['detected_after_s']:.1f} s after it began)",
         "",
     ]
+    words = report.get("last_words")
+    if words:  # the detail is then the tail of the dead worker's stderr
+        source = f" ({words['stderr_path']})" if words.get("stderr_path") else ""
+        lines.append(f"last words: {words['ended']}, on {words['node']}; the end of its stderr{source}:")
     if report["detail"]:
         lines += [report["detail"].rstrip(), ""]
     lines.append("workers:")
@@ -137,7 +143,7 @@ def render_text(report: dict) -> str:
 def write_hang_report(run_dir: Path, report: dict) -> tuple[str, Path]:
     """Write the report into `run_dir`, or, when that cannot take it (a full disk), into a folder
     of the system's temp dir that the returned text names. Returns (text, folder written to)."""
-    text = render_text(report)
+    text = redact_text(render_text(report))  # a stack or a worker's stderr may quote a secret
     try:
         _write_report(Path(run_dir), report, text)
         return text, Path(run_dir)
@@ -146,11 +152,11 @@ def write_hang_report(run_dir: Path, report: dict) -> tuple[str, Path]:
             (Path(run_dir) / name).unlink(missing_ok=True)
         fallback = Path(tempfile.gettempdir()) / f"fleetrl-report-{Path(run_dir).name}-{os.getpid()}"
         text += f"\n(the run directory {run_dir} could not take this report: {error}; it is in {fallback})\n"
-        fallback.mkdir(parents=True, exist_ok=True)
+        fallback.mkdir(mode=0o700, parents=True, exist_ok=True)
         _write_report(fallback, report, text)
         return text, fallback
 
 
 def _write_report(folder: Path, report: dict, text: str) -> None:
-    (folder / REPORT_JSON).write_text(json.dumps(report, indent=2, default=str))
+    (folder / REPORT_JSON).write_text(redact_text(json.dumps(report, indent=2, default=str)))
     (folder / REPORT_TEXT).write_text(text)

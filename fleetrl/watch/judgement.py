@@ -12,15 +12,16 @@ between beats means *busy* — the call works and is only slow; none of these
 means *blocked* — a sleep, a lock, a socket or a peer that will not answer. CPU shares are taken
 between two beats of the worker's own clock, so skew cancels out.
 
-One wait uses CPU: a loop that polls (`while not ready: time.sleep(0)`, a non-blocking socket
-read until data comes). It is *spinning*, and treated as blocked, when on every beat of the
-window its stack is at the same lines, its thread uses CPU with at least `SPIN_SYSTEM_SHARE` of
-it in the kernel (system calls that return at once: probe/thread_activity.py), the thread's
-progress counters stand still (no byte read or written, (almost) no page fault), and the rest of
-the process does not compute (a thread polling for a simulator's threads to finish waits on real
-work: busy). A computation at one line — a Python loop, a long numpy or torch kernel — spends its
-CPU in user space: busy. A loop that polls a pure-Python flag (`while not ready: pass`) looks
-exactly like a computation and is judged busy.
+One wait uses CPU: a loop that polls (`select` with a zero timeout, `os.sched_yield()` or
+`time.sleep(0)` in a loop, a non-blocking socket read until data comes). It is *spinning*, and
+treated as blocked, only on evidence of a wait: on the window's beats its stack is at the same
+lines, its thread uses CPU, moves no data, and at least `SPIN_WAIT_SHARE` of the samples of what
+it sits in (`SPIN_MIN_SAMPLES` or more, probe/thread_activity.py) found it in a wait — a system
+call it sleeps in, or a call of a C function that waits or polls — and the rest of the process
+does not compute (a thread polling for a simulator's threads to finish waits on real work: busy).
+A computation at one line — a Python loop, a long numpy or torch kernel, with system calls or not
+(reading the process CPU clock is one) — is busy until `busy_allowance_s`. A loop that polls a
+pure-Python flag (`while not ready: pass`) looks exactly like a computation and is judged busy.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ THREAD_BUSY = 0.05
 PROCESS_BUSY = 0.50  # the process used at least half a core (more than its idle threads ever do)
 GPU_BUSY_PCT = 10.0  # kernels ran in at least this share of the time on average: its GPU computes
 MIN_SAMPLES = 3  # beats in the window needed to tell
-# Kernel share of a spinning thread's CPU: measured here 80 % for time.sleep(0), 53 % for a
-# zero-timeout select, 35 % for a non-blocking recv; 1-3 % for Python, numpy and torch loops.
-SPIN_SYSTEM_SHARE = 0.2
-SPIN_MAX_FAULTS_PER_S = 10  # a polling loop takes none; a loop allocating large buffers 10^3-10^5/s
+# Of the samples of what the thread sits in, the share that must be waits (a polling loop is
+# found in its wait in ~60-100 % of them, a computation in none), and the fewest samples judged
+SPIN_WAIT_SHARE = 0.5
+SPIN_MIN_SAMPLES = 6
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,10 @@ class Sample:
     thread_cpu_s: float | None
     cpu_s: float
     stack_signature: int | None
-    thread_sys_s: float | None = None  # kernel CPU seconds of the phase's thread (Linux)
     thread_io_bytes: int | None = None  # bytes the phase's thread read and wrote (Linux)
-    thread_faults: int | None = None  # page faults of the phase's thread (Linux)
+    thread_samples: int = 0  # samples of what the phase's thread sits in, this call so far
+    thread_waits: int = 0  # ... of which found it in a wait
+    thread_wait: str | None = None  # the last wait found
     gpu_util_pct: float | None = None  # its GPU's utilisation; None without one, or in a collective
 
 
@@ -65,7 +67,7 @@ class Judgement:
     thread_cpu: float  # share of a core used by the phase's thread
     process_cpu: float  # share of a core used by the whole process
     stack_moved: bool
-    system_share: float | None = None  # of the thread's CPU, the share spent in the kernel
+    waits: tuple[int, int, str] | None = None  # spinning: (waits, samples, the wait) over the window
     gpu_util_pct: float | None = None  # its GPU's mean utilisation over the window, where read
 
     @property
@@ -77,9 +79,10 @@ class Judgement:
         cpu = f"{self.thread_cpu:.0%} CPU in its thread, {self.process_cpu:.0%} in its process"
         cpu += f", its GPU {self.gpu_util_pct:.0f} % utilised" if self.gpu_util_pct is not None else ""
         if self.state == SPINNING:
+            waits, samples, wait = self.waits
             return (
-                f"spinning: its stack did not move, and its thread used {self.thread_cpu:.0%} CPU, "
-                f"{self.system_share:.0%} of it in system calls that moved no data (a wait that polls), "
+                f"spinning: its stack did not move, and its thread used {self.thread_cpu:.0%} CPU "
+                f"and was found waiting in {wait} in {waits} of {samples} samples (a wait that polls), "
                 f"over the last {self.window_s:.1f} s"
             )
         if self.state == BLOCKED:
@@ -122,9 +125,10 @@ class Seen:
                 record.get("thread_cpu_s"),
                 record.get("cpu_s", 0.0),
                 record.get("stack_signature"),
-                record.get("thread_sys_s"),
                 record.get("thread_io_bytes"),
-                record.get("thread_faults"),
+                record.get("thread_samples", 0),
+                record.get("thread_waits", 0),
+                record.get("thread_wait"),
                 None if oldest_in_flight(record) else record.get("gpu_util_pct"),
             )
         )
@@ -159,9 +163,9 @@ class Seen:
         moved = len({s.stack_signature for s in recent}) > 1
         gpu = gpu_utilisation(recent)
         busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved or (gpu or 0.0) >= GPU_BUSY_PCT
-        system = spin_share(first, last, span, thread, process, moved)
-        state = SPINNING if system is not None else BUSY if busy else BLOCKED
-        return Judgement(state, span, thread, process, moved, system, gpu)
+        waits = spin_waits(first, last, thread, process, moved)
+        state = SPINNING if waits is not None else BUSY if busy else BLOCKED
+        return Judgement(state, span, thread, process, moved, waits, gpu)
 
 
 def gpu_utilisation(samples: list[Sample]) -> float | None:
@@ -170,17 +174,14 @@ def gpu_utilisation(samples: list[Sample]) -> float | None:
     return sum(read) / len(read) if read else None
 
 
-def spin_share(first: Sample, last: Sample, span: float, thread: float, process: float, moved: bool) -> float | None:
-    """The kernel's share of the thread's CPU if the beats from `first` to `last` show a wait
-    that polls (the module's rule), else None."""
+def spin_waits(first: Sample, last: Sample, thread: float, process: float, moved: bool) -> tuple | None:
+    """(waits, samples, the wait) if the beats from `first` to `last` show a wait that polls (the
+    module's rule), else None."""
     if moved or thread < THREAD_BUSY or process - thread >= PROCESS_BUSY:
         return None
-    counters = (first.thread_sys_s, last.thread_sys_s, first.thread_io_bytes, last.thread_io_bytes)
-    if None in (*counters, first.thread_faults, last.thread_faults):
+    if None in (first.thread_io_bytes, last.thread_io_bytes) or last.thread_io_bytes != first.thread_io_bytes:
+        return None  # it moves data (reading a file, receiving a stream), or that cannot be read
+    samples, waits = last.thread_samples - first.thread_samples, last.thread_waits - first.thread_waits
+    if samples < SPIN_MIN_SAMPLES or waits < SPIN_WAIT_SHARE * samples:
         return None
-    if last.thread_io_bytes != first.thread_io_bytes:
-        return None  # it moves data: reading a file, receiving a stream
-    if last.thread_faults - first.thread_faults > SPIN_MAX_FAULTS_PER_S * span:
-        return None  # it touches new memory: a computation allocating arrays
-    share = (last.thread_sys_s - first.thread_sys_s) / span / thread
-    return share if share >= SPIN_SYSTEM_SHARE else None
+    return waits, samples, last.thread_wait

@@ -33,12 +33,15 @@ ATTACHED = "fleetrl/link/attached"
 
 
 def put(store, key: str, value) -> None:
+    """Put `value` under `key` of `store`, a `SealedStore` (probe/seal.py)."""
     store.set(key, json.dumps(value))
 
 
 def peek(store, key: str):
-    """The value under `key`, or None when nothing was put there yet (never blocks)."""
-    return json.loads(store.get(key)) if store.check([key]) else None
+    """The value under `key`, or None when nothing was put there yet, or nothing sealed by this
+    run: a forged message is no message (never blocks)."""
+    value = store.peek(key)
+    return None if value is None else json.loads(value)
 
 
 KEYS = ("culprit", "clock", "host")  # an incident's (component, rank) fields
@@ -47,9 +50,16 @@ KEYS = ("culprit", "clock", "host")  # an incident's (component, rank) fields
 def incident_fields(incident: Incident) -> dict:
     fields = {"cause": incident.cause, "summary": incident.summary, "started": incident.started}
     fields |= {name: list(key) if (key := getattr(incident, name)) else None for name in KEYS}
-    return fields | {"detail": incident.detail}
+    return fields | {"detail": incident.detail, "last_words": incident.last_words}
 
 
 def incident_from_fields(fields: dict) -> Incident:
     keys = {name: tuple(fields[name]) if fields.get(name) else None for name in KEYS}
-    return Incident(fields["cause"], fields["summary"], fields["started"], detail=fields["detail"], **keys)
+    return Incident(
+        fields["cause"],
+        fields["summary"],
+        fields["started"],
+        detail=fields["detail"],
+        last_words=fields.get("last_words"),
+        **keys,
+    )

@@ -33,10 +33,12 @@ from fleetrl.config.schema import Config, WatchdogConfig
 from fleetrl.probe import flight_recorder
 from fleetrl.probe.flight_recorder import Recorder
 from fleetrl.probe.host import WatchSpec
+from fleetrl.probe.seal import run_secret
 from fleetrl.probe.stack_requests import StackAnswerer, stack_asker
 from fleetrl.probe.stacks import register_stack_dump, stack_file
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.watch.classify import incident_from_error
+from fleetrl.watch.last_words import LastWords
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.respond import EXIT_INCIDENT, Responder
 from fleetrl.watch.teardown import kill_own_children
@@ -61,6 +63,9 @@ class RemoteWorkers(Protocol):
     def actor_ids(self) -> dict:
         """Ray actor id (hex) → (component, rank), to name the worker behind a RayActorError."""
 
+    def last_words(self, key: tuple[str, int], pid: int | None) -> LastWords | None:
+        """How dead worker `key` (process `pid`) ended, its node, its stderr's tail, read on its node."""
+
 
 class WatchSession:
     def __init__(self, config: Config, run_dir: Path):
@@ -79,11 +84,12 @@ class WatchSession:
     def open_store(self, host: str) -> WatchSpec:
         """Host the heartbeat store at `host` (an address every worker reaches); what a worker
         needs to be watched."""
-        self.store = HeartbeatStore(host)
-        self.responder.ask_stacks = stack_asker(self.store.server, self.config.heartbeat_interval_s)
-        advertise(self.run_dir, host, self.store.port)  # for `fleetrl top` / `fleetrl stack`
+        secret = run_secret()
+        self.store = HeartbeatStore(host, secret)
+        self.responder.ask_stacks = stack_asker(self.store.sealed, self.config.heartbeat_interval_s)
+        advertise(self.run_dir, host, self.store.port, secret)  # for `fleetrl top` / `fleetrl stack`
         return WatchSpec(
-            host, self.store.port, self.config.heartbeat_interval_s, str(self.run_dir / "stacks"), self.fault
+            host, self.store.port, self.config.heartbeat_interval_s, str(self.run_dir / "stacks"), self.fault, secret
         )
 
     def watch_here(self, component: str, rank: int, spec: WatchSpec) -> Recorder:
@@ -91,7 +97,7 @@ class WatchSession:
         self.recorder = Recorder(component, rank, 0)
         flight_recorder.install(self.recorder)
         register_stack_dump(stack_file(Path(spec.stack_dir), component, rank))
-        answer = StackAnswerer(self.store.server, component, rank)
+        answer = StackAnswerer(self.store.sealed, component, rank)
         self.recorder.start_publishing(self.store.publisher(component, rank), spec.interval_s, answer)
         return self.recorder
 
@@ -99,7 +105,7 @@ class WatchSession:
         """Watch `workers` ({component, rank, node}) until `stop`; `remote` ends the ones this
         process did not fork when an incident is reported."""
         self.workers, self.remote = workers, remote
-        publish_run(self.store.server, workers, self.config)
+        publish_run(self.store.sealed, workers, self.config)
         if not self.config.enabled:
             return
         self.watchdog = Watchdog(self.config, self.store.read, self.keys(), self.on_watchdog_incident)
@@ -128,7 +134,7 @@ class WatchSession:
         # dead one as the cause, with the survivor's error as detail.
         incident = self.watchdog.check_alive(records, time.time())
         if incident is None:
-            incident = incident_from_error(error, records, self.remote.actor_ids() if self.remote else {}, self.run_dir)
+            incident = incident_from_error(error, records, self.remote, self.run_dir)
         else:
             incident.detail = f"seen by the others as: {error}"
         incident.records = records

@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -34,18 +35,22 @@ LISTEN_INTERVAL_S = 0.2
 
 
 class SupervisedSession(WatchSession):
-    def __init__(self, config: Config, run_dir: Path, store, store_port: int, recorder: Recorder):
+    def __init__(
+        self, config: Config, run_dir: Path, store, spec: WatchSpec, recorder: Recorder, on_all_addresses: bool = False
+    ):
         super().__init__(config, run_dir)
-        self.link = store  # a client of the supervisor's store
-        self.port = store_port
+        self.link = store  # a client of the supervisor's store (a SealedStore)
+        self.spec = spec  # where the supervisor's store listens, and the run's secret
+        self.on_all_addresses = on_all_addresses  # it listens on every address (supervise/store_address.py)
         self.recorder = recorder
         self.listening = threading.Event()
         self.listener = threading.Thread(target=self.attach_report_when_written, name="fleetrl-report", daemon=True)
         self.listener.start()
 
     def open_store(self, host: str) -> WatchSpec:
-        """The supervisor's store, at `host`: it listens on every interface of this machine."""
-        return WatchSpec(host, self.port, self.config.heartbeat_interval_s, str(self.run_dir / "stacks"), self.fault)
+        """The supervisor's store, at the address it listens on (the supervisor chose the one its
+        workers reach: supervise/store_address.py), or at `host` where it listens on all."""
+        return replace(self.spec, store_host=host if self.on_all_addresses else self.spec.store_host, fault=self.fault)
 
     def watch_here(self, component: str, rank: int, spec: WatchSpec) -> Recorder:
         return self.recorder
@@ -55,8 +60,7 @@ class SupervisedSession(WatchSession):
         link.put(self.link, link.WORKERS, workers)
 
     def fail(self, error: BaseException) -> NoReturn:
-        actor_ids = self.remote.actor_ids() if self.remote else {}
-        self.send(incident_from_error(error, {}, actor_ids, self.run_dir))
+        self.send(incident_from_error(error, {}, self.remote, self.run_dir))
 
     @contextlib.contextmanager
     def deadline(self, seconds: float, what: str) -> Iterator[None]:

@@ -23,8 +23,9 @@ clamped to [min_deadline_s, max_deadline_s]. A phase never seen finishing gets
 `startup_step_allowance_s` if it is a start-up step (`STARTUP_STEPS`: its stall is a
 `startup_timeout`), otherwise `first_call_bound_s`. Past its deadline a call is judged from its
 recent beats: *blocked* (no CPU, a stack that does not move) or *spinning* (a wait that polls:
-CPU spent in system calls at a stack that does not move) is an incident at once; *busy* is
-one "slow" warning in the log, and an incident only past `busy_allowance_s`. A worker that never
+CPU at a stack that does not move, and the thread found in a wait sample after sample) is an
+incident at once; *busy* (computing, with system calls or not) is one "slow" warning in the log,
+and an incident only past `busy_allowance_s`. Start-up steps and first calls are judged alike. A worker that never
 published a heartbeat gets `startup_allowance_s` from the start of watching.
 """
 
@@ -42,7 +43,7 @@ import psutil
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.probe.flight_recorder import join_unless_current
-from fleetrl.watch import alignment
+from fleetrl.watch import alignment, last_words
 from fleetrl.watch.judgement import BUSY, Judgement, Seen
 from fleetrl.watch.naming import collective_text, describe, where  # noqa: F401 (the report's names too)
 from fleetrl.watch.node_loss import node_lost_summary
@@ -82,6 +83,9 @@ class Incident:
     # exception names `env rank 0`, which runs in `inline rank 0`): the report lists the culprit
     # as a worker of its own, with that process's pid, phase and stack
     host: tuple[str, int] | None = None
+    # A dead worker's last words (watch/last_words.py LastWords.as_dict): how it ended, its node,
+    # the tail of its own stderr
+    last_words: dict | None = None
 
 
 # Methods that are steps of a worker's start-up (the `construct` phase is the worker host's):
@@ -105,6 +109,27 @@ def readable(record) -> dict:
     ):
         raise TypeError(f"not a heartbeat record: {str(record)[:200]}")
     return record
+
+
+def died(key: tuple[str, int], record: dict, words, doing: str, started: float) -> Incident:
+    """`worker_died` for `key` with its last words (a `LastWords`, or None where they could not be
+    read) — or, where its stderr says Gloo or NCCL aborted it on a collective mismatch, that
+    mismatch (`collective_mismatch`), naming it as the rank whose collectives diverged."""
+    pid = f"pid {record['pid']}, " if record.get("pid") else ""
+    node = words.node if words else f"node {record.get('node')}"
+    ended = words.ended if words else "its process is gone"
+    fields = {"last_words": words.as_dict() if words else None, "detail": words.stderr_tail if words else ""}
+    mismatch = words.mismatch if words else None
+    if mismatch:
+        return Incident(
+            "collective_mismatch",
+            f"{describe(key)} ({pid}{node}) was aborted by a collective mismatch: its collectives diverged "
+            f'from its peers\' ({ended}; its stderr: "{mismatch}"); {doing}',
+            started,
+            key,
+            **fields,
+        )
+    return Incident("worker_died", f"{describe(key)} ({pid}{node}) died: {ended}; {doing}", started, key, **fields)
 
 
 class Watchdog(threading.Thread):
@@ -219,13 +244,8 @@ class Watchdog(threading.Thread):
     def check_alive(self, records: dict, now: float) -> Incident | None:
         for key, record in records.items():
             if record.get("host") == self.hostname and not psutil.pid_exists(record["pid"]):
-                return Incident(
-                    "worker_died",
-                    f"{describe(key)} (pid {record['pid']}, node {record['node']}) "
-                    f"died: its process is gone; it was {where(record)}",
-                    now - record["heartbeat_age_s"],
-                    key,
-                )
+                words = last_words.from_record(record)
+                return died(key, record, words, f"it was {where(record)}", now - record["heartbeat_age_s"])
         return None
 
     def check_beating(self, records: dict, now: float) -> Incident | None:

@@ -6,10 +6,14 @@ t-1, then the policy's outputs for step t. The actor receives the finished traje
 
 When rollout and actor share a process (the inline backend) the rollout worker holds the actor's
 own `Policy` object, so there is nothing to sync.
+
+`rollout.dtype` bfloat16 acts under autocast: the weights stay what the actor trains (float32), so
+the same object serves both; where the device supports it, `auto` picks bfloat16 on a GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 
@@ -35,14 +39,24 @@ def process_rollout_rank() -> int:
     return int(os.environ.get("FLEETRL_RANK", "0"))
 
 
+def rollout_dtype(config: Config) -> torch.dtype:
+    """`rollout.dtype` as a torch dtype; `auto`: bfloat16 on a CUDA device that supports it."""
+    if config.rollout.dtype == "auto":
+        device = torch.device(config.rollout.device)
+        bf16 = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if bf16 else torch.float32
+    return getattr(torch, config.rollout.dtype)
+
+
 class RolloutWorker:
     # Subclasses for off-policy algorithms set this: the lanes then also record each step's true
     # next observation (Trajectory.next_obs).
     record_next_obs = False
 
-    def __init__(self, policy: Policy):
+    def __init__(self, policy: Policy, *, dtype: torch.dtype = torch.float32):
         self.policy = policy
         self.device = next(policy.parameters()).device  # the actor's, when they share the policy
+        self.dtype = dtype
         self.lanes: list[TrajectoryBuffer] = []
         self.finished: list[Trajectory | None] = []
 
@@ -54,15 +68,23 @@ class RolloutWorker:
         would give every rollout rank, in every run whatever runner.seed, the same noise."""
         policy = Policy.from_config(config.model, observation_space, action_space).requires_grad_(False)
         torch.manual_seed(rollout_seed(config.runner.seed, process_rollout_rank()))
-        return cls(policy)
+        return cls(policy, dtype=rollout_dtype(config))
+
+    def precision(self):
+        """Autocast to `self.dtype` where it is not float32 (see the module docstring)."""
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
 
     def infer(self, obs: np.ndarray, deterministic: bool = False):
         """(actions, log-probs, values) CPU tensors for a batch of observations."""
-        actions, logprobs, values = self.policy.act(self.tensor(obs), deterministic)
-        return actions.cpu(), logprobs.cpu(), values.cpu()
+        with self.precision():
+            actions, logprobs, values = self.policy.act(self.tensor(obs), deterministic)
+        return actions.cpu(), logprobs.float().cpu(), values.float().cpu()
 
     def values(self, obs: np.ndarray) -> torch.Tensor:
-        return self.policy.value(self.tensor(obs)).cpu()
+        with self.precision():
+            return self.policy.value(self.tensor(obs)).float().cpu()
 
     def tensor(self, obs: Observation) -> Observation:
         """Observations as tensors on the policy's device, a dict of them for Dict spaces."""

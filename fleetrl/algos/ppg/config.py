@@ -17,15 +17,18 @@ from fleetrl.errors import ConfigError
 
 @dataclass
 class PPGConfig(PPOConfig):
-    # needs model.aux_value_head: true
-    n_pi: Annotated[int, AtLeastOne] = 32  # policy-phase iterations per auxiliary phase
-    aux_epochs: Annotated[int, AtLeastOne] = 6  # epochs over the phase's stored data in the auxiliary phase
-    aux_minibatch_size: Annotated[int, Positive] | None = (
-        None  # samples per auxiliary optimizer step over all actor ranks (None: the policy phase's minibatch)
-    )
-    beta_clone: Annotated[float, NonNegative] = (
-        1.0  # weight of the behavioural-cloning KL(pi_old || pi) in the auxiliary loss
-    )
+    """PPO's keys (its policy phase reads them) plus the auxiliary phase's; needs
+    `model.aux_value_head: true` (docs: concepts/algorithms.md, PPG)."""
+
+    n_pi: Annotated[int, AtLeastOne] = 32
+    """Policy-phase iterations per auxiliary phase."""
+    aux_epochs: Annotated[int, AtLeastOne] = 6
+    """Epochs over the stored observations and value targets in each auxiliary phase."""
+    aux_minibatch_size: Annotated[int, Positive] | None = None
+    """Samples per auxiliary optimizer step over all actor ranks (null: the policy phase's
+    minibatch)."""
+    beta_clone: Annotated[float, NonNegative] = 1.0
+    """Weight of the behavioural-cloning KL(π_old ‖ π) in the auxiliary loss."""
 
 
 def aux_minibatch_size(config: Config) -> int:

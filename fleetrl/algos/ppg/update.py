@@ -73,8 +73,11 @@ def aux_update(
 
     for _ in range(config.aux_epochs):
         for micro_batches in minibatches.epoch():
-            check = "PPG auxiliary" if grad_steps == 0 else None
-            minibatch_step(loss_path, optimizer, micro_batches, micro_loss, config.max_grad_norm, check)
+            name = "PPG auxiliary"
+            check = name if grad_steps == 0 else None
+            minibatch_step(
+                loss_path, optimizer, micro_batches, micro_loss, config.max_grad_norm, check, name, grad_steps + 1
+            )
             grad_steps += 1
     head, kl, value = (all_reduce(totals) / (grad_steps * minibatches.size)).tolist()
     return {"aux_head_loss": head, "aux_kl": kl, "aux_value_loss": value, "aux_grad_steps": grad_steps}

@@ -41,7 +41,9 @@ log = logging.getLogger("fleetrl")
 
 
 def policy_optimizer(config: Config, policy: torch.nn.Module) -> torch.optim.Optimizer:
-    return build_optimizer(config.actor, [{"params": list(policy.parameters()), "lr": config.algorithm.lr}])
+    """The optimizer over the policy's trainable parameters (with LoRA: the adapters and value head)."""
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    return build_optimizer(config.actor, [{"params": trainable, "lr": config.algorithm.lr}])
 
 
 class ActorWorker(ActorBase):

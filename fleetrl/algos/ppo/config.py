@@ -18,27 +18,40 @@ from fleetrl.errors import ConfigError
 
 @dataclass
 class PPOConfig(AlgorithmConfig):
-    gae_lambda: Annotated[float, UnitInterval] = 0.95  # GAE's λ: bias (0) against variance (1) of the advantages
-    update_epochs: Annotated[int, Positive] = 4  # passes over each iteration's data
-    clip_coef: Annotated[float, NonNegative] = 0.2  # ε of the clipped ratio 1 ± ε
-    anneal_clip: bool = False  # linear decay of clip_coef to 0, as RL-Zoo's lin_0.2
-    clip_vloss: bool = False  # clip the value update around the old values (clip_coef)
-    vf_coef: Annotated[float, NonNegative] = 0.5  # weight of the value loss
-    ent_coef: Annotated[float, NonNegative] = 0.0  # weight of the entropy bonus
-    norm_adv: bool = True  # normalise advantages per minibatch
-    target_kl: Annotated[float, Positive] | None = None  # stop the epoch loop when the approx. KL exceeds this
-    adv_type: Literal["gae", "grpo"] = (
-        "gae"  # gae | grpo: (return - group mean) / group std over episodes that started from one state (README: 'GRPO')
-    )
-    group_size: Annotated[int, AtLeastOne] = (
-        8  # grpo: envs i..i+g-1 (consecutive, g = group_size) are reset with one seed each iteration and form a group
-    )
-    logprob_type: Literal["action_level", "token_level"] = (
-        "action_level"  # token_level needs model.action_bins: one PPO ratio per action from the summed token log-probs, or one clipped ratio per token, averaged
-    )
-    entropy_type: Literal["action_level", "token_level"] = (
-        "action_level"  # token_level needs model.action_bins: entropy bonus of the whole action (sum over tokens) or the mean per-token entropy
-    )
+    """Proximal Policy Optimization's own keys (Schulman et al. 2017; docs: concepts/algorithms.md,
+    PPO)."""
+
+    gae_lambda: Annotated[float, UnitInterval] = 0.95
+    """GAE's λ: bias (0) against variance (1) of the advantages."""
+    update_epochs: Annotated[int, Positive] = 4
+    """Passes over each iteration's data."""
+    clip_coef: Annotated[float, NonNegative] = 0.2
+    """ε of the clipped probability ratio, 1 ± ε."""
+    anneal_clip: bool = False
+    """Decay `clip_coef` linearly to 0 over the run, as RL-Zoo's `lin_0.2`."""
+    clip_vloss: bool = False
+    """Clip the value update around the old values (by `clip_coef`)."""
+    vf_coef: Annotated[float, NonNegative] = 0.5
+    """Weight of the value loss."""
+    ent_coef: Annotated[float, NonNegative] = 0.0
+    """Weight of the entropy bonus."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch (false with `adv_type: grpo`)."""
+    target_kl: Annotated[float, Positive] | None = None
+    """Stop the epoch loop once the approximate KL exceeds this (agreed across ranks; null: never)."""
+    adv_type: Literal["gae", "grpo"] = "gae"
+    """`gae`, or `grpo`: an episode's (return − group mean) / group std over episodes that started from
+    one state (docs: concepts/algorithms.md, GRPO advantages)."""
+    group_size: Annotated[int, AtLeastOne] = 8
+    """`grpo`: envs i … i+g−1 (consecutive, g = group_size) are reset with one seed each iteration and
+    form a group (at least 2, a divisor of the envs per actor rank)."""
+    logprob_type: Literal["action_level", "token_level"] = "action_level"
+    """`token_level` (needs `model.action_bins`): one clipped ratio per token, averaged, instead of one
+    ratio per action from the summed token log-probs (docs: guides/model.md, Token-level action
+    policies)."""
+    entropy_type: Literal["action_level", "token_level"] = "action_level"
+    """`token_level` (needs `model.action_bins`): the mean per-token entropy instead of the whole
+    action's (the sum over its tokens)."""
 
     @property
     def resets_envs_each_iteration(self) -> bool:

@@ -34,6 +34,7 @@ from fleetrl.algos.common.optim import fused_step
 from fleetrl.algos.ppo.config import PPOConfig
 from fleetrl.constants import constant
 from fleetrl.observations import Observation, map_obs
+from fleetrl.parallel.grad_check import check_all_ranks_reach_every_parameter
 from fleetrl.parallel.sharding import Minibatches
 from fleetrl.parallel.wrap import LossPath
 
@@ -212,18 +213,26 @@ def minibatch_step(
     micro_loss: Callable[[torch.Tensor], torch.Tensor],
     max_grad_norm: float,
     check: str | None = None,
+    loss_name: str = "PPO",
+    grad_step: int = 1,
 ) -> None:
-    """One optimizer step on a minibatch: `micro_loss(index)` backpropagated for each of its
-    micro-batches (gradient sync off for all but the last), the global gradient norm clipped.
-    `check`: the loss's name, to check once that every parameter got a gradient (several pieces)."""
+    """One optimizer step on a minibatch, the `grad_step`-th of the update: `micro_loss(index)`
+    backpropagated for each of its micro-batches (gradient sync off for all but the last), the
+    global gradient norm clipped. Under DDP, before the backward that synchronises, every rank's
+    loss is checked to reach every parameter (parallel/grad_check.py: else the ranks' reductions
+    differ); elsewhere `check` (the loss's name) checks once that every parameter got a gradient."""
     step = None if loss_path.strategy == "fsdp" else fused_step(optimizer)  # FSDP's DTensor shards: torch's own
     if step is None:
         optimizer.zero_grad(set_to_none=True)
     else:
         step.zero_grad()
     for j, index in enumerate(micro_batches):
-        with nullcontext() if j == len(micro_batches) - 1 else loss_path.no_sync():
-            micro_loss(index).backward()
+        syncs = j == len(micro_batches) - 1
+        with nullcontext() if syncs else loss_path.no_sync():
+            loss = micro_loss(index)
+            if syncs and loss_path.strategy == "ddp":
+                check_all_ranks_reach_every_parameter(loss, loss_path.policy, loss_path.ignored, loss_name, grad_step)
+            loss.backward()
     if check is not None:
         check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored, check)
     if max_grad_norm > 0:
@@ -287,7 +296,10 @@ def ppo_update(
         log_ratios.clear()
         for k, micro_batches in enumerate(plan):
             check = "PPO" if grad_steps == 0 and not whole else None
-            minibatch_step(loss_path, optimizer, micro_batches, partial(micro_loss, k=k), config.max_grad_norm, check)
+            step = partial(micro_loss, k=k)
+            minibatch_step(
+                loss_path, optimizer, micro_batches, step, config.max_grad_norm, check, "PPO", grad_steps + 1
+            )
             grad_steps += 1
         epochs_done += 1
         if config.target_kl is not None:

@@ -22,34 +22,37 @@ from fleetrl.errors import ConfigError
 
 @dataclass
 class SACConfig(AlgorithmConfig):
-    buffer_size: Annotated[int, Positive] = (
-        1_000_000  # replay capacity in transitions over all actor ranks; each env keeps its newest buffer_size // env.num_envs
-    )
-    learning_starts: Annotated[int, NonNegative] = (
-        100  # the first this many global env steps take uniform random actions, and training waits until the replay holds this many
-    )
-    update_to_data: Annotated[float, Positive] = (
-        1.0  # gradient steps per new env step, global: an iteration runs update_to_data * num_steps * env.num_envs of them (fractions carry over), all ranks together
-    )
-    tau: Annotated[float, UnitInterval] = (
-        0.005  # Polyak factor of the target critics, target += tau * (critic - target)
-    )
-    q_lr: Annotated[float, Positive] | None = (
-        None  # learning rate of the twin critics and of the entropy coefficient (None: algorithm.lr)
-    )
-    policy_lr: Annotated[float, Positive] | None = None  # learning rate of the actor (None: algorithm.lr)
-    alpha: Annotated[float, Positive] = 1.0  # entropy coefficient: its initial value with autotune, else fixed
-    autotune: bool = True  # tune alpha so that the policy's entropy tracks target_entropy
-    target_entropy: Annotated[float, Range()] | None = (
-        None  # autotune's target entropy (None: minus the action dimension)
-    )
-    policy_frequency: Annotated[int, AtLeastOne] = 1  # one actor (and alpha) update every this many critic updates
-    target_network_frequency: Annotated[int, AtLeastOne] = (
-        1  # one Polyak update of the target critics every this many critic updates
-    )
-    matmul_dtype: Literal["float32", "bfloat16"] | None = (
-        None  # bfloat16 runs the hidden-to-hidden layers' matmuls (forward and backward) in bfloat16, ~4x faster on CPUs with AVX512-BF16/AMX; weights, Adam, losses and the input/output layers stay float32 (None: float32 throughout)
-    )
+    """Soft Actor-Critic's own keys (docs: concepts/algorithms.md, SAC)."""
+
+    buffer_size: Annotated[int, Positive] = 1_000_000
+    """Replay capacity in transitions over all actor ranks; each env keeps its newest
+    `buffer_size // env.num_envs` (more than one iteration's)."""
+    learning_starts: Annotated[int, NonNegative] = 100
+    """The first this many global env steps take uniform random actions, and training waits until the
+    replay holds this many."""
+    update_to_data: Annotated[float, Positive] = 1.0
+    """Gradient steps per new global env step: an iteration runs `update_to_data * num_steps *
+    env.num_envs` of them over all ranks together (fractions carry over)."""
+    tau: Annotated[float, UnitInterval] = 0.005
+    """Polyak factor of the target critics: target += tau · (critic − target)."""
+    q_lr: Annotated[float, Positive] | None = None
+    """Learning rate of the twin critics and of the entropy coefficient (null: `algorithm.lr`)."""
+    policy_lr: Annotated[float, Positive] | None = None
+    """Learning rate of the actor (null: `algorithm.lr`)."""
+    alpha: Annotated[float, Positive] = 1.0
+    """Entropy coefficient: its initial value with `autotune`, else fixed."""
+    autotune: bool = True
+    """Tune `alpha` so that the policy's entropy tracks `target_entropy`."""
+    target_entropy: Annotated[float, Range()] | None = None
+    """`autotune`'s target entropy (null: minus the action dimension)."""
+    policy_frequency: Annotated[int, AtLeastOne] = 1
+    """One actor (and alpha) update every this many critic updates."""
+    target_network_frequency: Annotated[int, AtLeastOne] = 1
+    """One Polyak update of the target critics every this many critic updates."""
+    matmul_dtype: Literal["float32", "bfloat16"] | None = None
+    """`bfloat16` runs the hidden-to-hidden layers' matmuls (forward and backward) in bfloat16, faster
+    on CPUs with AVX512-BF16/AMX; weights, Adam, losses and the input and output layers stay float32
+    (null: float32 throughout)."""
 
 
 UNSUPPORTED = {  # key: (the value SAC needs, why)

@@ -27,8 +27,8 @@ from fleetrl.workers.rollout_worker import RolloutWorker, process_rollout_rank, 
 class SACRolloutWorker(RolloutWorker):
     record_next_obs = True
 
-    def __init__(self, policy: SquashedGaussianActor, generator: torch.Generator | None = None):
-        super().__init__(policy)
+    def __init__(self, policy: SquashedGaussianActor, generator: torch.Generator | None = None, *, dtype=torch.float32):
+        super().__init__(policy, dtype=dtype)
         self.generator = generator  # None: torch's global generator (seeded by the actor inline)
 
     @classmethod

@@ -1,5 +1,6 @@
 """Addresses and ports on this machine: the one home of the small networking facts the actor's
-process group, the Ray cluster and the doctor all need.
+process group, the heartbeat store, the Ray cluster, the supervisor and the doctor all need (so it
+sits below every package that listens).
 
 Torch-free on purpose: the doctor imports it at start-up, when nothing heavy may load yet.
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+
+ALL_IPV4 = "0.0.0.0"  # a listener on every IPv4 address (supervise/store_address.py says when)
 
 
 def is_loopback(address: str) -> bool:
@@ -35,3 +38,24 @@ def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
         probe.bind((address, 0))
         return probe.getsockname()[1]
+
+
+def listening_socket(address: str, port: int = 0, backlog: int = 128) -> socket.socket:
+    """A TCP socket listening on `address` alone. Raises OSError when `address` is not one of
+    this machine's."""
+    listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((address, port))
+        listener.listen(backlog)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def route_address(peer: str) -> str:
+    """This machine's address on the route to `peer` (no packet is sent)."""
+    with socket.socket(socket.AF_INET6 if ":" in peer else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((peer, 9))
+        return probe.getsockname()[0]

@@ -1,0 +1,52 @@
+"""`fleetrl export RUN OUT`: a run's Hugging Face VLA as a standard folder.
+
+The run's latest intact checkpoint is loaded into the policy its config describes (base folder
+from `model.path`, the checkpoint's adapters or full weights on top); with LoRA the adapters are
+merged into the base weights (peft's `merge_and_unload`). OUT then holds what `save_pretrained`
+writes — config.json, safetensors, the processor and tokenizer — which transformers'
+`from_pretrained` loads anywhere, and `value_head.safetensors` (the critic, which transformers
+ignores), so that `model.path: OUT` continues training where the run stopped. A policy built from
+OUT acts exactly as the run's did.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleetrl.checkpoint import load_latest
+from fleetrl.errors import ConfigError, UserError
+from fleetrl.models.hf.folder import VALUE_HEAD_FILE
+from fleetrl.plan.load import load_config
+from fleetrl.probe.flight_recorder import phase
+from fleetrl.run_dir import CONFIG_FILE
+
+
+def export_run(run_dir: Path, out: Path) -> Path:
+    from safetensors.torch import save_file
+
+    from fleetrl.envs.make import make_vector_env
+    from fleetrl.models.hf.lora import merged_model
+    from fleetrl.models.policy import Policy
+
+    run_dir, out = Path(run_dir), Path(out)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise UserError(f"{run_dir} is not a fleetrl run directory (no {CONFIG_FILE})")
+    config = load_config(run_dir / CONFIG_FILE)
+    if config.model.id != "hf":
+        raise ConfigError("model.id", config.model.id, "'hf' in the run's config: only Hugging Face VLAs export")
+    if (out / "config.json").exists():
+        raise UserError(f"{out} holds a model already (config.json): choose an empty folder")
+    state = load_latest(run_dir)
+    env = make_vector_env(config.env, 1)
+    try:
+        spaces = env.single_observation_space, env.single_action_space
+    finally:
+        env.close()
+    with phase("export"):
+        policy = Policy.from_config(config.model, *spaces)
+        policy.load_state_dict(state["actor"]["policy"])
+        merged_model(policy.network).save_pretrained(out)
+        policy.prompts.processor.save_pretrained(out)
+        head = {name: tensor.contiguous() for name, tensor in policy.network.value_head.state_dict().items()}
+        save_file(head, out / VALUE_HEAD_FILE)
+    return out

@@ -1,0 +1,215 @@
+"""`model.id: hf` — a Hugging Face vision-language model acting through its vocabulary.
+
+One sample's sequence is the prompt (image tokens, instruction; `prompts.py`) followed by N = K·D
+action positions (K = `model.action_chunk` actions of D tokens; `actions.py` maps tokens to env
+actions). Two ways to decode them (`model.decode`):
+
+- `parallel` (OpenVLA-OFT): ONE forward pass. The action positions' inputs are a fixed
+  placeholder — the pad token with its embedding zeroed — and the output at action position j is
+  action token j's logits. Acting and the loss path run the same pass.
+- `autoregressive` (OpenVLA): token j is predicted at the position before it. Acting samples the
+  N tokens one at a time with the KV cache (N + 1 forward passes, the prompt's once); the loss
+  path feeds the sampled tokens back in one teacher-forced pass.
+
+Logits are read only at the action ids: sampling is masked to them, and each token's log-prob
+and entropy are those of a categorical over the action bins (float32). The value head, an MLP
+hidden → 512 → 128 → 1 with GELU (RLinf's), reads the last hidden state of the last prompt token,
+the one before the first action token.
+
+The policy follows fleetrl's policy interface (`models/policy.py`): `forward(obs, actions)` →
+(log-probs, entropies, value), `act`, `value`; log-probs and entropies are per token, shaped
+`logprob_shape` as every fleetrl token policy's: (D,) for one Box action of D tokens, (K, D) for a
+chunk of K, () and (K,) for Discrete actions (one token each), so that the PPO loss combines them
+per token, per action or per chunk over the executed actions (`algorithm.logprob_type`). With
+K > 1 (`action_chunk`) `act` returns a chunk per decision: (B, K, D) Box actions, (B, K) Discrete.
+
+With `model.lora`, `lora.py` makes only the adapters and the value head trainable and the
+policy's state only those tensors, plus the base folder's fingerprint.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from fleetrl.config.schema import ModelConfig
+from fleetrl.models.distributions import Categorical
+from fleetrl.models.hf.actions import VocabActions
+from fleetrl.models.hf.folder import VALUE_HEAD_FILE, check_folder, load_folder
+from fleetrl.models.hf.lora import apply_lora, keep_trainable_state
+from fleetrl.models.hf.prompts import Prompts, positions
+from fleetrl.probe.flight_recorder import phase
+
+
+class VLANetwork(nn.Module):
+    """The Hugging Face model (LoRA-wrapped or not) and the value head: what trains."""
+
+    def __init__(self, model: nn.Module, hidden_size: int):
+        super().__init__()
+        self.model = model
+        self.value_head = nn.Sequential(
+            nn.Linear(hidden_size, 512), nn.GELU(), nn.Linear(512, 128), nn.GELU(), nn.Linear(128, 1)
+        )
+
+    @property
+    def hf(self) -> nn.Module:
+        """The transformers model itself (inside peft's wrapper, with the adapters in its layers)."""
+        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+
+    def wrap_units(self) -> list[nn.Module]:
+        """The model's repeated blocks (`_no_split_modules`, as accelerate shards it)."""
+        names = set(self.hf._no_split_modules or ())
+        return [module for module in self.hf.modules() if type(module).__name__ in names]
+
+
+class VLAPolicy(nn.Module):
+    network: VLANetwork
+    actions: VocabActions
+    prompts: Prompts
+
+    def __init__(self, network: VLANetwork, prompts: Prompts, actions: VocabActions, decode: str):
+        super().__init__()
+        self.network, self.prompts, self.actions, self.decode = network, prompts, actions, decode
+        self.action_chunk = actions.chunk  # the rollout worker's trajectories hold (K, *one action) per decision
+        one_action = () if actions.discrete else (actions.dim,)  # a Discrete action is one token
+        self.logprob_shape = ((actions.chunk,) if actions.chunk > 1 else ()) + one_action
+        hf = network.hf
+        self.placeholder = prompts.pad_id
+        self.prefix_lm = hf.config.model_type == "paligemma"  # its prompt attends both ways (token_type_ids)
+        self.softcap = getattr(hf.config.get_text_config(), "final_logit_softcapping", None)
+        if decode == "parallel":
+            hf.get_input_embeddings().register_forward_hook(self.zero_placeholders)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig, observation_space: gym.Space, action_space: gym.Space) -> VLAPolicy:
+        model, processor = load_folder(config.path, config.trust_remote_code)
+        prompts = Prompts(processor, model.config.model_type, observation_space, config.prompt_template)
+        vocab = len(processor.tokenizer)
+        actions = VocabActions(action_space, config.action_bins or 256, vocab, config.action_chunk, config.action_stats)
+        network = VLANetwork(model, model.config.get_text_config().hidden_size)
+        head = check_folder(config.path) / VALUE_HEAD_FILE
+        if head.is_file():  # a folder fleetrl exported: its critic too
+            from safetensors.torch import load_file
+
+            network.value_head.load_state_dict(load_file(head))
+        if config.lora is not None:
+            network.model = apply_lora(network, config.lora, config.path)
+        policy = cls(network, prompts, actions, config.decode)
+        if config.lora is not None:
+            keep_trainable_state(policy)
+        return policy
+
+    def zero_placeholders(self, module, inputs, output: torch.Tensor) -> torch.Tensor:
+        """Input-embedding hook: the placeholder's embedding is zero (OFT's empty action inputs)."""
+        return output.masked_fill((inputs[0] == self.placeholder).unsqueeze(-1), 0.0)
+
+    # ------------------------------------------------------------------------------ passes
+
+    def run(self, obs, suffix: torch.Tensor, mask: torch.Tensor | None = None, cache=None, keep_cache=False):
+        """One pass of the base model over the prompt followed by `suffix` (B, S) ids, or over
+        `suffix` alone after a `cache`d prompt whose attention `mask` is given. Returns (last
+        hidden states, prompt length, attention mask, the model's output with its cache)."""
+        device = self.device
+        kwargs = {}
+        if cache is None:
+            ids, mask = self.prompts.tokens(obs, device)
+            prompt = ids.shape[1]
+            ids = torch.cat([ids, suffix], dim=1)
+            mask = torch.cat([mask, torch.ones_like(suffix)], dim=1)
+            kwargs.update(self.prompts.pixels(obs, device, self.network.hf.dtype))
+            if self.prefix_lm:
+                kwargs["token_type_ids"] = (torch.arange(ids.shape[1], device=device) >= prompt).long().expand_as(ids)
+        else:
+            ids, prompt = suffix, 0
+            mask = torch.cat([mask, torch.ones_like(suffix)], dim=1)
+            if self.prefix_lm:
+                kwargs["token_type_ids"] = torch.ones_like(suffix)
+        position_ids = positions(mask)[:, -ids.shape[1] :]
+        out = self.network.hf.base_model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=keep_cache,
+            **kwargs,
+        )
+        return out.last_hidden_state, prompt, mask, out
+
+    def bin_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, N, H) → the action bins' log-probabilities (B, N, choices), float32."""
+        logits = self.actions.logits(self.network.hf.get_output_embeddings()(hidden))
+        if self.softcap:  # Gemma 2's final logit soft-capping, which the model's own head applies
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return Categorical.normalize(logits)
+
+    def value_of(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.network.value_head(hidden.float()).squeeze(-1).float()
+
+    def distribution(self, obs, bins: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(per-token log-probabilities (B, N, choices), value (B,)) in one pass: parallel
+        decoding, or autoregressive teacher-forced on `bins` (the sampled tokens)."""
+        count = self.actions.count
+        if self.decode == "parallel":
+            placeholders = torch.full((self.batch(obs), count), self.placeholder, dtype=torch.long)
+            hidden, prompt, _, _ = self.run(obs, placeholders.to(self.device))
+            return self.bin_logits(hidden[:, prompt:]), self.value_of(hidden[:, prompt - 1])
+        hidden, prompt, _, _ = self.run(obs, self.actions.token_ids(bins))
+        return self.bin_logits(hidden[:, prompt - 1 : prompt - 1 + count]), self.value_of(hidden[:, prompt - 1])
+
+    def batch(self, obs) -> int:
+        return len(obs[self.prompts.image_key] if isinstance(obs, dict) else obs)
+
+    @property
+    def device(self) -> torch.device:
+        return self.network.value_head[0].weight.device
+
+    def per_token(self, values: torch.Tensor) -> torch.Tensor:
+        """(B, K·D) per token → (B, *logprob_shape)."""
+        return values.reshape(values.shape[0], *self.logprob_shape)
+
+    # ---------------------------------------------------------------------- the interface
+
+    def forward(self, obs, actions: torch.Tensor):
+        """Loss path: (log-probs of `actions`' tokens (B, *logprob_shape), their entropies, value (B,))."""
+        bins = self.actions.encode(actions)
+        log_p, value = self.distribution(obs, bins)
+        return (
+            self.per_token(Categorical.log_prob(log_p, bins)),
+            self.per_token(Categorical.entropy(log_p)),
+            value,
+        )
+
+    @torch.no_grad()
+    def act(self, obs, deterministic: bool = False):
+        """(env actions, their tokens' log-probs (B, *logprob_shape), values (B,))."""
+        pick = Categorical.mode if deterministic else Categorical.sample
+        with phase("generate"):
+            if self.decode == "parallel":
+                log_p, value = self.distribution(obs)
+                bins = pick(log_p)
+                chosen = Categorical.log_prob(log_p, bins)
+            else:
+                bins, chosen, value = self.generate(obs, pick)
+        return self.actions.decode(bins), self.per_token(chosen), value
+
+    def generate(self, obs, pick) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Autoregressive sampling with the KV cache: (bins (B, N), their log-probs, value)."""
+        empty = torch.empty((self.batch(obs), 0), dtype=torch.long, device=self.device)
+        hidden, _, mask, out = self.run(obs, empty, keep_cache=True)
+        value = self.value_of(hidden[:, -1])
+        bins, chosen = [], []
+        for j in range(self.actions.count):
+            log_p = self.bin_logits(hidden[:, -1:]).squeeze(1)
+            bins.append(pick(log_p))
+            chosen.append(Categorical.log_prob(log_p, bins[-1]))
+            if j + 1 < self.actions.count:
+                token = self.actions.token_ids(bins[-1]).unsqueeze(1)
+                hidden, _, mask, out = self.run(obs, token, mask, out.cache, keep_cache=True)
+        return torch.stack(bins, 1), torch.stack(chosen, 1), value
+
+    @torch.no_grad()
+    def value(self, obs) -> torch.Tensor:
+        empty = torch.empty((self.batch(obs), 0), dtype=torch.long, device=self.device)
+        hidden, _, _, _ = self.run(obs, empty)
+        return self.value_of(hidden[:, -1])

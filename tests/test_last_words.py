@@ -1,0 +1,65 @@
+"""A dead worker's last words in its report: how it ended, its node by index and name, and the
+tail of its own stderr, read on its node (watch/last_words.py). Real crashes in real Ray workers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.incidents import SMALL
+from tests.isolation import needs_isolation
+from tests.support import train
+
+TWO_NODES_ENV_RANK_1_ON_NODE_1 = [
+    "cluster.backend=ray",
+    "cluster.simulate_nodes=2",
+    "cluster.num_nodes=2",
+    "cluster.devices_per_node=1",
+    "cluster.component_placement={actor: 0, rollout: 0, env: 0-1}",
+]
+
+
+@pytest.mark.parametrize(
+    ("isolation", "node_name"),
+    [
+        ((), r"[^)]+"),  # read by the watcher, the stderr file being on its machine
+        # read by a Ray task on node 1: its /tmp, and so Ray's logs, are its own. The watcher cannot
+        # see a pid on another machine go: to it the death is a silence, reported process_frozen
+        # after heartbeat_timeout_s unless the controller's report (Ray's error, the last words
+        # read on node 1: seconds on a loaded host) comes first
+        pytest.param(
+            # (and isolated nodes' start, over a minute on a loaded host, its own start-up allowance)
+            (
+                "cluster.simulate_isolation=namespaces",
+                "watchdog.heartbeat_timeout_s=30",
+                "watchdog.startup_step_allowance_s=240",
+            ),
+            "fleetrl-n1",
+            marks=[pytest.mark.slow, needs_isolation],
+        ),
+    ],
+    ids=["simulated", "isolated"],
+)
+def test_a_segfaulting_env_rank_on_node_1_is_named_with_its_signal_node_and_stack(tmp_path, isolation, node_name):
+    result = train(
+        "configs/ppo_cartpole.yaml",
+        *SMALL,
+        *TWO_NODES_ENV_RANK_1_ON_NODE_1,
+        *isolation,
+        "env.id=tests.supervisor_envs:Segfaulting",
+        "env.kwargs={at_step: 20, on_rank: 1}",
+        runs=tmp_path,
+        timeout=240,
+    )
+    report = result.hang_report
+    assert result.code == 4 and report is not None, result.stderr[-3000:]
+    assert (report["cause"], report["culprit"]) == ("worker_died", ["env", 1]), report["summary"]
+    assert "killed by SIGSEGV" in report["summary"], report["summary"]
+    assert re.search(rf"node 1 \({node_name}\)", report["summary"]), report["summary"]
+    words = report["last_words"]
+    assert words["ended"] == "killed by SIGSEGV" and re.fullmatch(rf"node 1 \({node_name}\)", words["node"]), words
+    assert "Fatal Python error: Segmentation fault" in report["detail"], report["detail"]
+    assert re.search(r'File ".*supervisor_envs\.py", line \d+ in step', report["detail"]), report["detail"]
+    text = (result.run_dir / "hang_report.txt").read_text()
+    assert "last words: killed by SIGSEGV, on node 1 (" in text and "supervisor_envs.py" in text

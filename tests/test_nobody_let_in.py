@@ -1,0 +1,220 @@
+"""Nobody is let in (docs/concepts/security.md): a hostile local process that reaches fleetrl's
+sockets first gets nothing run and nothing believed.
+
+- A direct env ⇄ rollout channel: an intruder that connects before the rollout worker and sends a
+  pickle whose unpickling would create a file is refused (the file never appears, its address is
+  logged), and the real rollout worker still connects and exchanges.
+- The heartbeat store: a record written without the run's secret, or sealed but not a heartbeat
+  of the worker it is filed under, is rejected and logged; the worker's last good record stands.
+- A whole inline run: it listens on loopback only, its run directory and watch.json are its
+  owner's alone, `fleetrl top` reads its store with the secret from watch.json, and a forged
+  heartbeat and a forged incident written into its store while it runs change nothing: it
+  finishes, exit 0, with both rejections in train.log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import stat
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import psutil
+import pytest
+
+from fleetrl.cluster.direct_channels import DirectChannels
+from fleetrl.probe.host import WorkerError
+from fleetrl.probe.seal import Seal, SealedStore, new_run_secret
+from fleetrl.probe.store import HeartbeatStore, connect_publisher
+from fleetrl.probe.store_client import StoreClient
+from tests.support import REPO, Fleetrl, fleetrl, subprocess_env
+
+INTRUDER = """
+import os, pickle, socket, struct, sys
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, ("touch " + sys.argv[3],))
+
+data = pickle.dumps(Payload())
+sock = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+sock.sendall(struct.pack("!I", len(data)) + data)
+print(sock.getsockname()[1], flush=True)
+try:
+    while sock.recv(4096):  # until the listener hangs up on it
+        pass
+except ConnectionResetError:  # it hung up with bytes of ours unread
+    pass
+"""
+
+
+def beat(worker: tuple[str, int], n: int) -> dict:
+    """A heartbeat record of `worker` with the fields the store checks."""
+    component, rank = worker
+    return {
+        "component": component,
+        "rank": rank,
+        "pid": 1,
+        "beat": n,
+        "time": 0.0,
+        "phase": None,
+        "phase_started": None,
+    }
+
+
+def test_an_intruder_first_on_a_direct_channel_runs_nothing_and_the_rollout_worker_still_connects(tmp_path, caplog):
+    secret, marker = new_run_secret(), tmp_path / "intruder-was-here"
+    env = DirectChannels(print, ("env", 0), secret)
+    host, port = env.listen("127.0.0.1")
+    intruder = subprocess.Popen(
+        [sys.executable, "-c", INTRUDER, host, str(port), str(marker)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        intruder_port = int(intruder.stdout.readline())  # connected, its pickle sent: first in line
+        accepting = threading.Thread(target=env.accept, args=(60.0,))
+        with caplog.at_level(logging.WARNING, logger="fleetrl"):
+            accepting.start()
+            rollout = DirectChannels(print, ("rollout", 3), secret)
+            rollout.connect({0: (host, port)}, 60.0)
+            accepting.join(60)
+        assert not accepting.is_alive()
+        rollout.peers[0].send({"actions": [1, 0]})
+        assert env.peers[3].receive() == {"actions": [1, 0]}  # the rollout worker's rank, then its data
+        env.peers[3].send("outcome")
+        assert rollout.peers[0].receive() == "outcome"
+        assert intruder.wait(30) == 0  # the env worker hung up on it
+    finally:
+        intruder.kill()
+        intruder.wait()
+        env.close()
+    assert not marker.exists()
+    refusals = [r.getMessage() for r in caplog.records if "refused a connection" in r.getMessage()]
+    assert len(refusals) == 1 and refusals[0].startswith(
+        f"env rank 0 refused a connection from 127.0.0.1:{intruder_port}"
+    )
+
+
+def test_forged_and_malformed_heartbeats_are_rejected_and_the_last_good_record_stands(caplog):
+    secret = new_run_secret()
+    store = HeartbeatStore("127.0.0.1", secret)
+    workers = [("env", 0), ("actor", 1)]
+    publish = {worker: connect_publisher("127.0.0.1", store.port, *worker, secret) for worker in workers}
+    for worker in workers:
+        publish[worker](json.dumps(beat(worker, 1)))
+    assert store.read(workers) == {worker: beat(worker, 1) for worker in workers}
+
+    intruder = StoreClient("127.0.0.1", store.port)  # on the wire, without the secret
+    intruder.set("fleetrl/heartbeat/env/0", json.dumps(beat(("env", 0), 99)).encode())
+    wrong_secret = SealedStore(StoreClient("127.0.0.1", store.port), Seal(b"not the run's secret"))
+    wrong_secret.set("fleetrl/heartbeat/env/0", json.dumps(beat(("env", 0), 98)))
+    publish[("actor", 1)](json.dumps({**beat(("actor", 1), 2), "beat": "two"}))  # sealed, but a wrong type
+    with caplog.at_level(logging.WARNING, logger="fleetrl"):
+        assert store.read(workers) == {worker: beat(worker, 1) for worker in workers}
+        publish[("actor", 1)](json.dumps(beat(("env", 0), 3)))  # another worker's record under its key
+        assert store.read(workers) == {worker: beat(worker, 1) for worker in workers}
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(m.startswith("rejected a value under fleetrl/heartbeat/env/0") for m in messages), messages
+    assert any(m.startswith("rejected a malformed heartbeat record of actor rank 1") for m in messages), messages
+
+    publish[("env", 0)](json.dumps(beat(("env", 0), 2)))  # the worker's next beat is read again
+    assert store.read([("env", 0)]) == {("env", 0): beat(("env", 0), 2)}
+
+
+def listening_addresses(root: psutil.Process) -> set[str]:
+    """The addresses that `root` and its descendants listen on (TCP)."""
+    found = set()
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            found |= {c.laddr.ip for c in process.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:  # it ended meanwhile
+            pass
+    return found
+
+
+def wait_for_watch_file(runs, running: Fleetrl, timeout_s: float = 180):
+    """The run's watch.json, once the run has logged its first iteration (its workers listed)."""
+    deadline = time.monotonic() + timeout_s
+    while not (metrics := list(runs.glob("*/metrics.jsonl"))) or not metrics[0].read_text().strip():
+        assert running.process.poll() is None, running.stderr_so_far()[-3000:]
+        assert time.monotonic() < deadline, "no iteration logged: " + running.stderr_so_far()[-3000:]
+        time.sleep(0.5)
+    return metrics[0].parent / "watch.json"
+
+
+def test_an_inline_run_listens_on_loopback_keeps_its_secret_and_shrugs_off_forged_records(tmp_path):
+    from torch.distributed import TCPStore
+
+    hold, runs = tmp_path / "hold", tmp_path / "runs"
+    hold.touch()  # each env step takes 0.3 s while it exists
+    command = [
+        "train",
+        "configs/ppo_cartpole.yaml",
+        f"runner.run_dir={runs}",
+        "cluster.backend=inline",
+        "env.id=tests.live_envs:HeldCartPole",
+        f"env.kwargs={{hold_file: {hold}}}",
+        "env.num_envs=1",
+        "algorithm.num_steps=8",
+        "algorithm.minibatch_size=8",
+        "algorithm.update_epochs=1",
+        "runner.total_env_steps=1000",  # 300 s while held: the test looks and forges meanwhile
+        "runner.tensorboard=false",
+        "--skip-doctor",
+    ]
+    with Fleetrl(*command, runs=runs) as running:
+        watch_file = wait_for_watch_file(runs, running)
+        run_dir = watch_file.parent
+        assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+        assert stat.S_IMODE(watch_file.stat().st_mode) == 0o600
+        where = json.loads(watch_file.read_text())
+        assert where["host"] == "127.0.0.1" and len(bytes.fromhex(where["secret"])) == 32
+        assert listening_addresses(psutil.Process(running.process.pid)) <= {"127.0.0.1", "::1"}
+
+        top = fleetrl("top", str(run_dir), timeout=120)
+        assert top.code == 0 and any(line.split()[:2] == ["inline", "0"] for line in top.stdout.splitlines()), top
+
+        intruder = TCPStore(where["host"], where["port"], is_master=False, timeout=timedelta(seconds=10))
+        forged = {**beat(("inline", 0), 10**6), "phase": "collect_and_train", "phase_started": 0.0}
+        intruder.set("fleetrl/heartbeat/inline/0", json.dumps(forged))
+        incident = {"cause": "worker_died", "summary": "forged", "started": 0.0, "detail": None}
+        intruder.set(
+            "fleetrl/link/failure", json.dumps(incident | {"culprit": ["env", 0], "clock": None, "host": None})
+        )
+        hold.unlink()  # quick from here
+        result = running.finish(timeout=240).succeeded()
+    log = (result.run_dir / "train.log").read_text()
+    assert "rejected a value under fleetrl/heartbeat/inline/0" in log, log[-3000:]
+    assert "rejected a value under fleetrl/link/failure" in log, log[-3000:]
+    assert not (result.run_dir / "watch.json").exists()
+
+
+def test_a_hostile_listener_is_not_sent_anything_by_a_rollout_worker(tmp_path):
+    """The other direction: a rollout worker reaching a listener that does not hold the run's
+    secret (something else took the port) fails to connect, naming the env rank and address."""
+    listener = subprocess.Popen(
+        [sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, text=True, cwd=REPO, env=subprocess_env()
+    )
+    try:
+        port = int(listener.stdout.readline())
+        rollout = DirectChannels(print, ("rollout", 0), new_run_secret())
+        with pytest.raises(WorkerError) as caught:
+            rollout.connect({2: ("127.0.0.1", port)}, 30.0)
+        expected = f"rollout rank 0 raised NotProven in rollout.connect: cannot reach env rank 2 at 127.0.0.1:{port}"
+        assert str(caught.value).startswith(expected), caught.value
+    finally:
+        listener.kill()
+        listener.wait()
+
+
+LISTENER = """
+import os, socket
+from fleetrl.cluster.peer_proof import admit
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+sock, _ = listener.accept()
+admit(sock, os.urandom(32))
+"""
