@@ -95,7 +95,9 @@ def build_config(raw: dict, algorithms: AlgorithmSections) -> Config:
     return Config(**sections)
 
 
-def build_section(prefix: str, section_type: type, values: dict, algorithms: AlgorithmSections) -> Any:
+def build_section(prefix: str, section_type: type, values: dict, algorithms: AlgorithmSections | None = None) -> Any:
+    """`values` as a `section_type`; `algorithms` names the other algorithms' keys in the
+    `algorithm` section's errors."""
     hints = typing.get_type_hints(section_type, include_extras=True)
     names = [f.name for f in dataclasses.fields(section_type)]
     kwargs = {}
@@ -109,9 +111,11 @@ def build_section(prefix: str, section_type: type, values: dict, algorithms: Alg
     return section_type(**kwargs)
 
 
-def unknown_key_hint(prefix: str, key: str, names: list[str], values: dict, algorithms: AlgorithmSections) -> str:
+def unknown_key_hint(
+    prefix: str, key: str, names: list[str], values: dict, algorithms: AlgorithmSections | None
+) -> str:
     """'did you mean …'; for an `algorithm` key that other registered algorithms have, which."""
-    if prefix == "algorithm":
+    if prefix == "algorithm" and algorithms is not None:
         owners = [
             name for name in algorithms.names() if key in {f.name for f in dataclasses.fields(algorithms.section(name))}
         ]
