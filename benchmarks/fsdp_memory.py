@@ -1,6 +1,7 @@
 """Parameters + optimizer state per actor rank: one rank against 2 FSDP ranks (`actor.strategy:
 fsdp`, full_shard), for the transformer of configs/ppo_minigrid_transformer.yaml and for wider,
-deeper variants of it where sharding matters.
+deeper variants of it where sharding matters, and for a Hugging Face PaliGemma on the same
+observations (`tests.hf_models`: tiny, and wider), sharded into its `_no_split_modules`.
 
 Each rank is a spawned process that joins a Gloo group on 127.0.0.1 exactly as fleetrl's actor
 ranks do (`ActorWorker.init_distributed`), takes one optimizer step (Adam's moments exist only
@@ -37,6 +38,12 @@ MODELS = {  # row → model overrides of the config
     "config (embed 64, 2 blocks)": [],
     "embed 256, 4 blocks": ["model.embed_dim=256", "model.num_layers=4", "model.num_heads=8"],
     "embed 512, 8 blocks": ["model.embed_dim=512", "model.num_layers=8", "model.num_heads=8"],
+    # a Hugging Face PaliGemma (SigLIP + Gemma, random weights; units: its _no_split_modules)
+    "PaliGemma tiny (width 16, 2+2 layers)": ["model.id=tests.hf_models:PaliGemmaNet"],
+    "PaliGemma width 256, 4+4 layers": [
+        "model.id=tests.hf_models:PaliGemmaNet",
+        "model.kwargs={width: 256, layers: 4}",
+    ],
 }
 BATCH = 32  # samples in the one optimizer step
 
@@ -116,9 +123,12 @@ def megabytes(rank: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args()
+    parser.add_argument("--only", default="", help="rows whose name contains this (default: all)")
+    args = parser.parse_args()
     rows = []
     for name, overrides in MODELS.items():
+        if args.only not in name:
+            continue
         log(f"{name}: 1 rank, then 2 FSDP ranks")
         (one,) = run_ranks(overrides, 1)
         two = run_ranks(overrides, 2)

@@ -9,6 +9,12 @@ without (older runs) is verified by loading alone. Only the newest `keep` are ke
 Loading (`load_latest`) takes the newest checkpoint that matches its sum and loads; newer damaged
 ones (a truncated file, a disk that lied) are skipped with one warning naming each and why, and
 when none is intact the error names every file and what is wrong with it.
+
+Sharded checkpoints (`actor.checkpoint_format: sharded`, fleetrl/parallel/dcp.py): the actor
+ranks write their shards into a staging folder; `save_checkpoint` records each file's sha256 in
+the state under `shards`, renames the folder to `ckpt_<n>.dcp` beside `ckpt_<n>.pt`, and only
+then writes the .pt — so an intact .pt vouches for its shards' sums, and a shard damaged later
+makes the whole checkpoint damaged (skipped like any other). Pruning takes the folder along.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 from pathlib import Path
 
 import torch
@@ -46,13 +53,30 @@ def sum_file(checkpoint: Path) -> Path:
     return checkpoint.with_name(checkpoint.name + SUM_SUFFIX)
 
 
-def save_checkpoint(run_dir: Path, iteration: int, state: dict, keep: int) -> Path:
-    """Write `state` as checkpoint `iteration`. A full disk raises OSError(ENOSPC) naming the file."""
+def shards_dir(checkpoint: Path) -> Path:
+    """The folder of a sharded checkpoint's shards, beside its .pt."""
+    return checkpoint.with_suffix(".dcp")
+
+
+def staging_dir(run_dir: Path, iteration: int) -> Path:
+    """Where the actor ranks write checkpoint `iteration`'s shards before `save_checkpoint`."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f".ckpt_{iteration:08d}.dcp.tmp-{os.getpid()}"
+
+
+def save_checkpoint(run_dir: Path, iteration: int, state: dict, keep: int, shards: Path | None = None) -> Path:
+    """Write `state` as checkpoint `iteration`, with the shards staged in `shards` (a sharded
+    checkpoint) moved beside it. A full disk raises OSError(ENOSPC) naming the file."""
     folder = checkpoint_dir(run_dir)
     final = folder / f"ckpt_{iteration:08d}.pt"
     temporary = folder / f".{final.name}.tmp-{os.getpid()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        if shards is not None:
+            state = {**state, "shards": {name: sha256(shards / name) for name in sorted(os.listdir(shards))}}
+            shutil.rmtree(shards_dir(final), ignore_errors=True)  # a resumed run's older attempt
+            os.replace(shards, shards_dir(final))
         with open(temporary, "wb") as file:
             torch.save(state, file)
             file.flush()
@@ -61,6 +85,8 @@ def save_checkpoint(run_dir: Path, iteration: int, state: dict, keep: int) -> Pa
         os.replace(temporary, final)
     except BaseException as error:  # a full disk, a signal: leave no half file taking the space
         temporary.unlink(missing_ok=True)
+        if shards is not None:
+            shutil.rmtree(shards, ignore_errors=True)
         if full_disk(error):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(final)) from error
         raise
@@ -68,6 +94,7 @@ def save_checkpoint(run_dir: Path, iteration: int, state: dict, keep: int) -> Pa
     for old in list_checkpoints(run_dir)[:-keep]:
         old.unlink()
         sum_file(old).unlink(missing_ok=True)
+        shutil.rmtree(shards_dir(old), ignore_errors=True)
     return final
 
 
@@ -151,9 +178,24 @@ def verified_load(checkpoint: Path) -> dict:
     """The checkpoint's state; ValueError saying what is wrong when its sum differs or it does not load."""
     check_sum(checkpoint)
     try:
-        return torch.load(checkpoint, weights_only=False)
+        state = torch.load(checkpoint, weights_only=False)
     except Exception as error:  # torch raises several kinds for a damaged file
         raise ValueError(f"does not load: {type(error).__name__}: {str(error).splitlines()[0]}") from error
+    if "shards" in state:
+        check_shards(shards_dir(checkpoint), state["shards"])
+        state["shards_path"] = str(shards_dir(checkpoint))
+    return state
+
+
+def check_shards(folder: Path, sums: dict[str, str]) -> None:
+    """ValueError naming the first shard file that is missing or differs from its recorded sum."""
+    for name, want in sums.items():
+        path = folder / name
+        if not path.is_file():
+            raise ValueError(f"its shard {path} is missing")
+        got = sha256(path)
+        if got != want:
+            raise ValueError(f"its shard {path}: sha256 {got[:12]}… does not match the recorded {want[:12]}…")
 
 
 def load_latest(run_dir: Path) -> dict:
@@ -173,3 +215,27 @@ def load_latest(run_dir: Path) -> dict:
             log.warning("skipping damaged checkpoint(s), using %s instead. %s", checkpoint.name, skipped)
         return state
     raise NoIntactCheckpoint(run_dir, problems)
+
+
+def initial_weights(source: str) -> dict:
+    """`runner.init_from`: the policy weights of a run directory's newest intact checkpoint, or
+    of one checkpoint file; anything else is a `ConfigError` naming the key and the path."""
+    from fleetrl.errors import ConfigError
+
+    path = Path(source)
+    valid = "a fleetrl run directory holding an intact checkpoint, or a checkpoint file (ckpt_*.pt)"
+    try:
+        if path.is_dir():
+            state = load_latest(path)
+        elif path.is_file():
+            state = verified_load(path)
+        else:
+            raise ConfigError("runner.init_from", source, valid, "no such file or directory")
+    except (UserError, ValueError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError("runner.init_from", source, valid, str(error)) from None
+    weights = state.get("actor", {}).get("policy") if isinstance(state, dict) else None
+    if not weights:
+        raise ConfigError("runner.init_from", source, valid, "it holds no actor policy weights")
+    return weights

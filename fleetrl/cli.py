@@ -1,4 +1,4 @@
-"""The `fleetrl` command: train | sweep | eval | report | doctor | diagnose | top | stack.
+"""The `fleetrl` command: train | sft | record | sweep | eval | report | doctor | diagnose | top | stack.
 
 Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
 missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4 an incident (a
@@ -31,13 +31,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fleetrl {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="train from a YAML config")
-    train.add_argument("config", help="YAML config file")
-    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.lr=3e-4")
-    train.add_argument(
-        "--dry-run", action="store_true", help="check the config, print the resolved placement, start nothing"
-    )
-    train.add_argument("--skip-doctor", action="store_true", help="start even if a preflight check fails")
+    for name, help_text in (
+        ("train", "train from a YAML config (RL)"),
+        ("sft", "the supervised stage from a YAML config: behaviour cloning on demonstrations (algorithm.name: bc)"),
+    ):
+        train = commands.add_parser(name, help=help_text)
+        train.add_argument("config", help="YAML config file")
+        train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.lr=3e-4")
+        train.add_argument(
+            "--dry-run", action="store_true", help="check the config, print the resolved placement, start nothing"
+        )
+        train.add_argument("--skip-doctor", action="store_true", help="start even if a preflight check fails")
+
+    record = commands.add_parser("record", help="record a scripted expert's demonstrations of a config's env")
+    record.add_argument("config", help="YAML config file (its env section)")
+    record.add_argument("overrides", nargs="*", help="dotted overrides, e.g. env.kwargs.tasks=[reach]")
+    record.add_argument("--episodes", type=int, required=True, help="successful episodes to keep")
+    record.add_argument("--out", required=True, help="a new folder: index.json and one .npz per episode")
+    record.add_argument("--seed", type=int, default=0, help="the first reset seed (then seed + 1, ...)")
 
     sweep = commands.add_parser(
         "sweep",
@@ -109,6 +120,11 @@ def command_train(args) -> int:
 
     config = load_config(args.config, args.overrides)
     check_entry_points(config)
+    check_stage(config, args.command)
+    if config.runner.init_from is not None:
+        from fleetrl.checkpoint import initial_weights
+
+        initial_weights(config.runner.init_from)  # a bad path: exit 2 now, naming it
     layout = resolve_layout(config)
     if args.dry_run:
         print(dry_run_text(layout))
@@ -120,6 +136,42 @@ def command_train(args) -> int:
 
     start_janitor()  # from here on, nothing of the run outlives this process, even a SIGKILL of it
     return supervise(config, layout.backend)
+
+
+def check_stage(config, command: str) -> None:
+    """`fleetrl train` runs RL algorithms, `fleetrl sft` supervised ones (the spec's `stage`)."""
+    from fleetrl.algos.registry import algorithm_names, algorithm_spec
+    from fleetrl.errors import ConfigError
+
+    stage = "sft" if command == "sft" else "rl"
+    if algorithm_spec(config.algorithm.name).stage != stage:
+        fitting = [name for name in algorithm_names() if algorithm_spec(name).stage == stage]
+        other = "sft" if stage == "rl" else "train"
+        raise ConfigError(
+            "algorithm.name",
+            config.algorithm.name,
+            f"one of {fitting} with fleetrl {command}",
+            f"it is a {'supervised' if stage == 'rl' else 'reinforcement-learning'} algorithm: run it with fleetrl {other}",
+        )
+
+
+def command_record(args) -> int:
+    from fleetrl.config.loader import apply_override, build_config, read_yaml
+    from fleetrl.envs.demonstrations import record
+
+    if args.episodes < 1:
+        raise UserError(f"--episodes must be >= 1, got {args.episodes}")
+    raw = read_yaml(args.config)
+    for override in args.overrides:
+        apply_override(raw, override)
+    # Only the env section is used, type-checked as it is built: the algorithm's rules (bc's
+    # demonstrations folder, which this command is about to write) are not checked.
+    index = record(build_config(raw).env, args.episodes, Path(args.out), args.seed)
+    kept = index["episodes"]
+    tasks = sorted({entry["task"] for entry in kept})
+    counts = ", ".join(f"{task} {sum(entry['task'] == task for entry in kept)}" for task in tasks)
+    print(f"{len(kept)} successful episodes of {index['attempted']} attempted ({counts}) in {args.out}")
+    return 0
 
 
 def command_sweep(args) -> int:
@@ -197,6 +249,8 @@ def command_stack(args) -> int:
 
 COMMANDS = {
     "train": command_train,
+    "sft": command_train,  # the same run; check_stage tells them apart
+    "record": command_record,
     "sweep": command_sweep,
     "eval": command_eval,
     "init-model": command_init_model,

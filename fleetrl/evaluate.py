@@ -28,6 +28,7 @@ import torch
 
 from fleetrl.checkpoint import load_latest
 from fleetrl.errors import UserError
+from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
 from fleetrl.run_dir import CONFIG_FILE
 from fleetrl.workers.actor_base import ActorBase
@@ -57,7 +58,11 @@ def evaluate(
     state = load_latest(run_dir)
     worker = EvalWorker(config, episodes, seed, video=video_dir is not None)
     try:  # env rank 0's normaliser statistics
-        result = worker.run(state["actor"]["policy"], state["env"][0], deterministic)
+        if "shards_path" in state:  # a sharded checkpoint: the policy's shards read into one copy
+            weights = dcp.load_model_weights(Path(state["shards_path"]), worker.rollout.policy)
+        else:
+            weights = state["actor"]["policy"]
+        result = worker.run(weights, state["env"][0], deterministic)
     finally:
         worker.close()
     if result["gif"] is not None:
@@ -72,6 +77,7 @@ def evaluate(
         "max": result["return_max"],
         "deterministic": deterministic,
         "eval_s": result["eval_s"],
+        **{key: value for key, value in result.items() if key.startswith("success_rate")},
     }
 
 
@@ -138,6 +144,7 @@ class EvalSchedule:
             "eval_iteration": pending.iteration,
             "eval_global_step": pending.global_step,
             "eval_s": result["eval_s"],
+            **{f"eval_{key}": value for key, value in result.items() if key.startswith("success_rate")},
         }
         if result["gif"] is not None:
             path = save_gif(result["gif"], self.run_dir / VIDEO_DIR / f"eval-{pending.iteration}.gif")

@@ -17,7 +17,7 @@ import psutil
 import torch
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.checkpoint import NoIntactCheckpoint, load_latest, save_checkpoint
+from fleetrl.checkpoint import NoIntactCheckpoint, initial_weights, load_latest, save_checkpoint, staging_dir
 from fleetrl.cluster.backend import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.start import start_backend
@@ -35,7 +35,7 @@ from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
 from fleetrl.watch.signals import install_stop_handlers
 from fleetrl.workers.actor_base import ActorBase
-from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.env_worker import EnvWorker, success_metrics
 from fleetrl.workers.rollout_worker import RolloutWorker
 
 log = logging.getLogger("fleetrl")
@@ -97,11 +97,12 @@ class Trainer:
             torch.set_num_threads(runner.torch_threads)
         with phase("startup.resume"):
             saved = load_resumed(resumed, runner.resume) if resumed else None
-            if saved is not None and config.model.id == "hf":
+            if saved is not None and config.model.id == "hf" and "policy" in saved["actor"]:  # sharded: checked on load
                 from fleetrl.models.hf.lora import check_resumed_base
 
                 check_resumed_base(config.model, saved["actor"]["policy"])
         self.iteration = 0
+        self.synced = False  # the rollout workers hold a full copy of the weights (this process's)
         self.train_s = 0.0
         self.global_step = 0
         self.episodes = 0
@@ -128,9 +129,19 @@ class Trainer:
             else:
                 random.seed(runner.seed)
                 np.random.seed(runner.seed)
+                if runner.init_from is not None:
+                    with phase("startup.init_from"):
+                        self.init_from(runner.init_from)
         except BaseException:
             self.backend.shutdown()
             raise
+
+    def init_from(self, source: str) -> None:
+        """`runner.init_from`: every actor rank starts from `source`'s policy weights."""
+        weights = initial_weights(source)
+        actor = self.backend.actor
+        actor.get(actor.call_all(ActorBase.load_policy_weights, weights))
+        log.info("policy weights from %s (runner.init_from); optimizer and counters start fresh", source)
 
     def train(self) -> dict:
         config = self.config
@@ -214,7 +225,7 @@ class Trainer:
         interval = self.config.runner.param_check_interval
         if interval and self.iteration % interval == 0:  # raises ReplicaDivergenceError naming tensors and ranks
             self.backend.actor.get(self.backend.actor.call_all(ActorBase.verify_replicas))
-        returns, lengths, games = self.gather_env_reports()
+        returns, lengths, games, successes = self.gather_env_reports()
         record = {
             "iteration": self.iteration,
             "global_step": self.global_step,
@@ -224,6 +235,7 @@ class Trainer:
             "episode_return_last100": self.mean_recent_return(),
             "episode_length_last100": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
             **({"game_return_mean": float(np.mean(games)), "games": len(games)} if games else {}),
+            **success_metrics(successes),  # of this iteration's episodes, where the env reports success
             "steps_per_s": (self.global_step - steps_before) / (updated - started),
             "time_weight_sync_s": synced - started,
             "time_collect_s": collect_s,
@@ -241,18 +253,25 @@ class Trainer:
         return record
 
     def sync_weights(self) -> None:
-        """Actor rank 0's weights → every rollout worker, unless they share the policy object.
+        """Actor rank 0's weights → every rollout worker, unless they share the policy object;
+        with `runner.weight_sync: trainable` only the first sync is full, later ones patches.
         Every actor rank is asked (FSDP gathers shards collectively); the rollout workers receive
         rank 0's copy by reference, and run the load before their next `act` (call order)."""
         backend = self.backend
         if backend.shares_policy or self.iteration % self.config.runner.weight_sync_interval:
             return
-        weights = backend.actor.call_all(ActorBase.policy_weights)[0]
-        backend.rollout.call_all(RolloutWorker.load_weights, weights)
+        if self.config.runner.weight_sync == "trainable" and self.synced:  # frozen tensors are there already
+            patch = backend.actor.call_all(ActorBase.trainable_weights)[0]
+            backend.rollout.call_all(RolloutWorker.load_patch, patch)
+        else:
+            weights = backend.actor.call_all(ActorBase.policy_weights)[0]
+            backend.rollout.call_all(RolloutWorker.load_weights, weights)
+        self.synced = True
 
-    def gather_env_reports(self) -> tuple[list[float], list[int], list[float]]:
-        """Sum the counters of all env workers (global steps and episodes); merge episodes, and
-        the raw scores of whole games where the env reports them (Atari: an episode is a life)."""
+    def gather_env_reports(self) -> tuple[list[float], list[int], list[float], list[tuple[str, bool]]]:
+        """Sum the counters of all env workers (global steps and episodes); merge episodes, the
+        raw scores of whole games where the env reports them (Atari: an episode is a life), and
+        each episode's (task, success) where the env reports success (robot manipulation)."""
         env = self.backend.env
         reports = env.get(env.call_all(EnvWorker.report))
         self.env_counters = [{"env_steps": r["env_steps"], "episodes": r["episodes"]} for r in reports]
@@ -262,7 +281,8 @@ class Trainer:
         lengths = [x for r in reports for x in r["lengths"]]
         self.recent_returns.extend(returns)
         self.recent_lengths.extend(lengths)
-        return returns, lengths, [x for r in reports for x in r["game_returns"]]
+        games = [x for r in reports for x in r["game_returns"]]
+        return returns, lengths, games, [tuple(x) for r in reports for x in r["successes"]]
 
     def mean_recent_return(self) -> float | None:
         return float(np.mean(self.recent_returns)) if self.recent_returns else None
@@ -287,17 +307,31 @@ class Trainer:
         return True
 
     def checkpoint(self) -> None:
+        """The run's state as checkpoint `iteration`; with `actor.checkpoint_format: sharded`
+        the actor ranks first write their shards (phase `checkpoint.dcp_save`)."""
+        shards = None
         with phase("checkpoint.save"):
-            save_checkpoint(self.run_dir, self.iteration, self.state_dict(), self.config.runner.keep_checkpoints)
+            if self.config.actor.checkpoint_format == "sharded":
+                shards = staging_dir(self.run_dir, self.iteration)
+                with phase("checkpoint.dcp_save"):
+                    actor = self.backend.actor
+                    actor_state = actor.get(actor.call_all(ActorBase.save_sharded, str(shards)))[0]
+            else:
+                actor_state = self.actor_state()
+            state = self.state_dict(actor_state)
+            save_checkpoint(self.run_dir, self.iteration, state, self.config.runner.keep_checkpoints, shards)
 
-    def state_dict(self) -> dict:
+    def actor_state(self) -> dict:
         actor = self.backend.actor
+        return actor.get(actor.call_all(ActorBase.state_dict))[0]
+
+    def state_dict(self, actor_state: dict | None = None) -> dict:
         return {
             "iteration": self.iteration,
             "train_s": self.train_s,
             "global_step": self.global_step,
             "episodes": self.episodes,
-            "actor": actor.get(actor.call_all(ActorBase.state_dict))[0],
+            "actor": self.actor_state() if actor_state is None else actor_state,
             "env": self.env_states(),
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
@@ -317,7 +351,11 @@ class Trainer:
         actor, env = self.backend.actor, self.backend.env
         self.iteration, self.train_s = state["iteration"], state["train_s"]
         self.global_step, self.episodes = state["global_step"], state["episodes"]
-        actor.get(actor.call_all(ActorBase.load_state_dict, state["actor"]))
+        saved_actor = state["actor"]
+        if "shards_path" in state:  # a sharded checkpoint: every rank reads the shards it needs
+            saved_actor = {**saved_actor, "shards_path": state["shards_path"]}
+        with phase("checkpoint.dcp_load" if "shards_path" in state else "checkpoint.load_actor"):
+            actor.get(actor.call_all(ActorBase.load_state_dict, saved_actor))
         if len(state["env"]) != env.world_size:
             log.warning(
                 "checkpoint has %d env worker states, this run %d: normaliser statistics start from env rank 0's",

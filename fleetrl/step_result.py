@@ -20,6 +20,7 @@ class StepResult:
     truncated: np.ndarray  # bool (N,), and not terminated
     truncated_index: np.ndarray  # int (K,) envs truncated this step
     final_obs: Observation  # (K, *obs_shape) their last observations, for the bootstrap value
+    steps: np.ndarray | None = None  # int (N,) env steps each env executed (action chunks), None: one each
 
     @classmethod
     def initial(cls, obs: Observation) -> StepResult:

@@ -24,8 +24,8 @@ from fleetrl.step_result import StepResult
 @dataclass
 class Trajectory:
     obs: Observation  # (T, N, *obs_shape) tensor, or a dict of them (fleetrl.observations)
-    actions: torch.Tensor  # (T, N) long, or (T, N, action_dim) float
-    logprobs: torch.Tensor  # (T, N), or (T, N, K) per token for token policies
+    actions: torch.Tensor  # (T, N) long, or (T, N, action_dim) float; with chunks (T, N, K, ...)
+    logprobs: torch.Tensor  # (T, N); per token (T, N, D) for token policies; with chunks (T, N, K[, D])
     values: torch.Tensor  # (T, N)
     rewards: torch.Tensor  # (T, N)
     terminated: torch.Tensor  # (T, N) bool
@@ -34,6 +34,10 @@ class Trajectory:
     # (T, N, *obs_shape) the true next observation: the final one on truncation. Recorded only by
     # buffers made with record_next_obs=True (off-policy algorithms: SAC); None otherwise.
     next_obs: Observation | None = None
+    # (T, N) int64 env steps each decision executed: an action chunk's k ≤ K, fewer where the
+    # episode ended inside it (GAE discounts its bootstrap by γ^k; the loss masks the actions
+    # never executed). None without chunks: one env step per decision.
+    steps: torch.Tensor | None = None
 
     @classmethod
     def concatenate(cls, parts: list[Trajectory]) -> Trajectory:
@@ -68,7 +72,8 @@ class Trajectory:
 
 class TrajectoryBuffer:
     """Records T steps of N envs: the policy's outputs at step t, then the env's outcome.
-    With `record_next_obs` it also keeps every step's true next observation (`next_obs`)."""
+    With `record_next_obs` it also keeps every step's true next observation (`next_obs`), with
+    `record_steps` the env steps each decision executed (action chunks: `steps`)."""
 
     def __init__(
         self,
@@ -79,6 +84,7 @@ class TrajectoryBuffer:
         action_dtype: np.dtype,
         logprob_shape: tuple = (),
         record_next_obs: bool = False,
+        record_steps: bool = False,
     ):
         def zeros(*shape, dtype=np.float32):
             return np.zeros((steps, num_envs, *shape), dtype)
@@ -96,6 +102,8 @@ class TrajectoryBuffer:
         }
         self.truncated = zeros(dtype=bool)
         self.truncated_values = zeros()
+        if record_steps:  # action chunks: env steps executed per decision
+            self.arrays["steps"] = zeros(dtype=np.int64)
         self.next_obs = None
         if record_next_obs:
             self.next_obs = self.arrays["next_obs"] = obs_zeros(observation_space, (steps, num_envs))
@@ -115,6 +123,8 @@ class TrajectoryBuffer:
         a["terminated"][t] = step.terminated
         a["dones"][t] = step.terminated | step.truncated
         self.truncated[t] = step.truncated
+        if step.steps is not None:
+            a["steps"][t] = step.steps
         if len(step.truncated_index):
             self.truncated_values[t, step.truncated_index] = final_values
         if self.next_obs is not None:  # step.obs starts the next episode where one ended

@@ -123,8 +123,8 @@ def test_the_atari_config_trains_and_logs_whole_games(tmp_path):
     rollout = PPO_ROLLOUT.from_config(config, env.observation_space, env.action_space)
     rollout.load_weights(load_latest(result.run_dir)["actor"]["policy"])
     try:
-        life_returns, life_lengths, _ = play(env, rollout, BREAKOUT_LIVES, True, False)
-        (score,), (length,), _ = play(env, rollout, 1, True, False, whole_games=True)
+        life_returns, life_lengths, _, _ = play(env, rollout, BREAKOUT_LIVES, True, False)
+        (score,), (length,), _, _ = play(env, rollout, 1, True, False, whole_games=True)
     finally:
         env.close()
     assert length == sum(life_lengths) and score >= sum(life_returns)

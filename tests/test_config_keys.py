@@ -25,8 +25,9 @@ import pytest
 from fleetrl.algos.registry import algorithm_names, algorithm_spec
 from fleetrl.cli import main
 from fleetrl.config.constraints import Check, Range
-from fleetrl.config.loader import coerce
+from fleetrl.config.loader import coerce, read_yaml
 from fleetrl.config.schema import SECTION_TYPES
+from fleetrl.envs import demonstrations
 from tests.support import FLEETRL, REPO, subprocess_env, train
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
@@ -40,6 +41,8 @@ SEMANTIC_BAD = {
     "model.kwargs": ({"depth": 3}, "{} with the built-in MLP"),
     "cluster.simulate_clock_skew_s": ({"5": 30}, "node indices below cluster.num_nodes with seconds"),
     "runner.resume": ("/nonexistent/fleetrl-run", "a run directory holding a checkpoint"),
+    "runner.init_from": ("/nonexistent/fleetrl-run", "a run directory or a checkpoint file"),
+    "algorithm.demonstrations": ("/nonexistent/demos", "a folder holding a demonstrations index.json"),
     "cluster.component_placement": ({"actor": "0-99"}, "resolved against the cluster"),
     "cluster.env_vars": ({"NCCL_DEBUG": [1]}, "names with scalar values"),
     "debug.fault": ({"kind": "explode", "component": "actor"}, "watch/faults.check_fault"),
@@ -187,10 +190,18 @@ def test_defaults_satisfy_their_own_annotations():
 
 
 @pytest.mark.parametrize("config", sorted(p.name for p in (REPO / "configs").glob("*.yaml")))
-def test_every_shipped_config_passes_the_dry_run(capsys, request, config):
+def test_every_shipped_config_passes_the_dry_run(capsys, request, tmp_path, config):
+    """`fleetrl train`'s configs, and `fleetrl sft`'s (sft_*.yaml) with an index of
+    demonstrations standing in for the folder `fleetrl record` would write."""
+    path = REPO / "configs" / config
     # a VLA config names a folder the user makes with fleetrl init-model: here, a tiny one
-    folder = [f"model.path={request.getfixturevalue('tiny_paligemma')}"] if "vla" in config else []
-    code = main(["train", str(REPO / "configs" / config), *folder, "--dry-run"])
+    overrides = [f"model.path={request.getfixturevalue('tiny_paligemma')}"] if "vla" in config else []
+    if config.startswith("sft_"):
+        env = read_yaml(path)["env"]
+        index = {"format": demonstrations.FORMAT, "env": {"id": env["id"], "kwargs": env["kwargs"]}, "episodes": [{}]}
+        (tmp_path / demonstrations.INDEX).write_text(json.dumps(index))
+        overrides.append(f"algorithm.demonstrations={tmp_path}")
+    code = main(["sft" if config.startswith("sft_") else "train", str(path), *overrides, "--dry-run"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "backend:" in captured.out

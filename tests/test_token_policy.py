@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from fleetrl.algos.common.gae import grpo_advantages
-from fleetrl.algos.ppo.update import PPOBatch, aggregate_tokens, policy_objective, ppo_loss
+from fleetrl.algos.common.logprobs import combine
+from fleetrl.algos.ppo.update import PPOBatch, policy_objective, ppo_loss
 from fleetrl.errors import ConfigError
 from fleetrl.evaluate import evaluate
 from fleetrl.metrics_log import read_metrics
@@ -83,7 +84,9 @@ def test_logprob_and_entropy_types():
     token_entropy = -(probabilities * probabilities.log()).sum(-1)  # (6, 3)
 
     action = load_config(None, ["model.action_bins=4"]).algorithm  # action_level (default)
-    lp, old, ent = aggregate_tokens(logprobs, logprobs.detach() - 0.1, entropy, action)
+    lp, old, ent, _ = combine(
+        logprobs, logprobs.detach() - 0.1, entropy, None, action.logprob_type, action.entropy_type
+    )
     assert lp.shape == (6,) and torch.allclose(lp, joint.log(), atol=1e-5)  # log of the joint probability
     assert torch.allclose(old, lp.detach() - 0.3, atol=1e-5)  # 3 tokens × 0.1
     assert torch.allclose(ent, token_entropy.sum(-1), atol=1e-5)  # entropy of the whole action
@@ -91,7 +94,7 @@ def test_logprob_and_entropy_types():
     token = load_config(
         None, ["model.action_bins=4", "algorithm.logprob_type=token_level", "algorithm.entropy_type=token_level"]
     ).algorithm
-    lp, old, ent = aggregate_tokens(logprobs, logprobs.detach(), entropy, token)
+    lp, old, ent, _ = combine(logprobs, logprobs.detach(), entropy, None, token.logprob_type, token.entropy_type)
     assert lp.shape == (6, 3) and torch.equal(lp, logprobs)
     assert torch.allclose(ent, token_entropy.mean(-1), atol=1e-5)
 
@@ -119,8 +122,9 @@ def test_token_level_loss_is_the_per_token_ppo_loss():
             "algorithm.ent_coef=0.0",
         ],
     ).algorithm
-    _, parts, log_ratio = ppo_loss(policy, batch, batch.advantages, config, 0.2)
-    assert log_ratio.shape == (8, 3)
+    _, parts, ratios = ppo_loss(policy, batch, batch.advantages, config, 0.2)
+    log_ratio = ratios.log_ratio
+    assert log_ratio.shape == (8, 3) and ratios.weights is None
     ratio = log_ratio.exp()
     expected = torch.max(-batch.advantages[:, None] * ratio, -batch.advantages[:, None] * ratio.clamp(0.8, 1.2)).mean()
     assert torch.isclose(parts[0], expected)
@@ -180,7 +184,7 @@ def test_token_and_grpo_config_errors():
         ("algorithm.adv_type=grpo", "algorithm.norm_adv=false", "algorithm.group_size=3"): "algorithm.group_size",
         ("algorithm.adv_type=grpo",): "algorithm.norm_adv",
         ("algorithm.adv_type=gpro",): "algorithm.adv_type",
-        ("env.action_chunk=0",): "env.action_chunk",
+        ("model.action_chunk=0",): "model.action_chunk",
     }
     for overrides, key in cases.items():
         with pytest.raises(ConfigError) as caught:
@@ -219,7 +223,7 @@ def test_token_policy_with_action_chunks_trains_and_evaluates(tmp_path):
         tmp_path,
         "env.id=Pendulum-v1",
         "env.num_envs=4",
-        "env.action_chunk=2",
+        "model.action_chunk=2",
         "model.action_bins=9",
         "algorithm.logprob_type=token_level",
         "algorithm.entropy_type=token_level",
@@ -227,7 +231,7 @@ def test_token_policy_with_action_chunks_trains_and_evaluates(tmp_path):
         "algorithm.minibatch_size=64",
         "runner.total_env_steps=512",
     )
-    assert summary["iterations"] == 4
+    assert summary["iterations"] == 2  # 4 envs x 32 chunks x 2 env steps (Pendulum never ends early)
     assert all(math.isfinite(r["policy_loss"]) and math.isfinite(r["approx_kl"]) for r in records)
     # 9 values per token: the entropy starts near log 9 per token (token_level: a token's mean)
     assert abs(records[0]["entropy"] - math.log(9)) < 0.05

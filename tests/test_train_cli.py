@@ -162,7 +162,7 @@ def test_pendulum_with_normalisation_trains_checkpoints_and_evaluates(tmp_path):
                 env.load_state_dict(env_state)
             policy = Policy.from_config(config.model, env.observation_space, env.action_space)
             policy.load_state_dict(state["actor"]["policy"])
-            returns, _, _ = play(env, RolloutWorker(policy), 2, True, False)
+            returns, _, _, _ = play(env, RolloutWorker(policy), 2, True, False)
             if restore:
                 assert env.obs_norm.stats.count == env_state["obs_norm"]["count"], "stats moved in eval"
             return returns

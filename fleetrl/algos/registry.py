@@ -34,6 +34,7 @@ BUILTIN_MODULES = {
     "ppo": "fleetrl.algos.ppo.actor",
     "ppg": "fleetrl.algos.ppg.actor",
     "sac": "fleetrl.algos.sac.actor",
+    "bc": "fleetrl.algos.bc.actor",
 }
 
 
@@ -64,6 +65,9 @@ class AlgorithmSpec:
     check_layout: Callable[[Config, int], None] = no_rule
     # Rules that need the env's spaces (`plan.rules.check_spaces`, before any actor is built).
     check_spaces: Callable[[Config, Any, Any], None] = no_rule
+    # Which command runs it: 'rl' (`fleetrl train`) or 'sft' (`fleetrl sft`: a supervised stage,
+    # such as behaviour cloning on demonstrations).
+    stage: str = "rl"
 
 
 REGISTRY: dict[str, AlgorithmSpec] = {}

@@ -121,7 +121,12 @@ def unknown_key_hint(
         ]
         if owners:
             return f"{key!r} is a key of {' and '.join(owners)}, not of {values.get('name', DEFAULT_ALGORITHM)}"
+    if f"{prefix}.{key}" in MOVED_KEYS:
+        return f"it is {MOVED_KEYS[f'{prefix}.{key}']} now"
     return nearest(key, names)
+
+
+MOVED_KEYS = {"env.action_chunk": "model.action_chunk"}  # old key: where it lives now
 
 
 def coerce(key: str, value: Any, hint: Any) -> Any:

@@ -56,9 +56,6 @@ class EnvConfig:
     """Clip normalised observations to [-clip_obs, clip_obs]."""
     clip_reward: Annotated[float, PositiveOrInf] = 10.0
     """Clip normalised rewards to [-clip_reward, clip_reward]."""
-    action_chunk: Annotated[int, AtLeastOne] = 1
-    """Box actions: each policy step emits this many consecutive actions, executed in order until the
-    episode ends, with their rewards summed (docs: guides/model.md, Token-level action policies)."""
     wrappers: Literal["none", "atari"] = "none"
     """A preset of standard wrappers around each simulator: `atari` is CleanRL's Atari preprocessing
     (docs: guides/atari.md); `none` leaves the env as it is."""
@@ -165,7 +162,9 @@ class ModelConfig:
     prompt_template: str = DEFAULT_PROMPT
     """`hf`: the prompt; `{instruction}` is the env's text observation."""
     action_chunk: Annotated[int, AtLeastOne] = 1
-    """`hf`: actions per inference (K); K > 1 returns (B, K, D) chunks."""
+    """Actions per inference (K), any model: the env executes them as consecutive env steps, stopping
+    at an episode's end; one decision per chunk, its reward discounted within it (docs:
+    guides/action-chunks-and-fsdp.md)."""
     decode: Literal["parallel", "autoregressive"] = "parallel"
     """`hf`: all K·D action tokens in one pass (OpenVLA-OFT), or one at a time with the KV cache
     (OpenVLA)."""
@@ -219,6 +218,10 @@ class ActorConfig:
     fsdp_cpu_offload: bool = False
     """Keep sharded parameters, gradients and optimizer state in CPU memory, copied to the device per
     block."""
+    checkpoint_format: Literal["full", "sharded"] = "full"
+    """`full`: rank 0 gathers the whole actor state into the .pt; `sharded`: each rank writes its own
+    shards through torch.distributed.checkpoint, resumable at any actor world size (docs:
+    guides/action-chunks-and-fsdp.md)."""
 
 
 @dataclass
@@ -299,7 +302,7 @@ class RunnerConfig:
     """The run: its length, seed, directory, checkpoints, logging, evaluation and restarts."""
 
     total_env_steps: Annotated[int, Positive] = 100_000
-    """Env steps to train for, counted over all env workers (policy steps with `env.action_chunk`)."""
+    """Env steps to train for, counted over all env workers (every executed step of an action chunk)."""
     seed: Annotated[int, NonNegative] = 1
     """The seed every rank's and env's random streams derive from."""
     run_dir: str = "runs"
@@ -315,6 +318,10 @@ class RunnerConfig:
     resume: str | None = None
     """A run directory to continue (it must hold an intact checkpoint), or `auto`: the newest run of
     this config's name in `run_dir`, a new run if there is none (docs: guides/recover.md)."""
+    init_from: str | None = None
+    """A run directory (its newest intact checkpoint) or a checkpoint file whose policy weights
+    start this run, e.g. `fleetrl sft`'s for RL; the optimizer, counters and normaliser statistics
+    start fresh (docs: guides/manipulation.md)."""
     torch_threads: Annotated[int, NonNegative] = 1
     """Intra-op threads of the controller's process (0: torch's default)."""
     target_return: Annotated[float, Finite] | None = None
@@ -329,6 +336,10 @@ class RunnerConfig:
     one warning and training goes on."""
     weight_sync_interval: Annotated[int, AtLeastOne] = 1
     """Iterations between actor → rollout weight syncs (when they are separate processes)."""
+    weight_sync: Literal["full", "trainable"] = "full"
+    """What a sync sends: every tensor, or (after a first full sync) only the trainable parameters and
+    buffers — with LoRA or a frozen base, the adapters and heads (docs:
+    guides/action-chunks-and-fsdp.md)."""
     param_check_interval: Annotated[int, NonNegative] = 10
     """Iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a
     divergence stops the run (0: never)."""

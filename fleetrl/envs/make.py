@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
-from dataclasses import replace
 
 import gymnasium as gym
 import numpy as np
@@ -23,24 +22,23 @@ from fleetrl.envs.text import ArrayObservations, needs_conversion
 from fleetrl.errors import ConfigError, nearest
 
 
-def env_factory(config: EnvConfig) -> Callable[[], gym.Env]:
+def env_factory(config: EnvConfig, chunk: int = 1, gamma: float = 1.0) -> Callable[[], gym.Env]:
     """A zero-argument function that builds one simulator (checked now, built later), its
-    observations made arrays (`ArrayObservations`) when they are not a Box already."""
+    observations made arrays (`ArrayObservations`) when they are not a Box already; with `chunk`
+    > 1 each step executes an action chunk (`ActionChunk`, discounting within it by `gamma`)."""
     simulator = simulator_factory(config)
 
     def make() -> gym.Env:
         env = simulator()
         if config.wrappers == "atari":
             env = atari_wrappers(env, config.id)
-        return ArrayObservations(env, config.id) if needs_conversion(env.observation_space) else env
+        env = ArrayObservations(env, config.id) if needs_conversion(env.observation_space) else env
+        return ActionChunk(env, chunk, gamma) if chunk > 1 else env
 
     return make
 
 
 def simulator_factory(config: EnvConfig) -> Callable[[], gym.Env]:
-    if config.action_chunk > 1:
-        inner = simulator_factory(replace(config, action_chunk=1))
-        return lambda: ActionChunk(inner(), config.action_chunk)
     if ":" in config.id:
         entry = resolve_entry_point("env.id", config.id)
         check_keyword_arguments("env.kwargs", entry, config.kwargs)
@@ -104,34 +102,53 @@ def register_env_package(env_id: str) -> None:
 
 
 class ActionChunk(gym.Wrapper):
-    """`env.action_chunk` = C: one step takes C consecutive actions of a 1-D Box env (a Box of
-    C·d values, action 0 first) and executes them in order, stopping early when the episode
-    ends; the reward is their sum, the observation the last one. The time limit
-    (`env.max_episode_steps`) still counts the simulator's own steps; fleetrl's env-step and
-    episode-length counters count chunks."""
+    """`model.action_chunk` = K: one step takes K consecutive actions (a Box of shape (K, d), or
+    a MultiDiscrete of K values for a Discrete env) and executes them in order, stopping at the
+    episode's end: the rest of the chunk is dropped and the vector env auto-resets as after any
+    step. The reward is Σ_j γ^j r_j over the k executed steps (what the learner bootstraps from
+    with γ^k); `info` carries `chunk_steps` = k and `chunk_return` = Σ_j r_j (undiscounted: the
+    episode's return). The time limit (`env.max_episode_steps`) counts the simulator's steps."""
 
-    def __init__(self, env: gym.Env, chunk: int):
+    def __init__(self, env: gym.Env, chunk: int, gamma: float):
         super().__init__(env)
         space = env.action_space
-        if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+        self.chunk, self.gamma = chunk, gamma
+        if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+            low, high = (np.broadcast_to(bound, (chunk, *space.shape)) for bound in (space.low, space.high))
+            self.action_space = gym.spaces.Box(low, high, dtype=space.dtype)
+        elif isinstance(space, gym.spaces.Discrete):
+            self.action_space = gym.spaces.MultiDiscrete([space.n] * chunk, start=[space.start] * chunk)
+        else:
             raise ConfigError(
-                "env.action_chunk", chunk, "1 unless the action space is a 1-D Box", f"the action space is {space}"
+                "model.action_chunk", chunk, "1 unless the action space is Discrete or a 1-D Box", f"it is {space}"
             )
-        self.chunk, self.dim = chunk, space.shape[0]
-        self.action_space = gym.spaces.Box(np.tile(space.low, chunk), np.tile(space.high, chunk), dtype=space.dtype)
 
     def step(self, action):
-        total = 0.0
-        for single in np.asarray(action).reshape(self.chunk, self.dim):
+        discounted, total, weight, executed = 0.0, 0.0, 1.0, 0
+        for single in action:
             obs, reward, terminated, truncated, info = self.env.step(single)
+            discounted += weight * float(reward)
             total += float(reward)
+            weight *= self.gamma
+            executed += 1
             if terminated or truncated:
                 break
-        return obs, total, terminated, truncated, info
+        return obs, discounted, terminated, truncated, {**info, "chunk_steps": executed, "chunk_return": total}
 
 
-def make_vector_env(config: EnvConfig, num_envs: int | None = None) -> gym.vector.VectorEnv:
-    factory = env_factory(config)
+def step_action_space(space: gym.Space, chunk: int) -> gym.Space:
+    """The action space of one env step, from a vector env's single (chunk) action space."""
+    if chunk == 1:
+        return space
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return gym.spaces.Discrete(int(space.nvec[0]), start=int(space.start[0]))
+    return gym.spaces.Box(space.low[0], space.high[0], dtype=space.dtype)
+
+
+def make_vector_env(
+    config: EnvConfig, num_envs: int | None = None, chunk: int = 1, gamma: float = 1.0
+) -> gym.vector.VectorEnv:
+    factory = env_factory(config, chunk, gamma)
     count = config.num_envs if num_envs is None else num_envs
     if config.vectorization == "sync":
         return SyncVectorEnv([factory] * count, autoreset_mode=AutoresetMode.SAME_STEP)

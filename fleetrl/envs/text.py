@@ -11,7 +11,9 @@ simulator, so the vector env already batches arrays and nothing downstream ever 
 
 The vocabulary is built from the space itself — nothing is downloaded: a `MissionSpace` knows its
 mission template and every value of each placeholder, so its words (and the longest mission) are
-known before the first reset; a `Text` space is tokenised per character of its character set.
+known before the first reset; so does a `Text` space that lists its `sentences`
+(`envs.manipulation.InstructionSpace`); any other `Text` space is tokenised per character of its
+character set.
 A word outside the vocabulary (a mission the template did not announce) becomes `<unk>`.
 """
 
@@ -39,6 +41,9 @@ class Vocabulary:
     def of(cls, space: gym.Space) -> Vocabulary:
         if hasattr(space, "mission_func"):  # minigrid.core.mission.MissionSpace
             return cls.of_mission_space(space)
+        if hasattr(space, "sentences"):  # a Text space that lists its sentences (envs.manipulation)
+            words = [sentence.split() for sentence in space.sentences]
+            return cls([word for sentence in words for word in sentence], max(map(len, words)), per_character=False)
         if isinstance(space, gym.spaces.Text):
             return cls(list(space.character_set), space.max_length, per_character=True)
         raise TypeError(f"no vocabulary for {space}")

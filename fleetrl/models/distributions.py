@@ -59,7 +59,7 @@ class DiagonalGaussian:
 
     @staticmethod
     def entropy(mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-        return (log_std + 0.5 + LOG_SQRT_2PI).sum(-1).expand(mean.shape[0])
+        return (log_std + 0.5 + LOG_SQRT_2PI).sum(-1).expand(mean.shape[:-1])
 
     @staticmethod
     def mode(mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,12 @@ a categorical over `action_bins` values (`ActionTokens`). Their log-probs and en
 per token, shape (B, K) (`logprob_shape == (K,)`); the PPO loss aggregates them as
 `algorithm.logprob_type` / `entropy_type` say. Every other policy returns (B,).
 
+Action chunks (`model.action_chunk` K > 1): one inference emits K actions. The network emits K
+times the parameters of one action (the transformer: K action queries, K·d for a token policy),
+and the Policy splits them on a chunk axis: actions (B, K, *one action), log-probs and entropies
+per action (B, K) — per token (B, K, d) for a token policy — and the value (B,) of the decision.
+The PPO loss combines them over the actions the env actually executed (`fleetrl.algos.common.logprobs`).
+
 PPG's auxiliary phase calls `forward_aux(obs)`: (distribution inputs, value, auxiliary value),
 where the distribution inputs are what `kl(old, new)` compares — normalised log-probs for
 categorical and token policies, [mean, log std] for Gaussian ones.
@@ -44,9 +50,9 @@ from fleetrl.observations import needs_encoder
 
 def build_network(config: ModelConfig, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
     per_query = num_action_params(action_space)
-    queries = 1  # action tokens: one per action dimension for token policies
+    queries = config.action_chunk  # one per action of a chunk; per action dimension for token policies
     if config.action_bins is not None:
-        queries, per_query = per_query, config.action_bins  # one logit per value of each action dimension
+        queries, per_query = queries * per_query, config.action_bins  # one logit per value of each dimension
     params = queries * per_query
     if config.id == "mlp":
         encoder = None
@@ -87,16 +93,24 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
 
 class Policy(nn.Module):
     def __init__(
-        self, network: nn.Module, action_space: gym.Space, init_log_std: float = 0.0, action_bins: int | None = None
+        self,
+        network: nn.Module,
+        action_space: gym.Space,
+        init_log_std: float = 0.0,
+        action_bins: int | None = None,
+        action_chunk: int = 1,
     ):
         super().__init__()
         self.network = network
+        self.action_chunk = action_chunk
         self.tokens = ActionTokens(action_space, action_bins) if action_bins is not None else None
         self.continuous = isinstance(action_space, gym.spaces.Box) and self.tokens is None
         if self.continuous:
             self.log_std = nn.Parameter(torch.full(action_space.shape, float(init_log_std)))
         # shape of one sample's log-prob in trajectories: per token for token policies
         self.logprob_shape: tuple = (self.tokens.count,) if self.tokens is not None else ()
+        if action_chunk > 1:
+            self.logprob_shape = (action_chunk, *self.logprob_shape)
 
     @classmethod
     def from_config(cls, config: ModelConfig, observation_space, action_space) -> Policy:
@@ -111,12 +125,18 @@ class Policy(nn.Module):
             action_space,
             config.init_log_std,
             config.action_bins,
+            config.action_chunk,
         )
+
+    def split(self, params: torch.Tensor) -> torch.Tensor:
+        """(B, K·P) network output → (B, K, P): one row of action parameters per chunk action."""
+        return params.unflatten(-1, (self.action_chunk, -1)) if self.action_chunk > 1 else params
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor):
         """Loss path: (log-prob of `actions`, entropy, value), all (B,); for token policies the
-        log-prob and entropy are per token, (B, K)."""
+        log-prob and entropy are per token, (B, K); with chunks per action, (B, K[, d])."""
         params, value = self.network(obs)
+        params = self.split(params)
         if self.tokens is not None:
             log_p = self.tokens.log_probs(params)
             return (Categorical.log_prob(log_p, self.tokens.encode(actions)), Categorical.entropy(log_p), value)
@@ -132,8 +152,9 @@ class Policy(nn.Module):
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         """Inference: (actions, their log-probs, values). Token policies return the tokens'
-        action values and per-token log-probs (B, K)."""
+        action values and per-token log-probs (B, K); chunk policies (B, K, ...) (module docstring)."""
         params, value = self.network(obs)
+        params = self.split(params)
         if self.tokens is not None:
             log_p = self.tokens.log_probs(params)
             tokens = Categorical.mode(log_p) if deterministic else Categorical.sample(log_p)

@@ -22,6 +22,11 @@ global gradient norm.
 Gradient checkpointing (any strategy) recomputes the network's activations during backward —
 block by block where the network names its blocks (`wrap_units()`, the transformer's): the same
 units FSDP shards, so a block is all-gathered, recomputed and differentiated in one go.
+
+A Hugging Face model anywhere inside the network names its repeated blocks itself: its
+`_no_split_modules` (class names: decoder layers, vision encoder layers, the projector). As
+accelerate does, every module of those classes is a unit — the outermost ones where they nest —
+for FSDP and for gradient checkpointing alike (one decoder layer recomputed at a time).
 """
 
 from __future__ import annotations
@@ -82,8 +87,27 @@ def local_loss_path(policy: nn.Module) -> LossPath:
 def checkpoint_units(network: nn.Module) -> list[nn.Module]:
     """What gradient checkpointing recomputes, each on its own: the network's `wrap_units()` if
     it names them (a transformer's blocks: only each block's input is kept for backward, and one
-    block's activations are recomputed at a time), else the whole network (only its input kept)."""
-    return declared_units(network) if hasattr(network, "wrap_units") else [network]
+    block's activations are recomputed at a time), a Hugging Face model's `_no_split_modules`,
+    else the whole network (only its input kept)."""
+    if hasattr(network, "wrap_units"):
+        return declared_units(network)
+    return no_split_units(network) or [network]
+
+
+def no_split_units(network: nn.Module) -> list[nn.Module]:
+    """The modules whose class a Hugging Face model inside `network` names in its
+    `_no_split_modules` (gathered over every such model, as accelerate's auto wrap does), the
+    outermost only where they nest; [] when there is none."""
+    names: set[str] = set()
+    for module in network.modules():
+        names.update(getattr(module, "_no_split_modules", None) or ())
+    units: list[nn.Module] = []
+    taken: list[str] = []
+    for name, module in network.named_modules():
+        if type(module).__name__ in names and not any(name.startswith(f"{outer}.") for outer in taken):
+            units.append(module)
+            taken.append(name)
+    return units
 
 
 def enable_gradient_checkpointing(network: nn.Module) -> None:
@@ -145,11 +169,15 @@ def fsdp_no_sync(module):
 def fsdp_units(policy: nn.Module) -> list[nn.Module]:
     """The blocks to shard separately (each all-gathered only while it runs): what the network
     names in `wrap_units()` if it defines it (a transformer's blocks), else each
-    parameter-holding child of the network, Sequentials expanded into their elements. The Policy
+    parameter-holding child of the network, Sequentials expanded into their elements — or for a
+    network holding a Hugging Face model, its `_no_split_modules` (`no_split_units`). The Policy
     itself becomes the root unit (embeddings, heads, log std, whatever is left)."""
-    network = policy.network
+    network = getattr(policy, "network", policy)
     if hasattr(network, "wrap_units"):
         return declared_units(network)
+    hugging_face = no_split_units(network)
+    if hugging_face:
+        return hugging_face
     units = []
     for child in network.children():
         units.extend(callable_units(child.children() if isinstance(child, nn.Sequential) else [child]))
@@ -234,9 +262,10 @@ def shard_with_fsdp2(policy: nn.Module, config: ActorConfig, device: torch.devic
     full = torch.float32 if param_dtype else None
     # The Policy's outputs are float32 (the loss in full precision), and so are those of the
     # network's children it shards by default (each next one casts its input again). A network's
-    # declared blocks (a transformer's) hand on in param_dtype: to the next block, or to the
-    # root's own layers (final norm, heads), which compute in it too.
-    block_output = None if hasattr(policy.network, "wrap_units") else full
+    # declared blocks (a transformer's, a Hugging Face model's layers) hand on in param_dtype: to
+    # the next block, or to the root's own layers (final norm, heads), which compute in it too.
+    network = getattr(policy, "network", policy)
+    block_output = None if hasattr(network, "wrap_units") or no_split_units(network) else full
     offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if config.fsdp_cpu_offload else OffloadPolicy()
     options = {
         "mesh": device_mesh(config, device),

@@ -226,4 +226,5 @@ def env_worker_args(config: Config, placement: Placement, rank: int) -> tuple:
         True,
         config.rollout.pipeline_stage_num,
         config.algorithm.reset_group_size,
+        config.model.action_chunk,
     )

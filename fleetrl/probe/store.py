@@ -46,16 +46,23 @@ class HeartbeatStore:
         self.port = self.server.port
         self.sealed = SealedStore(self.server, Seal(secret))
         self.last_good: dict[tuple[str, int], dict] = {}
+        self.last_value: dict[tuple[str, int], str] = {}  # the value last_good was read from
         self.malformed: set[tuple[str, int]] = set()  # workers a malformed record was seen of (logged once)
 
     def read(self, workers: list[tuple[str, int]]) -> dict[tuple[str, int], dict]:
         """The latest good record of each (component, rank) that has published one. Once all
-        have, two store round trips per poll (check + multi_get) instead of two per worker."""
+        have, two store round trips per poll (check + multi_get) instead of two per worker. A
+        record is decoded only when its value changed: the watchdog polls twice per beat, and
+        decoding every record on every poll was most of its CPU at 1,024 workers
+        (docs/benchmarks/scale.md); an unchanged record is the same dict, whose annotations
+        the watchdog rewrites on each poll."""
         values = self.sealed.peek_all([heartbeat_key(component, rank) for component, rank in workers])
         for worker, value in zip(workers, values):
+            if value is not None and value == self.last_value.get(worker):
+                continue  # unchanged since the last poll: decoded once (see below)
             record = well_formed(worker, value) if value is not None else None
             if record is not None:
-                self.last_good[worker] = record
+                self.last_good[worker], self.last_value[worker] = record, value
             elif value is not None and worker not in self.malformed:
                 self.malformed.add(worker)
                 log.warning("rejected a malformed heartbeat record of %s rank %d: %.200s", *worker, value)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fleetrl.probe.collectives import DEFAULT_GROUP, JOIN_GROUP
-from fleetrl.watch.naming import collective_name, collective_text, describe, where
+from fleetrl.watch.naming import collective_name, collective_text, describe, describe_many, where
 
 # Components whose ranks form the actor process group: actor workers, or fused ranks
 # (cluster/fused.py) that host an actor rank with its env and rollout.
@@ -123,6 +123,17 @@ def behind_peers(records: dict, key: Key) -> list[Key]:
     return [peer for peer, record in members(records, group).items() if entered(record, group) < seq]
 
 
+def waits_for(records: dict, key: Key, culprit: Key) -> bool:
+    """`culprit in behind_peers(records, key)`, without lining up the whole group: a report asks
+    it of every worker, and at 1,024 workers the group for each made the report quadratic (~2 s)."""
+    waiting = oldest_in_flight(records[key])
+    if not waiting or culprit not in records or culprit[0] not in PROCESS_GROUP_MEMBERS:
+        return False
+    group, seq = waiting["group"], waiting["seq"]
+    ours = entered(records[culprit], group)
+    return ours < seq and (group in (DEFAULT_GROUP, JOIN_GROUP) or ours > 0)
+
+
 def diagnose(records: dict, now: float, timeout_s: float, join_timeout_s: float | None = None) -> Finding | None:
     """The rank that holds up a collective waited in for longer than `timeout_s` (the join:
     `join_timeout_s`, by default `timeout_s` too), if any."""
@@ -162,10 +173,11 @@ def diagnose(records: dict, now: float, timeout_s: float, join_timeout_s: float 
 
 
 def waiting_in(ranks: dict[Key, dict], waiting: dict) -> tuple[tuple[Key, ...], str]:
-    """The ranks of `ranks` in collective `waiting`, and the words that say so."""
+    """The ranks of `ranks` in collective `waiting`, and the words that say so (hundreds of
+    waiting ranks as ranges: naming.describe_many)."""
     waiters = tuple(k for k, r in ranks.items() if in_flight(r, waiting["group"], waiting["seq"]))
     verb = "waits" if len(waiters) == 1 else "wait"
-    return waiters, f"{', '.join(describe(k) for k in waiters)} {verb} in {collective_text(waiting)}"
+    return waiters, f"{describe_many(waiters)} {verb} in {collective_text(waiting)}"
 
 
 def missing(record: dict, peer: Key, waiting: dict, waiters: tuple[Key, ...], waits: str, began: float) -> Finding:

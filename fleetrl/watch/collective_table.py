@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fleetrl.watch.alignment import PROCESS_GROUP_MEMBERS, collectives, entered, waited_s
 from fleetrl.watch.naming import describe
+from fleetrl.watch.report_groups import GROUPED, grouped_columns
 
 
 def cell(record: dict, group: str, seq: int, found: dict | None) -> dict:
@@ -39,11 +40,17 @@ def aligned_collectives(records: dict) -> dict:
 
 
 def render_table(table: dict, now: float) -> list[str]:
-    """The table as text lines (none when no actor rank made a collective)."""
+    """The table as text lines (none when no actor rank made a collective). Past `GROUPED` ranks,
+    one column per set of ranks whose cells read the same, without the seconds waited
+    (watch/report_groups.py)."""
     if not table["rows"]:
         return []
-    names = [describe((rank.split("/")[0], int(rank.split("/")[1]))) for rank in table["ranks"]]
-    texts = [[cell_text(row["cells"][rank], now) for rank in table["ranks"]] for row in table["rows"]]
+    grouped = len(table["ranks"]) > GROUPED
+    texts = [[cell_text(row["cells"][rank], now, not grouped) for rank in table["ranks"]] for row in table["rows"]]
+    if grouped:
+        names, texts = grouped_columns(table, texts)
+    else:
+        names = [describe((rank.split("/")[0], int(rank.split("/")[1]))) for rank in table["ranks"]]
     width = max(len(text) for text in [*names, *(t for row in texts for t in row)]) + 2
     lines = [
         "collectives of the actor ranks, aligned by sequence number:",
@@ -56,9 +63,11 @@ def render_table(table: dict, now: float) -> list[str]:
     return lines
 
 
-def cell_text(found: dict, now: float) -> str:
+def cell_text(found: dict, now: float, timed: bool = True) -> str:
     state = found["state"]
-    if state == "in flight":
+    if state == "in flight" and not timed:
+        state = "IN FLIGHT"
+    elif state == "in flight":
         waited = found.get("waited_s", now - found["started"])  # (a report written before waited_s)
         state = f"IN FLIGHT {waited:.1f} s"
     return f"{found['op']} {state}" if found.get("op") else state

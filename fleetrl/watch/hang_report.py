@@ -1,7 +1,8 @@
 """`hang_report.json` and `hang_report.txt`: what went wrong, where, and what each worker was doing.
 
 The text names the culprit first, in one sentence a person can act on, then one line per worker,
-then every worker's Python stack.
+then every worker's Python stack; past `report_groups.GROUPED` workers, the workers grouped by
+state with the outliers spelled out, and each distinct stack once (watch/report_groups.py).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import tempfile
 from pathlib import Path
 
 from fleetrl.config.redact import redact_text
-from fleetrl.watch.alignment import behind_peers
+from fleetrl.watch.alignment import waits_for
 from fleetrl.watch.collective_table import aligned_collectives, render_table, render_torch_traces
+from fleetrl.watch.report_groups import GROUPED, grouped_stacks, grouped_worker_lines
 from fleetrl.watch.watchdog import Incident, collective_text, describe, where
 
 REPORT_JSON = "hang_report.json"
@@ -73,7 +75,7 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
                 "culprit": key == incident.culprit,
                 "waits_for_culprit": key == process
                 and key in incident.records
-                and incident.culprit in behind_peers(incident.records, key),
+                and waits_for(incident.records, key, incident.culprit),
             }
         )
     summary = incident.summary
@@ -110,26 +112,17 @@ def render_text(report: dict) -> str:
     if report["detail"]:
         lines += [report["detail"].rstrip(), ""]
     lines.append("workers:")
-    for worker in report["workers"]:
-        key = (worker["component"], worker["rank"])
-        if worker["pid"] is None:
-            state = "not started: no heartbeat yet"
-        else:
-            state = where({"phase": worker["phase"], "phase_age_s": worker["phase_age_s"] or 0.0})
-        collective = worker["collective"] or worker["last_collective"]
-        in_or_last = "in" if worker["collective"] else "last"
-        lines.append(
-            f"  {'>' if worker['culprit'] else ' '} {describe(key):<14} node {worker['node']} "
-            f"pid {worker['pid']}: {state}"
-            + (f"; {in_or_last} {collective_text(collective)}" if collective else "")
-            + (f"; heartbeat {worker['heartbeat_age_s']:.1f} s ago" if worker["heartbeat_age_s"] is not None else "")
-            + ("; waits for the culprit" if worker.get("waits_for_culprit") else "")
-            + (f"; runs in {describe(tuple(worker['host']))}" if worker.get("host") else "")
-        )
+    grouped = len(report["workers"]) > GROUPED
+    if grouped:
+        lines += grouped_worker_lines(report["workers"], worker_line)
+    else:
+        lines += [worker_line(worker) for worker in report["workers"]]
     lines.append("")
     table = render_table(report.get("collectives") or {"rows": []}, report["reported_at"])
     table += render_torch_traces(report["workers"])
     lines += [*table, ""] if table else []
+    if grouped:
+        return "\n".join(lines + grouped_stacks(report["workers"]))
     for worker in report["workers"]:
         if not worker.get("host"):  # a hosted worker's stack is its process's, printed under that
             lines += [
@@ -138,6 +131,24 @@ def render_text(report: dict) -> str:
                 "",
             ]
     return "\n".join(lines)
+
+
+def worker_line(worker: dict) -> str:
+    key = (worker["component"], worker["rank"])
+    if worker["pid"] is None:
+        state = "not started: no heartbeat yet"
+    else:
+        state = where({"phase": worker["phase"], "phase_age_s": worker["phase_age_s"] or 0.0})
+    collective = worker["collective"] or worker["last_collective"]
+    in_or_last = "in" if worker["collective"] else "last"
+    return (
+        f"  {'>' if worker['culprit'] else ' '} {describe(key):<14} node {worker['node']} "
+        f"pid {worker['pid']}: {state}"
+        + (f"; {in_or_last} {collective_text(collective)}" if collective else "")
+        + (f"; heartbeat {worker['heartbeat_age_s']:.1f} s ago" if worker["heartbeat_age_s"] is not None else "")
+        + ("; waits for the culprit" if worker.get("waits_for_culprit") else "")
+        + (f"; runs in {describe(tuple(worker['host']))}" if worker.get("host") else "")
+    )
 
 
 def write_hang_report(run_dir: Path, report: dict) -> tuple[str, Path]:

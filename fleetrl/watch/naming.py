@@ -10,6 +10,31 @@ def describe(key: tuple[str, int]) -> str:
     return f"{key[0]} rank {key[1]}"
 
 
+LISTED = 3  # up to this many workers are named one by one; more are summarised by rank ranges
+
+
+def rank_ranges(ranks) -> str:
+    """'0-127,129-255' for ranks 0..255 without 128: hundreds of ranks in a line a person reads."""
+    ordered, spans = sorted(set(ranks)), []
+    for rank in ordered:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def describe_many(keys) -> str:
+    """'actor rank 0, actor rank 1', or past `LISTED` workers '255 ranks (actor ranks 0-127,129-255)'
+    — per component, so that a culprit named beside them stands out instead of drowning in a list."""
+    keys = list(keys)
+    if len(keys) <= LISTED:
+        return ", ".join(describe(key) for key in keys)
+    components = sorted({component for component, _ in keys})
+    parts = [f"{c} ranks {rank_ranges(r for k, r in keys if k == c)}" for c in components]
+    return f"{len(keys)} ranks ({'; '.join(parts)})"
+
+
 def where(record: dict) -> str:
     """What the worker was doing, from a record the watchdog annotated with its ages."""
     phase = record.get("phase")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import socket
 
+from fleetrl.watch.naming import describe_many
+
 
 def raylet_answers(address: str, timeout_s: float = 1.0) -> bool:
     host, _, port = address.rpartition(":")
@@ -30,7 +32,7 @@ def node_lost_summary(records: dict, key: tuple[str, int], now: float) -> str | 
     if not raylet or raylet_answers(raylet):
         return None
     held = sorted(k for k, r in records.items() if r.get("raylet") == raylet)
-    workers = ", ".join(f"{component} rank {rank}" for component, rank in held)
+    workers = describe_many(held)
     return (
         f"node {record['node']} ({record.get('host', '?')}) is lost: its Ray node manager at {raylet} "
         f"does not answer, and its workers ({workers}) stopped {now - record['time']:.1f} s ago"

@@ -26,7 +26,8 @@ import gymnasium as gym
 import torch
 
 from fleetrl.config.schema import Config
-from fleetrl.parallel import process_group, reduce
+from fleetrl.errors import ConfigError
+from fleetrl.parallel import process_group, reduce, state
 from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
 from fleetrl.trajectory import Trajectory
 
@@ -160,6 +161,31 @@ class ActorBase(ABC):
     def state_dict(self) -> dict:
         """The full actor state in the single-process layout (complete on rank 0)."""
 
+    def load_policy_weights(self, weights: dict) -> None:
+        """Start from another run's policy weights (`runner.init_from`: a supervised stage's),
+        keeping this run's fresh optimizer and counters. Every rank is given the full weights
+        (collective under FSDP). Weights of another model are a `ConfigError` on runner.init_from."""
+        try:
+            state.load_model_state(self.policy, weights, self.sharded)
+        except (RuntimeError, KeyError) as error:
+            raise ConfigError(
+                "runner.init_from",
+                self.config.runner.init_from,
+                "a checkpoint of this run's model (same model and observation and action spaces)",
+                str(error).splitlines()[0],
+            ) from None
+
     @abstractmethod
     def load_state_dict(self, saved: dict) -> None:
-        """Load a state written by `state_dict` (any strategy and rank count)."""
+        """Load a state written by `state_dict` (any strategy and rank count), or by
+        `save_sharded` (then `saved['shards_path']` names the shards' folder)."""
+
+    def trainable_weights(self) -> dict:
+        """Only what training changes, for the rollout workers' `load_patch`
+        (`runner.weight_sync: trainable`); collective under FSDP like `policy_weights`."""
+        raise NotImplementedError(f"{type(self).__name__} sends no partial weights")
+
+    def save_sharded(self, folder: str) -> dict:
+        """Write this rank's shards of the trainable state into `folder` (collective:
+        `actor.checkpoint_format: sharded`); return the rest of the state (complete on rank 0)."""
+        raise NotImplementedError(f"{type(self).__name__} writes no sharded checkpoints")

@@ -3,19 +3,42 @@
 `step` returns everything the learner needs to treat the two ways an episode ends differently:
 `terminated` (a true end: no bootstrap) and `truncated` (a time limit: bootstrap from the final
 observation, returned as `final_obs` for exactly those envs).
+
+With `chunk` K > 1 (`model.action_chunk`) `step` takes (N, K, ...) actions and each env executes
+its chunk as up to K env steps, stopping at its episode's end (`fleetrl.envs.make.ActionChunk`):
+the result is one decision per env — reward Σ_j γ^j r_j over the k executed steps, `steps` = k —
+and the counters (env steps, episode lengths and returns) count the executed env steps.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv
 
 from fleetrl.config.schema import EnvConfig
-from fleetrl.envs.make import make_vector_env
+from fleetrl.envs.make import make_vector_env, step_action_space
 from fleetrl.envs.normalize import RewardNormalizer, observation_normalizer
 from fleetrl.observations import map_obs, obs_len, stack_obs
+from fleetrl.probe.flight_recorder import phase
 from fleetrl.step_result import StepResult
+
+ALL_TASKS = "all"  # the task name of episodes whose env names none
+
+
+def success_metrics(successes: list[tuple[str, bool]], prefix: str = "") -> dict:
+    """`<prefix>success_rate` over all `(task, success)` episodes and `<prefix>success_rate/<task>`
+    per task (of a multi-task env), for a metrics record; {} when there are none."""
+    if not successes:
+        return {}
+    record = {f"{prefix}success_rate": float(np.mean([flag for _, flag in successes]))}
+    tasks = sorted({task for task, _ in successes} - {ALL_TASKS})
+    for task in tasks:
+        record[f"{prefix}success_rate/{task}"] = float(np.mean([flag for name, flag in successes if name == task]))
+    return record
+
 
 ASYNC_CLOSE_TIMEOUT_S = 5.0  # an async vector env's subprocesses get this long to answer a pending call at close
 
@@ -34,6 +57,7 @@ class EnvWorker:
         training: bool = True,
         stages: int = 1,
         reset_group_size: int = 1,
+        chunk: int = 1,
     ):
         count = config.num_envs if num_envs is None else num_envs
         if (count // stages) % reset_group_size:
@@ -45,11 +69,12 @@ class EnvWorker:
                 f"a divisor of the envs per env worker stage ({count // stages}): a GRPO group is reset together",
             )
         self.reset_group_size = reset_group_size
-        self.stages = [make_vector_env(config, count // stages) for _ in range(stages)]
+        self.chunk = chunk
+        self.stages = [make_vector_env(config, count // stages, chunk, gamma) for _ in range(stages)]
         self.num_envs, self.stage_size = count, count // stages
         self.seed, self.training = seed, training
         self.observation_space = self.stages[0].single_observation_space
-        self.action_space = self.stages[0].single_action_space
+        self.action_space = step_action_space(self.stages[0].single_action_space, chunk)  # of one env step
         self.obs_norm = (
             observation_normalizer(self.observation_space, config.clip_obs) if config.normalize_obs else None
         )
@@ -59,6 +84,7 @@ class EnvWorker:
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
         self.finished_games: list[tuple[int, float]] = []  # (env, raw score) of whole games (`env.wrappers: atari`)
+        self.finished_successes: list[tuple[int, str, bool]] = []  # (env, task, success) where the env says
         self.env_steps = 0
         self.episodes = 0
         if isinstance(self.action_space, gym.spaces.Box):
@@ -86,12 +112,19 @@ class EnvWorker:
     def step(self, actions: np.ndarray, stage: int = 0) -> StepResult:
         if isinstance(self.action_space, gym.spaces.Box):
             actions = np.clip(actions, self.low, self.high)
-        obs, reward, terminated, truncated, info = self.stages[stage].step(actions)
+        with phase("env.execute_chunk") if self.chunk > 1 else contextlib.nullcontext():  # K steps: a phase of its own
+            obs, reward, terminated, truncated, info = self.stages[stage].step(actions)
         truncated = truncated & ~terminated
         done = terminated | truncated
         envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
-        self._count(envs, reward, done)
+        steps = None
+        if self.chunk > 1:
+            steps = chunk_info(info, done, "chunk_steps").astype(np.int64)
+            self._count(envs, chunk_info(info, done, "chunk_return"), done, steps)
+        else:
+            self._count(envs, reward, done)
         self._count_games(envs, info.get("final_info", {}))
+        self._count_successes(envs, info.get("final_info", {}))
         truncated_index = np.flatnonzero(truncated)
         final_obs = (
             stack_obs(info["final_obs"][truncated_index]) if len(truncated_index) else map_obs(lambda x: x[:0], obs)
@@ -105,6 +138,7 @@ class EnvWorker:
             truncated,
             truncated_index,
             self._observe(final_obs, update=False),
+            steps,
         )
 
     def _observe(self, obs, update: bool = True):
@@ -114,11 +148,13 @@ class EnvWorker:
             obs = self.obs_norm(obs, update and self.training)
         return map_obs(lambda x: x.astype(np.float32, copy=False) if x.dtype.kind == "f" else x, obs)
 
-    def _count(self, envs: slice, reward: np.ndarray, done: np.ndarray) -> None:
+    def _count(self, envs: slice, reward: np.ndarray, done: np.ndarray, steps: np.ndarray | None = None) -> None:
+        """Episode returns and lengths, env steps and episodes; `steps`: env steps executed per
+        env (a chunk's; one each without chunks)."""
         episode_return, episode_length = self.episode_return[envs], self.episode_length[envs]
         episode_return += reward
-        episode_length += 1
-        self.env_steps += len(reward)
+        episode_length += 1 if steps is None else steps
+        self.env_steps += len(reward) if steps is None else int(steps.sum())
         if done.any():
             self.finished_returns.extend(episode_return[done].tolist())
             self.finished_lengths.extend(episode_length[done].tolist())
@@ -134,6 +170,17 @@ class EnvWorker:
             scores = final_info["game_return"][ended].tolist()
             self.finished_games.extend(zip((envs.start + ended).tolist(), scores))
 
+    def _count_successes(self, envs: slice, final_info: dict) -> None:
+        """(env index, task, success) of the episodes that ended in this step, where the env puts
+        `success` (and, for a multi-task env, `task`: its name) in its info (`envs.manipulation`)."""
+        if "success" in final_info:
+            ended = np.flatnonzero(final_info["_success"])
+            tasks = final_info["task"][ended] if "task" in final_info else [ALL_TASKS] * len(ended)
+            flags = final_info["success"][ended]
+            self.finished_successes.extend(
+                (envs.start + int(i), str(task), bool(flag)) for i, task, flag in zip(ended, tasks, flags)
+            )
+
     def spaces(self) -> tuple[gym.Space, gym.Space]:
         return self.observation_space, self.action_space
 
@@ -141,7 +188,9 @@ class EnvWorker:
         """Counters and the episodes (and whole games) finished since the last report (drained)."""
         returns, lengths = self.drain_episodes()
         games = [score for _, score in self.drain_games()]
+        successes = [(task, success) for _, task, success in self.drain_successes()]
         return {
+            "successes": successes,
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "returns": returns,
@@ -160,6 +209,12 @@ class EnvWorker:
         within a step (empty unless the env reports games: `env.wrappers: atari`)."""
         games, self.finished_games = self.finished_games, []
         return games
+
+    def drain_successes(self) -> list[tuple[int, str, bool]]:
+        """(env index, task, success) of the episodes finished since the last call (empty unless
+        the env reports `success`)."""
+        successes, self.finished_successes = self.finished_successes, []
+        return successes
 
     def state_dict(self) -> dict:
         return {
@@ -185,3 +240,12 @@ class EnvWorker:
                 vector.close(timeout=ASYNC_CLOSE_TIMEOUT_S)
             else:
                 vector.close()
+
+
+def chunk_info(info: dict, done: np.ndarray, key: str) -> np.ndarray:
+    """A per-env value `ActionChunk` puts in its info: an env that ended its episode was reset in
+    the same step, so its value is in the final info (SAME_STEP auto-reset)."""
+    values = np.asarray(info[key], np.float64).copy() if key in info else np.zeros(len(done))
+    if done.any():
+        values[done] = np.asarray(info["final_info"][key], np.float64)[done]
+    return values

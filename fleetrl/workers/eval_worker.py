@@ -27,7 +27,7 @@ import numpy as np
 
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.config.schema import Config
-from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.env_worker import EnvWorker, success_metrics
 from fleetrl.workers.rollout_worker import RolloutWorker
 
 EVAL_SEED = 10_000  # the eval envs' seed: `fleetrl eval --seed`'s default, and during training
@@ -42,7 +42,9 @@ class EvalWorker:
         num_envs = 1 if video else min(episodes, MAX_EVAL_ENVS)
         self.episodes, self.video = episodes, video
         self.whole_games = config.env.wrappers == "atari"  # an env episode is one life: count games
-        self.env = EnvWorker(env_config, config.algorithm.gamma, seed, num_envs=num_envs, training=False)
+        self.env = EnvWorker(
+            env_config, config.algorithm.gamma, seed, num_envs=num_envs, training=False, chunk=config.model.action_chunk
+        )
         self.rollout: RolloutWorker = algorithm_spec(config.algorithm.name).rollout.from_config(
             config, self.env.observation_space, self.env.action_space
         )
@@ -59,7 +61,7 @@ class EvalWorker:
         started = time.perf_counter()
         self.env.load_state_dict(env_state)
         self.rollout.load_weights(weights)
-        returns, lengths, frames = play(
+        returns, lengths, frames, successes = play(
             self.env, self.rollout, self.episodes, deterministic, self.video, self.whole_games
         )
         return {
@@ -72,6 +74,7 @@ class EvalWorker:
             "length_mean": float(np.mean(lengths)),
             "gif": encode_gif(frames) if frames else None,
             "eval_s": time.perf_counter() - started,
+            **success_metrics(successes),  # where the env reports success
         }
 
     def close(self) -> None:
@@ -80,9 +83,10 @@ class EvalWorker:
 
 def play(
     env: EnvWorker, rollout: RolloutWorker, episodes: int, deterministic: bool, film: bool, whole_games: bool = False
-) -> tuple[list[float], list[int], list[np.ndarray]]:
+) -> tuple[list[float], list[int], list[np.ndarray], list[tuple[str, bool]]]:
     """Returns and lengths of `episodes` episodes (raw, unnormalised), each env playing its quota;
-    with `film`, the frames of env 0's first one. With `whole_games` (`env.wrappers: atari`, where
+    with `film`, the frames of env 0's first one; the (task, success) of those episodes where the
+    env reports success. With `whole_games` (`env.wrappers: atari`, where
     an episode is one life and its reward clipped) an episode here is a whole game: its raw score
     (`EnvWorker.drain_games`) and its env steps over every life."""
     quota = np.full(env.num_envs, episodes // env.num_envs)
@@ -92,8 +96,9 @@ def play(
     returns: list[float] = []
     lengths: list[int] = []
     frames: list[np.ndarray] = []
+    successes: list[tuple[str, bool]] = []
     obs = env.reset()
-    env.drain_episodes(), env.drain_games()  # what earlier plays left unread is not this play's
+    env.drain_episodes(), env.drain_games(), env.drain_successes()  # earlier plays' leftovers are not this play's
     while (done_count < quota).any():
         if film and done_count[0] == 0:
             frames.append(env.stages[0].call("render")[0])
@@ -101,6 +106,9 @@ def play(
         step = env.step(actions.numpy())
         ended = np.flatnonzero(step.terminated | step.truncated)
         finished, finished_lengths = env.drain_episodes()  # in env order
+        successes.extend(
+            (task, flag) for index, task, flag in env.drain_successes() if done_count[index] < quota[index]
+        )
         if whole_games:
             game_length[ended] += np.asarray(finished_lengths, np.int64)
             ends = [(index, score, int(game_length[index])) for index, score in env.drain_games()]
@@ -113,7 +121,7 @@ def play(
                 lengths.append(length)
             done_count[index] += 1
         obs = step.obs
-    return returns, lengths, frames
+    return returns, lengths, frames, successes
 
 
 def encode_gif(frames: list[np.ndarray], fps: int = 30) -> bytes:

@@ -25,6 +25,7 @@ from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.seeds import ROLLOUT_NOISE, rank_seed
+from fleetrl.parallel.weight_sync import load_patch
 from fleetrl.step_result import StepResult
 from fleetrl.trajectory import Trajectory, TrajectoryBuffer
 
@@ -103,15 +104,17 @@ class RolloutWorker:
         self, lane_sizes: list[int], steps: int, observation_space: gym.Space, action_space: gym.Space
     ) -> None:
         continuous = isinstance(action_space, gym.spaces.Box)
+        chunk = getattr(self.policy, "action_chunk", 1)  # a chunk policy's actions: (K, *one action's shape)
         self.lanes = [
             TrajectoryBuffer(
                 steps,
                 size,
                 observation_space,
-                action_space.shape if continuous else (),
+                ((chunk,) if chunk > 1 else ()) + (action_space.shape if continuous else ()),
                 np.float32 if continuous else np.int64,
-                getattr(self.policy, "logprob_shape", ()),  # per token for token policies
+                getattr(self.policy, "logprob_shape", ()),  # per action of a chunk, per token
                 record_next_obs=self.record_next_obs,
+                record_steps=chunk > 1,
             )
             for size in lane_sizes
         ]
@@ -137,3 +140,8 @@ class RolloutWorker:
 
     def load_weights(self, state_dict: dict) -> None:
         self.policy.load_state_dict(state_dict)
+
+    def load_patch(self, patch: dict) -> None:
+        """Some of the policy's tensors (the trainable ones: `runner.weight_sync: trainable`);
+        the others keep what the last full sync gave."""
+        load_patch(self.policy, patch)

@@ -13,6 +13,7 @@ def compute_gae(
     dones: torch.Tensor,
     gamma: float,
     lam: float,
+    steps: torch.Tensor | None = None,
 ):
     """Advantages and returns for (T, N) tensors.
 
@@ -20,14 +21,21 @@ def compute_gae(
     truncated episode its final observation (never the reset one). terminated[t] drops that
     bootstrap; dones[t] (terminated or truncated) stops the advantage from flowing back across
     the episode boundary.
+
+    Action chunks: step t is a decision that executed `steps[t]` = k env steps, its reward
+    already Σ_j γ^j r_{t+j} over them (`ActionChunk`). Its discount is then γ^k — the semi-MDP
+    form: δ_t = R_t + γ^k V(s') − V(s_t), A_t = δ_t + γ^k λ A_{t+1} — so a chunk cut short by the
+    episode's end (a truncation's bootstrap from the final observation included) is discounted
+    by the steps that ran. λ weighs decisions. Without `steps` every decision is one env step.
     """
+    discount = gamma if steps is None else torch.pow(torch.tensor(gamma, dtype=rewards.dtype), steps.to(rewards.dtype))
     not_terminated = 1.0 - terminated.float()
     not_done = 1.0 - dones.float()
-    deltas = rewards + gamma * not_terminated * next_values - values
+    deltas = rewards + discount * not_terminated * next_values - values
     advantages = torch.empty_like(rewards)
     running = torch.zeros_like(rewards[0])
     for t in range(rewards.shape[0] - 1, -1, -1):
-        running = deltas[t] + gamma * lam * not_done[t] * running
+        running = deltas[t] + (gamma if steps is None else discount[t]) * lam * not_done[t] * running
         advantages[t] = running
     return advantages, advantages + values
 

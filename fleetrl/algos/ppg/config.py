@@ -53,6 +53,20 @@ def validate_ppg(config: Config) -> None:
             "'ddp' with algorithm.name ppg",
             "PPG's two phases are wrapped per phase with DDP; FSDP is not supported",
         )
+    if config.actor.checkpoint_format != "full":
+        raise ConfigError(
+            "actor.checkpoint_format",
+            config.actor.checkpoint_format,
+            "'full' with algorithm.name ppg",
+            "PPG's checkpoints hold its auxiliary phase's stored data, gathered on rank 0",
+        )
+    if model.action_chunk > 1:
+        raise ConfigError(
+            "model.action_chunk",
+            model.action_chunk,
+            "1 with algorithm.name ppg",
+            "PPG's auxiliary KL compares whole actions; chunks would need it per executed action",
+        )
     aux = aux_minibatch_size(config)
     stored = algo.n_pi * config.batch_size
     key = "algorithm.aux_minibatch_size" if algo.aux_minibatch_size is not None else minibatch_key(config)

@@ -17,6 +17,7 @@ This module registers the `ppo` algorithm.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import gymnasium as gym
 import torch
@@ -30,7 +31,7 @@ from fleetrl.config.keys import effective_minibatch_size
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.observations import map_obs
-from fleetrl.parallel import state
+from fleetrl.parallel import dcp, state, weight_sync
 from fleetrl.parallel.sharding import EnvShard, Minibatches
 from fleetrl.parallel.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
 from fleetrl.trajectory import Trajectory
@@ -104,6 +105,7 @@ class ActorWorker(ActorBase):
             trajectory.values.flatten(),
             advantages.flatten(),
             returns.flatten(),
+            None if trajectory.steps is None else trajectory.steps.flatten(),
         ).to(self.device)
         lr, clip = self.schedule(progress)
         for group in self.optimizer.param_groups:
@@ -130,6 +132,7 @@ class ActorWorker(ActorBase):
             trajectory.dones,
             algo.gamma,
             algo.gae_lambda,
+            trajectory.steps,
         )
         if algo.adv_type == "grpo":
             advantages = grpo_advantages(trajectory.rewards, trajectory.dones, algo.group_size)
@@ -176,6 +179,11 @@ class ActorWorker(ActorBase):
         ranks must call this together; rank 0 gets the weights, the other ranks {}."""
         return state.model_state(self.policy, self.sharded)
 
+    def trainable_weights(self) -> dict:
+        """The trainable parameters and the buffers of the Policy (`fleetrl.parallel.weight_sync`):
+        under FSDP collective, rank 0 gets them, and only they are all-gathered."""
+        return weight_sync.trainable_state(self.policy, self.sharded)
+
     def state_dict(self) -> dict:
         """The full actor state in the single-process format. Under FSDP: collective, complete
         on rank 0 only (other ranks get empty 'policy' and 'optimizer' dicts)."""
@@ -189,11 +197,21 @@ class ActorWorker(ActorBase):
             optimizer = state.optimizer_state(self.policy, self.optimizer, True)
         return {"policy": policy, "optimizer": optimizer, "generator": self.generator.get_state()}
 
+    def save_sharded(self, folder: str) -> dict:
+        """Each rank writes its shards of the policy and optimizer into `folder` (collective);
+        the minibatch generator's state (the same on every rank) is returned."""
+        dcp.save(Path(folder), self.policy, self.optimizer)
+        return {"generator": self.generator.get_state()}
+
     def load_state_dict(self, saved: dict) -> None:
-        """Load a full state (from any strategy and rank count). Under FSDP: collective, and
+        """Load a full state (from any strategy and rank count), or a sharded checkpoint's (its
+        folder in `shards_path`, written by any number of ranks). Under FSDP: collective, and
         every rank must be given the full state."""
-        state.load_model_state(self.policy, saved["policy"], self.sharded)
-        state.load_optimizer_state(self.policy, self.optimizer, saved["optimizer"], self.sharded)
+        if "shards_path" in saved:
+            dcp.load(Path(saved["shards_path"]), self.policy, self.optimizer)
+        else:
+            state.load_model_state(self.policy, saved["policy"], self.sharded)
+            state.load_optimizer_state(self.policy, self.optimizer, saved["optimizer"], self.sharded)
         self.generator.set_state(saved["generator"])
 
 

@@ -45,13 +45,13 @@ class PPOConfig(AlgorithmConfig):
     group_size: Annotated[int, AtLeastOne] = 8
     """`grpo`: envs i … i+g−1 (consecutive, g = group_size) are reset with one seed each iteration and
     form a group (at least 2, a divisor of the envs per actor rank)."""
-    logprob_type: Literal["action_level", "token_level"] = "action_level"
-    """`token_level` (needs `model.action_bins`): one clipped ratio per token, averaged, instead of one
-    ratio per action from the summed token log-probs (docs: guides/model.md, Token-level action
-    policies)."""
-    entropy_type: Literal["action_level", "token_level"] = "action_level"
-    """`token_level` (needs `model.action_bins`): the mean per-token entropy instead of the whole
-    action's (the sum over its tokens)."""
+    logprob_type: Literal["chunk_level", "action_level", "token_level"] = "action_level"
+    """One clipped PPO ratio per executed action (its tokens' log-probs summed); `chunk_level`: one
+    per decision, over a chunk's executed actions; `token_level` (needs `model.action_bins`): one per
+    token, averaged (fleetrl/algos/common/logprobs.py; docs: guides/action-chunks-and-fsdp.md)."""
+    entropy_type: Literal["chunk_level", "action_level", "token_level"] = "action_level"
+    """The entropy bonus summed over an action's tokens and averaged over a chunk's executed actions;
+    `chunk_level`: summed over them; `token_level` (needs `model.action_bins`): the mean per token."""
 
     @property
     def resets_envs_each_iteration(self) -> bool:

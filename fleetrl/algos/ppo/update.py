@@ -30,6 +30,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from fleetrl.algos.common.logprobs import combine, per_sample
 from fleetrl.algos.common.optim import fused_step
 from fleetrl.algos.ppo.config import PPOConfig
 from fleetrl.constants import constant
@@ -49,6 +50,7 @@ class PPOBatch:
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    steps: torch.Tensor | None = None  # (B,) env steps each decision executed (action chunks)
 
     def __getitem__(self, index: torch.Tensor) -> PPOBatch:
         return PPOBatch(
@@ -58,6 +60,7 @@ class PPOBatch:
             self.values[index],
             self.advantages[index],
             self.returns[index],
+            None if self.steps is None else self.steps[index],
         )
 
     def __len__(self) -> int:
@@ -71,6 +74,7 @@ class PPOBatch:
             self.values.to(device),
             self.advantages.to(device),
             self.returns.to(device),
+            None if self.steps is None else self.steps.to(device),
         )
 
 
@@ -80,36 +84,15 @@ def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_co
     return torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef))
 
 
-def aggregate_tokens(logprobs: torch.Tensor, old_logprobs: torch.Tensor, entropy: torch.Tensor, config: PPOConfig):
-    """A token policy's per-token (B, K) log-probs and entropies → what the loss uses.
-
-    logprob_type action_level: log π(a|s) = Σ_k log π(token_k|s), one ratio per sample (B,);
-                 token_level: the (B, K) per-token log-probs stay, one ratio per token (see
-                 `policy_objective`).
-    entropy_type action_level: Σ_k H(token_k) — the entropy of the whole (factorised) action;
-                 token_level: mean_k H(token_k).
-    Log-probs and entropies of other policies are (B,) and pass through unchanged.
-    """
-    if logprobs.dim() == 1:
-        return logprobs, old_logprobs, entropy
-    if config.logprob_type == "action_level":
-        logprobs, old_logprobs = logprobs.sum(-1), old_logprobs.sum(-1)
-    entropy = entropy.sum(-1) if config.entropy_type == "action_level" else entropy.mean(-1)
-    return logprobs, old_logprobs, entropy
-
-
-def policy_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_coef: float) -> torch.Tensor:
-    """Per-sample clipped policy loss (B,). With per-token log-ratios (B, K) (token_level) each
-    token's ratio is clipped on its own against the sample's advantage, and the sample's loss is
-    the mean over its K tokens."""
+def policy_objective(
+    log_ratio: torch.Tensor, advantages: torch.Tensor, clip_coef: float, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-sample clipped policy loss (B,). With per-piece log-ratios (B, M) — tokens or chunk
+    actions (`fleetrl.algos.common.logprobs`) — each piece's ratio is clipped on its own against the
+    sample's advantage, and the sample's loss is their (weighted) mean."""
     if log_ratio.dim() > 1:
-        return clipped_surrogate(log_ratio, advantages.unsqueeze(-1), clip_coef).mean(-1)
+        return per_sample(clipped_surrogate(log_ratio, advantages.unsqueeze(-1), clip_coef), weights)
     return clipped_surrogate(log_ratio, advantages, clip_coef)
-
-
-def per_sample(value: torch.Tensor) -> torch.Tensor:
-    """(B,) as is; per-token (B, K) statistics averaged over the tokens."""
-    return value.mean(-1) if value.dim() > 1 else value
 
 
 def value_error(values: torch.Tensor, batch: PPOBatch, config: PPOConfig, clip_coef: float) -> torch.Tensor:
@@ -129,22 +112,24 @@ def ppo_loss(
     clip_coef: float,
     reduce: Callable[[torch.Tensor], torch.Tensor] = torch.mean,
 ):
-    """(scalar loss, detached [policy loss, value loss, entropy], detached log-ratio) of `batch`
+    """(scalar loss, detached [policy loss, value loss, entropy], detached `Ratios`) of `batch`
     with these (normalised) `advantages`; `reduce` (mean or sum) makes the per-sample terms scalars.
 
     Nothing here calls `.item()`: the statistics stay tensors, so a minibatch never waits.
     """
     logprobs, entropy, values = module(batch.obs, batch.actions)
-    logprobs, old_logprobs, entropy = aggregate_tokens(logprobs, batch.logprobs, entropy, config)
+    logprobs, old_logprobs, entropy, weights = combine(
+        logprobs, batch.logprobs, entropy, batch.steps, config.logprob_type, config.entropy_type
+    )
     log_ratio = logprobs - old_logprobs
-    policy_loss = reduce(policy_objective(log_ratio, advantages, clip_coef))
+    policy_loss = reduce(policy_objective(log_ratio, advantages, clip_coef, weights))
     value_loss = reduce(value_error(values, batch, config, clip_coef)) * constant(0.5)
     entropy = reduce(entropy)
     loss = policy_loss + value_loss * constant(config.vf_coef)
     if config.ent_coef:
         loss = loss - entropy * constant(config.ent_coef)
     parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach()])
-    return loss, parts, log_ratio.detach()
+    return loss, parts, Ratios(log_ratio.detach(), weights)
 
 
 def normalised(advantages: torch.Tensor, normalise: bool) -> torch.Tensor:
@@ -157,14 +142,31 @@ def standardised(values: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) ->
     return (values - mean) / (std + 1e-8)
 
 
-def kl_and_clipped(log_ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
+@dataclass
+class Ratios:
+    """A piece's log-ratios and their weights (`fleetrl.algos.common.logprobs`), for the KL statistics."""
+
+    log_ratio: torch.Tensor
+    weights: torch.Tensor | None
+
+    @staticmethod
+    def cat(parts: list[Ratios]) -> Ratios:
+        weighted = parts[0].weights is not None
+        return Ratios(
+            torch.cat([p.log_ratio for p in parts]), torch.cat([p.weights for p in parts]) if weighted else None
+        )
+
+
+def kl_and_clipped(ratios: Ratios, clip_coef: float) -> torch.Tensor:
     """[Σ approximate KL(old‖new), Σ clipped] over the samples, float64: the k3 estimator
-    (unbiased, always ≥ 0) and the clipped share, per token averaged for token-level ratios."""
+    (unbiased, always ≥ 0) and the clipped share, per piece (token, chunk action) averaged for
+    per-piece ratios."""
+    log_ratio, weights = ratios.log_ratio, ratios.weights
     ratio = log_ratio.exp()
     return torch.stack(
         [
-            per_sample((ratio - 1) - log_ratio).sum().double(),
-            per_sample(((ratio - 1).abs() > clip_coef).float()).sum().double(),
+            per_sample((ratio - 1) - log_ratio, weights).sum().double(),
+            per_sample(((ratio - 1).abs() > clip_coef).float(), weights).sum().double(),
         ]
     )
 
@@ -269,7 +271,7 @@ def ppo_update(
     whole_batch = whole and len(batch) <= minibatch  # every epoch's only minibatch: the batch, in order
     parts: list[torch.Tensor] = []  # [policy loss, value loss, entropy] of each piece
     weights: list[int] = []  # what each piece's parts are multiplied by to make sums over samples
-    log_ratios: list[torch.Tensor] = []  # this epoch's, for its KL and clip fraction
+    log_ratios: list[Ratios] = []  # this epoch's, for its KL and clip fraction
     grad_steps, epochs_done, reduced_kl = 0, 0, None
     means = stds = None  # whole: each minibatch's own; pieces: the global minibatches', per epoch
     fixed_advantages = normalised(batch.advantages, normalise) if whole_batch else None
@@ -304,12 +306,12 @@ def ppo_update(
         epochs_done += 1
         if config.target_kl is not None:
             # Agreed across ranks: all see the same reduced KL, so all break at the same epoch.
-            reduced_kl = all_reduce(kl_and_clipped(torch.cat(log_ratios), clip_coef))
+            reduced_kl = all_reduce(kl_and_clipped(Ratios.cat(log_ratios), clip_coef))
             if (reduced_kl[0] / size).item() > config.target_kl:
                 break
     totals = (torch.stack(parts).double() * torch.tensor(weights, dtype=torch.float64, device=device)[:, None]).sum(0)
     if reduced_kl is None:
-        reduced = all_reduce(torch.cat([totals, kl_and_clipped(torch.cat(log_ratios), clip_coef)]))
+        reduced = all_reduce(torch.cat([totals, kl_and_clipped(Ratios.cat(log_ratios), clip_coef)]))
     else:
         reduced = torch.cat([all_reduce(totals), reduced_kl])
     samples = grad_steps * minibatch

@@ -58,7 +58,7 @@ class SACConfig(AlgorithmConfig):
 UNSUPPORTED = {  # key: (the value SAC needs, why)
     "model.id": ("mlp", "sac builds its own actor and twin-critic MLPs from model.hidden_sizes and model.activation"),
     "model.action_bins": (None, "sac's actor is a squashed Gaussian"),
-    "env.action_chunk": (1, "sac's replay stores one action per env step"),
+    "model.action_chunk": (1, "sac's replay stores one action per env step"),
     "env.normalize_obs": (
         False,
         "the replay buffer would keep observations normalised with statistics that later change",
@@ -67,6 +67,8 @@ UNSUPPORTED = {  # key: (the value SAC needs, why)
     "actor.strategy": ("ddp", "sac's replicas train with DDP"),
     "actor.micro_batch_size": (None, "sac does not accumulate gradients"),
     "actor.gradient_checkpointing": (False, "sac does not recompute activations"),
+    "runner.weight_sync": ("full", "sac's rollout workers load its actor network, not a policy's state"),
+    "actor.checkpoint_format": ("full", "sac's checkpoints gather its replicas and replay buffer on rank 0"),
 }
 
 

@@ -58,6 +58,36 @@ class Dims:
     head_dim: int
 
 
+def vision_sizes(dims: Dims) -> dict[str, int]:
+    """The vision tower's config arguments, the same for SigLIP and Idefics3's SigLIP."""
+    return dict(
+        hidden_size=dims.vision_hidden,
+        intermediate_size=dims.vision_mlp,
+        num_hidden_layers=dims.vision_layers,
+        num_attention_heads=dims.vision_heads,
+        image_size=dims.image_size,
+        patch_size=dims.patch_size,
+    )
+
+
+def text_sizes(dims: Dims, tokenizer) -> dict[str, int]:
+    """The language model's config arguments (Gemma's and Llama's names agree), its special ids
+    from `tokenizer`."""
+    ids = tokenizer.convert_tokens_to_ids
+    return dict(
+        vocab_size=len(tokenizer),
+        hidden_size=dims.text_hidden,
+        intermediate_size=dims.text_mlp,
+        num_hidden_layers=dims.text_layers,
+        num_attention_heads=dims.text_heads,
+        num_key_value_heads=dims.text_kv_heads,
+        head_dim=dims.head_dim,
+        pad_token_id=ids(PAD),
+        bos_token_id=ids(BOS),
+        eos_token_id=ids(EOS),
+    )
+
+
 PALIGEMMA_SIZES = {
     "tiny": Dims(32, 64, 2, 2, 32, 8, 64, 128, 2, 2, 1, 32),
     "3b": Dims(1152, 4304, 27, 16, 224, 14, 2048, 16384, 18, 8, 1, 256),
@@ -73,27 +103,8 @@ def paligemma(dims: Dims, bins: int) -> tuple[torch.nn.Module, object]:
         [*SPECIALS, "<image>"], [f"<loc{i:0>4}>" for i in range(1024)] + [f"<seg{i:0>3}>" for i in range(128)], bins
     )
     ids = tokenizer.convert_tokens_to_ids
-    vision = SiglipVisionConfig(
-        hidden_size=dims.vision_hidden,
-        intermediate_size=dims.vision_mlp,
-        num_hidden_layers=dims.vision_layers,
-        num_attention_heads=dims.vision_heads,
-        image_size=dims.image_size,
-        patch_size=dims.patch_size,
-        projection_dim=dims.text_hidden,
-    )
-    text = GemmaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=dims.text_hidden,
-        intermediate_size=dims.text_mlp,
-        num_hidden_layers=dims.text_layers,
-        num_attention_heads=dims.text_heads,
-        num_key_value_heads=dims.text_kv_heads,
-        head_dim=dims.head_dim,
-        pad_token_id=ids(PAD),
-        bos_token_id=ids(BOS),
-        eos_token_id=ids(EOS),
-    )
+    vision = SiglipVisionConfig(**vision_sizes(dims), projection_dim=dims.text_hidden)
+    text = GemmaConfig(**text_sizes(dims, tokenizer))
     config = PaliGemmaConfig(
         vision_config=vision, text_config=text, image_token_id=ids("<image>"), projection_dim=dims.text_hidden
     )
@@ -111,27 +122,8 @@ def smolvlm(dims: Dims, bins: int) -> tuple[torch.nn.Module, object]:
     tokenizer = build_tokenizer([*SPECIALS, *image_tokens, *grid], [], bins)
     ids = tokenizer.convert_tokens_to_ids
     scale = 2  # SmolVLM's pixel shuffle: 2×2 patches per image token
-    vision = Idefics3VisionConfig(
-        hidden_size=dims.vision_hidden,
-        intermediate_size=dims.vision_mlp,
-        num_hidden_layers=dims.vision_layers,
-        num_attention_heads=dims.vision_heads,
-        image_size=dims.image_size,
-        patch_size=dims.patch_size,
-    )
-    text = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=dims.text_hidden,
-        intermediate_size=dims.text_mlp,
-        num_hidden_layers=dims.text_layers,
-        num_attention_heads=dims.text_heads,
-        num_key_value_heads=dims.text_kv_heads,
-        head_dim=dims.head_dim,
-        pad_token_id=ids(PAD),
-        bos_token_id=ids(BOS),
-        eos_token_id=ids(EOS),
-        tie_word_embeddings=True,
-    )
+    vision = Idefics3VisionConfig(**vision_sizes(dims))
+    text = LlamaConfig(**text_sizes(dims, tokenizer), tie_word_embeddings=True)
     config = Idefics3Config(
         vision_config=vision.to_dict(),
         text_config=text.to_dict(),

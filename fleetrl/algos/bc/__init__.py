@@ -1,0 +1,1 @@
+"""Behaviour cloning (`algorithm.name: bc`): the supervised stage, run by `fleetrl sft`."""

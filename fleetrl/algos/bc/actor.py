@@ -1,0 +1,94 @@
+"""Behaviour cloning's actor: the PPO actor's policy, optimizer and wrapping, trained on
+demonstrations instead of on its own trajectories.
+
+The supervised stage is a run like any other (`fleetrl sft`: the same controller loop,
+supervisor, watchdog, checkpoints, metrics and reports as `fleetrl train`), so each iteration
+still plays `algorithm.num_steps` steps of the current policy on the training envs — the
+training-time `success_rate` of a policy being cloned, and the env-step budget
+(`runner.total_env_steps`) that sets the run's length — but the actor ignores that trajectory's
+actions: it takes `updates_per_iteration` steps of maximum likelihood of the expert's actions
+(under the same `Policy`, so the same action tokens with `model.action_bins`), plus a value loss
+on the demonstrations' discounted returns, on minibatches drawn from the demonstrations.
+
+With several ranks each rank draws its share of every minibatch from its own stream; every rank
+takes the same number of steps (DDP's all-reduces line up). This module registers `bc`.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+
+from fleetrl.algos.ppo.actor import ActorWorker
+from fleetrl.algos.ppo.update import check_every_parameter_has_a_gradient
+from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
+from fleetrl.config.schema import Config
+from fleetrl.envs import demonstrations
+from fleetrl.observations import map_obs
+from fleetrl.parallel.seeds import ACTOR_SAMPLING, rank_seed
+from fleetrl.trajectory import Trajectory
+from fleetrl.workers.rollout_worker import RolloutWorker
+
+from .config import BCConfig
+
+
+class BCActor(ActorWorker):
+    def __init__(
+        self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
+    ):
+        super().__init__(config, observation_space, action_space, rank, world_size)
+        algo: BCConfig = config.algorithm
+        demos = demonstrations.load(algo.demonstrations, config.env, algo.gamma)
+        self.obs = map_obs(lambda x: torch.from_numpy(x).to(self.device), demos.obs)
+        self.actions = torch.from_numpy(demos.actions).to(self.device)
+        self.returns = torch.from_numpy(demos.returns).to(self.device)
+        self.sampler = torch.Generator().manual_seed(rank_seed(config.runner.seed, rank, ACTOR_SAMPLING))
+        self.checked = False  # every parameter got a gradient (checked on the first step)
+
+    def train(self, trajectory: Trajectory, progress: float) -> dict:
+        """`updates_per_iteration` behaviour-cloning steps; `trajectory` (the current policy's
+        play) only counted, never learned from. Metrics reduced over ranks."""
+        self.require_distributed()
+        algo: BCConfig = self.config.algorithm
+        lr = algo.lr * max(0.0, 1.0 - progress) if algo.anneal_lr else algo.lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        per_rank = self.minibatch_size // self.world_size
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+        for _ in range(algo.updates_per_iteration):
+            index = torch.randint(len(self.actions), (per_rank,), generator=self.sampler).to(self.device)
+            logprob, _, value = self.loss_path.module(map_obs(lambda x, i=index: x[i], self.obs), self.actions[index])
+            logprob = logprob.sum(-1) if logprob.dim() > 1 else logprob  # a token policy: the whole action's
+            action_loss = -logprob.mean()
+            value_loss = 0.5 * (value - self.returns[index]).pow(2).mean()
+            self.optimizer.zero_grad(set_to_none=True)
+            (action_loss + algo.vf_coef * value_loss).backward()
+            if not self.checked:
+                check_every_parameter_has_a_gradient(self.loss_path.policy, self.loss_path.ignored, "behaviour-cloning")
+                self.checked = True
+            if algo.max_grad_norm > 0:
+                self.loss_path.clip_grad_norm_(algo.max_grad_norm)
+            self.optimizer.step()
+            totals += torch.stack([action_loss.detach(), value_loss.detach(), logprob.detach().exp().mean()]).double()
+        means = (self.all_reduce(totals) / (self.world_size * algo.updates_per_iteration)).tolist()
+        return {
+            "bc_loss": means[0],
+            "value_loss": means[1],
+            "expert_action_prob": means[2],  # the policy's probability (density, for a Gaussian) of the expert's action
+            "lr": lr,
+            "grad_steps": algo.updates_per_iteration,
+            "demonstration_steps": len(self.actions),
+        }
+
+
+BC = register_algorithm(
+    AlgorithmSpec(
+        name="bc",
+        config=BCConfig,
+        actor=BCActor,
+        rollout=RolloutWorker,
+        stage="sft",
+        validate=lambda config: demonstrations.read_index(config.algorithm.demonstrations, config.env),
+        console_metrics=(ConsoleMetric("bc_loss", "bc", ".3f"),),
+    )
+)

@@ -1,0 +1,148 @@
+"""`env.id: fleetrl.envs.manipulation:PandaTasks` — a multi-task robot-arm set with a camera.
+
+A Franka Panda arm in PyBullet (panda-gym's tasks, `pip install 'fleetrl[manipulation]'`), several
+tasks in one env, as the MT10 / LIBERO suites do: each reset draws one task from `tasks` (from the
+reset's seed, so a seed fixes the task and its start state: a GRPO group shares both), and its
+instruction says which. Observations are a Dict:
+
+- `image`: uint8 (size, size, 3), a fixed camera over the table, rendered off-screen on the CPU
+  by PyBullet's TinyRenderer (no OpenGL, no display; ~27 ms a frame here, whatever the size up to
+  84: benchmarks/manipulation_render.py);
+- `instruction`: the task's sentence (a `Text` space listing its sentences: `envs.text` turns it
+  into word ids);
+- `state`: proprioception only — end-effector position and velocity, finger width (7 floats).
+  Where the target (and the cube) are is in the image alone.
+
+Actions: a Box(-1, 1, (4,)) for every task — an end-effector displacement (x, y, z; ×5 cm) and a
+finger command; tasks whose gripper is blocked ignore the fourth. The reward is 1 on the step the
+task succeeds (the episode then ends: panda-gym's own success test) and 0 otherwise; `info`
+carries `success` and `task` (its name), which the env worker turns into `success_rate` metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from fleetrl.errors import ConfigError
+
+INSTRUCTIONS = {
+    "reach": "move the gripper to the green target",
+    "push": "push the green cube to the translucent target",
+    "pick_and_place": "pick up the green cube and place it at the translucent target",
+}
+STATE_SIZE = 7  # end-effector position (3), velocity (3), finger width (1)
+ACTION_SIZE = 4
+
+
+class InstructionSpace(gym.spaces.Text):
+    """A `Text` space that knows its sentences, so that `envs.text.Vocabulary` can give it word ids."""
+
+    def __init__(self, sentences: list[str]):
+        self.sentences = list(sentences)
+        characters = sorted({c for sentence in sentences for c in sentence})
+        super().__init__(max_length=max(map(len, sentences)), charset="".join(characters))
+
+
+def make_task(name: str) -> gym.Env:
+    """panda-gym's env for task `name`, rendering with the TinyRenderer (CPU, off-screen)."""
+    from panda_gym.envs import panda_tasks  # the manipulation extra
+
+    classes = {
+        "reach": panda_tasks.PandaReachEnv,
+        "push": panda_tasks.PandaPushEnv,
+        "pick_and_place": panda_tasks.PandaPickAndPlaceEnv,
+    }
+    return classes[name](render_mode="rgb_array", renderer="Tiny")
+
+
+class PandaTasks(gym.Env):
+    """See the module docstring. `tasks`: names from `INSTRUCTIONS`; `image_size`: pixels a side;
+    `max_steps`: the episode's time limit (a truncation)."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(
+        self,
+        tasks: tuple[str, ...] | list[str] = ("reach", "push"),
+        image_size: int = 64,
+        max_steps: int = 50,
+        render_mode: str | None = None,
+    ):
+        unknown = [task for task in tasks if task not in INSTRUCTIONS]
+        if unknown or not tasks:
+            raise ConfigError("env.kwargs.tasks", list(tasks), f"a non-empty list of {sorted(INSTRUCTIONS)}")
+        self.task_names = list(tasks)
+        self.envs = [make_task(name) for name in self.task_names]
+        self.image_size, self.max_steps, self.render_mode = image_size, max_steps, render_mode
+        self.observation_space = gym.spaces.Dict(
+            {
+                "image": gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8),
+                "instruction": InstructionSpace([INSTRUCTIONS[name] for name in self.task_names]),
+                "state": gym.spaces.Box(-np.inf, np.inf, (STATE_SIZE,), np.float32),
+            }
+        )
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_SIZE,), np.float32)
+        self.active = 0
+        self.steps = 0
+        sim = self.envs[0].unwrapped.sim
+        self.view = sim.physics_client.computeViewMatrixFromYawPitchRoll(
+            cameraTargetPosition=[-0.1, 0.0, 0.0], distance=0.9, yaw=90, pitch=-45, roll=0, upAxisIndex=2
+        )
+        self.projection = sim.physics_client.computeProjectionMatrixFOV(fov=60, aspect=1.0, nearVal=0.1, farVal=3.0)
+
+    @property
+    def task(self) -> gym.Env:
+        """The active task's panda-gym env (its `robot`, `task` and `sim`: what an expert reads)."""
+        return self.envs[self.active].unwrapped
+
+    @property
+    def task_name(self) -> str:
+        return self.task_names[self.active]
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.active = int(self.np_random.integers(len(self.envs)))
+        self.steps = 0
+        self.envs[self.active].reset(seed=int(self.np_random.integers(2**31)))
+        return self.observe(), {"task": self.task_name}
+
+    def step(self, action):
+        env = self.envs[self.active]
+        action = np.asarray(action, np.float32)
+        _, _, success, _, _ = env.step(action if env.action_space.shape == (ACTION_SIZE,) else action[:3])
+        self.steps += 1
+        truncated = not success and self.steps >= self.max_steps
+        info: dict[str, Any] = {"task": self.task_name, "success": bool(success)}
+        return self.observe(), float(success), bool(success), truncated, info
+
+    def observe(self) -> dict:
+        robot = self.task.robot
+        state = np.concatenate([robot.get_ee_position(), robot.get_ee_velocity(), [robot.get_fingers_width()]]).astype(
+            np.float32
+        )
+        return {"image": self.camera(), "instruction": INSTRUCTIONS[self.task_name], "state": state}
+
+    def camera(self) -> np.ndarray:
+        import pybullet
+
+        size = self.image_size
+        _, _, rgba, _, _ = self.task.sim.physics_client.getCameraImage(
+            size,
+            size,
+            viewMatrix=self.view,
+            projectionMatrix=self.projection,
+            shadow=False,
+            renderer=pybullet.ER_TINY_RENDERER,
+            flags=pybullet.ER_NO_SEGMENTATION_MASK,
+        )
+        return np.asarray(rgba, np.uint8).reshape(size, size, 4)[..., :3]
+
+    def render(self) -> np.ndarray:
+        return self.camera()
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

@@ -1,0 +1,178 @@
+"""Robot manipulation (fleetrl.envs.manipulation, docs/guides/manipulation.md) on the real
+simulator: panda-gym's arm in PyBullet, camera images rendered by its TinyRenderer.
+
+The Dict observations and their spaces, each task's scripted expert succeeding, the two-stage
+pipeline as a user runs it (`fleetrl record` → `fleetrl sft` → `fleetrl train` with
+runner.init_from) with success_rate per task in training and evaluation, and the user errors of
+the new keys and commands."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("panda_gym")
+
+from fleetrl.algos.ppo.actor import ActorWorker  # noqa: E402
+from fleetrl.checkpoint import initial_weights, load_latest  # noqa: E402
+from fleetrl.cli import main  # noqa: E402
+from fleetrl.config.schema import EnvConfig  # noqa: E402
+from fleetrl.envs.experts import expert_action  # noqa: E402
+from fleetrl.envs.make import env_factory  # noqa: E402
+from fleetrl.envs.manipulation import INSTRUCTIONS, PandaTasks  # noqa: E402
+from fleetrl.plan.load import load_config  # noqa: E402
+from fleetrl.workers.env_worker import success_metrics  # noqa: E402
+from tests.support import fleetrl  # noqa: E402
+
+ENV_ID = "fleetrl.envs.manipulation:PandaTasks"
+# Small enough for CI: 32×32 images, 2 envs, 8-step episodes (a push rarely ends in 8: truncations
+# are episodes too, so every iteration reports success rates).
+SMALL = [
+    "env.kwargs={tasks: [reach, push], image_size: 32, max_steps: 8}",
+    "env.num_envs=2",
+    "algorithm.num_steps=8",
+    "algorithm.minibatch_size=8",
+    "model.patch_size=8",
+    "runner.total_env_steps=32",
+    "runner.tensorboard=false",
+    "runner.eval_interval=2",
+    "runner.eval_episodes=4",
+]
+
+
+def small_env(**kwargs):
+    config = EnvConfig(id=ENV_ID, kwargs={"tasks": ["reach", "push"], "image_size": 32, **kwargs})
+    return env_factory(config)()
+
+
+def test_dict_observations_image_instruction_state():
+    env = small_env()
+    try:
+        space = env.observation_space
+        assert set(space.spaces) == {"image", "instruction", "state"}
+        assert (space["image"].shape, space["image"].dtype) == ((32, 32, 3), np.uint8)
+        assert space["instruction"].dtype == np.int64 and space["instruction"].shape == (8,)
+        assert (space["state"].shape, space["state"].dtype) == ((7,), np.float32)
+        vocabulary = env.vocabularies["instruction"]
+        seen = {}
+        for seed in range(6):
+            obs, info = env.reset(seed=seed)
+            assert space.contains(obs)
+            seen[info["task"]] = vocabulary.decode(obs["instruction"])
+        assert seen == {task: INSTRUCTIONS[task] for task in ("reach", "push")}
+        first, _ = env.reset(seed=3)
+        again, _ = env.reset(seed=3)  # one seed, one task and one start: what a GRPO group shares
+        assert np.array_equal(first["image"], again["image"]) and np.array_equal(first["state"], again["state"])
+        assert first["image"].std() > 0  # a rendered scene, not a blank frame
+        obs, reward, terminated, truncated, info = env.step(np.zeros(4, np.float32))
+        assert set(info) == {"task", "success"} and space.contains(obs)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("task", ["reach", "push", "pick_and_place"])
+def test_scripted_expert_succeeds(task):
+    env = PandaTasks([task], image_size=32, max_steps=50)
+    try:
+        env.reset(seed=1)
+        for _ in range(50):
+            _, reward, terminated, truncated, info = env.step(expert_action(env))
+            if terminated or truncated:
+                break
+        assert (info, reward, terminated) == ({"task": task, "success": True}, 1.0, True)
+    finally:
+        env.close()
+
+
+def test_success_metrics_per_task_and_overall():
+    assert success_metrics([("reach", True), ("push", False), ("reach", False), ("reach", True)], "eval_") == {
+        "eval_success_rate": 0.5,
+        "eval_success_rate/push": 0.0,
+        "eval_success_rate/reach": 2 / 3,
+    }
+    assert success_metrics([("all", True), ("all", False)]) == {"success_rate": 0.5}
+    assert success_metrics([]) == {}
+
+
+def test_record_sft_then_train_from_it(tmp_path):
+    demos = tmp_path / "demos"
+    recorded = fleetrl(
+        "record", "configs/sft_manipulation.yaml", *SMALL[:1], "--episodes", "3", "--out", str(demos), timeout=120
+    )
+    assert recorded.code == 0, recorded.stderr
+    index = json.loads((demos / "index.json").read_text())
+    assert len(index["episodes"]) == 3 and all(entry["success"] for entry in index["episodes"])
+    with np.load(demos / index["episodes"][0]["file"]) as episode:
+        assert episode["obs.image"].dtype == np.uint8 and episode["obs.image"].shape[1:] == (32, 32, 3)
+        assert episode["actions"].shape == (index["episodes"][0]["length"], 4)
+
+    wrong = fleetrl(
+        "train", "configs/sft_manipulation.yaml", *SMALL[:1], f"algorithm.demonstrations={demos}", "--dry-run"
+    )
+    assert wrong.code == 2 and "'algorithm.name': got 'bc'" in wrong.stderr and "fleetrl sft" in wrong.stderr
+
+    sft = fleetrl(
+        "sft",
+        "configs/sft_manipulation.yaml",
+        *SMALL,
+        f"algorithm.demonstrations={demos}",
+        "algorithm.updates_per_iteration=3",
+        f"runner.run_dir={tmp_path / 'sft'}",
+        "--skip-doctor",
+        runs=tmp_path / "sft",
+        timeout=300,
+    ).succeeded()
+    assert [record["iteration"] for record in sft.metrics] == [1, 2]
+    assert all(record["grad_steps"] == 3 and record["bc_loss"] > 0 for record in sft.metrics)
+    assert {"success_rate", "eval_success_rate"} <= set(sft.metrics[-1])
+
+    rl = fleetrl(
+        "train",
+        "configs/ppo_manipulation.yaml",
+        *SMALL,
+        "algorithm.update_epochs=1",
+        f"runner.init_from={sft.run_dir}",
+        f"runner.run_dir={tmp_path / 'rl'}",
+        "--skip-doctor",
+        runs=tmp_path / "rl",
+        timeout=300,
+    ).succeeded()
+    assert f"policy weights from {sft.run_dir} (runner.init_from)" in rl.stderr
+    assert [record["iteration"] for record in rl.metrics] == [1, 2]
+    # Every iteration ends episodes (8-step limit); which tasks they were follows from the seeds.
+    assert all("success_rate" in record for record in rl.metrics)
+    per_task = {key for record in rl.metrics for key in record if key.startswith("success_rate/")}
+    assert per_task == {"success_rate/reach", "success_rate/push"}
+    evaluated = {key for key in rl.metrics[-1] if key.startswith("eval_success_rate")}
+    assert evaluated == {"eval_success_rate", "eval_success_rate/reach", "eval_success_rate/push"}
+
+    # What init_from loads is exactly the SFT checkpoint's policy (weights only).
+    config = load_config("configs/ppo_manipulation.yaml", SMALL[:5])
+    env = small_env(max_steps=8)
+    actor = ActorWorker(config, env.observation_space, env.action_space)
+    env.close()
+    weights = initial_weights(str(sft.run_dir))
+    actor.load_policy_weights(weights)
+    assert all(torch.equal(actor.policy.state_dict()[key], value) for key, value in weights.items())
+    assert weights.keys() == load_latest(sft.run_dir)["actor"]["policy"].keys()
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["train", "configs/ppo_manipulation.yaml", "runner.init_from=/nowhere/run"], "'runner.init_from'"),
+        (["sft", "configs/ppo_manipulation.yaml"], "'algorithm.name': got 'ppo'"),
+        (
+            ["sft", "configs/sft_manipulation.yaml", "algorithm.demonstrations=/nowhere/demos"],
+            "'algorithm.demonstrations'",
+        ),
+    ],
+)
+def test_bad_stage_inputs_exit_2_naming_the_key(args, named, tmp_path, capsys):
+    assert main([*args, f"runner.run_dir={tmp_path}", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err
+    assert not any(tmp_path.iterdir())
