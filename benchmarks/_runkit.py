@@ -399,8 +399,8 @@ def machine_line(info: dict) -> str:
 
 def placement_threads(config: str, overrides: list[str]) -> str:
     """The torch thread count of each worker, as fleetrl's placement resolves it."""
-    from fleetrl.config.loader import load_config
     from fleetrl.plan.layout import resolve_layout, worker_processes
+    from fleetrl.plan.load import load_config
 
     cfg = load_config(ROOT / config, [o for o in overrides if "=" in o])
     layout = resolve_layout(cfg)

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fleetrl.checkpoint import list_checkpoints, verified_load  # noqa: E402
-from fleetrl.config.loader import load_config  # noqa: E402
 from fleetrl.envs.atari import atari_wrappers  # noqa: E402
 from fleetrl.models.policy import Policy  # noqa: E402
+from fleetrl.plan.load import load_config  # noqa: E402
 from fleetrl.run_dir import CONFIG_FILE  # noqa: E402
 
 MAX_FRAMES = 108_000  # 30 minutes of play at 60 frames per second, the usual cap per game

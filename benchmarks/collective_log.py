@@ -41,8 +41,8 @@ def measure(buckets: int) -> dict:
     import torch.distributed as dist
     from torch import nn
 
+    from fleetrl.net import free_port
     from fleetrl.parallel import process_group
-    from fleetrl.parallel.net import free_port
     from fleetrl.parallel.wrap import ddp
     from fleetrl.probe import flight_recorder
 

@@ -57,9 +57,9 @@ def tensor_bytes(tensor: torch.Tensor) -> int:
 def measure(overrides: list[str], rank: int, world: int, port: int) -> dict:
     """One rank's parameter and optimizer-state bytes after one optimizer step."""
     from fleetrl.algos.ppo.actor import ActorWorker
-    from fleetrl.config.loader import load_config
     from fleetrl.envs.make import env_factory
     from fleetrl.observations import stack_obs
+    from fleetrl.plan.load import load_config
 
     torch.set_num_threads(1)
     config = load_config(str(CONFIG), ["actor.strategy=fsdp", *overrides])
@@ -93,7 +93,7 @@ def rank_main(overrides: list[str], rank: int, world: int, port: int, queue) -> 
 def run_ranks(overrides: list[str], world: int, timeout_s: float = 300) -> list[dict]:
     """`measure` in `world` spawned processes. Bounded: a rank that dies or stalls fails the run
     (after every rank is killed) instead of leaving it waiting."""
-    from fleetrl.parallel.net import free_port
+    from fleetrl.net import free_port
 
     context = multiprocessing.get_context("spawn")
     queue, port = context.Queue(), free_port()

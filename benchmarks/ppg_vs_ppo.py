@@ -135,9 +135,9 @@ def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, pha
     import torch
 
     from fleetrl.algos.ppg.actor import PPGActorWorker
-    from fleetrl.config.loader import load_config
     from fleetrl.models.policy import Policy
     from fleetrl.parallel import process_group
+    from fleetrl.plan.load import load_config
     from fleetrl.trajectory import Trajectory
 
     torch.set_num_threads(1)
@@ -194,7 +194,7 @@ def rank_main(rank: int, world: int, port: int, wrapping: str, hidden: list, pha
 def measure_wrapping(wrapping: str, hidden: list, phases: int) -> dict:
     import torch.multiprocessing as mp
 
-    from fleetrl.parallel.net import free_port
+    from fleetrl.net import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         wait_for_quiet(0.5, 5)

@@ -100,7 +100,7 @@ class RunningRay:
     process tree) when the block leaves."""
 
     def __enter__(self) -> str:
-        from fleetrl.parallel.net import free_port
+        from fleetrl.net import free_port
 
         self.temp_dir = tempfile.mkdtemp(prefix="fr-", dir="/tmp")  # Ray's socket paths must stay short
         port = free_port("127.0.0.1")

@@ -112,8 +112,8 @@ def model_floats() -> int:
     """Parameters of the config's policy (what DDP all-reduces every minibatch)."""
     import gymnasium as gym
 
-    from fleetrl.config.loader import load_config
     from fleetrl.models.policy import Policy
+    from fleetrl.plan.load import load_config
 
     cfg = load_config(kit.ROOT / CONFIG)
     env = gym.make("HalfCheetah-v5")

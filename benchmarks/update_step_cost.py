@@ -39,10 +39,10 @@ def ppo_workload(updates: int) -> tuple[list[float], int]:
 
     from fleetrl.algos.ppo.actor import policy_optimizer
     from fleetrl.algos.ppo.update import PPOBatch, ppo_update
-    from fleetrl.config.loader import load_config
     from fleetrl.models.policy import Policy
     from fleetrl.parallel.sharding import EnvShard, Minibatches
     from fleetrl.parallel.wrap import local_loss_path
+    from fleetrl.plan.load import load_config
 
     config = load_config(ROOT / "benchmarks/configs/ppo_cartpole_rlzoo.yaml")
     env = gym.make("CartPole-v1")
@@ -73,7 +73,7 @@ def sac_workload(updates: int) -> tuple[list[float], int]:
 
     from fleetrl.algos.sac.learner import SACBatch, SACLearner
     from fleetrl.algos.sac.networks import EntropyCoefficient, build_sac_actor, build_twin_q
-    from fleetrl.config.loader import load_config
+    from fleetrl.plan.load import load_config
 
     config = load_config(ROOT / "configs/sac_pendulum.yaml")
     env = gym.make("Pendulum-v1")

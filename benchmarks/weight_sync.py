@@ -41,7 +41,7 @@ def main() -> None:
     import torch
 
     from fleetrl.algos.ppo.actor import ActorWorker
-    from fleetrl.config.loader import load_config
+    from fleetrl.plan.load import load_config
     from fleetrl.workers.rollout_worker import RolloutWorker
     from tests.fsdp_transformer_ranks import SPACES
 

@@ -114,8 +114,8 @@ def installed_version() -> str:
 
 
 def command_train(args) -> int:
-    from fleetrl.config.loader import load_config
     from fleetrl.plan.layout import dry_run_text, resolve_layout
+    from fleetrl.plan.load import load_config
     from fleetrl.plan.rules import check_entry_points
 
     config = load_config(args.config, args.overrides)

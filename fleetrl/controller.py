@@ -58,9 +58,9 @@ def main() -> int:
     from torch.distributed import TCPStore
 
     from fleetrl.errors import UserError
+    from fleetrl.net import ALL_IPV4
     from fleetrl.probe.seal import Seal, SealedStore, run_secret
     from fleetrl.runner import Trainer
-    from fleetrl.supervise.store_address import ALL_IPV4
     from fleetrl.watch import signals
     from fleetrl.watch.respond import IncidentStop
     from fleetrl.watch.supervised import SupervisedSession

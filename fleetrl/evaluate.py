@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fleetrl.checkpoint import load_latest
-from fleetrl.config.loader import load_config
 from fleetrl.errors import UserError
 from fleetrl.parallel import dcp
+from fleetrl.plan.load import load_config
 from fleetrl.run_dir import CONFIG_FILE
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker

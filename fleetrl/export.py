@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleetrl.checkpoint import load_latest
-from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.models.hf.folder import VALUE_HEAD_FILE
+from fleetrl.plan.load import load_config
 from fleetrl.probe.flight_recorder import phase
 from fleetrl.run_dir import CONFIG_FILE
 

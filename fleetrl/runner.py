@@ -26,6 +26,7 @@ from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.evaluate import EvalSchedule
 from fleetrl.plan.layout import Layout, resolve_layout
+from fleetrl.plan.load import parsed_algorithm
 from fleetrl.probe.flight_recorder import beat_soon, phase
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import CONFIG_FILE, create_run_dir, owner_only, resume_dir, setup_logging
@@ -81,7 +82,7 @@ class Trainer:
         session: WatchSession | None = None,
         restart: dict | None = None,
     ):
-        self.config = config
+        self.config = config = parsed_algorithm(config)  # a Config built in code: its algorithm's own section
         runner = config.runner
         self.layout: Layout = layout or resolve_layout(config)
         resumed = resume_dir(config)  # runner.resume: a run directory, 'auto' (the newest of this name) or None

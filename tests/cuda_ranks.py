@@ -8,8 +8,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from fleetrl.net import free_port
 from fleetrl.parallel import process_group
-from fleetrl.parallel.net import free_port
 from fleetrl.probe import torch_trace
 
 

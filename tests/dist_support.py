@@ -16,11 +16,11 @@ import numpy as np
 import torch
 
 from fleetrl.algos.ppo.actor import ActorWorker
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
+from fleetrl.net import free_port
 from fleetrl.observations import leaf_spaces, map_obs
-from fleetrl.parallel.net import free_port
+from fleetrl.plan.load import load_config
 from fleetrl.trajectory import Trajectory
 
 STEPS, ENVS = 16, 8  # B = 128 samples per iteration

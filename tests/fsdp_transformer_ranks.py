@@ -23,9 +23,9 @@ import torch.distributed as dist
 from torch import nn
 
 from fleetrl.algos.ppo.actor import ActorWorker
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.observations import map_obs
+from fleetrl.plan.load import load_config
 from fleetrl.probe import flight_recorder
 from tests.dist_support import BASE, PROGRESS, synthetic_trajectory
 

@@ -17,8 +17,8 @@ import copy
 from pathlib import Path
 
 from fleetrl.algos.ppo.actor import ActorWorker
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
+from fleetrl.plan.load import load_config
 from tests.dist_support import BASE, PROGRESS
 from tests.fsdp_transformer_ranks import SPACES, trajectory
 

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.config.loader import load_config
 from fleetrl.parallel.param_check import ReplicaDivergenceError
+from fleetrl.plan.load import load_config
 from tests.dist_support import BASE, synthetic_spaces, synthetic_trajectory
 from tests.ppg_support import build_worker
 

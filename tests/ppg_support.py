@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
+from fleetrl.plan.load import load_config
 from fleetrl.trajectory import Trajectory
 from tests.dist_support import BASE, synthetic_spaces, synthetic_trajectory
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
+from fleetrl.net import free_port
 from fleetrl.parallel import process_group
-from fleetrl.parallel.net import free_port
 
 JOIN_TIMEOUT_S = 30
 

@@ -17,8 +17,8 @@ import torch
 
 from fleetrl.algos.sac.actor import SACActorWorker
 from fleetrl.algos.sac.learner import SACBatch
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
+from fleetrl.plan.load import load_config
 from fleetrl.trajectory import Trajectory
 
 STEPS, ENVS = 4, 4  # trajectory shape of the train() path

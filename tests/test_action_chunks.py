@@ -17,10 +17,10 @@ from fleetrl.algos.common.logprobs import combine
 from fleetrl.algos.ppo.update import PPOBatch, ppo_loss
 from fleetrl.cluster.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig, ModelConfig
 from fleetrl.errors import ConfigError
 from fleetrl.models.policy import Policy
+from fleetrl.plan.load import load_config
 from fleetrl.probe import flight_recorder
 from fleetrl.runner import Trainer
 from fleetrl.workers.env_worker import EnvWorker

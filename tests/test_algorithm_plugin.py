@@ -11,9 +11,9 @@ import os
 import pytest
 
 from fleetrl.algos.registry import algorithm_names, algorithm_spec, register_algorithm, unregister_algorithm
-from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.metrics_log import read_metrics
+from fleetrl.plan.load import load_config
 from fleetrl.progress import summary_line
 from fleetrl.run_dir import LOG_FILE
 from fleetrl.runner import Trainer

@@ -8,7 +8,7 @@ from functools import partial
 
 import pytest
 
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
 from fleetrl.watch import alignment
 from tests.alignment_ranks import CASES, desync, late_join
 from tests.ranks import each_scenario, spawn_ranks

@@ -17,11 +17,11 @@ import pytest
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.make import make_vector_env
 from fleetrl.evaluate import evaluate
 from fleetrl.models.policy import Policy
+from fleetrl.plan.load import load_config
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import play
 from tests.image_envs import RecordedBreakout

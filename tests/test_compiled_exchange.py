@@ -8,9 +8,9 @@ import torch
 
 from fleetrl.checkpoint import load_latest
 from fleetrl.cluster.compiled_exchange import unroll_for
-from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.plan.layout import resolve_layout
+from fleetrl.plan.load import load_config
 from tests.incidents import assert_incident, detection_bound, fault, run_fault
 from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES
 from tests.support import TIMING_METRICS as TIMING

@@ -4,14 +4,18 @@ And the happy path: overrides are YAML-typed, the saved config reloads to an equ
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from fleetrl.algos.ppo.config import PPOConfig
 from fleetrl.cli import main
-from fleetrl.config.loader import load_config, save_config
+from fleetrl.config.loader import save_config
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError, UserError
+from fleetrl.plan.load import load_config, parsed_algorithm
 from tests.support import REPO, Finished, train
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
@@ -169,7 +173,19 @@ def test_later_override_wins():
 
 
 def test_defaults_without_a_file():
-    assert load_config(None) == Config()
+    assert load_config(None) == parsed_algorithm(Config())
+    assert type(load_config(None).algorithm) is PPOConfig
+
+
+def test_a_default_config_imports_no_torch():
+    """config/ is the bottom layer: building the defaults imports no algorithm, hence no torch."""
+    code = (
+        "import sys\n"
+        "from fleetrl.config.schema import Config\n"
+        "Config()\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith(('torch', 'fleetrl')))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_override_into_an_empty_section_of_the_file(tmp_path):

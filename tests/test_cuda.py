@@ -38,7 +38,7 @@ def test_the_actor_on_the_gpu_trains_what_it_trains_on_the_cpu(model):
     """The MLP on vectors, and the transformer on Dict observations with a uint8 image: the same
     trajectories, two iterations (the lr anneals, Adam carries over), on cuda and on cpu."""
     from fleetrl.algos.ppo.actor import ActorWorker
-    from fleetrl.config.loader import load_config
+    from fleetrl.plan.load import load_config
 
     if model == "mlp":
         overrides, spaces = dist_support.BASE + dist_support.SCENARIOS["ddp"], dist_support.spaces("ddp")

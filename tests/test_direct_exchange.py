@@ -12,9 +12,9 @@ import torch
 
 from fleetrl.checkpoint import load_latest
 from fleetrl.cluster.direct_channels import Channel, ChannelLost, DirectChannels
-from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.plan.layout import resolve_layout
+from fleetrl.plan.load import load_config
 from fleetrl.probe.host import WorkerError
 from tests.incidents import assert_incident, fault, run_fault
 from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES

@@ -15,8 +15,8 @@ import math
 import pytest
 import torch
 
-from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
+from fleetrl.plan.load import load_config
 from fleetrl.plan.rules import check_actor_layout
 from tests import dist_support
 from tests.compare import assert_close_state, max_difference

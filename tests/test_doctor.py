@@ -19,7 +19,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fleetrl.config.loader import load_config
 from fleetrl.doctor import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -37,7 +36,8 @@ from fleetrl.doctor.disk import check_directory
 from fleetrl.doctor.handshake import run_handshake
 from fleetrl.doctor.interfaces import interfaces
 from fleetrl.doctor.processes import RESULT
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
+from fleetrl.plan.load import load_config
 from tests.support import LOADED_HOST_MARGIN_S, fill, fleetrl, mounted_tmpfs, own_children
 
 MIB = 1024**2

@@ -15,9 +15,9 @@ from PIL import Image
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import checkpoint_dir, list_checkpoints
 from fleetrl.cli import main
-from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.plan.layout import resolve_layout, worker_processes
+from fleetrl.plan.load import load_config
 from fleetrl.run_dir import CONFIG_FILE
 from fleetrl.workers.eval_worker import EvalWorker
 from tests.support import TWO_ACTOR_RANKS_ON_RAY, train

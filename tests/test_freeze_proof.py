@@ -147,7 +147,7 @@ def test_a_start_up_step_that_hangs_is_reported_as_startup_timeout(tmp_path):
     every other incident: exit 4 and a report naming what hung."""
     script = (
         "import sys, time\n"
-        "from fleetrl.config.loader import load_config\n"
+        "from fleetrl.plan.load import load_config\n"
         "from fleetrl.watch.session import WatchSession\n"
         "session = WatchSession(load_config('configs/ppo_cartpole.yaml'), sys.argv[1])\n"
         "with session.deadline(1, 'connecting to Ray (10.0.0.1:6379)'):\n"

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from fleetrl.algos.ppo.actor import ActorWorker
-from fleetrl.config.loader import load_config
 from fleetrl.models.policy import Policy
 from fleetrl.observations import map_obs
+from fleetrl.plan.load import load_config
 from tests import fsdp_transformer_ranks as ranks
 from tests.compare import assert_close_metrics, assert_close_state, max_difference
 from tests.dist_support import BASE

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from fleetrl.cli import main
-from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.plan.layout import fused_assignments, resolve_layout
+from fleetrl.plan.load import load_config
 from fleetrl.plan.placement import resolve_placement
 from tests.incidents import assert_incident, detection_bound, fault, run_fault
 from tests.support import LEARNING_GUARD_S, TWO_ACTOR_RANKS_ON_RAY, train

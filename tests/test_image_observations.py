@@ -17,13 +17,13 @@ import yaml
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig, ModelConfig
 from fleetrl.envs.text import Vocabulary
 from fleetrl.errors import ConfigError
 from fleetrl.models.encoders import ObservationEncoder, TextEncoder
 from fleetrl.models.policy import Policy
 from fleetrl.observations import map_obs
+from fleetrl.plan.load import load_config
 from fleetrl.plan.rules import check_spaces
 from fleetrl.step_result import StepResult
 from fleetrl.trajectory import Trajectory

@@ -19,11 +19,11 @@ pytest.importorskip("panda_gym")
 from fleetrl.algos.ppo.actor import ActorWorker  # noqa: E402
 from fleetrl.checkpoint import initial_weights, load_latest  # noqa: E402
 from fleetrl.cli import main  # noqa: E402
-from fleetrl.config.loader import load_config  # noqa: E402
 from fleetrl.config.schema import EnvConfig  # noqa: E402
 from fleetrl.envs.experts import expert_action  # noqa: E402
 from fleetrl.envs.make import env_factory  # noqa: E402
 from fleetrl.envs.manipulation import INSTRUCTIONS, PandaTasks  # noqa: E402
+from fleetrl.plan.load import load_config  # noqa: E402
 from fleetrl.workers.env_worker import success_metrics  # noqa: E402
 from tests.support import fleetrl  # noqa: E402
 

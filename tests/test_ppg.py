@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from fleetrl.algos.ppg.update import is_aux_iteration
-from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
+from fleetrl.plan.load import load_config
 from tests import ppg_support
 from tests.compare import assert_close_metrics, assert_close_state, max_difference
 from tests.ppg_support import MANY, RESUME, build_worker, make_trajectory, train_reference

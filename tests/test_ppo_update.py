@@ -11,13 +11,12 @@ import gymnasium as gym
 import pytest
 import torch
 
-from fleetrl.algos.common.optim import clip_grad_norm_
 from fleetrl.algos.ppo.actor import policy_optimizer
 from fleetrl.algos.ppo.update import PPOBatch, ppo_update
-from fleetrl.config.loader import load_config
 from fleetrl.models.policy import Policy
 from fleetrl.parallel.sharding import EnvShard, Minibatches
-from fleetrl.parallel.wrap import local_loss_path
+from fleetrl.parallel.wrap import clip_grad_norm_, local_loss_path
+from fleetrl.plan.load import load_config
 from tests.support import REPO
 
 STEPS, ENVS = 32, 8  # RL-Zoo's CartPole set: one minibatch of 256 = the whole batch, 20 epochs

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
 from tests.support import Fleetrl, end, fleetrl, subprocess_env, train
 
 RAY = str(Path(sys.executable).parent / "ray")

@@ -8,8 +8,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fleetrl.config.loader import load_config
 from fleetrl.models.policy import Policy
+from fleetrl.plan.load import load_config
 from fleetrl.workers.rollout_worker import RolloutWorker
 
 OBS = np.zeros((512, 4), np.float32)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from fleetrl.algos.common.optim import FusedAdamStep
+from fleetrl.algos.common.optim import FUSED_KERNELS, FusedAdamStep
 from fleetrl.algos.common.replay import ReplayBuffer
 from fleetrl.algos.sac.actor import SACActorWorker
 from fleetrl.algos.sac.learner import polyak_
@@ -25,9 +25,9 @@ from fleetrl.algos.sac.networks import SquashedGaussianActor
 from fleetrl.algos.sac.rollout import SACRolloutWorker
 from fleetrl.cluster.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig
 from fleetrl.errors import ConfigError
+from fleetrl.plan.load import load_config
 from fleetrl.plan.rules import check_spaces
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
@@ -194,10 +194,15 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
     assert np.allclose(actor.to_env(np.array([[-1.0, 1.0], [0.0, 0.0]])), [[-2.0, 1.0], [0.0, 0.0]])
 
 
+@pytest.mark.parametrize("kernels", [True, False], ids=["private-kernels", "fallback"])
 @pytest.mark.parametrize(
     "optimizer_class, weight_decay", [(torch.optim.Adam, 0.0), (torch.optim.Adam, 0.01), (torch.optim.AdamW, 0.01)]
 )
-def test_fused_adam_step_is_bitwise_the_optimizers_own_step(optimizer_class, weight_decay):
+def test_fused_adam_step_is_bitwise_the_optimizers_own_step(optimizer_class, weight_decay, kernels):
+    """With torch's private fused kernels (where this torch has them: `FUSED_KERNELS`) and with
+    the fallback to the optimizer's own step, the same parameters bit for bit."""
+    assert FUSED_KERNELS  # the pinned torch has them: the fast path is the one tested
+
     torch.manual_seed(0)
     mine = [torch.randn(5, 3, requires_grad=True), torch.randn(3, requires_grad=True)]
     theirs = [t.detach().clone().requires_grad_() for t in mine]
@@ -207,7 +212,7 @@ def test_fused_adam_step_is_bitwise_the_optimizers_own_step(optimizer_class, wei
         return optimizer_class(groups, eps=1e-8, weight_decay=weight_decay, fused=True)
 
     reference, optimizer = make(theirs), make(mine)
-    step = FusedAdamStep(optimizer)
+    step = FusedAdamStep(optimizer, kernels=kernels)
     for i in range(7):
         grads = [torch.randn_like(t) for t in mine]
         if i in (0, 4):  # a parameter the loss did not reach: no state yet, then a skipped update

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from fleetrl.checkpoint import checkpoint_dir, load_latest, save_checkpoint, shards_dir, staging_dir
-from fleetrl.config.loader import load_config
 from fleetrl.evaluate import evaluate
 from fleetrl.parallel import dcp
+from fleetrl.plan.load import load_config
 from fleetrl.runner import Trainer
 
 

@@ -19,7 +19,6 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import EnvConfig, LoraConfig, ModelConfig
 from fleetrl.envs.make import make_vector_env
 from fleetrl.errors import ConfigError
@@ -27,6 +26,7 @@ from fleetrl.metrics_log import read_metrics
 from fleetrl.models.hf.actions import VocabActions
 from fleetrl.models.hf.init_model import build_model
 from fleetrl.models.policy import Policy
+from fleetrl.plan.load import load_config
 from fleetrl.plan.rules import check_spaces
 from fleetrl.runner import Trainer
 from fleetrl.workers.rollout_worker import RolloutWorker

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from fleetrl.algos.ppo.actor import ActorWorker
-from fleetrl.config.loader import load_config
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.weight_sync import state_bytes
+from fleetrl.plan.load import load_config
 from fleetrl.workers.rollout_worker import RolloutWorker
 from tests.dist_support import BASE, PROGRESS
 from tests.fsdp_transformer_ranks import SPACES, trajectory

@@ -8,11 +8,11 @@ asked for. The controller loop, placement and backends are the same
 for every algorithm: they build `spec.actor(config, observation_space, action_space, rank,
 world_size)` (an `ActorBase`) and `spec.rollout(actor.policy)` in one process or
 `spec.rollout.from_config(config, observation_space, action_space)` in its own, and the loader
-builds the `algorithm` section as `spec.config`.
+builds the `algorithm` section as `spec.config` (through `SECTIONS`, from plan/load.py).
 
 The built-in algorithms register from their actor modules, which this module imports by name, on
 first use (`BUILTIN_MODULES`): the registry imports nothing of the package at import time, so the
-config code may use it without an import cycle (config → registry, workers → config).
+workers below the algorithms (the eval worker builds its algorithm's rollout worker) may use it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from fleetrl.errors import ConfigError, nearest
 if TYPE_CHECKING:
     from fleetrl.config.schema import AlgorithmConfig, Config
 
-DEFAULT_ALGORITHM = "ppo"
 ENTRY_POINT_GROUP = "fleetrl.algorithms"
 BUILTIN_MODULES = {
     "ppo": "fleetrl.algos.ppo.actor",
@@ -135,3 +134,17 @@ def algorithm_spec(name: str) -> AlgorithmSpec:
             return REGISTRY[name]
     names = algorithm_names()
     raise ConfigError("algorithm.name", name, f"one of {names}", nearest(str(name), names))
+
+
+class RegisteredSections:
+    """The registry as the loader's `AlgorithmSections` (config/loader.py): config/ imports no
+    algorithm, so the plan hands it this."""
+
+    def names(self) -> list[str]:
+        return algorithm_names()
+
+    def section(self, name: str) -> type[AlgorithmConfig]:
+        return algorithm_spec(name).config
+
+
+SECTIONS = RegisteredSections()

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from fleetrl.cluster.peer_proof import admit, prove
-from fleetrl.parallel.net import listening_socket
+from fleetrl.net import listening_socket
 from fleetrl.probe.host import WorkerError
 
 log = logging.getLogger("fleetrl")

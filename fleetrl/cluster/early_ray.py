@@ -19,7 +19,7 @@ import threading
 
 from fleetrl.cluster.ray_loopback import set_ray_loopback
 from fleetrl.config.schema import ClusterConfig
-from fleetrl.parallel.net import is_loopback
+from fleetrl.net import is_loopback
 
 
 class EarlyRay:

@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 
 from fleetrl.cluster.worker_path import NODE_PATHS_VARIABLE, node_paths
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
 from fleetrl.watch.teardown import kill_tree, wait_ended
 
 log = logging.getLogger("fleetrl")
@@ -49,7 +49,6 @@ SUBNET_PREFIX = "10.213"  # one /24 of 10.213.0.0/16 per run: 10.213.<k>.0/24
 CLUSTER_MARK = "FLEETRL_ISOLATED_CLUSTER"
 WORK_ROOT = Path("/var/tmp")  # the run's folder: hosts file, logs, clocks, the head's Ray temp dir
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
-REQUIRED_TOOLS = ("ip", "unshare")
 
 
 @dataclass
@@ -66,16 +65,6 @@ class IsolatedNode:
         if not children:
             raise RuntimeError(f"simulated node {self.index} ({self.netns}) has no init process any more")
         return children[0].pid
-
-
-def why_not_isolated() -> str | None:
-    """What this machine lacks to isolate simulated nodes, or None."""
-    if os.geteuid() != 0:
-        return f"root (network, PID and mount namespaces need it; this process runs as uid {os.geteuid()})"
-    missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
-    if missing:
-        return f"the command(s) {', '.join(missing)} (Debian's iproute2, util-linux)"
-    return None
 
 
 class IsolatedNodes:

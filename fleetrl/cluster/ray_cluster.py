@@ -25,7 +25,7 @@ from fleetrl.cluster.worker_host import WorkerHost, pack_step_results
 from fleetrl.cluster.worker_path import worker_python_path
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
-from fleetrl.parallel.net import is_loopback
+from fleetrl.net import is_loopback
 from fleetrl.plan.placement import Assignment
 from fleetrl.probe.flight_recorder import RAYLET_VARIABLE
 from fleetrl.probe.host import WatchSpec

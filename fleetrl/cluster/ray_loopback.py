@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from fleetrl.parallel.net import is_loopback
+from fleetrl.net import is_loopback
 
 
 def set_ray_loopback(on: bool) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from fleetrl.cluster.direct_channels import DirectChannels
 from fleetrl.debug.faults import FaultPlan
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
 from fleetrl.plan.placement import Assignment
 from fleetrl.probe.host import RecordedCalls, WatchSpec, WorkerError, start_watching
 

@@ -1,7 +1,9 @@
-"""YAML + dotted overrides → a typed, validated `Config`.
+"""YAML + dotted overrides → a typed `Config`, each key checked against its field.
 
 Every mistake becomes a `ConfigError` naming the dotted key, the bad value and what is valid,
-with a 'did you mean' for typos. Nothing here starts any work.
+with a 'did you mean' for typos. Nothing here starts any work. The `algorithm` section is parsed
+with the dataclass its `name` registers, which `AlgorithmSections` (the registry, from the plan
+layer above: plan/load.py) supplies; the rules across sections run there too.
 """
 
 from __future__ import annotations
@@ -10,26 +12,37 @@ import dataclasses
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
-from fleetrl.algos.registry import DEFAULT_ALGORITHM, algorithm_names, algorithm_spec
 from fleetrl.config.constraints import Check, Note, Range
 from fleetrl.config.redact import redacted
-from fleetrl.config.schema import SECTION_TYPES, Config
+from fleetrl.config.schema import SECTION_TYPES, AlgorithmConfig, Config
 from fleetrl.errors import ConfigError, UserError, nearest
-from fleetrl.plan.rules import validate
+
+DEFAULT_ALGORITHM: str = AlgorithmConfig.name  # `algorithm.name` when the config names none
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
-    """Read `path` (or start from defaults when None), apply `key=value` overrides, validate."""
+class AlgorithmSections(Protocol):
+    """Which dataclass holds `algorithm:` for each `algorithm.name`."""
+
+    def names(self) -> list[str]:
+        """Every available algorithm's name."""
+        ...
+
+    def section(self, name: str) -> type[AlgorithmConfig]:
+        """The section's dataclass of algorithm `name`; a `ConfigError` at 'algorithm.name' naming
+        the available ones for any other."""
+        ...
+
+
+def read_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
+    """The raw sections: `path`'s YAML (or none when None) with the `key=value` overrides applied."""
     raw = read_yaml(path) if path is not None else {}
     for override in overrides:
         apply_override(raw, override)
-    config = build_config(raw)
-    validate(config)
-    return config
+    return raw
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -67,7 +80,7 @@ def apply_override(raw: dict, override: str) -> None:
     node[parts[-1]] = value
 
 
-def build_config(raw: dict) -> Config:
+def build_config(raw: dict, algorithms: AlgorithmSections) -> Config:
     unknown = set(raw) - set(SECTION_TYPES)
     for name in sorted(unknown):
         raise ConfigError(name, raw[name], f"one of the sections {sorted(SECTION_TYPES)}", nearest(name, SECTION_TYPES))
@@ -77,30 +90,34 @@ def build_config(raw: dict) -> Config:
         if not isinstance(values, dict):
             raise ConfigError(name, values, "a mapping of keys")
         if name == "algorithm":  # the section of the algorithm it names
-            section_type = algorithm_spec(values.get("name", DEFAULT_ALGORITHM)).config
-        sections[name] = build_section(name, section_type, values)
+            section_type = algorithms.section(values.get("name", DEFAULT_ALGORITHM))
+        sections[name] = build_section(name, section_type, values, algorithms)
     return Config(**sections)
 
 
-def build_section(prefix: str, section_type: type, values: dict) -> Any:
+def build_section(prefix: str, section_type: type, values: dict, algorithms: AlgorithmSections | None = None) -> Any:
+    """`values` as a `section_type`; `algorithms` names the other algorithms' keys in the
+    `algorithm` section's errors."""
     hints = typing.get_type_hints(section_type, include_extras=True)
     names = [f.name for f in dataclasses.fields(section_type)]
     kwargs = {}
     for key, value in values.items():
         dotted = f"{prefix}.{key}"
         if key not in hints:
-            raise ConfigError(dotted, value, f"one of {names}", unknown_key_hint(prefix, key, names, values))
+            raise ConfigError(
+                dotted, value, f"one of {names}", unknown_key_hint(prefix, key, names, values, algorithms)
+            )
         kwargs[key] = coerce(dotted, value, hints[key])
     return section_type(**kwargs)
 
 
-def unknown_key_hint(prefix: str, key: str, names: list[str], values: dict) -> str:
+def unknown_key_hint(
+    prefix: str, key: str, names: list[str], values: dict, algorithms: AlgorithmSections | None
+) -> str:
     """'did you mean …'; for an `algorithm` key that other registered algorithms have, which."""
-    if prefix == "algorithm":
+    if prefix == "algorithm" and algorithms is not None:
         owners = [
-            name
-            for name in algorithm_names()
-            if key in {f.name for f in dataclasses.fields(algorithm_spec(name).config)}
+            name for name in algorithms.names() if key in {f.name for f in dataclasses.fields(algorithms.section(name))}
         ]
         if owners:
             return f"{key!r} is a key of {' and '.join(owners)}, not of {values.get('name', DEFAULT_ALGORITHM)}"
@@ -167,6 +184,6 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
 
 
 def save_config(config: Config, path: Path) -> None:
-    """Write the fully resolved config; `load_config(path)` reads it back unchanged, but for
-    secrets, which are never written (config/redact.py)."""
+    """Write the fully resolved config; `plan.load.load_config(path)` reads it back unchanged, but
+    for secrets, which are never written (config/redact.py)."""
     path.write_text(yaml.safe_dump(redacted(dataclasses.asdict(config)), sort_keys=False))

@@ -23,10 +23,11 @@ from fleetrl.config.constraints import (
     TorchDevice,
     UnitInterval,
 )
-from fleetrl.plan.placement import DEFAULT_PLACEMENT
 
 RESUME_AUTO = "auto"  # runner.resume: continue the newest run of this config's name (run_dir.resume_dir)
 TRACKERS = Literal["jsonl", "tensorboard", "wandb", "mlflow"]  # fleetrl/tracking/trackers.py
+
+DEFAULT_PLACEMENT = {"actor": 0, "env": 0}  # and rollout: see plan/placement.py default_rollout; eval: default_eval
 
 FLOAT16 = Note("float16 is not offered: it needs loss scaling, which fleetrl does not do; bfloat16 does not")
 
@@ -92,13 +93,6 @@ class AlgorithmConfig:
     def reset_group_size(self) -> int:
         """Consecutive envs reset with one seed (a group); 1: every env its own seed."""
         return 1
-
-
-def default_algorithm() -> AlgorithmConfig:
-    """The default algorithm's section, with its defaults."""
-    from fleetrl.algos.registry import DEFAULT_ALGORITHM, algorithm_spec
-
-    return algorithm_spec(DEFAULT_ALGORITHM).config()
 
 
 DEFAULT_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"  # OpenVLA's
@@ -426,8 +420,9 @@ class Config:
 
     env: EnvConfig = field(default_factory=EnvConfig)
     """The simulators."""
-    algorithm: AlgorithmConfig = field(default_factory=default_algorithm)
-    """The algorithm, chosen by `algorithm.name`, and its keys."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """The algorithm, chosen by `algorithm.name`, and its keys (the common ones until the plan parses
+    the section as its algorithm's own: plan/load.py)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy network."""
     actor: ActorConfig = field(default_factory=ActorConfig)

@@ -85,7 +85,7 @@ def options_from_args(args: argparse.Namespace) -> DoctorOptions:
 
 def command_doctor(args: argparse.Namespace) -> int:
     """`fleetrl doctor`: load the config (a bad one is a UserError, exit 2), run the checks."""
-    from fleetrl.config.loader import load_config
+    from fleetrl.plan.load import load_config
 
     config = load_config(args.config, args.overrides)
     return run_doctor(config, json_output=args.json, fast=args.fast, options=options_from_args(args), only=args.only)

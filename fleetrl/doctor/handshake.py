@@ -20,7 +20,7 @@ from fleetrl.doctor.peer_failure import PeerWatch
 from fleetrl.doctor.processes import Outcome, read_payload, report_phase, report_result, run_probes
 from fleetrl.doctor.reachability import probe
 from fleetrl.doctor.result import Check, failed, passed, skipped
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
 
 MODULE = "fleetrl.doctor.handshake"
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"  # torch: every rank joins a store hosted elsewhere

@@ -20,7 +20,7 @@ from fleetrl.doctor.live import ray_connected
 from fleetrl.doctor.on_nodes import START_UP_S, live_nodes, on_every_node
 from fleetrl.doctor.options import DoctorOptions
 from fleetrl.doctor.result import Check, failed, passed, skipped, warned
-from fleetrl.parallel.net import free_port, is_loopback
+from fleetrl.net import free_port, is_loopback
 
 
 @dataclass(frozen=True)

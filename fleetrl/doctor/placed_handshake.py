@@ -21,7 +21,7 @@ from fleetrl.doctor.live import ray_connected
 from fleetrl.doctor.on_nodes import START_UP_S, live_nodes, on_every_node
 from fleetrl.doctor.processes import Outcome, run_probes
 from fleetrl.doctor.result import Check, failed, passed
-from fleetrl.parallel.net import free_port
+from fleetrl.net import free_port
 
 NAME = "gloo.handshake"
 

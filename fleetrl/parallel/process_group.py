@@ -17,8 +17,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from fleetrl.net import is_loopback, listening_socket, loopback_interface
 from fleetrl.parallel import endpoints
-from fleetrl.parallel.net import is_loopback, listening_socket, loopback_interface
 from fleetrl.probe import flight_recorder, torch_trace
 from fleetrl.probe.collectives import JOIN_GROUP
 

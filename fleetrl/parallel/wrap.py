@@ -43,7 +43,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fleetrl.algos.common.optim import clip_grad_norm_
 from fleetrl.config.schema import ActorConfig
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.recorded import record_fsdp_collectives, recorded_allreduce_hook
@@ -278,3 +277,13 @@ def shard_with_fsdp2(policy: nn.Module, config: ActorConfig, device: torch.devic
         mixed = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, output_dtype=output_dtype)
         fully_shard(unit, mp_policy=mixed, **options)
         record_fsdp_collectives(unit)
+
+
+def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """`torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)` for parameters on one
+    device: the same operations in the same order (so bitwise the same result) without its
+    per-call Python (grouping by device and dtype, a `.to()` per norm, checks). Returns the norm."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total

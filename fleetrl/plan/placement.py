@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fleetrl.config.schema import DEFAULT_PLACEMENT
 from fleetrl.errors import ConfigError, nearest
 
 PLACEMENT_KEY = "cluster.component_placement"
 EVAL = "eval"
 COMPONENTS = ("actor", "rollout", "env", EVAL)
-DEFAULT_PLACEMENT = {"actor": 0, "env": 0}  # and rollout: see default_rollout; eval: default_eval
 SPEC_FIELDS = ("devices", "processes_per_device")
 RANGE_EXAMPLES = "a device range such as 5, '0-7', '0-3,8-11' or 'all'"
 RANGE_PART = re.compile(r"^(\d+)(?:-(\d+))?$")

@@ -12,8 +12,11 @@ The rules on an algorithm's own keys live with the algorithm and run through its
 
 from __future__ import annotations
 
+import os
+import shutil
+
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.cluster.isolated_nodes import why_not_isolated
+from fleetrl.config.keys import check_split_over_ranks, effective_minibatch_size, minibatch_key
 from fleetrl.config.schema import BUILTIN_MODELS, ClusterConfig, Config
 from fleetrl.debug.faults import check_fault
 from fleetrl.errors import ConfigError
@@ -21,10 +24,7 @@ from fleetrl.plan.placement import PLACEMENT_KEY, Placement
 from fleetrl.run_dir import resume_dir
 from fleetrl.watch.restarts import check_restart_on
 
-
-def get(config: Config, dotted: str):
-    section, key = dotted.split(".")
-    return getattr(getattr(config, section), key)
+ISOLATION_TOOLS = ("ip", "unshare")  # what cluster/isolated_nodes.py runs
 
 
 def validate(config: Config) -> None:
@@ -103,6 +103,16 @@ def validate_isolation(cluster: ClusterConfig) -> None:
         )
 
 
+def why_not_isolated() -> str | None:
+    """What this machine lacks to isolate simulated nodes, or None."""
+    if os.geteuid() != 0:
+        return f"root (network, PID and mount namespaces need it; this process runs as uid {os.geteuid()})"
+    missing = [tool for tool in ISOLATION_TOOLS if shutil.which(tool) is None]
+    if missing:
+        return f"the command(s) {', '.join(missing)} (Debian's iproute2, util-linux)"
+    return None
+
+
 def validate_watchdog(config: Config) -> None:
     """The relations between the watchdog's keys (each key's own range is on its field)."""
     watchdog = config.watchdog
@@ -149,17 +159,6 @@ FSDP_ONLY = (
     "fsdp_reduce_dtype",
     "fsdp_cpu_offload",
 )
-
-
-def minibatch_key(config: Config) -> str:
-    """The key that sets the minibatch: `actor.global_batch_size` when set, else
-    `algorithm.minibatch_size`."""
-    return "algorithm.minibatch_size" if config.actor.global_batch_size is None else "actor.global_batch_size"
-
-
-def effective_minibatch_size(config: Config) -> int:
-    """Samples per optimizer step, summed over all actor ranks."""
-    return get(config, minibatch_key(config))
 
 
 HF_KEYS = ("path", "trust_remote_code", "prompt_template", "decode", "action_stats", "lora")
@@ -225,20 +224,6 @@ def check_actor_layout(config: Config, actor_world_size: int) -> None:
     if world > 1 and config.actor.strategy == "fsdp" and hybrid is not None and world % hybrid:
         raise ConfigError("actor.fsdp_hybrid_shard_size", hybrid, f"a divisor of the actor world size {world}")
     algorithm_spec(config.algorithm.name).check_layout(config, world)
-
-
-def check_split_over_ranks(config: Config, key: str, minibatch: int, world: int, what: str = "minibatch") -> None:
-    """A minibatch of `minibatch` samples (set by `key`) spread over `world` ranks: W must divide
-    it, and a micro-batch each rank's share."""
-    if minibatch % world:
-        raise ConfigError(key, minibatch, f"a multiple of the actor world size {world}")
-    micro = config.actor.micro_batch_size
-    if micro is not None and (minibatch // world) % micro:
-        raise ConfigError(
-            "actor.micro_batch_size",
-            micro,
-            f"a divisor of the per-rank {what} {key} / actor ranks = {minibatch} / {world} = {minibatch // world}",
-        )
 
 
 def check_entry_points(config: Config) -> None:

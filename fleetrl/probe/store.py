@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 
-from fleetrl.parallel.net import listening_socket
+from fleetrl.net import listening_socket
 from fleetrl.probe.flight_recorder import heartbeat_key
 from fleetrl.probe.seal import Seal, SealedStore
 from fleetrl.probe.store_client import CONNECT_TIMEOUT, StoreClient

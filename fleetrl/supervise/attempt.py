@@ -23,9 +23,10 @@ from fleetrl.checkpoint import list_checkpoints, newest_intact
 from fleetrl.cluster.isolated_nodes import sweep_stale
 from fleetrl.config.schema import Config
 from fleetrl.controller import Orders
+from fleetrl.net import ALL_IPV4
 from fleetrl.probe.stack_requests import stack_asker
 from fleetrl.probe.store import HeartbeatStore
-from fleetrl.supervise.store_address import ALL_IPV4, store_address
+from fleetrl.supervise.store_address import store_address
 from fleetrl.watch import link
 from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.last_words import LastWords, how_it_ended, node_name

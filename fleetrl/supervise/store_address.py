@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from fleetrl.cluster.ray_loopback import joins_loopback
 from fleetrl.config.schema import ClusterConfig
-from fleetrl.parallel.net import is_loopback, route_address
-
-ALL_IPV4 = "0.0.0.0"
+from fleetrl.net import ALL_IPV4, is_loopback, route_address
 
 
 def store_address(cluster: ClusterConfig, inline: bool) -> str:

@@ -19,10 +19,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetrl.config.loader import load_config
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.plan.layout import Layout, resolve_layout, worker_processes
+from fleetrl.plan.load import load_config
 from fleetrl.plan.rules import check_entry_points
 from fleetrl.sweep.trial import TrialSpec
 

@@ -5,8 +5,8 @@ The controller (runner, runtime, fused ranks) names the interface's methods thro
 call to its definition, and an algorithm's actor is checked against this interface when its
 group is built.
 
-What every actor has lives here, once: the rank and world checks, the layout and space rules of
-its algorithm (`config.validate`), the device, identical initial weights (seeded from
+What every actor has lives here, once: the rank check (the layout and space rules of its
+algorithm ran in the plan, plan/rules.py, before any actor is built), the device, identical initial weights (seeded from
 `runner.seed`), joining and leaving the actor ranks' process group, starting every rank from rank
 0's replicated modules, the sum over ranks, and the replica checks (one fingerprint all-gather
 over `replicated_modules`). An algorithm supplies its modules, how it wraps them for several
@@ -29,7 +29,6 @@ from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 from fleetrl.parallel import process_group, reduce, state
 from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
-from fleetrl.plan.rules import check_actor_layout, check_spaces
 from fleetrl.trajectory import Trajectory
 
 log = logging.getLogger("fleetrl")
@@ -57,13 +56,11 @@ class ActorBase(ABC):
     def __init__(
         self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
     ):
-        """Checks the rank and the algorithm's layout and space rules, picks the device and seeds
+        """Checks the rank, picks the device and seeds
         torch from `runner.seed`, so the modules a subclass builds next are identical on every
         rank wherever it is built."""
         if not 0 <= rank < world_size:
             raise ValueError(f"actor rank {rank} is outside the world size {world_size}")
-        check_actor_layout(config, world_size)
-        check_spaces(config, observation_space, action_space)
         self.config, self.rank, self.world_size = config, rank, world_size
         self.device = actor_device(config.actor.device)
         self.distributed = False

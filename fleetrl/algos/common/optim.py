@@ -1,5 +1,5 @@
-"""The optimizer every actor uses, and a faster step (`FusedAdamStep`, its `zero_grad`) and
-gradient clipping (`clip_grad_norm_`) for it: small networks on CPU pay per-call Python here.
+"""The optimizer every actor uses, and a faster step for it (`FusedAdamStep`, its `zero_grad`):
+small networks on CPU pay per-call Python here.
 
 `build_optimizer`: `actor.optimizer` (Adam or AdamW) with `actor.adam_eps` and
 `actor.weight_decay`, over parameter groups that carry their own learning rate (PPO: one group at
@@ -14,6 +14,10 @@ import weakref
 import torch
 
 from fleetrl.config.schema import ActorConfig
+
+# torch's private fused Adam kernels, which `FusedAdamStep` calls directly; a torch without them
+# (or with them renamed) gets the optimizer's own `step()`: slower per call, the same result.
+FUSED_KERNELS = all(hasattr(torch, name) for name in ("_fused_adam_", "_fused_adamw_"))
 
 
 def build_optimizer(config: ActorConfig, groups: list[dict]) -> torch.optim.Optimizer:
@@ -30,10 +34,13 @@ class FusedAdamStep:
     keeps the state (checkpoints as usual): a loaded checkpoint replaces the state tensors, which
     the next call notices (one identity check) and caches the new ones.
 
-    Parameters must be plain tensors: FSDP's DTensor shards go through `optimizer.step()`."""
+    Parameters must be plain tensors: FSDP's DTensor shards go through `optimizer.step()`.
+    `kernels=False` (the default where torch lacks them, `FUSED_KERNELS`) is `optimizer.step()`
+    and `optimizer.zero_grad(set_to_none=True)` themselves."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer):
+    def __init__(self, optimizer: torch.optim.Optimizer, kernels: bool = FUSED_KERNELS):
         self.optimizer = optimizer
+        self.kernels = kernels
         self.groups: list | None = None
 
     def stale(self) -> bool:
@@ -72,6 +79,9 @@ class FusedAdamStep:
                 param.grad = None
 
     def __call__(self) -> None:
+        if not self.kernels:
+            self.optimizer.step()
+            return
         if self.stale():
             self.optimizer.step()  # creates the state
             self.groups = self.cache()
@@ -100,16 +110,6 @@ class FusedAdamStep:
                 grad_scale=None,
                 found_inf=None,
             )
-
-
-def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """`torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)` for parameters on one
-    device: the same operations in the same order (so bitwise the same result) without its
-    per-call Python (grouping by device and dtype, a `.to()` per norm, checks). Returns the norm."""
-    grads = [p.grad for p in params if p.grad is not None]
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
-    return total
 
 
 _FUSED_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

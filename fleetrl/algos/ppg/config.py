@@ -10,9 +10,9 @@ import gymnasium as gym
 
 from fleetrl.algos.ppo.config import PPOConfig, check_ppo_layout, validate_ppo
 from fleetrl.config.constraints import AtLeastOne, NonNegative, Positive
+from fleetrl.config.keys import check_split_over_ranks, effective_minibatch_size, minibatch_key
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
-from fleetrl.plan.rules import check_split_over_ranks, effective_minibatch_size, minibatch_key
 
 
 @dataclass

@@ -27,13 +27,13 @@ from fleetrl.algos.common.optim import build_optimizer
 from fleetrl.algos.ppo.config import PPOConfig, check_ppo_layout, validate_ppo
 from fleetrl.algos.ppo.update import PPOBatch, ppo_update
 from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
+from fleetrl.config.keys import effective_minibatch_size
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.observations import map_obs
 from fleetrl.parallel import dcp, state, weight_sync
 from fleetrl.parallel.sharding import EnvShard, Minibatches
 from fleetrl.parallel.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
-from fleetrl.plan.rules import effective_minibatch_size
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.rollout_worker import RolloutWorker

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from fleetrl.config.constraints import AtLeastOne, NonNegative, Positive, UnitInterval
+from fleetrl.config.keys import effective_minibatch_size, get, minibatch_key
 from fleetrl.config.schema import AlgorithmConfig, Config
 from fleetrl.errors import ConfigError
-from fleetrl.plan.rules import effective_minibatch_size, get, minibatch_key
 
 
 @dataclass

@@ -49,12 +49,12 @@ from fleetrl.algos.sac.config import SACConfig, check_sac_spaces, validate_sac
 from fleetrl.algos.sac.learner import SACBatch, SACLearner, SACWeights
 from fleetrl.algos.sac.networks import EntropyCoefficient, build_sac_actor, build_twin_q
 from fleetrl.algos.sac.rollout import SACRolloutWorker
+from fleetrl.config.keys import effective_minibatch_size
 from fleetrl.config.schema import Config
 from fleetrl.observations import storage_dtype
 from fleetrl.parallel import state
 from fleetrl.parallel.seeds import ACTOR_SAMPLING, rank_seed
 from fleetrl.parallel.wrap import ddp
-from fleetrl.plan.rules import effective_minibatch_size
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase
 

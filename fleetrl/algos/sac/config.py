@@ -15,9 +15,9 @@ import gymnasium as gym
 import numpy as np
 
 from fleetrl.config.constraints import AtLeastOne, NonNegative, Positive, Range, UnitInterval
+from fleetrl.config.keys import get
 from fleetrl.config.schema import AlgorithmConfig, Config
 from fleetrl.errors import ConfigError
-from fleetrl.plan.rules import get
 
 
 @dataclass

@@ -29,9 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fleetrl.algos.common.optim import FusedAdamStep, build_optimizer, clip_grad_norm_
+from fleetrl.algos.common.optim import FusedAdamStep, build_optimizer
 from fleetrl.algos.sac.config import SACConfig
 from fleetrl.algos.sac.networks import EntropyCoefficient, SquashedGaussianActor, TwinQ
+from fleetrl.parallel.wrap import clip_grad_norm_
 
 
 class PolicyAndAlpha(nn.Module):

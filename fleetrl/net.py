@@ -1,5 +1,6 @@
 """Addresses and ports on this machine: the one home of the small networking facts the actor's
-process group, the Ray cluster and the doctor all need.
+process group, the heartbeat store, the Ray cluster, the supervisor and the doctor all need (so it
+sits below every package that listens).
 
 Torch-free on purpose: the doctor imports it at start-up, when nothing heavy may load yet.
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+
+ALL_IPV4 = "0.0.0.0"  # a listener on every IPv4 address (supervise/store_address.py says when)
 
 
 def is_loopback(address: str) -> bool:
