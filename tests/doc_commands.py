@@ -17,16 +17,6 @@ FENCE = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
 COMMAND = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S+\s+)*(?:\.venv/bin/)?fleetrl\s")
 COMMENT = re.compile(r"\s+#(?:\s.*)?$")
 PLACEHOLDER = re.compile(r"<[^<>\s]+>|(?:^|[\s=])\.\.\.(?:\s|$)")
-# Commands the docs show that cannot run as written on one machine from a fresh checkout, and why.
-# Each is a documentation debt: write the placeholder as one (`<config>`, `<head>:6379`) and it
-# leaves this list.
-NOT_RUNNABLE = {
-    "fleetrl doctor config.yaml cluster.ray_address=10.0.0.1:6379": "the reader's config and head node",
-    "fleetrl train config.yaml cluster.ray_address=10.0.0.1:6379": "the reader's config and head node",
-    "fleetrl top": "needs a live run in ./runs",
-    "fleetrl init-model --family paligemma --size 3b runs/models/paligemma-3b": "a 3B model: not a CI download",
-    "fleetrl export runs/MiniGrid-GoToDoor-5x5-v0-20261127-120000 runs/models/my-vla-finetuned": "a VLA run of the reader's",
-}
 
 
 @dataclass(frozen=True)
@@ -56,7 +46,7 @@ def doc_commands(repo: Path) -> list[DocCommand]:
             first_line = text.count("\n", 0, block.start(1)) + 1
             for offset, line in logical_lines(block.group(1)):
                 line = COMMENT.sub("", line).strip()
-                runnable = not PLACEHOLDER.search(line) and line not in NOT_RUNNABLE
+                runnable = not PLACEHOLDER.search(line)
                 if COMMAND.match(line) and runnable and line not in found:
                     found[line] = DocCommand(line, f"{path.relative_to(repo)}:{first_line + offset}")
     return list(found.values())

@@ -2,7 +2,7 @@
 finds them): from a fresh working directory holding only what a checkout has at its root
 (`configs/`, the `.venv`), with the default run directory (`runs/`), a relative config path and
 the documented environment assignments, shortened only by `runner.total_env_steps` appended at
-the end. The commands run in the order the pages show them, in one working directory, so a
+the end (to train, sft and sweep). The commands run in the order the pages show them, in one working directory, so a
 `runner.resume=auto` continues the run an earlier command made; a command naming a run directory
 of its own (`runs/CartPole-v1-20261122-101500`) gets a copy of the newest run of that name there.
 Each must exit 0 and leave what it promises: a run directory with its summary, a resumed run
@@ -46,7 +46,7 @@ def test_every_documented_command_runs_as_written(tmp_path, subtests):
         with subtests.test(msg=f"{command.where}: {command.line}"):
             provide_named_runs(command, tmp_path / "runs")
             before = existing_runs(tmp_path / "runs")
-            line = f"{command.line} {SHORT}" if command.words[1] in ("train", "sweep") else command.line
+            line = f"{command.line} {SHORT}" if command.words[1] in ("train", "sft", "sweep") else command.line
             with Fleetrl(line, cwd=tmp_path, env=path, shell=True) as running:
                 finished = running.finish(TIMEOUT_S)
             assert finished.code == 0, f"{line}\n{finished.stderr[-4000:]}"
@@ -72,10 +72,12 @@ def check_promise(command: DocCommand, finished: Finished, runs: Path, before: s
     made = existing_runs(runs) - before
     if words[1] == "--version":
         assert finished.stdout.strip() == f"fleetrl {installed_version()}"
+    elif words[1] == "train" and "--dry-run" in words:
+        assert not made, f"a dry run made run directories: {made}"
     elif words[1] == "train" and any(word.startswith("runner.resume=") for word in words):
         assert not made, f"a resume made new run directories: {made}"
         assert "resumed runs/" in finished.stderr, finished.stderr[-2000:]
-    elif words[1] == "train":
+    elif words[1] in ("train", "sft"):
         assert len(made) == 1, made
         (run_dir,) = made
         assert read_json(run_dir / "summary.json") is not None and (run_dir / "config.yaml").is_file()
