@@ -156,17 +156,16 @@ def check_stage(config, command: str) -> None:
 
 
 def command_record(args) -> int:
-    from fleetrl.config.loader import apply_override, build_config, read_yaml
+    from fleetrl.algos.registry import SECTIONS
+    from fleetrl.config.loader import build_config, read_config
     from fleetrl.envs.demonstrations import record
 
     if args.episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {args.episodes}")
-    raw = read_yaml(args.config)
-    for override in args.overrides:
-        apply_override(raw, override)
     # Only the env section is used, type-checked as it is built: the algorithm's rules (bc's
     # demonstrations folder, which this command is about to write) are not checked.
-    index = record(build_config(raw).env, args.episodes, Path(args.out), args.seed)
+    config = build_config(read_config(args.config, args.overrides), SECTIONS)
+    index = record(config.env, args.episodes, Path(args.out), args.seed)
     kept = index["episodes"]
     tasks = sorted({entry["task"] for entry in kept})
     counts = ", ".join(f"{task} {sum(entry['task'] == task for entry in kept)}" for task in tasks)
