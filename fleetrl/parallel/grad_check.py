@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from fleetrl.parallel import reduce
+from fleetrl.parallel.param_check import tensors_with_ranks
 from fleetrl.probe import flight_recorder
 
 
@@ -29,15 +30,9 @@ class UnusedParameterError(RuntimeError):
     def __init__(self, missing: dict[str, list[int]], loss: str, step: str):
         self.missing = missing
         self.ranks = sorted({rank for ranks in missing.values() for rank in ranks})
-        names = list(missing)
-        shown = "; ".join(
-            f"{name} (rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))})"
-            for name, r in list(missing.items())[:20]
-        )
-        more = f" and {len(names) - 20} more" if len(names) > 20 else ""
         super().__init__(
-            f"the {loss} loss of actor rank {', '.join(map(str, self.ranks))} left {len(names)} trainable "
-            f"parameter(s) without a gradient at {step}: {shown}{more}. Under DDP the ranks would reduce "
+            f"the {loss} loss of actor rank {', '.join(map(str, self.ranks))} left {len(missing)} trainable "
+            f"parameter(s) without a gradient at {step}: {tensors_with_ranks(missing)}. Under DDP the ranks would reduce "
             "different gradients (Gloo aborts on the mismatch, NCCL hangs); every trainable parameter must "
             "take part in Policy.forward(obs, actions) on every rank at every step, or be frozen "
             "(requires_grad=False)"

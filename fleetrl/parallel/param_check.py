@@ -20,20 +20,24 @@ from fleetrl.parallel import reduce
 from fleetrl.probe import flight_recorder
 
 
+def tensors_with_ranks(by_name: dict[str, list[int]], shown: int = 20) -> str:
+    """`name (rank 1); other (ranks 0, 2)` for the first `shown` tensors, then how many more."""
+    listed = "; ".join(
+        f"{name} (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+        for name, ranks in list(by_name.items())[:shown]
+    )
+    return listed + (f" and {len(by_name) - shown} more" if len(by_name) > shown else "")
+
+
 class ReplicaDivergenceError(RuntimeError):
     """Actor ranks hold different values for parameters or buffers that must be identical."""
 
     def __init__(self, differing: dict[str, list[int]], world_size: int):
         self.differing = differing
-        shown = [
-            f"{name} (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
-            for name, ranks in list(differing.items())[:20]
-        ]
-        more = f" and {len(differing) - 20} more" if len(differing) > 20 else ""
         super().__init__(
             f"the {world_size} actor ranks no longer hold identical weights: {len(differing)} tensor(s) "
             f"differ, named with the rank(s) holding the odd value (against the majority; with two ranks, "
-            f"against rank 0) — {'; '.join(shown)}{more}. A replica diverged (a rank skipped or repeated "
+            f"against rank 0) — {tensors_with_ranks(differing)}. A replica diverged (a rank skipped or repeated "
             "an update, drew rank-local random numbers, or wrote a parameter outside the loss path); the "
             "run stops here, and the checkpoints already written are kept"
         )
