@@ -5,6 +5,7 @@ incident restarts the controller from the newest intact checkpoint with runner.m
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import pytest
 from fleetrl.checkpoint import list_checkpoints, load_latest
 from fleetrl.cli import main
 from tests.incidents import SMALL, assert_incident, fault
+from tests.supervisor_envs import native_call_that_never_returns
 from tests.support import Fleetrl, controller_of, train
 
 CONFIG = "configs/ppo_cartpole.yaml"
@@ -53,7 +55,8 @@ def test_simulator_holding_the_gil_on_the_default_backend_is_process_frozen(tmp_
     )
     assert_incident(result, "process_frozen", ["inline", 0], HEARTBEAT_TIMEOUT_S + 5)
     report = result.hang_report
-    assert "supervisor_envs.py:16 (native_call_that_never_returns)" in report["summary"], report["summary"]
+    line = inspect.getsourcelines(native_call_that_never_returns)[1] + 1  # the ctypes call in its body
+    assert f"supervisor_envs.py:{line} (native_call_that_never_returns)" in report["summary"], report["summary"]
     stack = next(w for w in report["workers"] if w["culprit"])["stack"]
     assert "env_worker.py" in stack and f"in {'__init__' if freeze_in == 'init' else 'step'}" in stack, stack
 
