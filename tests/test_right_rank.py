@@ -34,11 +34,16 @@ def test_the_rank_behind_is_named_not_the_rank_waiting_for_it(tmp_path, case):
     assert_incident(result, "rank_missing_from_collective", ["actor", 1], 15)
     report = result.hang_report
     assert report["summary"].startswith(f"actor rank 1 is behind: {words}"), report["summary"]
-    # rank 0 waits in the first collective of its call: DDP's first gradient bucket, or the
-    # advantage-normalisation all-reduce before it (minibatches of several micro-batches)
-    waited = re.search(r"; actor rank 0 waits in all_reduce( \(ddp grad bucket \d+\))? #(\d+) \(", report["summary"])
+    # rank 0 waits in the first collective of its call: the unused-parameter check's all-gather
+    # before the first backward (parallel/grad_check.py), DDP's first gradient bucket, or the
+    # advantage-normalisation all-reduce before them (minibatches of several micro-batches)
+    waited = re.search(
+        r"; actor rank 0 waits in (all_gather \(parameters reached by the loss\)|all_reduce( \(ddp grad bucket \d+\))?)"
+        r" #(?P<seq>\d+) \(",
+        report["summary"],
+    )
     assert waited, report["summary"]
-    seq = int(waited.group(2))
+    seq = int(waited["seq"])
     rows = {row["seq"]: row["cells"] for row in report["collectives"]["rows"] if row["group"] == "actor"}
     assert rows[seq]["actor/0"]["state"] == "in flight" and rows[seq]["actor/1"]["state"] == "not entered"
     assert rows[seq - 1]["actor/1"]["state"] == "done"  # rank 1 is exactly one behind
