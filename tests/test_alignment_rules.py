@@ -125,6 +125,7 @@ def test_a_record_the_watcher_has_not_annotated_is_read_on_its_own_clock():
     """No heartbeat_age_s (the watchdog off): the wait is `now` minus its start, `now` the rank's."""
     found = records(Rank(0).enters().waits(10.0), Rank(1).enters(), age=None)
     assert diagnose(found, CLOCK, timeout_s=5.0).started == CLOCK - 10.0
+    assert held_up_by(found, A1, CLOCK).started == CLOCK - 10.0
     assert diagnose(found, CLOCK, timeout_s=10.0) is None
 
 

@@ -64,10 +64,19 @@ def test_a_worker_s_exception_names_it_and_begins_when_it_was_raised_on_the_watc
     assert classified(silent, seen)[0].summary == "env rank 0 raised InjectedFault in env.step: "
 
 
-def test_exceptions_that_only_lead_to_each_other_hold_no_worker_error():
+def test_the_worker_error_is_looked_for_10_exceptions_deep_and_no_further():
+    """Ray nests a worker's error a few levels at most; the bound ends the search on a chain of
+    exceptions that lead to each other."""
     first, second = RuntimeError("a"), RuntimeError("b")
     first.__cause__, second.__cause__ = second, first
     assert worker_error(first) is None
+    error = raised("env", 0, "InjectedFault", "injected")
+    for depth, found in [(9, error), (10, None)]:  # the 10th exception is the deepest looked at
+        chain = error
+        for _ in range(depth):
+            outer = RuntimeError("wrapped")
+            outer.__cause__, chain = chain, outer
+        assert worker_error(chain) is found, depth
 
 
 def test_a_rank_that_could_not_reach_its_peers_is_peer_unreachable():
@@ -75,6 +84,10 @@ def test_a_rank_that_could_not_reach_its_peers_is_peer_unreachable():
     said = "actor rank 1 could not reach its peers: connect to 10.0.0.2:29500 refused"
     incident = classified(error, {("actor", 1): {"clock_offset_s": -20.0}})[0]
     assert incident == Incident("peer_unreachable", said, RAISED_AT - 20.0, ("actor", 1), TRACE, host=("actor", 1))
+    on_its_clock = Incident(
+        "peer_unreachable", said, RAISED_AT, ("actor", 1), TRACE, clock=("actor", 1), host=("actor", 1)
+    )
+    assert classified(error)[0] == on_its_clock
 
 
 def test_a_rank_whose_loss_left_parameters_without_a_gradient_is_named_whichever_rank_raised():
@@ -169,3 +182,9 @@ def test_any_error_while_a_node_no_longer_runs_ray_is_that_node_s_loss():
         "and its workers (env rank 0, env rank 1) stopped "
     )
     assert before - 12.0 <= incident.started <= after - 12.0  # at its last beat
+    # records the watcher has not annotated (its watchdog off): no age to go back by
+    with socket.socket() as gone:
+        gone.bind(("127.0.0.1", 0))
+        record = {"time": time.time(), "host": "sim-host-1", "node": 1, "raylet": f"127.0.0.1:{gone.getsockname()[1]}"}
+        incident, before, after = classified(error, {("env", 0): record})
+    assert incident.cause == "node_lost" and before <= incident.started <= after
