@@ -296,3 +296,18 @@ def test_torch_s_recorder_is_read_only_where_it_is_authoritative():
         else:
             assert finding is None
     assert collectives({"torch_trace": None}) == {} and entered({}, DEFAULT_GROUP) == 0  # a record without a log
+
+
+def test_on_nccl_a_mismatch_is_read_from_the_collectives_torch_s_trace_has_in_flight():
+    """torch's trace lists the collectives in flight apart from its recent ones (refreshed only
+    when a wait is old enough to fetch their detail): rank 1's other shapes are found in flight."""
+    found = {}
+    for rank, (waited_s, tensors) in enumerate([(10.0, GRADIENT), (7.0, (Shaped((3,)),))]):
+        live = Rank(rank).calls(2).enters()
+        trace = Rank(rank).calls(2).enters().waits(waited_s, "all_reduce", tensors).record()["collectives"]
+        found[("actor", rank)] = live.record() | {"torch_trace": {**trace, "recent": [], "authoritative": True}}
+    summary = (
+        f"actor ranks disagree on collective #3: actor rank 0 is in all_reduce #3 ({SITE}, shapes [[2]]), "
+        f"actor rank 1 in all_reduce #3 ({SITE}, shapes [[3]])"
+    )
+    assert diagnose(found, NOW, timeout_s=5.0) == Finding("collective_mismatch", summary, NOW - 7.5, A1, (A0,))

@@ -154,6 +154,11 @@ def test_only_the_current_call_s_beats_in_the_window_are_judged():
     assert Seen().judge(now=0.0, window_s=5.0) is None
 
 
+def test_beats_half_a_second_apart_are_judged():
+    """The default heartbeat interval: the worker's clock moved 0.5 s over the window."""
+    assert judged(beat(0.0), beat(0.25), beat(0.5)) == Judgement(BLOCKED, 0.5, 0.0, 0.0, False)
+
+
 def test_beats_that_show_no_time_passing_on_the_worker_are_no_judgement():
     assert judged(beat(100.0), beat(100.0), beat(100.0)) is None
     assert judged(beat(102.0), beat(101.0), beat(100.0)) is None  # its clock set back
