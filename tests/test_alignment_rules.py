@@ -100,6 +100,7 @@ def test_rule_1_a_rank_in_its_call_before_any_collective_is_named_not_the_rank_w
     finding = Finding("rank_missing_from_collective", summary, NOW - 10.5, A1, (A0,))
     assert diagnose(found, NOW, timeout_s=5.0) == finding
     assert diagnose(found, NOW, timeout_s=10.5) is None  # waited as long as the timeout, not longer
+    assert diagnose(found, NOW, timeout_s=5.0, join_timeout_s=30.0) == finding  # the join's own: not this wait's
     # rank 1 past its own deadline first: the same finding, however briefly rank 0 has waited
     assert held_up_by(found, A1, NOW) == finding
     assert held_up_by(found, A0, NOW) is None and held_up_by(found, E0, NOW) is None
@@ -219,6 +220,8 @@ def test_rule_3_a_peer_in_the_collective_with_other_shapes_or_another_op_is_name
         )
         # since the later of the two entered it: the mismatch began there
         assert diagnose(found, NOW, timeout_s=5.0) == Finding("collective_mismatch", summary, NOW - 7.5, A1, (A0,))
+        on_their_clocks = {key: {k: v for k, v in r.items() if k != "heartbeat_age_s"} for key, r in found.items()}
+        assert diagnose(on_their_clocks, CLOCK, timeout_s=5.0).started == CLOCK - 7.0
 
 
 def test_every_rank_in_the_same_collective_is_no_finding_of_the_alignment():
