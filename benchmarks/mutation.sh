@@ -5,7 +5,7 @@
 # mutant that no selected test fails on survives; the score is (killed + timed out) / all, as
 # mutmut's own badge counts it. The latest score and every survivor's fate:
 # docs/benchmarks/mutation.md.
-# Not part of CI (CPU-heavy, ~10 min on 2 cores): run it from the repository root with the
+# Not part of CI (CPU-heavy: 32 min for 1,089 mutants on the loaded 2-core host): run it from the repository root with the
 # `mutation` extra installed,
 #   pip install -e '.[test,mutation]' && benchmarks/mutation.sh [children]
 # `children` (default 2): mutants run at once. The selected tests read no CPU shares and no
