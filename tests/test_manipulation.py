@@ -22,7 +22,8 @@ from fleetrl.cli import main  # noqa: E402
 from fleetrl.config.schema import EnvConfig  # noqa: E402
 from fleetrl.envs.experts import expert_action  # noqa: E402
 from fleetrl.envs.make import env_factory  # noqa: E402
-from fleetrl.envs.manipulation import INSTRUCTIONS, PandaTasks  # noqa: E402
+from fleetrl.envs.manipulation import DENSE_SCALE, INSTRUCTIONS, PandaTasks  # noqa: E402
+from fleetrl.errors import ConfigError  # noqa: E402
 from fleetrl.plan.load import load_config  # noqa: E402
 from fleetrl.workers.env_worker import success_metrics  # noqa: E402
 from tests.support import fleetrl  # noqa: E402
@@ -85,6 +86,66 @@ def test_scripted_expert_succeeds(task):
         assert (info, reward, terminated) == ({"task": task, "success": True}, 1.0, True)
     finally:
         env.close()
+
+
+def distance_to_go(env: PandaTasks) -> float:
+    """The object's distance to the target plus the gripper's to the object, from the simulator."""
+    task, ee = env.task.task, env.task.robot.get_ee_position()
+    achieved = task.get_achieved_goal()
+    return float(np.linalg.norm(achieved - task.get_goal()) + np.linalg.norm(ee - achieved))
+
+
+@pytest.mark.parametrize("task", ["reach", "push"])
+def test_dense_reward_is_progress_plus_success(task):
+    """`reward: dense`: each step's reward is DENSE_SCALE × the metres it closed, plus 1 on success;
+    the expert's episode gains exactly its whole progress (potential-based shaping telescopes)."""
+    env = PandaTasks([task], image_size=32, max_steps=50, reward="dense")
+    try:
+        env.reset(seed=1)
+        start = before = distance_to_go(env)
+        total = 0.0
+        for _ in range(50):
+            _, reward, terminated, truncated, info = env.step(expert_action(env))
+            after = distance_to_go(env)
+            assert reward == float(info["success"]) + DENSE_SCALE * (before - after)
+            total, before = total + reward, after
+            if terminated or truncated:
+                break
+        assert info["success"] and terminated
+        assert total == pytest.approx(1.0 + DENSE_SCALE * (start - after), abs=1e-9)
+        assert after < start  # the expert made progress, and was paid for it
+    finally:
+        env.close()
+
+
+def test_time_limits_per_task():
+    """`max_steps: {task: steps}`: each task's episodes are truncated at its own limit."""
+    env = PandaTasks(["reach", "push"], image_size=32, max_steps={"reach": 2, "push": 3})
+    still = np.zeros(4, np.float32)  # the arm stays put: nothing succeeds
+    try:
+        lengths = {}
+        for seed in range(6):
+            _, info = env.reset(seed=seed)
+            ends = [env.step(still)[2:4] for _ in range(env.limits[env.active])]
+            assert ends[:-1] == [(False, False)] * (len(ends) - 1) and ends[-1] == (False, True)
+            lengths.setdefault(info["task"], set()).add(len(ends))
+        assert lengths == {"reach": {2}, "push": {3}}
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"reward": "shaped"}, "env.kwargs.reward"),
+        ({"max_steps": {"reach": 5}}, "env.kwargs.max_steps"),  # push has none
+        ({"max_steps": 0}, "env.kwargs.max_steps"),
+    ],
+)
+def test_bad_env_kwargs_name_the_key(kwargs, key):
+    with pytest.raises(ConfigError) as raised:
+        PandaTasks(["reach", "push"], image_size=32, **kwargs)
+    assert f"'{key}'" in str(raised.value)
 
 
 def test_success_metrics_per_task_and_overall():
