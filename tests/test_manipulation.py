@@ -25,6 +25,7 @@ from fleetrl.envs.make import env_factory  # noqa: E402
 from fleetrl.envs.manipulation import DENSE_SCALE, INSTRUCTIONS, PandaTasks  # noqa: E402
 from fleetrl.errors import ConfigError  # noqa: E402
 from fleetrl.plan.load import load_config  # noqa: E402
+from fleetrl.plots import write_plots  # noqa: E402
 from fleetrl.workers.env_worker import success_metrics  # noqa: E402
 from tests.support import fleetrl  # noqa: E402
 
@@ -34,6 +35,7 @@ ENV_ID = "fleetrl.envs.manipulation:PandaTasks"
 SMALL = [
     "env.kwargs={tasks: [reach, push], image_size: 32, max_steps: 8}",
     "env.num_envs=2",
+    "env.vectorization=sync",
     "algorithm.num_steps=8",
     "algorithm.minibatch_size=8",
     "model.patch_size=8",
@@ -203,6 +205,7 @@ def test_record_sft_then_train_from_it(tmp_path):
     ).succeeded()
     assert f"policy weights from {sft.run_dir} (runner.init_from)" in rl.stderr
     assert [record["iteration"] for record in rl.metrics] == [1, 2]
+    assert [record["policy_trained"] for record in rl.metrics] == [0, 0]  # the config's critic warm-up
     # Every iteration ends episodes (8-step limit); which tasks they were follows from the seeds.
     assert all("success_rate" in record for record in rl.metrics)
     per_task = {key for record in rl.metrics for key in record if key.startswith("success_rate/")}
@@ -211,7 +214,14 @@ def test_record_sft_then_train_from_it(tmp_path):
     assert evaluated == {"eval_success_rate", "eval_success_rate/reach", "eval_success_rate/push"}
 
     # What init_from loads is exactly the SFT checkpoint's policy (weights only).
-    config = load_config("configs/ppo_manipulation.yaml", SMALL[:5])
+    assert [path.name for path in write_plots(rl.run_dir)] == [
+        "learning_curve.png",
+        "time_per_phase.png",
+        "success_rate.png",
+    ]
+    assert (rl.run_dir / "success_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    config = load_config("configs/ppo_manipulation.yaml", SMALL[:6])
     env = small_env(max_steps=8)
     actor = ActorWorker(config, env.observation_space, env.action_space)
     env.close()
