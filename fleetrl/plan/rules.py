@@ -132,7 +132,7 @@ def validate_watchdog(config: Config) -> None:
 
 
 def validate_restarts(config: Config) -> None:
-    """runner.restart_on: incident causes (watch/watchdog.py) a restart can help with; an
+    """runner.restart_on: incident causes (watch/incident.py) a restart can help with; an
     interruption, a full disk or a failed watchdog would only come back."""
     check_restart_on(config.runner.restart_on)
 

@@ -32,8 +32,8 @@ from fleetrl.config.schema import Config
 from fleetrl.probe.seal import new_run_secret
 from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
+from fleetrl.watch.incident import Incident
 from fleetrl.watch.restarts import Restart, RestartPolicy
-from fleetrl.watch.watchdog import Incident
 
 log = logging.getLogger("fleetrl")
 PR_SET_CHILD_SUBREAPER = 36
