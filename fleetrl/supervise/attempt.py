@@ -87,8 +87,8 @@ class Attempt:
         resume = (
             str(self.run_dir) if list_checkpoints(self.run_dir) and (restart or self.config.runner.resume) else None
         )
-        config = replace(self.config, runner=replace(self.config.runner, resume=resume))
-        orders = Orders(config, str(self.run_dir), host, self.store.port, supervisor.component, os.getpid(), restart)
+        plan = replace(supervisor.plan, config=replace(self.config, runner=replace(self.config.runner, resume=resume)))
+        orders = Orders(plan, str(self.run_dir), host, self.store.port, supervisor.component, os.getpid(), restart)
         self.controller = subprocess.Popen(
             [sys.executable, "-m", "fleetrl.controller"],
             stdin=subprocess.PIPE,
