@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from fleetrl.cluster.early_ray import close_early, start_early
-from fleetrl.config.schema import Config
+from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.host import WatchSpec, start_watching
 
 PR_SET_PDEATHSIG = 1
@@ -32,7 +32,7 @@ PR_SET_PDEATHSIG = 1
 class Orders:
     """Everything the controller is told, explicitly."""
 
-    config: Config  # resolved; runner.resume names the run directory when it continues one
+    plan: RunPlan  # resolved once, by `fleetrl train`; runner.resume names the run directory when it continues one
     run_dir: str
     store_host: str  # the supervisor's heartbeat store: where it listens (supervise/store_address.py)
     store_port: int
@@ -54,7 +54,7 @@ def main() -> int:
     orders: Orders = pickle.load(sys.stdin.buffer)
     die_with(orders.supervisor_pid)
     faulthandler.enable()  # a crash (an inline simulator's segfault) prints its Python stack: its last words
-    start_early(orders.config.cluster)  # Ray's daemons start while this process imports and checks
+    start_early(orders.plan.config.cluster)  # Ray's daemons start while this process imports and checks
     from torch.distributed import TCPStore
 
     from fleetrl.errors import UserError
@@ -65,7 +65,7 @@ def main() -> int:
     from fleetrl.watch.respond import IncidentStop
     from fleetrl.watch.supervised import SupervisedSession
 
-    config = orders.config
+    config = orders.plan.config
     secret = run_secret()  # handed down by the supervisor
     stacks = str(Path(orders.run_dir) / "stacks")
     on_all = orders.store_host == ALL_IPV4
@@ -78,7 +78,7 @@ def main() -> int:
     try:
         with recorder.in_phase("startup"):
             session = SupervisedSession(config, Path(orders.run_dir), store, spec, recorder, on_all)
-            trainer = Trainer(config, run_dir=Path(orders.run_dir), session=session, restart=orders.restart)
+            trainer = Trainer(orders.plan, run_dir=Path(orders.run_dir), session=session, restart=orders.restart)
         trainer.train()
         return 0
     except UserError as error:

@@ -28,14 +28,16 @@ from fleetrl.probe.stack_requests import stack_asker
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.store_address import store_address
 from fleetrl.watch import link
+from fleetrl.watch.incident import Incident
 from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.last_words import LastWords, how_it_ended, node_name
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
+from fleetrl.watch.naming import describe, where
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
 from fleetrl.watch.teardown import kill_own_children
-from fleetrl.watch.watchdog import Incident, Watchdog, describe, readable, where
+from fleetrl.watch.watchdog import Watchdog, readable
 
 log = logging.getLogger("fleetrl")
 POLL_S = 0.1
@@ -85,8 +87,8 @@ class Attempt:
         resume = (
             str(self.run_dir) if list_checkpoints(self.run_dir) and (restart or self.config.runner.resume) else None
         )
-        config = replace(self.config, runner=replace(self.config.runner, resume=resume))
-        orders = Orders(config, str(self.run_dir), host, self.store.port, supervisor.component, os.getpid(), restart)
+        plan = replace(supervisor.plan, config=replace(self.config, runner=replace(self.config.runner, resume=resume)))
+        orders = Orders(plan, str(self.run_dir), host, self.store.port, supervisor.component, os.getpid(), restart)
         self.controller = subprocess.Popen(
             [sys.executable, "-m", "fleetrl.controller"],
             stdin=subprocess.PIPE,

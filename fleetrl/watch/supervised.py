@@ -26,9 +26,9 @@ from fleetrl.probe.flight_recorder import Recorder, join_unless_current
 from fleetrl.probe.host import WatchSpec
 from fleetrl.watch import link
 from fleetrl.watch.classify import incident_from_error
+from fleetrl.watch.incident import Incident
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, WatchSession, expire_after
-from fleetrl.watch.watchdog import Incident
 
 log = logging.getLogger("fleetrl")
 LISTEN_INTERVAL_S = 0.2
