@@ -11,7 +11,9 @@ process-group join is such a collective, waited in for the start-up step allowan
 over its deadline (`phase_timeout`), never blamed on a rank that waits for a peer behind it, and
 named as the collective miss when a peer waits for it in a collective. An
 exception in the watchdog's own poll (a record it cannot read, a store that fails) is an incident
-too (`watchdog_error`): a watchdog that died quietly would leave the run going on unwatched.
+too (`watchdog_error`): a watchdog that died quietly would leave the run going on unwatched; so is
+a worker whose own records the store has rejected for `busy_allowance_s` (watch/rejected.py), which
+is not judged frozen while they arrive.
 
 An incident's `started` is the fault's first sign — the culprit's last progress (its last
 heartbeat, the start of the phase or collective it overran) — so that `detected_after_s` measures
@@ -43,7 +45,7 @@ import psutil
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.probe.flight_recorder import join_unless_current
-from fleetrl.watch import alignment, last_words
+from fleetrl.watch import alignment, last_words, rejected
 from fleetrl.watch.judgement import BUSY, Judgement, Seen
 from fleetrl.watch.naming import collective_text, describe, where  # noqa: F401 (the report's names too)
 from fleetrl.watch.node_loss import node_lost
@@ -144,6 +146,7 @@ class Watchdog(threading.Thread):
         self.records: dict = {}
         self.seen: dict[tuple[str, int], Seen] = {}
         self.warned_slow: set = set()  # (worker, phase, its start): one "slow" warning per call
+        self.warned_unwatched: set = set()  # workers whose records are rejected: one error each
         # (time, {"component/rank": phase or None}) for the last minute: the report's timeline
         self.timeline: deque = deque(maxlen=int(60 / config.poll_interval_s))
 
@@ -253,6 +256,11 @@ class Watchdog(threading.Thread):
             age = record["heartbeat_age_s"]
             if age <= self.config.heartbeat_timeout_s:
                 continue
+            if rejected.arriving(record, self.config.heartbeat_timeout_s):  # alive but unreadable: watch/rejected.py
+                summary = rejected.past_allowance(key, record, self.config.busy_allowance_s, self.warned_unwatched)
+                if summary is not None:
+                    return Incident("watchdog_error", summary, now - rejected.unwatched_s(record), key)
+                continue
             lost = node_lost(records, key, now)
             if lost is not None:
                 culprit, summary = lost
@@ -262,7 +270,7 @@ class Watchdog(threading.Thread):
             return Incident(
                 "process_frozen",
                 f"{describe(key)} (pid {record['pid']}) stopped publishing "
-                f"heartbeats {age:.1f} s ago: {state}; last seen {where(record)}",
+                f"heartbeats {age:.1f} s ago: {state}; last seen {where(record)}{rejected.note(record)}",
                 now - age,
                 key,
             )
