@@ -58,7 +58,6 @@ def main() -> int:
     from torch.distributed import TCPStore
 
     from fleetrl.errors import UserError
-    from fleetrl.net import ALL_IPV4
     from fleetrl.probe.seal import Seal, SealedStore, run_secret
     from fleetrl.runner import Trainer
     from fleetrl.watch import signals
@@ -68,8 +67,7 @@ def main() -> int:
     config = orders.plan.config
     secret = run_secret()  # handed down by the supervisor
     stacks = str(Path(orders.run_dir) / "stacks")
-    on_all = orders.store_host == ALL_IPV4
-    host = "127.0.0.1" if on_all else orders.store_host
+    host = orders.store_host
     spec = WatchSpec(host, orders.store_port, config.watchdog.heartbeat_interval_s, stacks, {}, secret)
     recorder = start_watching(orders.component, 0, 0, spec)
     client = TCPStore(host, orders.store_port, is_master=False, timeout=timedelta(seconds=10))
@@ -77,7 +75,7 @@ def main() -> int:
     signals.install_stop_handlers()
     try:
         with recorder.in_phase("startup"):
-            session = SupervisedSession(config, Path(orders.run_dir), store, spec, recorder, on_all)
+            session = SupervisedSession(config, Path(orders.run_dir), store, spec, recorder)
             trainer = Trainer(orders.plan, run_dir=Path(orders.run_dir), session=session, restart=orders.restart)
         trainer.train()
         return 0

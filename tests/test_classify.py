@@ -24,7 +24,7 @@ from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 from fleetrl.parallel.grad_check import UnusedParameterError
 from fleetrl.probe.host import WorkerError
 from fleetrl.watch.classify import DISK_FULL_HINT, incident_from_error, ray_pid, worker_error
-from fleetrl.watch.watchdog import Incident
+from fleetrl.watch.incident import Incident
 
 TRACE = 'Traceback (most recent call last):\n  File "env.py", line 9, in step\nInjectedFault: injected at step 40\n'
 RAISED_AT = 1000.0  # on the raiser's clock

@@ -9,7 +9,9 @@ entered (`rank_missing_from_collective`) — the ranks lined up by collective se
 the rank that is behind is named and not the ones waiting for it (watch/alignment.py; the
 process-group join is such a collective, waited in for the start-up step allowance); a phase
 over its deadline (`phase_timeout`), never blamed on a rank that waits for a peer behind it, and
-named as the collective miss when a peer waits for it in a collective.
+named as the collective miss when a peer waits for it in a collective. A worker whose own records
+the store has rejected is not judged frozen while they arrive; past `busy_allowance_s` it is a
+`watchdog_error` naming it (watch/rejected.py).
 
 Heartbeat and phase ages are the watcher's own (`observe`, watch/judgement.py): a worker's clock
 is never compared with this one. Deadlines are learned: a phase may take `deadline_factor` × the
@@ -31,7 +33,7 @@ import time
 import psutil
 
 from fleetrl.config.schema import WatchdogConfig
-from fleetrl.watch import alignment, last_words
+from fleetrl.watch import alignment, last_words, rejected
 from fleetrl.watch.incident import Incident, died
 from fleetrl.watch.judgement import BUSY, Judgement, Seen
 from fleetrl.watch.naming import describe, where
@@ -60,6 +62,7 @@ class Checks:
     hostname: str  # a worker on this machine can be looked at as a process
     seen: dict[tuple[str, int], Seen]
     warned_slow: set  # (worker, phase, its start): one "slow" warning per call
+    warned_unwatched: set  # workers whose records are rejected: one error each
 
     def __init__(self, config: WatchdogConfig, workers: list[tuple[str, int]]):
         self.config, self.workers = config, workers
@@ -67,6 +70,7 @@ class Checks:
         self.hostname = socket.gethostname()
         self.seen = {}
         self.warned_slow = set()
+        self.warned_unwatched = set()
 
     def observe(self, records: dict) -> dict:
         """Note each record's beat on this process's clock; annotate `records` with the ages
@@ -119,6 +123,11 @@ class Checks:
             age = record["heartbeat_age_s"]
             if age <= self.config.heartbeat_timeout_s:
                 continue
+            if rejected.arriving(record, self.config.heartbeat_timeout_s):  # alive but unreadable: watch/rejected.py
+                summary = rejected.past_allowance(key, record, self.config.busy_allowance_s, self.warned_unwatched)
+                if summary is not None:
+                    return Incident("watchdog_error", summary, now - rejected.unwatched_s(record), key)
+                continue
             lost = node_lost(records, key, now)
             if lost is not None:
                 culprit, summary = lost
@@ -128,7 +137,7 @@ class Checks:
             return Incident(
                 "process_frozen",
                 f"{describe(key)} (pid {record['pid']}) stopped publishing "
-                f"heartbeats {age:.1f} s ago: {state}; last seen {where(record)}",
+                f"heartbeats {age:.1f} s ago: {state}; last seen {where(record)}{rejected.note(record)}",
                 now - age,
                 key,
             )
