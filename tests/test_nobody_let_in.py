@@ -20,7 +20,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from datetime import timedelta
 
 import psutil
@@ -31,7 +30,7 @@ from fleetrl.probe.host import WorkerError
 from fleetrl.probe.seal import Seal, SealedStore, new_run_secret
 from fleetrl.probe.store import HeartbeatStore, connect_publisher
 from fleetrl.probe.store_client import StoreClient
-from tests.support import REPO, Fleetrl, fleetrl, subprocess_env
+from tests.support import REPO, Fleetrl, first_iteration, fleetrl, held_cartpole, subprocess_env
 
 INTRUDER = """
 import os, pickle, socket, struct, sys
@@ -135,39 +134,16 @@ def listening_addresses(root: psutil.Process) -> set[str]:
     return found
 
 
-def wait_for_watch_file(runs, running: Fleetrl, timeout_s: float = 180):
-    """The run's watch.json, once the run has logged its first iteration (its workers listed)."""
-    deadline = time.monotonic() + timeout_s
-    while not (metrics := list(runs.glob("*/metrics.jsonl"))) or not metrics[0].read_text().strip():
-        assert running.process.poll() is None, running.stderr_so_far()[-3000:]
-        assert time.monotonic() < deadline, "no iteration logged: " + running.stderr_so_far()[-3000:]
-        time.sleep(0.5)
-    return metrics[0].parent / "watch.json"
-
-
 def test_an_inline_run_listens_on_loopback_keeps_its_secret_and_shrugs_off_forged_records(tmp_path):
     from torch.distributed import TCPStore
 
     hold, runs = tmp_path / "hold", tmp_path / "runs"
     hold.touch()  # each env step takes 0.3 s while it exists
-    command = [
-        "train",
-        "configs/ppo_cartpole.yaml",
-        f"runner.run_dir={runs}",
-        "cluster.backend=inline",
-        "env.id=tests.live_envs:HeldCartPole",
-        f"env.kwargs={{hold_file: {hold}}}",
-        "env.num_envs=1",
-        "algorithm.num_steps=8",
-        "algorithm.minibatch_size=8",
-        "algorithm.update_epochs=1",
-        "runner.total_env_steps=1000",  # 300 s while held: the test looks and forges meanwhile
-        "runner.tensorboard=false",
-        "--skip-doctor",
-    ]
+    # 1000 steps: 300 s while held, the test looks and forges meanwhile
+    command = held_cartpole(runs, hold, "cluster.backend=inline", "runner.total_env_steps=1000")
     with Fleetrl(*command, runs=runs) as running:
-        watch_file = wait_for_watch_file(runs, running)
-        run_dir = watch_file.parent
+        run_dir = first_iteration(runs, running)
+        watch_file = run_dir / "watch.json"
         assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
         assert stat.S_IMODE(watch_file.stat().st_mode) == 0o600
         where = json.loads(watch_file.read_text())
