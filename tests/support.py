@@ -57,6 +57,9 @@ LEARNING_GUARD_S = 1800
 TIMING_METRICS = ("wall_s", "steps_per_s", "time_weight_sync_s", "time_collect_s", "time_update_s")
 
 
+# What each env⇄rollout exchange logs on FOUR_LANES_ON_RAY (four_lane_cartpole)
+COMPILED_LINE = "[fleetrl] env⇄rollout exchange: compiled graph (4 lanes, 8 steps per execution)"
+DIRECT_LINE = "[fleetrl] env⇄rollout exchange: direct worker-to-worker channels (4 lanes)"
 # What `cluster.exchange: auto` logs for the seed layout (2 env ranks x 2 stages on another node)
 ACROSS_NODES_LINE = (
     "[fleetrl] env⇄rollout exchange: direct worker-to-worker channels "
