@@ -30,7 +30,7 @@ from fleetrl.probe.host import WorkerError
 from fleetrl.probe.seal import Seal, SealedStore, new_run_secret
 from fleetrl.probe.store import HeartbeatStore, connect_publisher
 from fleetrl.probe.store_client import StoreClient
-from tests.support import REPO, Fleetrl, fleetrl, subprocess_env, wait_for_watch_file
+from tests.support import REPO, Fleetrl, first_iteration, fleetrl, held_cartpole, subprocess_env
 
 INTRUDER = """
 import os, pickle, socket, struct, sys
@@ -147,24 +147,11 @@ def test_an_inline_run_listens_on_loopback_keeps_its_secret_and_shrugs_off_forge
 
     hold, runs = tmp_path / "hold", tmp_path / "runs"
     hold.touch()  # each env step takes 0.3 s while it exists
-    command = [
-        "train",
-        "configs/ppo_cartpole.yaml",
-        f"runner.run_dir={runs}",
-        "cluster.backend=inline",
-        "env.id=tests.live_envs:HeldCartPole",
-        f"env.kwargs={{hold_file: {hold}}}",
-        "env.num_envs=1",
-        "algorithm.num_steps=8",
-        "algorithm.minibatch_size=8",
-        "algorithm.update_epochs=1",
-        "runner.total_env_steps=1000",  # 300 s while held: the test looks and forges meanwhile
-        "runner.tensorboard=false",
-        "--skip-doctor",
-    ]
+    # 1000 steps: 300 s while held, the test looks and forges meanwhile
+    command = held_cartpole(runs, hold, "cluster.backend=inline", "runner.total_env_steps=1000")
     with Fleetrl(*command, runs=runs) as running:
-        watch_file = wait_for_watch_file(runs, running)
-        run_dir = watch_file.parent
+        run_dir = first_iteration(runs, running)
+        watch_file = run_dir / "watch.json"
         assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
         assert stat.S_IMODE(watch_file.stat().st_mode) == 0o600
         where = json.loads(watch_file.read_text())
