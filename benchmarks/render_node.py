@@ -85,7 +85,9 @@ def main() -> None:
             r["steady"]["steps_per_s"] for r in ok[base]
         )
         collect_ratio = kit.median(collect_rate(r) for r in ok[fast]) / kit.median(collect_rate(r) for r in ok[base])
-        print(f"\nrender node / inline: env steps/s {overall:.2f}×, collect only {collect_ratio:.2f}× (ratios of medians)")
+        print(
+            f"\nrender node / inline: env steps/s {overall:.2f}×, collect only {collect_ratio:.2f}× (ratios of medians)"
+        )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ reaches the target within a few steps; zero actions never do (that episode is tr
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from fleetrl.algos.common.gae import grpo_advantages
