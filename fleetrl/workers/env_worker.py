@@ -6,8 +6,8 @@ observation, returned as `final_obs` for exactly those envs).
 
 With `chunk` K > 1 (`model.action_chunk`) `step` takes (N, K, ...) actions and each env executes
 its chunk as up to K env steps, stopping at its episode's end (`fleetrl.envs.make.ActionChunk`):
-the result is one decision per env — reward Σ_j γ^j r_j over the k executed steps, `steps` = k —
-and the counters (env steps, episode lengths and returns) count the executed env steps.
+the result is one decision per env — reward Σ_j γ^j r_j over the k executed steps, `steps` = k,
+`chunk_return` Σ_j r_j — and the counters (env steps, episode lengths and returns) count the executed env steps.
 """
 
 from __future__ import annotations
@@ -110,10 +110,12 @@ class EnvWorker:
         truncated = truncated & ~terminated
         done = terminated | truncated
         envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
-        steps = None
+        steps = chunk_return = None
         if self.chunk > 1:
             steps = chunk_info(info, done, "chunk_steps").astype(np.int64)
-            self._count(envs, chunk_info(info, done, "chunk_return"), done, steps)
+            chunk_return = chunk_info(info, done, "chunk_return")
+            self._count(envs, chunk_return, done, steps)
+            chunk_return = chunk_return.astype(np.float32)
         else:
             self._count(envs, reward, done)
         self._count_games(envs, info.get("final_info", {}))
@@ -132,6 +134,7 @@ class EnvWorker:
             truncated_index,
             self._observe(final_obs, update=False),
             steps,
+            chunk_return,
         )
 
     def _observe(self, obs, update: bool = True):

@@ -153,8 +153,9 @@ class ActorWorker(ActorBase):
             algo.gae_lambda,
             trajectory.steps,
         )
-        if algo.adv_type == "grpo":
-            advantages = grpo_advantages(trajectory.rewards, trajectory.dones, algo.group_size)
+        if algo.adv_type == "grpo":  # episode returns: raw chunk returns with chunks (γ^j would tell chunks apart)
+            rewards = trajectory.rewards if trajectory.chunk_returns is None else trajectory.chunk_returns
+            advantages = grpo_advantages(rewards, trajectory.dones, algo.group_size)
         return advantages, returns
 
     def shard(self, trajectory: Trajectory) -> EnvShard:
