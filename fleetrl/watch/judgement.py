@@ -22,6 +22,13 @@ does not compute (a thread polling for a simulator's threads to finish waits on 
 A computation at one line — a Python loop, a long numpy or torch kernel, with system calls or not
 (reading the process CPU clock is one) — is busy until `busy_allowance_s`. A loop that polls a
 pure-Python flag (`while not ready: pass`) looks exactly like a computation and is judged busy.
+
+On a loaded host a computing thread may get a few % of a core: the other processes hold the
+cores while it waits, runnable, for one. The kernel counts that wait (its run delay,
+`thread_run_delay_s`, probe/thread_activity.py); a thread whose run delay grew by at least
+`STARVED_SHARE` of the window wanted a CPU most of the time and is *busy (starved)*, never
+blocked or spinning (`starved_share`). A blocked thread sleeps and has next to no run delay. A
+record without the field (an older worker) is judged by the rules above.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ MIN_SAMPLES = 3  # beats in the window needed to tell
 # found in its wait in ~60-100 % of them, a computation in none), and the fewest samples judged
 SPIN_WAIT_SHARE = 0.5
 SPIN_MIN_SAMPLES = 6
+# The phase's thread waited, runnable, for a CPU at least this share of the window: it is starved
+STARVED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,7 @@ class Sample:
     thread_waits: int = 0  # ... of which found it in a wait
     thread_wait: str | None = None  # the last wait found
     gpu_util_pct: float | None = None  # its GPU's utilisation; None without one, or in a collective
+    thread_run_delay_s: float | None = None  # seconds the phase's thread waited, runnable, for a CPU
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ class Judgement:
     stack_moved: bool
     waits: tuple[int, int, str] | None = None  # spinning: (waits, samples, the wait) over the window
     gpu_util_pct: float | None = None  # its GPU's mean utilisation over the window, where read
+    starved: float | None = None  # busy (starved): the share of the window its thread waited for a CPU
 
     @property
     def stalled(self) -> bool:
@@ -88,6 +99,11 @@ class Judgement:
         if self.state == BLOCKED:
             return f"blocked: its stack did not move and it used {cpu} over the last {self.window_s:.1f} s"
         moved = "its stack moves" if self.stack_moved else "its stack did not move"
+        if self.starved is not None:
+            return (
+                f"busy (starved): its thread waited for a CPU {self.starved:.0%} of the time (the host's "
+                f"other processes held the cores), {moved}, {cpu} over the last {self.window_s:.1f} s"
+            )
         return f"busy: {moved}, {cpu} over the last {self.window_s:.1f} s"
 
 
@@ -130,6 +146,7 @@ class Seen:
                 record.get("thread_waits", 0),
                 record.get("thread_wait"),
                 None if oldest_in_flight(record) else record.get("gpu_util_pct"),
+                record.get("thread_run_delay_s"),
             )
         )
 
@@ -163,6 +180,9 @@ class Seen:
         moved = len({s.stack_signature for s in recent}) > 1
         gpu = gpu_utilisation(recent)
         busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved or (gpu or 0.0) >= GPU_BUSY_PCT
+        starved = starved_share(first, last, span)
+        if starved is not None:
+            return Judgement(BUSY, span, thread, process, moved, None, gpu, starved)
         waits = spin_waits(first, last, thread, process, moved)
         state = SPINNING if waits is not None else BUSY if busy else BLOCKED
         return Judgement(state, span, thread, process, moved, waits, gpu)
@@ -185,3 +205,18 @@ def spin_waits(first: Sample, last: Sample, thread: float, process: float, moved
     if samples < SPIN_MIN_SAMPLES or waits < SPIN_WAIT_SHARE * samples:
         return None
     return waits, samples, last.thread_wait
+
+
+def starved_share(first: Sample, last: Sample, span: float) -> float | None:
+    """The share of the `span` worker seconds from `first` to `last` that the phase's thread spent
+    runnable but waiting for a CPU, if at least `STARVED_SHARE`, else None.
+
+    Why: the blocked rule reads little CPU as a thread that sleeps, and on a host loaded past its
+    cores a healthy computation gets little CPU too (a false kill was seen at 4 %). The run delay
+    tells them apart: a thread that waited for a CPU most of the window wanted to run, and is
+    busy; one asleep on a lock or a socket accrues none. Without the field (an older worker, not
+    Linux) there is no evidence, and the other rules judge."""
+    if first.thread_run_delay_s is None or last.thread_run_delay_s is None:
+        return None
+    share = (last.thread_run_delay_s - first.thread_run_delay_s) / span
+    return share if share >= STARVED_SHARE else None
