@@ -103,7 +103,8 @@ def paligemma(dims: Dims, bins: int) -> tuple[torch.nn.Module, object]:
         [*SPECIALS, "<image>"], [f"<loc{i:0>4}>" for i in range(1024)] + [f"<seg{i:0>3}>" for i in range(128)], bins
     )
     ids = tokenizer.convert_tokens_to_ids
-    vision = SiglipVisionConfig(**vision_sizes(dims), projection_dim=dims.text_hidden)
+    # no pooling head: PaliGemma reads the patch states (its own default sub-config says the same)
+    vision = SiglipVisionConfig(**vision_sizes(dims), projection_dim=dims.text_hidden, vision_use_head=False)
     text = GemmaConfig(**text_sizes(dims, tokenizer))
     config = PaliGemmaConfig(
         vision_config=vision, text_config=text, image_token_id=ids("<image>"), projection_dim=dims.text_hidden
