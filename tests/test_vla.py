@@ -25,6 +25,7 @@ from fleetrl.metrics_log import read_metrics
 from fleetrl.models.hf.actions import VocabActions
 from fleetrl.models.hf.init_model import build_model
 from fleetrl.models.policy import Policy
+from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
 from fleetrl.plan.rules import check_spaces
 from fleetrl.runner import Trainer
@@ -173,6 +174,11 @@ def test_lora_trains_only_adapters_and_the_value_head_and_checkpoints_them_with_
     )
     with pytest.raises(ConfigError, match=f"model.path.*{other}.*the base model the adapters were trained on"):
         elsewhere.load_state_dict(state)
+    # from DCP shards too, which write the saved fingerprint into the policy's own buffer first
+    dcp.save(tmp_path / "shards", actor.policy, None)
+    assert dcp.model_tensors(tmp_path / "shards", "base_hash")["network.base_hash"].equal(state["network.base_hash"])
+    with pytest.raises(ConfigError, match=f"model.path.*{other}.*the base model the adapters were trained on"):
+        dcp.load_model_weights(tmp_path / "shards", elsewhere)
 
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")
