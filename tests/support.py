@@ -281,6 +281,16 @@ def train(
     )
 
 
+def wait_for_watch_file(runs, running: Fleetrl, timeout_s: float = 180):
+    """The run's watch.json, once the run has logged its first iteration (its workers listed)."""
+    deadline = time.monotonic() + timeout_s
+    while not (metrics := list(runs.glob("*/metrics.jsonl"))) or not metrics[0].read_text().strip():
+        assert running.process.poll() is None, running.stderr_so_far()[-3000:]
+        assert time.monotonic() < deadline, "no iteration logged: " + running.stderr_so_far()[-3000:]
+        time.sleep(0.5)
+    return metrics[0].parent / "watch.json"
+
+
 def read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 

@@ -9,8 +9,8 @@ import torch
 from fleetrl.checkpoint import load_latest
 from fleetrl.cluster.compiled_exchange import unroll_for
 from fleetrl.errors import ConfigError
-from fleetrl.plan.layout import resolve_layout
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from tests.incidents import assert_incident, detection_bound, fault, run_fault
 from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES
 from tests.support import TIMING_METRICS as TIMING
@@ -106,7 +106,7 @@ def test_env_worker_killed_on_its_first_step_inside_the_graph_is_named(tmp_path)
 )
 def test_compiled_exchange_where_env_and_rollout_share_a_process_is_a_config_error(overrides, process):
     with pytest.raises(ConfigError) as caught:
-        resolve_layout(load_config("configs/ppo_cartpole.yaml", [*overrides, "cluster.exchange=compiled"]))
+        resolve(load_config("configs/ppo_cartpole.yaml", [*overrides, "cluster.exchange=compiled"]))
     assert (caught.value.key, caught.value.value) == ("cluster.exchange", "compiled")
     assert caught.value.valid == "'auto' or 'classic' on this layout" and process in caught.value.hint
 

@@ -13,8 +13,8 @@ import torch
 from fleetrl.checkpoint import load_latest
 from fleetrl.cluster.direct_channels import Channel, ChannelLost, DirectChannels
 from fleetrl.errors import ConfigError
-from fleetrl.plan.layout import resolve_layout
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from fleetrl.probe.host import WorkerError
 from tests.incidents import assert_incident, fault, run_fault
 from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES
@@ -109,7 +109,7 @@ def test_a_peer_s_error_is_raised_at_the_other_end_and_a_silent_close_names_the_
 def test_direct_exchange_where_env_and_rollout_share_a_process_is_a_config_error(overrides):
     placement = ["cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}"] if overrides else []
     with pytest.raises(ConfigError) as caught:
-        resolve_layout(load_config("configs/ppo_cartpole.yaml", [*overrides, *placement, "cluster.exchange=direct"]))
+        resolve(load_config("configs/ppo_cartpole.yaml", [*overrides, *placement, "cluster.exchange=direct"]))
     assert (caught.value.key, caught.value.value) == ("cluster.exchange", "direct")
     assert caught.value.valid == "'auto' or 'classic' on this layout"
 

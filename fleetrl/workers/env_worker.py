@@ -46,7 +46,8 @@ ASYNC_CLOSE_TIMEOUT_S = 5.0  # an async vector env's subprocesses get this long 
 class EnvWorker:
     """`num_envs` simulators, split into `stages` equal vector envs that are stepped separately
     (pipelining: while one stage steps, the policy infers the next). Normalisation statistics
-    and episode bookkeeping are shared by the stages."""
+    and episode bookkeeping are shared by the stages. A stage holds whole groups of
+    `reset_group_size` envs (the run plan checks it: plan/layout.py `check_data_layout`)."""
 
     def __init__(
         self,
@@ -60,14 +61,6 @@ class EnvWorker:
         chunk: int = 1,
     ):
         count = config.num_envs if num_envs is None else num_envs
-        if (count // stages) % reset_group_size:
-            from fleetrl.errors import ConfigError
-
-            raise ConfigError(
-                "algorithm.group_size",
-                reset_group_size,
-                f"a divisor of the envs per env worker stage ({count // stages}): a GRPO group is reset together",
-            )
         self.reset_group_size = reset_group_size
         self.chunk = chunk
         self.stages = [make_vector_env(config, count // stages, chunk, gamma) for _ in range(stages)]
