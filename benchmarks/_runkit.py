@@ -399,11 +399,12 @@ def machine_line(info: dict) -> str:
 
 def placement_threads(config: str, overrides: list[str]) -> str:
     """The torch thread count of each worker, as fleetrl's placement resolves it."""
-    from fleetrl.plan.layout import resolve_layout, worker_processes
-    from fleetrl.plan.load import load_config
+    from fleetrl.plan.layout import worker_processes
+    from fleetrl.plan.load import load_unchecked
+    from fleetrl.plan.resolve import resolve
 
-    cfg = load_config(ROOT / config, [o for o in overrides if "=" in o])
-    layout = resolve_layout(cfg)
+    plan = resolve(load_unchecked(ROOT / config, [o for o in overrides if "=" in o]))
+    cfg, layout = plan.config, plan.layout
     if layout.backend == "inline":
         return f"inline: 1 process, runner.torch_threads={cfg.runner.torch_threads}"
     parts = [f"{a.component}{a.rank}@node{a.node}:{a.cpu_threads}" for a in worker_processes(layout)]

@@ -114,20 +114,18 @@ def installed_version() -> str:
 
 
 def command_train(args) -> int:
-    from fleetrl.plan.layout import dry_run_text, resolve_layout
-    from fleetrl.plan.load import load_config
-    from fleetrl.plan.rules import check_entry_points
+    from fleetrl.plan.layout import dry_run_text
+    from fleetrl.plan.load import load_unchecked
+    from fleetrl.plan.resolve import resolve
 
-    config = load_config(args.config, args.overrides)
-    check_entry_points(config)
-    check_stage(config, args.command)
+    plan = resolve(load_unchecked(args.config, args.overrides), args.command)
+    config = plan.config
     if config.runner.init_from is not None:
         from fleetrl.checkpoint import initial_weights
 
         initial_weights(config.runner.init_from)  # a bad path: exit 2 now, naming it
-    layout = resolve_layout(config)
     if args.dry_run:
-        print(dry_run_text(layout))
+        print(dry_run_text(plan.layout))
         return 0
     if not args.skip_doctor and (code := preflight(config)):
         return code
@@ -135,24 +133,7 @@ def command_train(args) -> int:
     from fleetrl.supervise.supervisor import supervise
 
     start_janitor()  # from here on, nothing of the run outlives this process, even a SIGKILL of it
-    return supervise(config, layout.backend)
-
-
-def check_stage(config, command: str) -> None:
-    """`fleetrl train` runs RL algorithms, `fleetrl sft` supervised ones (the spec's `stage`)."""
-    from fleetrl.algos.registry import algorithm_names, algorithm_spec
-    from fleetrl.errors import ConfigError
-
-    stage = "sft" if command == "sft" else "rl"
-    if algorithm_spec(config.algorithm.name).stage != stage:
-        fitting = [name for name in algorithm_names() if algorithm_spec(name).stage == stage]
-        other = "sft" if stage == "rl" else "train"
-        raise ConfigError(
-            "algorithm.name",
-            config.algorithm.name,
-            f"one of {fitting} with fleetrl {command}",
-            f"it is a {'supervised' if stage == 'rl' else 'reinforcement-learning'} algorithm: run it with fleetrl {other}",
-        )
+    return supervise(plan)
 
 
 def command_record(args) -> int:
@@ -248,7 +229,7 @@ def command_stack(args) -> int:
 
 COMMANDS = {
     "train": command_train,
-    "sft": command_train,  # the same run; check_stage tells them apart
+    "sft": command_train,  # the same run; the plan checks the algorithm against the command
     "record": command_record,
     "sweep": command_sweep,
     "eval": command_eval,

@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from fleetrl.cluster.early_ray import close_early, start_early
-from fleetrl.config.schema import Config
+from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.host import WatchSpec, start_watching
 
 PR_SET_PDEATHSIG = 1
@@ -32,7 +32,7 @@ PR_SET_PDEATHSIG = 1
 class Orders:
     """Everything the controller is told, explicitly."""
 
-    config: Config  # resolved; runner.resume names the run directory when it continues one
+    plan: RunPlan  # resolved once, by `fleetrl train`; runner.resume names the run directory when it continues one
     run_dir: str
     store_host: str  # the supervisor's heartbeat store: where it listens (supervise/store_address.py)
     store_port: int
@@ -54,22 +54,20 @@ def main() -> int:
     orders: Orders = pickle.load(sys.stdin.buffer)
     die_with(orders.supervisor_pid)
     faulthandler.enable()  # a crash (an inline simulator's segfault) prints its Python stack: its last words
-    start_early(orders.config.cluster)  # Ray's daemons start while this process imports and checks
+    start_early(orders.plan.config.cluster)  # Ray's daemons start while this process imports and checks
     from torch.distributed import TCPStore
 
     from fleetrl.errors import UserError
-    from fleetrl.net import ALL_IPV4
     from fleetrl.probe.seal import Seal, SealedStore, run_secret
     from fleetrl.runner import Trainer
     from fleetrl.watch import signals
     from fleetrl.watch.respond import IncidentStop
     from fleetrl.watch.supervised import SupervisedSession
 
-    config = orders.config
+    config = orders.plan.config
     secret = run_secret()  # handed down by the supervisor
     stacks = str(Path(orders.run_dir) / "stacks")
-    on_all = orders.store_host == ALL_IPV4
-    host = "127.0.0.1" if on_all else orders.store_host
+    host = orders.store_host
     spec = WatchSpec(host, orders.store_port, config.watchdog.heartbeat_interval_s, stacks, {}, secret)
     recorder = start_watching(orders.component, 0, 0, spec)
     client = TCPStore(host, orders.store_port, is_master=False, timeout=timedelta(seconds=10))
@@ -77,8 +75,8 @@ def main() -> int:
     signals.install_stop_handlers()
     try:
         with recorder.in_phase("startup"):
-            session = SupervisedSession(config, Path(orders.run_dir), store, spec, recorder, on_all)
-            trainer = Trainer(config, run_dir=Path(orders.run_dir), session=session, restart=orders.restart)
+            session = SupervisedSession(config, Path(orders.run_dir), store, spec, recorder)
+            trainer = Trainer(orders.plan, run_dir=Path(orders.run_dir), session=session, restart=orders.restart)
         trainer.train()
         return 0
     except UserError as error:

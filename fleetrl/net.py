@@ -10,8 +10,6 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-ALL_IPV4 = "0.0.0.0"  # a listener on every IPv4 address (supervise/store_address.py says when)
-
 
 def is_loopback(address: str) -> bool:
     """True for 127.0.0.0/8, ::1 (a zone suffix such as '%lo' ignored) and 'localhost'."""

@@ -1,4 +1,5 @@
-"""`fleetrl report`: PNG plots of a run's learning curve and where each iteration's time went."""
+"""`fleetrl report`: PNG plots of a run's learning curve and where each iteration's time went; for
+an env that reports `success` (docs: guides/manipulation.md), its success rates too."""
 
 from __future__ import annotations
 
@@ -49,9 +50,33 @@ def write_plots(run_dir: Path) -> list[Path]:
     figure.tight_layout()
     figure.savefig(paths[1], dpi=100)
     plt.close(figure)
+    if any("success_rate" in r or "eval_success_rate" in r for r in records):
+        paths.append(draw_success_rates(run_dir, records, plt))
     if (run_dir / REPORT_JSON).is_file():
         paths.append(draw_incident_timeline(run_dir, plt))
     return paths
+
+
+def draw_success_rates(run_dir: Path, records: list[dict], plt) -> Path:
+    """success_rate.png: each iteration's training episodes (stochastic policy) and each
+    evaluation (deterministic, at the env steps of the weights it evaluated), overall and per task."""
+    figure, axis = plt.subplots(figsize=(7, 4))
+    tasks = sorted({key.split("/", 1)[1] for r in records for key in r if key.startswith("success_rate/")})
+    for prefix, step_key, style in (("", "global_step", "-"), ("eval_", "eval_global_step", "o-")):
+        kind = "evaluation" if prefix else "training"
+        for key, label, width in [("success_rate", "all tasks", 2.0)] + [
+            (f"success_rate/{task}", task, 1.0) for task in tasks
+        ]:
+            points = [(r[step_key], r[prefix + key]) for r in records if r.get(prefix + key) is not None]
+            if points:
+                axis.plot(*zip(*points), style, linewidth=width, markersize=3, label=f"{kind}: {label}")
+    axis.set(xlabel="env steps", ylabel="success rate", ylim=(-0.02, 1.02), title=f"success rate — {run_dir.name}")
+    axis.legend(fontsize="small")
+    figure.tight_layout()
+    path = run_dir / "success_rate.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
 
 
 def draw_incident_timeline(run_dir: Path, plt) -> Path:

@@ -16,7 +16,6 @@ import numpy as np
 import psutil
 import torch
 
-from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import NoIntactCheckpoint, initial_weights, load_latest, save_checkpoint, staging_dir
 from fleetrl.cluster.backend import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
@@ -25,8 +24,8 @@ from fleetrl.config.loader import save_config
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.evaluate import EvalSchedule
-from fleetrl.plan.layout import Layout, resolve_layout
-from fleetrl.plan.load import parsed_algorithm
+from fleetrl.plan.resolve import resolve
+from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.flight_recorder import beat_soon, phase
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import CONFIG_FILE, create_run_dir, owner_only, resume_dir, setup_logging
@@ -68,23 +67,23 @@ def save_resume_config(config: Config, run_dir: Path) -> Path:
 
 
 class Trainer:
-    """The training loop. Alone (a test, a library user) it makes or finds its run directory and
-    watches itself in-process; under `fleetrl train` the supervisor gives it `run_dir` (made, its
-    config saved), the `session` linking it to the supervisor's watchdog, and `restart` when it
-    continues after an incident (recorded with the first iteration it trains)."""
+    """The training loop of a checked `RunPlan` (a `Config` is resolved first: plan/resolve.py).
+    Alone (a test, a library user) it makes or finds its run directory and watches itself
+    in-process; under `fleetrl train` the supervisor gives it the plan `fleetrl train` resolved,
+    `run_dir` (made, its config saved), the `session` linking it to the supervisor's watchdog, and
+    `restart` when it continues after an incident (recorded with the first iteration it trains)."""
 
     def __init__(
         self,
-        config: Config,
+        plan: RunPlan | Config,
         live_progress: bool | None = None,
-        layout: Layout | None = None,
         run_dir: Path | None = None,
         session: WatchSession | None = None,
         restart: dict | None = None,
     ):
-        self.config = config = parsed_algorithm(config)  # a Config built in code: its algorithm's own section
+        self.plan: RunPlan = plan if isinstance(plan, RunPlan) else resolve(plan)
+        self.config = config = self.plan.config
         runner = config.runner
-        self.layout: Layout = layout or resolve_layout(config)
         resumed = resume_dir(config)  # runner.resume: a run directory, 'auto' (the newest of this name) or None
         self.run_dir = owner_only(Path(resumed or run_dir)) if resumed or run_dir else create_run_dir(config)
         if resumed is None and run_dir is None:
@@ -113,7 +112,7 @@ class Trainer:
         self.live_progress = live_progress
         self.evaluations = EvalSchedule(runner.eval_interval, self.run_dir)
         with phase("startup.backend"):
-            self.backend: Backend = start_backend(config, self.layout, self.run_dir, session)
+            self.backend: Backend = start_backend(self.plan, self.run_dir, session)
         try:
             if saved is not None:
                 with phase("startup.load_state"):
@@ -153,7 +152,7 @@ class Trainer:
             config.env.id,
             config.env.num_envs,
             config.batch_size,
-            self.layout.runs_on,
+            self.plan.layout.runs_on,
             config.actor.device,
             config.rollout.device,
         )
@@ -164,7 +163,7 @@ class Trainer:
             self.global_step,
             config.runner.log_interval,
             self.live_progress,
-            algorithm_spec(config.algorithm.name).console_metrics,
+            self.plan.spec.console_metrics,
         )
         beat_soon()  # start-up is over: the watcher's view of this process must not still say so
         try:

@@ -21,6 +21,9 @@ class StepResult:
     truncated_index: np.ndarray  # int (K,) envs truncated this step
     final_obs: Observation  # (K, *obs_shape) their last observations, for the bootstrap value
     steps: np.ndarray | None = None  # int (N,) env steps each env executed (action chunks), None: one each
+    # float32 (N,) with action chunks: Σ_j r_j over the executed steps, raw and undiscounted (the
+    # episode return's share: GRPO's); `reward` is Σ_j γ^j r_j (the semi-MDP reward GAE needs)
+    chunk_return: np.ndarray | None = None
 
     @classmethod
     def initial(cls, obs: Observation) -> StepResult:

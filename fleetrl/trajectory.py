@@ -38,6 +38,10 @@ class Trajectory:
     # episode ended inside it (GAE discounts its bootstrap by γ^k; the loss masks the actions
     # never executed). None without chunks: one env step per decision.
     steps: torch.Tensor | None = None
+    # (T, N) float Σ_j r_j over each decision's executed env steps, raw and undiscounted: with
+    # chunks the episode return is their sum (GRPO's), not the sum of `rewards` (each Σ_j γ^j r_j).
+    # None without chunks.
+    chunk_returns: torch.Tensor | None = None
 
     @classmethod
     def concatenate(cls, parts: list[Trajectory]) -> Trajectory:
@@ -102,8 +106,9 @@ class TrajectoryBuffer:
         }
         self.truncated = zeros(dtype=bool)
         self.truncated_values = zeros()
-        if record_steps:  # action chunks: env steps executed per decision
+        if record_steps:  # action chunks: env steps executed per decision, and their raw reward
             self.arrays["steps"] = zeros(dtype=np.int64)
+            self.arrays["chunk_returns"] = zeros()
         self.next_obs = None
         if record_next_obs:
             self.next_obs = self.arrays["next_obs"] = obs_zeros(observation_space, (steps, num_envs))
@@ -125,6 +130,7 @@ class TrajectoryBuffer:
         self.truncated[t] = step.truncated
         if step.steps is not None:
             a["steps"][t] = step.steps
+            a["chunk_returns"][t] = step.chunk_return
         if len(step.truncated_index):
             self.truncated_values[t, step.truncated_index] = final_values
         if self.next_obs is not None:  # step.obs starts the next episode where one ended

@@ -31,7 +31,8 @@ from fleetrl.probe import flight_recorder
 from fleetrl.probe.flight_recorder import Recorder
 from fleetrl.watch import alignment
 from fleetrl.watch.hang_report import build_hang_report, render_text
-from fleetrl.watch.watchdog import Incident, Watchdog
+from fleetrl.watch.incident import Incident
+from fleetrl.watch.watchdog import Watchdog
 
 WAIT_S = 60  # a record not showing the expected state by then fails the test (a bound, not a timing)
 

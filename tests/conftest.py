@@ -10,6 +10,20 @@ import pytest
 from tests.support import end_leftovers, own_children
 
 
+def pytest_configure(config):
+    """In the process that starts the test workers (pyproject's addopts: two), before they start:
+    Ray's default token (~/.ray/auth_token), which every new local cluster uses and the first one
+    to start writes where none exists. Two first clusters starting at once in the two workers
+    would each write their own, and one cluster's processes would then read the other's token."""
+    if hasattr(config, "workerinput"):  # a worker: its controller has done it
+        return
+    from ray._private.authentication.authentication_token_setup import generate_and_save_token
+    from ray._raylet import AuthenticationTokenLoader
+
+    if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
+        generate_and_save_token()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def one_torch_thread():
     """The tests' tensors are tiny; with torch's default of one thread per core, each op pays an

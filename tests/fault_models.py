@@ -1,6 +1,7 @@
-"""User networks that leave parameters without a gradient: a head never used on any rank
-(`tests.fault_models:UnusedHeadNet`), and one dropped by one actor rank mid-training
-(`tests.fault_models:HeadDroppingNet`)."""
+"""User networks that fail under DDP: a head never used on any rank
+(`tests.fault_models:UnusedHeadNet`), one dropped by one actor rank mid-training
+(`tests.fault_models:HeadDroppingNet`), and a cross-rank sync of their own that one rank enters
+with another size (`tests.fault_models:StatSyncingNet`)."""
 
 from __future__ import annotations
 
@@ -39,4 +40,29 @@ class HeadDroppingNet(nn.Module):
             self.calls += 1
             if self.calls >= self.drop_at:
                 return self.pi(h), h.mean(-1)  # the value head is left out
+        return self.pi(h), self.v(h).squeeze(-1)
+
+
+class StatSyncingNet(nn.Module):
+    """A user's own cross-rank sync in forward: an actor-critic that all-reduces the batch mean of
+    its 32 hidden features over the actor ranks on every training forward (as a hand-written
+    SyncBatchNorm would), whose actor rank `on_rank` from its `diverge_at`-th training forward
+    reduces only the first (a branch on local data). Gloo aborts the rank that receives more bytes
+    than its own collective expects: `on_rank`, which diverged."""
+
+    def __init__(self, observation_space, num_action_params, diverge_at: int = 3, on_rank: int = 1):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(observation_space.shape[0], 32), nn.Tanh())
+        self.pi, self.v = nn.Linear(32, num_action_params), nn.Linear(32, 1)
+        self.diverge_at, self.calls = diverge_at, 0
+        self.diverges = (os.environ.get("FLEETRL_COMPONENT"), os.environ.get("FLEETRL_RANK")) == ("actor", str(on_rank))
+
+    def forward(self, obs: torch.Tensor):
+        h = self.body(obs)
+        if torch.is_grad_enabled() and torch.distributed.is_initialized():
+            self.calls += 1
+            mean = h.detach().mean(0)
+            if self.diverges and self.calls >= self.diverge_at:
+                mean = mean[:1]
+            torch.distributed.all_reduce(mean)
         return self.pi(h), self.v(h).squeeze(-1)

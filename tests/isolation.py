@@ -1,13 +1,15 @@
 """What the isolated-node tests share: the run's small CartPole on two namespaced nodes, what a
-run may leave behind (namespaces, links, work folders, processes in other namespaces), and how
-to crash a simulated node from outside."""
+run may leave behind (namespaces, links, work folders, processes in other namespaces), how
+to crash a simulated node from outside, and what the run's own processes listen on."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -134,3 +136,42 @@ def unroutable_interface(netns: str, name: str, address: str):
         yield
     finally:
         subprocess.run(["ip", "-n", netns, "link", "del", name], check=True)
+
+
+def listening(pid: int) -> set[tuple[str, int]]:
+    """The (address, port) of each TCP socket process `pid` listens on, read in its own network
+    namespace (/proc/<pid>/net/tcp and tcp6: psutil reads the caller's); empty once it is gone."""
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return set()
+    inodes = {link[len("socket:[") : -1] for link in links if link.startswith("socket:[")}
+    found = set()
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        try:
+            rows = [line.split() for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if row[3] == "0A" and row[9] in inodes:  # LISTEN, one of its own sockets
+                address, port = row[1].split(":")
+                raw = bytes.fromhex(address)  # 32-bit words in host (little-endian) order
+                ordered = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                found.add((socket.inet_ntop(family, ordered), int(port, 16)))
+    return found
+
+
+def fleetrl_processes(supervisor_pid: int) -> dict[int, str]:
+    """pid → role of each process of the run that runs fleetrl's code: the supervisor, the
+    controller, and the Ray workers hosting fleetrl's workers (FLEETRL_COMPONENT in their
+    environment), in whichever namespace; not Ray's own daemons."""
+    found = {supervisor_pid: "supervisor"}
+    for process in psutil.Process(supervisor_pid).children(recursive=True):
+        try:
+            if "fleetrl.controller" in process.cmdline():
+                found[process.pid] = "controller"
+            elif (component := process.environ().get("FLEETRL_COMPONENT")) is not None:
+                found[process.pid] = f"{component} rank {process.environ().get('FLEETRL_RANK')}"
+        except psutil.Error:
+            continue
+    return found

@@ -11,13 +11,17 @@ from pathlib import Path
 import gymnasium as gym
 import psutil
 
+from tests.live_envs import simulate_physics
+
 
 class NodeProbe(gym.Wrapper):
     """CartPole that writes what its process sees of its machine into `<folder>/<node>-<pid>.json`:
-    host name, namespaces, addresses, wall clock, and /tmp after leaving a marker of its own there."""
+    host name, namespaces, addresses, wall clock, and /tmp after leaving a marker of its own there.
+    Its steps take 0.3 s each while `hold_file` (outside the nodes' own /tmp) exists."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, hold_file: str = ""):
         super().__init__(gym.make("CartPole-v1"))
+        self.hold_file = hold_file
         hostname = socket.gethostname()
         Path("/tmp", f"fleetrl-probe-{hostname}").touch()
         seen = {
@@ -36,6 +40,11 @@ class NodeProbe(gym.Wrapper):
             "tmp": sorted(os.listdir("/tmp")),
         }
         Path(folder, f"{seen['node']}-{os.getpid()}.json").write_text(json.dumps(seen))
+
+    def step(self, action):
+        if self.hold_file and os.path.exists(self.hold_file):
+            simulate_physics(0.3)
+        return super().step(action)
 
 
 BROKEN_MARKER = "/tmp/fleetrl-broken-simulator"

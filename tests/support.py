@@ -57,6 +57,9 @@ LEARNING_GUARD_S = 1800
 TIMING_METRICS = ("wall_s", "steps_per_s", "time_weight_sync_s", "time_collect_s", "time_update_s")
 
 
+# What each env⇄rollout exchange logs on FOUR_LANES_ON_RAY (four_lane_cartpole)
+COMPILED_LINE = "[fleetrl] env⇄rollout exchange: compiled graph (4 lanes, 8 steps per execution)"
+DIRECT_LINE = "[fleetrl] env⇄rollout exchange: direct worker-to-worker channels (4 lanes)"
 # What `cluster.exchange: auto` logs for the seed layout (2 env ranks x 2 stages on another node)
 ACROSS_NODES_LINE = (
     "[fleetrl] env⇄rollout exchange: direct worker-to-worker channels "
@@ -81,6 +84,38 @@ def four_lane_cartpole(runs, *overrides: str, iterations: int = 4) -> list[str]:
         "--skip-doctor",
         *overrides,
     ]
+
+
+def held_cartpole(runs: Path, hold: Path, *overrides: str) -> list[str]:
+    """`fleetrl train` args for a run a test looks at while it trains: CartPole on one env whose
+    every step takes 0.3 s while the file `hold` exists (tests/live_envs.py), so the run stays in
+    training while the test looks, and goes quickly to its end once the test removes `hold`;
+    8-step iterations of one update epoch. `overrides` (the backend, the length) come last."""
+    return [
+        "train",
+        "configs/ppo_cartpole.yaml",
+        f"runner.run_dir={runs}",
+        "runner.tensorboard=false",
+        "env.id=tests.live_envs:HeldCartPole",
+        f"env.kwargs={{hold_file: {hold}}}",
+        "env.num_envs=1",
+        "algorithm.num_steps=8",
+        "algorithm.minibatch_size=8",
+        "algorithm.update_epochs=1",
+        "--skip-doctor",
+        *overrides,
+    ]
+
+
+def first_iteration(runs: Path, running: Fleetrl, timeout_s: float = 180) -> Path:
+    """The run directory under `runs`, once the run has logged its first iteration; fails the
+    test if the run ends or `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while not (metrics := list(runs.glob("*/metrics.jsonl"))) or not metrics[0].read_text().strip():
+        assert running.process.poll() is None, running.stderr_so_far()[-3000:]
+        assert time.monotonic() < deadline, "no iteration logged: " + running.stderr_so_far()[-3000:]
+        time.sleep(0.5)
+    return metrics[0].parent
 
 
 @contextlib.contextmanager
@@ -279,6 +314,16 @@ def train(
     return fleetrl(
         "train", str(config), f"runner.run_dir={runs}", *overrides, timeout=timeout, cwd=cwd, runs=runs, env=env
     )
+
+
+def wait_for_watch_file(runs, running: Fleetrl, timeout_s: float = 180):
+    """The run's watch.json, once the run has logged its first iteration (its workers listed)."""
+    deadline = time.monotonic() + timeout_s
+    while not (metrics := list(runs.glob("*/metrics.jsonl"))) or not metrics[0].read_text().strip():
+        assert running.process.poll() is None, running.stderr_so_far()[-3000:]
+        assert time.monotonic() < deadline, "no iteration logged: " + running.stderr_so_far()[-3000:]
+        time.sleep(0.5)
+    return metrics[0].parent / "watch.json"
 
 
 def read_json(path: Path) -> dict | None:

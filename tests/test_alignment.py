@@ -9,7 +9,6 @@ from functools import partial
 import pytest
 
 from fleetrl.net import free_port
-from fleetrl.watch import alignment
 from tests.alignment_ranks import CASES, desync, late_join
 from tests.ranks import each_scenario, spawn_ranks
 
@@ -161,41 +160,3 @@ def test_a_rank_stalled_before_its_process_group_join_is_named_not_the_rank_wait
     for result in (waiting, found):  # once both joined, the join is complete on each, and apart
         log = result["record"]["collectives"]
         assert log["entered"] == log["completed"] == {"join": 1} and log["in_flight"] == []
-
-
-def first_call_record(rank: int, entered: int, waiting: bool) -> dict:
-    """An actor rank's heartbeat on its first call of actor.train: in #entered (waiting) or
-    finished after it."""
-    entry = {"seq": entered, "op": "all_reduce", "group": "actor", "shapes": [[2]], "call_site": "x.py:1 (f)"}
-    entry |= {"started": 0.0, "finished": None if waiting else 1.0}
-    return {
-        "phase": "actor.train" if waiting else None,
-        "phase_started": 0.0,
-        "phase_counts": {"actor.train": 1},
-        "call_collectives": {} if waiting else {"actor.train": 1},
-        "collectives_in_call": 2 if waiting else None,
-        "collective": entry if waiting else None,
-        "collectives": {"entered": {"actor": entered}, "in_flight": [entry] if waiting else [], "recent": [entry]},
-    }
-
-
-def test_on_a_first_call_the_larger_side_is_taken_as_right_and_a_tie_is_said_to_be_one():
-    """No call before to compare counts with: three ranks, two waiting in #5 and one finished
-    after #4, name the one; two ranks, one each way, name the waiting one and say it may be the
-    other way round."""
-    three = {("actor", 0): first_call_record(0, 5, True), ("actor", 1): first_call_record(1, 5, True)}
-    three[("actor", 2)] = first_call_record(2, 4, False)
-    found = alignment.diagnose(three, now=10.0, timeout_s=5.0)
-    assert (found.cause, found.culprit, found.waiting) == (
-        "rank_missing_from_collective",
-        ("actor", 2),
-        (("actor", 0), ("actor", 1)),
-    )
-    assert "which most ranks entered" in found.summary
-    two = {("actor", 0): first_call_record(0, 5, True), ("actor", 1): first_call_record(1, 4, False)}
-    found = alignment.diagnose(two, now=10.0, timeout_s=5.0)
-    assert (found.cause, found.culprit) == ("collective_mismatch", ("actor", 0))
-    assert found.summary.endswith(
-        "(or actor rank 1 skipped collectives the others make: the counts per call cannot tell)"
-    )
-    assert alignment.diagnose(two, now=5.0, timeout_s=5.0) is None  # not waited long enough

@@ -18,8 +18,8 @@ from fleetrl.cli import build_parser
 from fleetrl.config.schema import RESTARTABLE, SECTION_TYPES, Config
 from fleetrl.doctor.command import EXIT_CHECK_FAILED
 from fleetrl.sweep.driver import EXIT_TRIALS_FAILED
+from fleetrl.watch.incident import CAUSES
 from fleetrl.watch.respond import EXIT_INCIDENT
-from fleetrl.watch.watchdog import CAUSES
 from tests.support import REPO
 
 DOCS = REPO / "docs"

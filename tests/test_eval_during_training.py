@@ -16,8 +16,9 @@ from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import checkpoint_dir, list_checkpoints
 from fleetrl.cli import main
 from fleetrl.errors import ConfigError
-from fleetrl.plan.layout import resolve_layout, worker_processes
+from fleetrl.plan.layout import worker_processes
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from fleetrl.run_dir import CONFIG_FILE
 from fleetrl.workers.eval_worker import EvalWorker
 from tests.support import TWO_ACTOR_RANKS_ON_RAY, train
@@ -44,7 +45,7 @@ EVAL_KEYS = {
 
 
 def layout(*overrides: str):
-    return resolve_layout(load_config(CARTPOLE, [*overrides]))
+    return resolve(load_config(CARTPOLE, [*overrides])).layout
 
 
 class TestPlacement:

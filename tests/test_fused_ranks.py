@@ -10,9 +10,10 @@ import pytest
 
 from fleetrl.cli import main
 from fleetrl.errors import ConfigError
-from fleetrl.plan.layout import fused_assignments, resolve_layout
+from fleetrl.plan.layout import fused_assignments
 from fleetrl.plan.load import load_config
 from fleetrl.plan.placement import resolve_placement
+from fleetrl.plan.resolve import resolve
 from tests.incidents import assert_incident, detection_bound, fault, run_fault
 from tests.support import LEARNING_GUARD_S, TWO_ACTOR_RANKS_ON_RAY, train
 
@@ -26,7 +27,7 @@ TWO_FUSED_RANKS = [
 
 
 def layout(*overrides: str):
-    return resolve_layout(load_config("configs/ppo_cartpole.yaml", [*overrides]))
+    return resolve(load_config("configs/ppo_cartpole.yaml", [*overrides])).layout
 
 
 class TestLayout:

@@ -17,13 +17,16 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fleetrl.cluster.bridge import SUBNET_PREFIX
 from fleetrl.cluster.isolated_nodes import IsolatedNodes, sweep_stale
 from tests.incidents import assert_incident, fault
 from tests.isolation import (
     TWO_ISOLATED_NODES,
     fill_node_tmp,
+    fleetrl_processes,
     isolated_drivers,
     leftovers,
+    listening,
     namespace_of,
     needs_isolation,
     node_init,
@@ -32,9 +35,19 @@ from tests.isolation import (
     wait_for_output,
 )
 from tests.isolation_envs import BROKEN_MARKER
-from tests.support import ACROSS_NODES_LINE, LEARNING_GUARD_S, Fleetrl, controller_of, fleetrl, train
+from tests.support import (
+    ACROSS_NODES_LINE,
+    LEARNING_GUARD_S,
+    Fleetrl,
+    controller_of,
+    fleetrl,
+    train,
+    wait_for_watch_file,
+)
 
 pytestmark = needs_isolation
+# `ray start`'s --min-worker-port and --max-worker-port defaults, which the simulated nodes keep
+RAY_WORKER_PORTS = range(10002, 20000)
 
 
 @pytest.fixture
@@ -72,24 +85,46 @@ def joined(cluster: IsolatedNodes, run_dir: Path) -> list[str]:
     return [*on_cluster, f"cluster.ray_address={cluster.address}", f"runner.run_dir={run_dir}"]
 
 
-def test_two_isolated_nodes_30_s_apart_on_the_clock_train_and_leave_nothing(tmp_path, probe_folder):
+def test_two_isolated_nodes_30_s_apart_on_the_clock_train_listen_on_the_bridge_and_leave_nothing(
+    tmp_path, probe_folder
+):
     """Node 0's wall clock (every Python process of the node) 30 s behind the controller's, node
     1's 30 s ahead: heartbeat ages and phase durations are measured where they are received, so
-    the run trains to its end with no false stall; each node is its own machine; nothing is left."""
-    run = train(
+    the run trains to its end with no false stall; each node is its own machine; while it trains,
+    none of fleetrl's listeners, in any of its processes, is on every address (0.0.0.0, ::), and
+    the supervisor's store is on the bridge only; nothing is left."""
+    hold = probe_folder / "hold"
+    hold.touch()  # each env step takes 0.3 s while it exists: the test looks meanwhile
+    command = [
+        "train",
         "configs/ppo_cartpole.yaml",
+        f"runner.run_dir={tmp_path}",
         *TWO_ISOLATED_NODES,
         "cluster.simulate_clock_skew_s={0: -30, 1: 30}",
         "env.id=tests.isolation_envs:NodeProbe",
-        f"env.kwargs={{folder: {probe_folder}}}",
+        f"env.kwargs={{folder: {probe_folder}, hold_file: {hold}}}",
         "runner.total_env_steps=128",
-        runs=tmp_path,
-        timeout=400,
-        # what a loopback-only run leaves in its process's environment (a sweep, a library user's
-        # earlier Trainer): inherited, it made the driver register at 127.0.0.1 and Ray drop the
-        # remote workers it owned at creation ("all references to the actor were removed")
-        env={"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
-    ).succeeded()
+        "watchdog.startup_step_allowance_s=240",  # the nodes' start: over a minute on a loaded host
+    ]
+    # what a loopback-only run leaves in its process's environment (a sweep, a library user's
+    # earlier Trainer): inherited, it made the driver register at 127.0.0.1 and Ray drop the
+    # remote workers it owned at creation ("all references to the actor were removed")
+    with Fleetrl(*command, runs=tmp_path, env={"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}) as running:
+        where = json.loads(wait_for_watch_file(tmp_path, running, timeout_s=300).read_text())
+        processes = fleetrl_processes(running.process.pid)
+        listeners = {pid: listening(pid) for pid in processes}
+        hold.unlink()
+        run = running.finish(timeout=400).succeeded()
+    assert sorted(processes.values()).count("actor rank 1") == 1, processes  # the workers on node 1 seen too
+    assert where["host"].startswith(SUBNET_PREFIX + "."), where  # the controller's address on the bridge
+    assert listeners[running.process.pid] == {(where["host"], where["port"])}, listeners
+    everywhere = {
+        processes[pid]: sorted(p for a, p in found if a in ("0.0.0.0", "::")) for pid, found in listeners.items()
+    }
+    # Ray's own gRPC server in each of its workers and drivers binds :: on a port of its worker
+    # range (Ray's choice); fleetrl's listeners take ephemeral ports, and none of them is there
+    assert {who: ports for who, ports in everywhere.items() if set(ports) - set(RAY_WORKER_PORTS)} == {}, listeners
+    assert all(len(ports) <= 1 for ports in everywhere.values()), everywhere  # one each: Ray's
     assert (run.summary["iterations"], run.summary["global_step"]) == (4, 128), run.summary  # 2 envs x 16 steps
     seen = {s["node"]: s for s in map(json.loads, map(Path.read_text, probe_folder.glob("[01]-*.json")))}
     assert set(seen) == {"0", "1"}, seen

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
-import pytest
 
 from fleetrl.supervise.janitor import processes_of_run
 from tests.support import Fleetrl, end, run_janitor
@@ -69,7 +68,6 @@ def assert_nothing_left(token: str, train: Fleetrl) -> None:
     )
 
 
-@pytest.mark.slow  # ~50 s here, most of it Ray's start-up; the start-up case below runs in CI
 def test_kill_9_of_train_once_it_is_training_leaves_nothing(tmp_path):
     runs = tmp_path / "runs"
     command = ["train", "configs/ppo_cartpole.yaml", f"runner.run_dir={runs}", *SMALL_ON_RAY]

@@ -9,7 +9,7 @@ import pytest
 
 from tests.incidents import SMALL
 from tests.isolation import needs_isolation
-from tests.support import train
+from tests.support import TWO_ACTOR_RANKS_ON_RAY, train
 
 TWO_NODES_ENV_RANK_1_ON_NODE_1 = [
     "cluster.backend=ray",
@@ -63,3 +63,30 @@ def test_a_segfaulting_env_rank_on_node_1_is_named_with_its_signal_node_and_stac
     assert re.search(r'File ".*supervisor_envs\.py", line \d+ in step', report["detail"]), report["detail"]
     text = (result.run_dir / "hang_report.txt").read_text()
     assert "last words: killed by SIGSEGV, on node 1 (" in text and "supervisor_envs.py" in text
+
+
+def test_a_rank_gloo_aborts_on_a_collective_mismatch_is_reported_as_that_mismatch_naming_it(tmp_path):
+    """2 DDP actor ranks on Ray whose model all-reduces its own statistics in forward; from its 3rd
+    training forward actor rank 1 reduces fewer of them. Gloo aborts rank 1 (it receives more bytes
+    than its collective expects) with its mismatch message in its stderr: the report is that
+    mismatch, naming rank 1 and quoting Gloo, not a dead worker."""
+    result = train(
+        "configs/ppo_cartpole.yaml",
+        *SMALL,
+        *TWO_ACTOR_RANKS_ON_RAY,
+        "model.id=tests.fault_models:StatSyncingNet",
+        "model.kwargs={diverge_at: 3}",
+        runs=tmp_path,
+        timeout=240,
+    )
+    report = result.hang_report
+    assert result.code == 4 and report is not None, result.stderr[-3000:]
+    assert (report["cause"], report["culprit"]) == ("collective_mismatch", ["actor", 1]), report["summary"]
+    assert re.fullmatch(
+        r"actor rank 1 \(pid \d+, node 0 \([^)]+\)\) was aborted by a collective mismatch: its collectives "
+        r"diverged from its peers' \(killed by SIGABRT; its stderr: \".*Received data size doesn't match "
+        r"expected size\. Is there a distributed collective mismatch in your code\?.*\"\); it was in actor\.train "
+        r"for \d+\.\d s",
+        report["summary"],
+    ), report["summary"]
+    assert report["last_words"]["ended"] == "killed by SIGABRT", report["last_words"]

@@ -5,44 +5,23 @@ to its normal end, nothing stopped by looking."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from fleetrl.probe.stack_requests import ask_stacks
 from fleetrl.supervise.janitor import processes_of_run
 from fleetrl.watch.live import attach
-from tests.support import Fleetrl, fleetrl, run_janitor
-
-RAY_ONE_EACH = [
-    "runner.tensorboard=false",
-    "runner.checkpoint_interval=1000",
-    "cluster.backend=ray",
-    "env.num_envs=1",
-    "algorithm.num_steps=8",
-    "algorithm.minibatch_size=8",
-    "algorithm.update_epochs=1",
-    "--skip-doctor",
-]
-
-
-def wait_for_training(runs: Path, running: Fleetrl, timeout_s: float = 180) -> Path:
-    """The run directory, once the run has logged its first iteration."""
-    deadline = time.monotonic() + timeout_s
-    while not (metrics := list(runs.glob("*/metrics.jsonl"))) or not metrics[0].read_text().strip():
-        assert running.process.poll() is None, running.stderr_so_far()[-3000:]
-        assert time.monotonic() < deadline, "no iteration logged: " + running.stderr_so_far()[-3000:]
-        time.sleep(0.5)
-    return metrics[0].parent
+from tests.support import Fleetrl, first_iteration, fleetrl, held_cartpole, run_janitor
 
 
 def test_top_and_stack_show_a_live_ray_job_that_then_finishes(tmp_path):
     hold = tmp_path / "hold"  # while it exists, each env step takes 0.3 s in simulate_physics
     hold.touch()
     runs = tmp_path / "runs"
-    env = ["env.id=tests.live_envs:HeldCartPole", f"env.kwargs={{hold_file: {hold}}}", "runner.total_env_steps=200"]
-    command = ["train", "configs/ppo_cartpole.yaml", f"runner.run_dir={runs}", *RAY_ONE_EACH, *env]
+    command = held_cartpole(
+        runs, hold, "cluster.backend=ray", "runner.checkpoint_interval=1000", "runner.total_env_steps=200"
+    )
     with Fleetrl(*command, runs=runs) as running:
         token, janitor = run_janitor(running)
-        run_dir = wait_for_training(runs, running)
+        run_dir = first_iteration(runs, running)
 
         # the env worker spends all but the gaps between its 0.3 s steps in env.step: ask until a
         # view lands inside one, as the stack below does

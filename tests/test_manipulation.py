@@ -22,8 +22,10 @@ from fleetrl.cli import main  # noqa: E402
 from fleetrl.config.schema import EnvConfig  # noqa: E402
 from fleetrl.envs.experts import expert_action  # noqa: E402
 from fleetrl.envs.make import env_factory  # noqa: E402
-from fleetrl.envs.manipulation import INSTRUCTIONS, PandaTasks  # noqa: E402
+from fleetrl.envs.manipulation import DENSE_SCALE, INSTRUCTIONS, PandaTasks  # noqa: E402
+from fleetrl.errors import ConfigError  # noqa: E402
 from fleetrl.plan.load import load_config  # noqa: E402
+from fleetrl.plots import write_plots  # noqa: E402
 from fleetrl.workers.env_worker import success_metrics  # noqa: E402
 from tests.support import fleetrl  # noqa: E402
 
@@ -33,6 +35,7 @@ ENV_ID = "fleetrl.envs.manipulation:PandaTasks"
 SMALL = [
     "env.kwargs={tasks: [reach, push], image_size: 32, max_steps: 8}",
     "env.num_envs=2",
+    "env.vectorization=sync",
     "algorithm.num_steps=8",
     "algorithm.minibatch_size=8",
     "model.patch_size=8",
@@ -85,6 +88,66 @@ def test_scripted_expert_succeeds(task):
         assert (info, reward, terminated) == ({"task": task, "success": True}, 1.0, True)
     finally:
         env.close()
+
+
+def distance_to_go(env: PandaTasks) -> float:
+    """The object's distance to the target plus the gripper's to the object, from the simulator."""
+    task, ee = env.task.task, env.task.robot.get_ee_position()
+    achieved = task.get_achieved_goal()
+    return float(np.linalg.norm(achieved - task.get_goal()) + np.linalg.norm(ee - achieved))
+
+
+@pytest.mark.parametrize("task", ["reach", "push"])
+def test_dense_reward_is_progress_plus_success(task):
+    """`reward: dense`: each step's reward is DENSE_SCALE × the metres it closed, plus 1 on success;
+    the expert's episode gains exactly its whole progress (potential-based shaping telescopes)."""
+    env = PandaTasks([task], image_size=32, max_steps=50, reward="dense")
+    try:
+        env.reset(seed=1)
+        start = before = distance_to_go(env)
+        total = 0.0
+        for _ in range(50):
+            _, reward, terminated, truncated, info = env.step(expert_action(env))
+            after = distance_to_go(env)
+            assert reward == float(info["success"]) + DENSE_SCALE * (before - after)
+            total, before = total + reward, after
+            if terminated or truncated:
+                break
+        assert info["success"] and terminated
+        assert total == pytest.approx(1.0 + DENSE_SCALE * (start - after), abs=1e-9)
+        assert after < start  # the expert made progress, and was paid for it
+    finally:
+        env.close()
+
+
+def test_time_limits_per_task():
+    """`max_steps: {task: steps}`: each task's episodes are truncated at its own limit."""
+    env = PandaTasks(["reach", "push"], image_size=32, max_steps={"reach": 2, "push": 3})
+    still = np.zeros(4, np.float32)  # the arm stays put: nothing succeeds
+    try:
+        lengths = {}
+        for seed in range(6):
+            _, info = env.reset(seed=seed)
+            ends = [env.step(still)[2:4] for _ in range(env.limits[env.active])]
+            assert ends[:-1] == [(False, False)] * (len(ends) - 1) and ends[-1] == (False, True)
+            lengths.setdefault(info["task"], set()).add(len(ends))
+        assert lengths == {"reach": {2}, "push": {3}}
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"reward": "shaped"}, "env.kwargs.reward"),
+        ({"max_steps": {"reach": 5}}, "env.kwargs.max_steps"),  # push has none
+        ({"max_steps": 0}, "env.kwargs.max_steps"),
+    ],
+)
+def test_bad_env_kwargs_name_the_key(kwargs, key):
+    with pytest.raises(ConfigError) as raised:
+        PandaTasks(["reach", "push"], image_size=32, **kwargs)
+    assert f"'{key}'" in str(raised.value)
 
 
 def test_success_metrics_per_task_and_overall():
@@ -142,6 +205,7 @@ def test_record_sft_then_train_from_it(tmp_path):
     ).succeeded()
     assert f"policy weights from {sft.run_dir} (runner.init_from)" in rl.stderr
     assert [record["iteration"] for record in rl.metrics] == [1, 2]
+    assert [record["policy_trained"] for record in rl.metrics] == [0, 0]  # the config's critic warm-up
     # Every iteration ends episodes (8-step limit); which tasks they were follows from the seeds.
     assert all("success_rate" in record for record in rl.metrics)
     per_task = {key for record in rl.metrics for key in record if key.startswith("success_rate/")}
@@ -150,7 +214,14 @@ def test_record_sft_then_train_from_it(tmp_path):
     assert evaluated == {"eval_success_rate", "eval_success_rate/reach", "eval_success_rate/push"}
 
     # What init_from loads is exactly the SFT checkpoint's policy (weights only).
-    config = load_config("configs/ppo_manipulation.yaml", SMALL[:5])
+    assert [path.name for path in write_plots(rl.run_dir)] == [
+        "learning_curve.png",
+        "time_per_phase.png",
+        "success_rate.png",
+    ]
+    assert (rl.run_dir / "success_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    config = load_config("configs/ppo_manipulation.yaml", SMALL[:6])
     env = small_env(max_steps=8)
     actor = ActorWorker(config, env.observation_space, env.action_space)
     env.close()

@@ -20,7 +20,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from datetime import timedelta
 
 import psutil
@@ -31,7 +30,7 @@ from fleetrl.probe.host import WorkerError
 from fleetrl.probe.seal import Seal, SealedStore, new_run_secret
 from fleetrl.probe.store import HeartbeatStore, connect_publisher
 from fleetrl.probe.store_client import StoreClient
-from tests.support import REPO, Fleetrl, fleetrl, subprocess_env
+from tests.support import REPO, Fleetrl, first_iteration, fleetrl, held_cartpole, subprocess_env
 
 INTRUDER = """
 import os, pickle, socket, struct, sys
@@ -113,15 +112,23 @@ def test_forged_and_malformed_heartbeats_are_rejected_and_the_last_good_record_s
     wrong_secret.set("fleetrl/heartbeat/env/0", json.dumps(beat(("env", 0), 98)))
     publish[("actor", 1)](json.dumps({**beat(("actor", 1), 2), "beat": "two"}))  # sealed, but a wrong type
     with caplog.at_level(logging.WARNING, logger="fleetrl"):
-        assert store.read(workers) == {worker: beat(worker, 1) for worker in workers}
+        read = store.read(workers)
+        rejected = read[("actor", 1)].pop("rejected")  # counted: its own records, sealed but malformed
+        assert read == {worker: beat(worker, 1) for worker in workers}
+        assert (rejected["records"], rejected["reason"]) == (1, 'its beat is "two", not an integer')
         publish[("actor", 1)](json.dumps(beat(("env", 0), 3)))  # another worker's record under its key
-        assert store.read(workers) == {worker: beat(worker, 1) for worker in workers}
+        read = store.read(workers)
+        rejected = read[("actor", 1)].pop("rejected")
+        assert read == {worker: beat(worker, 1) for worker in workers}
+        assert (rejected["records"], rejected["reason"]) == (2, "it is filed under actor rank 1 but names env rank 0")
     messages = [record.getMessage() for record in caplog.records]
     assert any(m.startswith("rejected a value under fleetrl/heartbeat/env/0") for m in messages), messages
     assert any(m.startswith("rejected a malformed heartbeat record of actor rank 1") for m in messages), messages
 
     publish[("env", 0)](json.dumps(beat(("env", 0), 2)))  # the worker's next beat is read again
     assert store.read([("env", 0)]) == {("env", 0): beat(("env", 0), 2)}
+    publish[("actor", 1)](json.dumps(beat(("actor", 1), 4)))  # a good record again: the count is over
+    assert store.read([("actor", 1)]) == {("actor", 1): beat(("actor", 1), 4)}
 
 
 def listening_addresses(root: psutil.Process) -> set[str]:
@@ -135,39 +142,16 @@ def listening_addresses(root: psutil.Process) -> set[str]:
     return found
 
 
-def wait_for_watch_file(runs, running: Fleetrl, timeout_s: float = 180):
-    """The run's watch.json, once the run has logged its first iteration (its workers listed)."""
-    deadline = time.monotonic() + timeout_s
-    while not (metrics := list(runs.glob("*/metrics.jsonl"))) or not metrics[0].read_text().strip():
-        assert running.process.poll() is None, running.stderr_so_far()[-3000:]
-        assert time.monotonic() < deadline, "no iteration logged: " + running.stderr_so_far()[-3000:]
-        time.sleep(0.5)
-    return metrics[0].parent / "watch.json"
-
-
 def test_an_inline_run_listens_on_loopback_keeps_its_secret_and_shrugs_off_forged_records(tmp_path):
     from torch.distributed import TCPStore
 
     hold, runs = tmp_path / "hold", tmp_path / "runs"
     hold.touch()  # each env step takes 0.3 s while it exists
-    command = [
-        "train",
-        "configs/ppo_cartpole.yaml",
-        f"runner.run_dir={runs}",
-        "cluster.backend=inline",
-        "env.id=tests.live_envs:HeldCartPole",
-        f"env.kwargs={{hold_file: {hold}}}",
-        "env.num_envs=1",
-        "algorithm.num_steps=8",
-        "algorithm.minibatch_size=8",
-        "algorithm.update_epochs=1",
-        "runner.total_env_steps=1000",  # 300 s while held: the test looks and forges meanwhile
-        "runner.tensorboard=false",
-        "--skip-doctor",
-    ]
+    # 1000 steps: 300 s while held, the test looks and forges meanwhile
+    command = held_cartpole(runs, hold, "cluster.backend=inline", "runner.total_env_steps=1000")
     with Fleetrl(*command, runs=runs) as running:
-        watch_file = wait_for_watch_file(runs, running)
-        run_dir = watch_file.parent
+        run_dir = first_iteration(runs, running)
+        watch_file = run_dir / "watch.json"
         assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
         assert stat.S_IMODE(watch_file.stat().st_mode) == 0o600
         where = json.loads(watch_file.read_text())

@@ -11,7 +11,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from fleetrl.algos.ppo.actor import policy_optimizer
+from fleetrl.algos.ppo.actor import ActorWorker, policy_optimizer
 from fleetrl.algos.ppo.update import PPOBatch, ppo_update
 from fleetrl.models.policy import Policy
 from fleetrl.parallel.sharding import EnvShard, Minibatches
@@ -39,13 +39,14 @@ def sample_batch(policy: Policy) -> PPOBatch:
     return PPOBatch(obs, actions, logprobs, values, advantages, values + advantages)
 
 
-def update(config, policy: Policy, batch: PPOBatch, micro_batch_size: int | None) -> dict:
+def update(config, policy: Policy, batch: PPOBatch, micro_batch_size: int | None, train_policy: bool = True) -> dict:
     algo = config.algorithm
     minibatches = Minibatches(
         EnvShard(STEPS, ENVS), algo.minibatch_size, micro_batch_size, torch.Generator().manual_seed(0)
     )
+    optimizer = policy_optimizer(config, policy)
     return ppo_update(
-        local_loss_path(policy), policy_optimizer(config, policy), batch, algo, algo.clip_coef, minibatches, lambda t: t
+        local_loss_path(policy), optimizer, batch, algo, algo.clip_coef, minibatches, lambda t: t, train_policy
     )
 
 
@@ -90,3 +91,36 @@ def test_clip_grad_norm_is_torchs_bitwise():
             assert torch.equal(a.grad, b.grad)
     clipped = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
     assert float(clipped) == pytest.approx(0.5, rel=1e-4)
+
+
+@pytest.mark.parametrize("micro_batch_size", [None, 64])
+def test_critic_warmup_trains_the_value_function_alone(micro_batch_size):
+    """`algorithm.critic_warmup_steps`: with separate policy and value trunks (the MLP) the policy's
+    outputs stay exactly as they were — the policy loss and entropy bonus weigh 0 (their gradients
+    are zeros, and Adam moves nothing on zeros) — while the value function learns; afterwards both do."""
+    config, policy = cartpole_learner(["algorithm.ent_coef=0.01"])
+    batch = sample_batch(policy)
+    with torch.no_grad():
+        logits, values = policy.network(batch.obs)
+    warmup = update(config, policy, batch, micro_batch_size, train_policy=False)
+    with torch.no_grad():
+        logits_after, values_after = policy.network(batch.obs)
+    assert torch.equal(logits_after, logits)
+    assert not torch.equal(values_after, values)
+    assert warmup["approx_kl"] == pytest.approx(0.0, abs=1e-9)  # the policy did not move
+    assert warmup["grad_steps"] == config.algorithm.update_epochs
+    update(config, policy, batch, micro_batch_size)
+    with torch.no_grad():
+        assert not torch.equal(policy.network(batch.obs)[0], logits)
+
+
+def test_critic_warmup_spans_the_configured_env_steps():
+    """Warm-up iterations are those that start before `critic_warmup_steps` env steps: derived
+    from the run's progress, so a resumed run knows where it is."""
+    env = gym.make("CartPole-v1")
+    config = load_config(
+        REPO / "benchmarks/configs/ppo_cartpole_rlzoo.yaml",
+        ["algorithm.critic_warmup_steps=512", "runner.total_env_steps=1024"],
+    )
+    actor = ActorWorker(config, env.observation_space, env.action_space)
+    assert [actor.critic_warmup(step / 1024) for step in (0, 256, 511, 512, 768)] == [True, True, True, False, False]

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import psutil
 import pytest
 
 from fleetrl.net import free_port
-from tests.support import Fleetrl, end, fleetrl, subprocess_env, train
+from tests.support import Fleetrl, end, first_iteration, fleetrl, held_cartpole, subprocess_env, train
 
 RAY = str(Path(sys.executable).parent / "ray")
 # Ray's token authentication, explicitly (as every driver of a cluster that uses it must say), and
@@ -122,27 +121,9 @@ def test_a_token_authenticated_cluster_works_with_train_top_and_doctor(tmp_path,
         "cluster.devices_per_node=1",
         "cluster.component_placement={actor: 0, rollout: 0, env: 0}",
     ]
-    command = [
-        "train",
-        "configs/ppo_cartpole.yaml",
-        f"runner.run_dir={runs}",
-        *joined,
-        "runner.tensorboard=false",
-        "env.id=tests.live_envs:HeldCartPole",
-        f"env.kwargs={{hold_file: {hold}}}",
-        "env.num_envs=1",
-        "algorithm.num_steps=8",
-        "algorithm.minibatch_size=8",
-        "algorithm.update_epochs=1",
-        "runner.total_env_steps=400",
-        "--skip-doctor",
-    ]
+    command = held_cartpole(runs, hold, *joined, "runner.total_env_steps=400")
     with Fleetrl(*command, runs=runs, env=env) as running:
-        deadline = time.monotonic() + 240
-        while not (metrics := list(runs.glob("*/metrics.jsonl"))) or not metrics[0].read_text().strip():
-            assert running.process.poll() is None and time.monotonic() < deadline, running.stderr_so_far()[-3000:]
-            time.sleep(0.5)
-        top = fleetrl("top", str(metrics[0].parent), timeout=120)
+        top = fleetrl("top", str(first_iteration(runs, running, timeout_s=240)), timeout=120)
         assert top.code == 0, top.stderr[-3000:]
         shown = {line.split()[0] for line in top.stdout.splitlines()[1:] if line.strip()}
         assert {"env", "rollout", "actor", "controller"} <= shown, top.stdout

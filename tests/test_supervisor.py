@@ -77,7 +77,7 @@ def test_blocked_checkpoint_write_in_the_controller_is_named(tmp_path):
 
 @pytest.mark.parametrize(
     ("backend", "controller_key"),
-    [("inline", ["inline", 0]), pytest.param("ray", ["controller", 0], marks=pytest.mark.slow)],
+    [("inline", ["inline", 0]), ("ray", ["controller", 0])],
 )
 def test_kill_9_of_the_controller_is_worker_died_and_nothing_is_left(tmp_path, backend, controller_key):
     """SIGKILL of the controller alone. On Ray, the daemons it started are orphaned; the

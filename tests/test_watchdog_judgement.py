@@ -141,6 +141,13 @@ def test_a_constructor_that_computes_past_the_startup_step_allowance_finishes(
     assert_slow_not_stalled(result, who, "env.construct")
 
 
+def test_a_first_reset_that_computes_past_the_first_call_bound_finishes(tmp_path):
+    """The scene loaded on the first reset rather than in the constructor, shortened: 8 s of
+    computing in the env's first reset (inline, part of the run's `startup`) against a 2 s bound."""
+    result = computing_run(tmp_path, 8, "watchdog.first_call_bound_s=2", where="in_reset: true")
+    assert_slow_not_stalled(result, phase="startup")
+
+
 @pytest.mark.slow
 def test_a_first_call_that_computes_for_60_s_is_no_incident_with_default_settings(tmp_path):
     assert_slow_not_stalled(computing_run(tmp_path, 60))

@@ -72,13 +72,24 @@ class Computing(CartPoleEnv):
     computed_in_this_process = False  # once per process, not once per sub-env of the vector env
 
     def __init__(
-        self, busy_s: float = 60.0, at_step: int = 1, in_constructor: bool = False, subprocesses_only=False, **kwargs
+        self,
+        busy_s: float = 60.0,
+        at_step: int = 1,
+        in_constructor: bool = False,
+        in_reset: bool = False,
+        subprocesses_only: bool = False,
+        **kwargs,
     ):
         super().__init__(**kwargs)
-        self.busy_s, self.at_step, self.steps = busy_s, at_step, 0
+        self.busy_s, self.at_step, self.steps, self.in_reset = busy_s, at_step, 0, in_reset
         Computing.computed_in_this_process |= subprocesses_only and in_main_process()
         if in_constructor:
             self.compute()
+
+    def reset(self, *, seed=None, options=None):
+        if self.in_reset:  # a scene loaded lazily, on the first reset
+            self.compute()
+        return super().reset(seed=seed, options=options)
 
     def compute(self) -> None:
         if not Computing.computed_in_this_process:

@@ -19,8 +19,7 @@ import gymnasium as gym
 
 from fleetrl.cluster.collect import Iterations
 from fleetrl.cluster.groups import WorkerGroup
-from fleetrl.config.schema import Config
-from fleetrl.plan.layout import Layout
+from fleetrl.plan.run_plan import RunPlan
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EvalWorker
@@ -51,8 +50,9 @@ class Backend(ABC):
 
     @classmethod
     @abstractmethod
-    def start(cls, config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack) -> Backend:
-        """Build and watch the workers; push onto `undo` how to close each thing started."""
+    def start(cls, plan: RunPlan, session: WatchSession, undo: contextlib.ExitStack) -> Backend:
+        """Build and watch the workers `plan` places (checking only the env's spaces, which the
+        plan could not: `RunPlan.check_spaces`); push onto `undo` how to close each thing started."""
 
     def fail(self, error: BaseException) -> NoReturn:
         """A worker's error reached the controller: report it as an incident, tear down, raise

@@ -35,8 +35,8 @@ from fleetrl.cluster.ray_backend import RayBackend, connect, join_actor_ranks, s
 from fleetrl.cluster.worker_host import FusedHost
 from fleetrl.config.schema import Config
 from fleetrl.debug.faults import FaultPlan
-from fleetrl.plan.layout import FUSED, Layout, env_worker_args, fused_assignments
-from fleetrl.plan.rules import check_spaces
+from fleetrl.plan.layout import FUSED, env_worker_args, fused_assignments
+from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.flight_recorder import Recorder
 from fleetrl.probe.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
@@ -114,13 +114,13 @@ class FusedBackend(RayBackend):
     shares_policy = True
 
     @classmethod
-    def start(cls, config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack) -> FusedBackend:
+    def start(cls, plan: RunPlan, session: WatchSession, undo: contextlib.ExitStack) -> FusedBackend:
         """One Ray actor per rank that will hold its env, rollout and actor: the env first, so
         that the spaces are checked before any learner is built."""
-        placement, world = layout.placement, layout.placement.world_size("actor")
-        cluster, spec = connect(config, layout, session, undo, " (fused: one process per rank)")
+        config, placement, world = plan.config, plan.placement, plan.placement.world_size("actor")
+        cluster, spec = connect(plan, session, undo, " (fused: one process per rank)")
         ranks = fused_assignments(placement, os.cpu_count())
-        session.start(watched(ranks, layout), cluster)  # from before the ranks exist: their start-up is watched
+        session.start(watched(ranks, placement), cluster)  # from before the ranks exist: their start-up is watched
         fused = cluster.create_group(
             ranks,
             FusedRank,
@@ -130,14 +130,14 @@ class FusedBackend(RayBackend):
             host_class=FusedHost,
             prefix=f"{FUSED}.",
         )
-        workers = algorithm_spec(config.algorithm.name)
+        workers = plan.spec
         env = fused.view("env", EnvWorker)
         rollout, actor = fused.view("rollout", workers.rollout), fused.view("actor", workers.actor)
         undo.callback(close_envs, env)
         spaces = env.get(env.call(0, EnvWorker.spaces))
-        check_spaces(config, *spaces)
+        plan.check_spaces(*spaces)
         create = partial(cluster.create_group, watch=spec, interrupt=session.interrupt)
-        evaluator = start_evaluator(config, layout, create, undo)
+        evaluator = start_evaluator(plan, create, undo)
         fused.get(fused.call_all(FusedRank.build_learner, *spaces))
         join_actor_ranks(cluster, actor)
         return cls(session, Workers(env, rollout, actor, spaces, evaluator), FusedIterations(fused), cluster)

@@ -14,15 +14,13 @@ import contextlib
 
 import torch
 
-from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.backend import Backend, Workers, close_evaluator
 from fleetrl.cluster.collect import Collector, CollectThenTrain
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.config.schema import Config
 from fleetrl.debug.faults import FaultPlan
-from fleetrl.plan.layout import Layout, env_worker_args
+from fleetrl.plan.layout import env_worker_args
 from fleetrl.plan.placement import EVAL
-from fleetrl.plan.rules import check_spaces
+from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.host import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
@@ -36,8 +34,8 @@ class InlineBackend(Backend):
     shares_policy = True
 
     @classmethod
-    def start(cls, config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack) -> InlineBackend:
-        placement = layout.placement
+    def start(cls, plan: RunPlan, session: WatchSession, undo: contextlib.ExitStack) -> InlineBackend:
+        config, placement = plan.config, plan.placement
         spec = session.open_store("127.0.0.1")
         recorder = session.watch_here(INLINE, 0, spec)
         session.start([{"component": INLINE, "rank": 0, "node": 0}])
@@ -50,8 +48,8 @@ class InlineBackend(Backend):
             env = EnvWorker(*env_worker_args(config, placement, 0))
         undo.callback(env.close)
         spaces = env.observation_space, env.action_space
-        check_spaces(config, *spaces)
-        workers = algorithm_spec(config.algorithm.name)
+        plan.check_spaces(*spaces)
+        workers = plan.spec
         actor = workers.actor(config, *spaces)
         env_group, actor_group = group("env", env), group("actor", actor)
         rollout_group = group("rollout", workers.rollout(actor.policy, dtype=rollout_dtype(config)))

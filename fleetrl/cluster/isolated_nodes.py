@@ -6,7 +6,9 @@ namespace (its init is the node: kill it and the whole "machine" is gone), its o
 namespace (a private tmpfs on /tmp and /dev/shm, its own /etc/hosts), its own UTS hostname, and
 optionally a wall clock offset (`skewed_clock`: every Python process of the node, Ray's and
 fleetrl's, reads a wall clock that far off). The Ray head runs in the root namespace on the bridge's own address with no CPUs: the
-controller's node, reached by the workers the way a real cluster reaches its head.
+controller's node, reached by the workers the way a real cluster reaches its head. The bridge is
+the one the supervisor built for this controller, where there is one (cluster/bridge.py: the
+run's heartbeat store listens on it too, and outlives these nodes), else one built here.
 
 Traffic stays on one private /24 that only this bridge holds. Everything made here carries the
 controller's pid in its name (`fleetrl-<pid>-n<i>` namespaces, `frl<pid>...` links,
@@ -17,7 +19,6 @@ sweeps what a killed run left behind.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import re
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import psutil
 
+from fleetrl.cluster.bridge import build_bridge, existing_bridge, ip, remove_bridge
 from fleetrl.cluster.worker_path import NODE_PATHS_VARIABLE, node_paths
 from fleetrl.net import free_port
 from fleetrl.watch.teardown import kill_tree, wait_ended
@@ -43,7 +45,6 @@ log = logging.getLogger("fleetrl")
 NETNS_PATTERN = re.compile(r"^fleetrl-(\d+)-n\d+$")
 LINK_PATTERN = re.compile(r"^frl(\d+)[bh]\d*$")
 WORK_DIR_PATTERN = re.compile(r"^fleetrl-iso-(\d+)$")
-SUBNET_PREFIX = "10.213"  # one /24 of 10.213.0.0/16 per run: 10.213.<k>.0/24
 # In the environment of every process of a simulated cluster (its daemons, and the Ray workers
 # they start): the cluster's tag, so what one cluster left is told from any other's by process.
 CLUSTER_MARK = "FLEETRL_ISOLATED_CLUSTER"
@@ -84,10 +85,11 @@ class IsolatedNodes:
             sweep_stale()
             self.work_dir.mkdir(exist_ok=False)
             self.undo.callback(shutil.rmtree, self.work_dir, True)
-            subnet = free_subnet()
-            self.host_address = str(subnet[1])
-            self.bridge = f"frl{self.tag}b"
-            self.make_bridge(subnet)
+            bridge = existing_bridge(self.tag)
+            if bridge is None:  # no supervisor built one: this process's, removed with its nodes
+                bridge = build_bridge(self.tag)
+                self.undo.callback(remove_bridge, bridge.name)
+            self.bridge, self.host_address, subnet = bridge.name, bridge.host_address, bridge.subnet
             addresses = [str(subnet[10 + i]) for i in range(num_nodes)]
             hosts = self.hosts_file(addresses)
             port = free_port(self.host_address)
@@ -99,12 +101,6 @@ class IsolatedNodes:
                     self.start_node(index, address, subnet.prefixlen, cpus_per_node, hosts, skew, tmp_size)
                 )
             self.undo = self.undo.pop_all()  # keep all of it until shutdown()
-
-    def make_bridge(self, subnet: ipaddress.IPv4Network) -> None:
-        ip("link", "add", self.bridge, "type", "bridge")
-        self.undo.callback(ip, "link", "del", self.bridge, check=False)
-        ip("addr", "add", f"{self.host_address}/{subnet.prefixlen}", "dev", self.bridge)
-        ip("link", "set", self.bridge, "up")
 
     def hosts_file(self, addresses: list[str]) -> Path:
         """Every node resolves every node's hostname (and its own) to its bridge address, as a
@@ -287,12 +283,6 @@ def skew_note(skew_s: float) -> str:
     return f", clock {skew_s:+g} s" if skew_s else ""
 
 
-def ip(*args: str, check: bool = True) -> None:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True)
-    if check and result.returncode != 0:
-        raise RuntimeError(f"'ip {' '.join(args)}' failed: {result.stderr.strip()}")
-
-
 def stop_process_tree(process: subprocess.Popen) -> None:
     """End a node (or the head) and everything under it; a node's PID namespace dies with its init."""
     kill_tree(process.pid, include_root=True, timeout_s=10)
@@ -317,17 +307,6 @@ def existing(pid: str) -> psutil.Process | None:
         return psutil.Process(int(pid))
     except psutil.Error:
         return None
-
-
-def free_subnet() -> ipaddress.IPv4Network:
-    """A 10.213.<k>.0/24 that no interface of this machine is on."""
-    taken = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True).stdout
-    start = os.getpid() % 256
-    for k in (*range(start, 256), *range(start)):
-        subnet = ipaddress.ip_network(f"{SUBNET_PREFIX}.{k}.0/24")
-        if f" {SUBNET_PREFIX}.{k}." not in taken:
-            return subnet
-    raise RuntimeError(f"no free /24 left in {SUBNET_PREFIX}.0.0/16 for simulated nodes")
 
 
 def sweep_stale(drivers: Collection[int] | None = None) -> list[str]:

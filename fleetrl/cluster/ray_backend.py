@@ -3,7 +3,7 @@
 Start-up order is the invariant that keeps errors cheap and everything watched: the watchdog
 first, over every worker the layout places (each one's start-up steps — its construction, the
 spaces, the process-group join — are watched phases, so a constructor that hangs is reported);
-then env workers, so the env's spaces are checked (`check_spaces`) before any learner is built;
+then env workers, so the env's spaces are checked (`RunPlan.check_spaces`) before any learner is built;
 while the env worker answers `spaces`, the actor and rollout workers' processes start and import
 (cluster/worker_host.py: the processes first, the workers once the spaces are checked — their
 start-up no longer waits behind the env's); then the actor and rollout workers (and the eval
@@ -20,16 +20,14 @@ import logging
 from collections.abc import Callable
 from functools import partial
 
-from fleetrl.algos.registry import algorithm_spec
 from fleetrl.cluster.backend import Backend, Workers, close_envs, close_evaluator
 from fleetrl.cluster.collect import Collector, CollectThenTrain, Iterations
 from fleetrl.cluster.compiled_exchange import choose_exchange
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.ray_cluster import RayCluster, build_workers
-from fleetrl.config.schema import Config
-from fleetrl.plan.layout import Layout, env_worker_args
-from fleetrl.plan.placement import EVAL, Assignment
-from fleetrl.plan.rules import check_spaces
+from fleetrl.plan.layout import env_worker_args
+from fleetrl.plan.placement import EVAL, Assignment, Placement
+from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.host import WatchSpec
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.actor_base import ActorBase
@@ -47,11 +45,12 @@ class RayBackend(Backend):
         self.cluster: RayCluster = cluster
 
     @classmethod
-    def start(cls, config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack) -> RayBackend:
-        placement, world = layout.placement, layout.placement.world_size("actor")
-        cluster, spec = connect(config, layout, session, undo)
+    def start(cls, plan: RunPlan, session: WatchSession, undo: contextlib.ExitStack) -> RayBackend:
+        config, placement, world = plan.config, plan.placement, plan.placement.world_size("actor")
+        cluster, spec = connect(plan, session, undo)
         session.start(
-            watched([*placement.ranks("env"), *placement.ranks("rollout"), *placement.ranks("actor")], layout), cluster
+            watched([*placement.ranks("env"), *placement.ranks("rollout"), *placement.ranks("actor")], placement),
+            cluster,
         )
         create = partial(cluster.create_group, watch=spec, interrupt=session.interrupt)
         env = create(placement.ranks("env"), EnvWorker, partial(env_worker_args, config, placement))
@@ -59,14 +58,14 @@ class RayBackend(Backend):
         spaces_future = env.call(0, EnvWorker.spaces)
         # Meanwhile the learners' processes start and import (their constructors need the spaces)
         start = partial(cluster.start_processes, watch=spec, interrupt=session.interrupt)
-        workers = algorithm_spec(config.algorithm.name)
+        workers = plan.spec
         actor = start(placement.ranks("actor"), workers.actor)
         rollout = start(placement.ranks("rollout"), workers.rollout, factory=workers.rollout.from_config)
         spaces = env.get(spaces_future)
-        check_spaces(config, *spaces)  # e.g. sac on discrete actions: a config error, no learner built
+        plan.check_spaces(*spaces)  # e.g. sac on discrete actions: a config error, no learner built
         build_workers(actor, lambda rank: (config, *spaces, rank, world))
         build_workers(rollout, lambda rank: (config, *spaces))
-        evaluator = start_evaluator(config, layout, create, undo)
+        evaluator = start_evaluator(plan, create, undo)
         join_actor_ranks(cluster, actor)
         across_nodes = len({a.node for a in placement.ranks("env") + placement.ranks("rollout")}) > 1
         exchange = choose_exchange(
@@ -86,12 +85,12 @@ class RayBackend(Backend):
 
 
 def connect(
-    config: Config, layout: Layout, session: WatchSession, undo: contextlib.ExitStack, note: str = ""
+    plan: RunPlan, session: WatchSession, undo: contextlib.ExitStack, note: str = ""
 ) -> tuple[RayCluster, WatchSpec]:
     """Connect to (or start) Ray, under a start-up deadline; host the heartbeat store where the
     workers reach this process; log what will start (and `note`)."""
-    placement = layout.placement
-    cluster = RayCluster(config.cluster, placement.devices_per_node, session.deadline)
+    placement = plan.placement
+    cluster = RayCluster(plan.config.cluster, placement.devices_per_node, session.deadline)
     undo.callback(cluster.shutdown)
     spec = session.open_store(cluster.controller_ip())
     components = [c for c in ("env", "rollout", "actor", EVAL) if placement.placed(c)]
@@ -100,23 +99,20 @@ def connect(
     return cluster, spec
 
 
-def start_evaluator(
-    config: Config, layout: Layout, create: Callable[..., RayGroup], undo: contextlib.ExitStack
-) -> RayGroup | None:
+def start_evaluator(plan: RunPlan, create: Callable[..., RayGroup], undo: contextlib.ExitStack) -> RayGroup | None:
     """The eval worker, a Ray actor of its own where `component_placement.eval` puts it; None
     when the run does not evaluate. `create` is `RayCluster.create_group` with the watch spec."""
-    if not layout.placement.placed(EVAL):
+    if not plan.placement.placed(EVAL):
         return None
-    evaluator = create(
-        layout.placement.ranks(EVAL), EvalWorker, lambda rank: (config,), factory=EvalWorker.for_training
-    )
+    config = plan.config
+    evaluator = create(plan.placement.ranks(EVAL), EvalWorker, lambda rank: (config,), factory=EvalWorker.for_training)
     undo.callback(close_evaluator, evaluator)
     return evaluator
 
 
-def watched(assignments: list[Assignment], layout: Layout) -> list[dict]:
+def watched(assignments: list[Assignment], placement: Placement) -> list[dict]:
     """The workers to watch from before their creation: `assignments` and the eval worker, if placed."""
-    evaluators = layout.placement.ranks(EVAL) if layout.placement.placed(EVAL) else []
+    evaluators = placement.ranks(EVAL) if placement.placed(EVAL) else []
     return [{"component": a.component, "rank": a.rank, "node": a.node} for a in [*assignments, *evaluators]]
 
 

@@ -1,4 +1,4 @@
-"""The one way in: pick the layout's backend and start it.
+"""The one way in: pick the plan's backend and start it.
 
 Invariant: `start_backend` returns a backend whose workers are all built, watched and given their
 lanes — or it leaves nothing running: a config error or Ctrl-C closes what was started (in
@@ -15,9 +15,9 @@ from fleetrl.cluster.fused import FusedBackend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.inline import InlineBackend
 from fleetrl.cluster.ray_backend import RayBackend
-from fleetrl.config.schema import Config
 from fleetrl.errors import UserError
-from fleetrl.plan.layout import Layout, lane_sizes
+from fleetrl.plan.layout import lane_sizes
+from fleetrl.plan.run_plan import RunPlan
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.rollout_worker import RolloutWorker
@@ -25,13 +25,13 @@ from fleetrl.workers.rollout_worker import RolloutWorker
 BACKENDS: dict[str, type[Backend]] = {"inline": InlineBackend, "ray": RayBackend, "fused": FusedBackend}
 
 
-def start_backend(config: Config, layout: Layout, run_dir: Path, session: WatchSession | None = None) -> Backend:
+def start_backend(plan: RunPlan, run_dir: Path, session: WatchSession | None = None) -> Backend:
     """`session`: how the workers are watched (default: from this process, `WatchSession`)."""
-    session = session or WatchSession(config, run_dir)
+    session = session or WatchSession(plan.config, run_dir)
     with contextlib.ExitStack() as undo:
         try:
-            backend = BACKENDS[layout.backend].start(config, layout, session, undo)
-            configure_lanes(backend, config, layout)
+            backend = BACKENDS[plan.layout.backend].start(plan, session, undo)
+            configure_lanes(backend, plan)
         except (UserError, KeyboardInterrupt, NotAWorkerMethod):
             session.stop()
             raise  # and `undo` closes what was started
@@ -45,12 +45,12 @@ def start_backend(config: Config, layout: Layout, run_dir: Path, session: WatchS
     return backend
 
 
-def configure_lanes(backend: Backend, config: Config, layout: Layout) -> None:
+def configure_lanes(backend: Backend, plan: RunPlan) -> None:
     """Give every rollout worker a trajectory buffer per lane it serves (layout.plan_lanes)."""
     rollout, spaces = backend.rollout, (backend.observation_space, backend.action_space)
     rollout.get(
         [
-            rollout.call(rank, RolloutWorker.configure_lanes, sizes, config.algorithm.num_steps, *spaces)
-            for rank, sizes in enumerate(lane_sizes(config, layout.placement))
+            rollout.call(rank, RolloutWorker.configure_lanes, sizes, plan.config.algorithm.num_steps, *spaces)
+            for rank, sizes in enumerate(lane_sizes(plan.config, plan.placement))
         ]
     )

@@ -283,7 +283,7 @@ class ClusterConfig:
     per rank per iteration, no weight sync (docs: concepts/backends.md, Fused ranks)."""
 
 
-# The incident causes a restart may help with by default (runner.restart_on); watch/watchdog.py
+# The incident causes a restart may help with by default (runner.restart_on); watch/incident.py
 # lists all of them, and plan/rules.py checks restart_on against that list.
 RESTARTABLE = (
     "worker_died",

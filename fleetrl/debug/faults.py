@@ -53,7 +53,7 @@ class InjectedFault(RuntimeError):
 def check_fault(fault: dict, algorithm: str) -> None:
     """`debug.fault` before anything starts: a misspelt key, kind, component or method would
     otherwise never fire, silently. Its rank is checked against the placement later
-    (`validate.check_fault_placement`)."""
+    (plan/rules.py `check_fault_placement`)."""
     if not fault:
         return
     for key in fault:

@@ -36,9 +36,10 @@ class Demonstrations:
     """Every step of every episode, concatenated: what behaviour cloning samples from."""
 
     obs: dict[str, np.ndarray]  # (N, ...) per key
-    actions: np.ndarray  # (N, A) float32
+    actions: np.ndarray  # (N, A) float32; with chunks of K (N, K, A): the K actions from each step on
     returns: np.ndarray  # (N,) float32: the discounted return from each step to its episode's end
     episodes: int
+    steps: np.ndarray | None = None  # (N,) int64 with chunks: how many of the K actions the expert took
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -128,25 +129,42 @@ def read_index(path: str | Path, config: EnvConfig, key: str = "algorithm.demons
     return index
 
 
-def load(path: str | Path, config: EnvConfig, gamma: float) -> Demonstrations:
-    """The demonstrations in folder `path` (checked: `read_index`), their returns discounted with `gamma`."""
+def load(path: str | Path, config: EnvConfig, gamma: float, chunk: int = 1) -> Demonstrations:
+    """The demonstrations in folder `path` (checked: `read_index`), their returns discounted with
+    `gamma`; with `chunk` K > 1 (`model.action_chunk`) each step's action is the chunk of the K
+    actions the expert took from it on (`chunked`)."""
     folder = Path(path)
     index = read_index(path, config)
     obs: dict[str, list] = {}
-    actions, returns = [], []
+    actions, returns, steps = [], [], []
     for entry in index["episodes"]:
         with np.load(folder / entry["file"]) as data:
             for name in data.files:
                 if name.startswith("obs."):
                     obs.setdefault(name[4:], []).append(data[name])
-            actions.append(data["actions"].astype(np.float32))
+            episode_actions = data["actions"].astype(np.float32)
             returns.append(discounted(data["rewards"], gamma))
+        if chunk > 1:
+            episode_actions, episode_steps = chunked(episode_actions, chunk)
+            steps.append(episode_steps)
+        actions.append(episode_actions)
     return Demonstrations(
         {name: np.concatenate(parts) for name, parts in obs.items()},
         np.concatenate(actions),
         np.concatenate(returns).astype(np.float32),
         len(index["episodes"]),
+        np.concatenate(steps) if chunk > 1 else None,
     )
+
+
+def chunked(actions: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """One episode's (T, A) actions → (T, K, A) chunks, row t holding actions t … t+K−1, and (T,)
+    how many of them exist: fewer than K in the episode's last K−1 steps, where the rest are
+    zeros — a chunk cut short by the episode's end, as in RL (the loss counts only the first k)."""
+    length = len(actions)
+    padded = np.concatenate([actions, np.zeros((chunk - 1, *actions.shape[1:]), actions.dtype)])
+    windows = np.stack([padded[t : t + chunk] for t in range(length)])
+    return windows, np.minimum(chunk, length - np.arange(length)).astype(np.int64)
 
 
 def discounted(rewards: np.ndarray, gamma: float) -> np.ndarray:

@@ -14,9 +14,18 @@ instruction says which. Observations are a Dict:
   Where the target (and the cube) are is in the image alone.
 
 Actions: a Box(-1, 1, (4,)) for every task — an end-effector displacement (x, y, z; ×5 cm) and a
-finger command; tasks whose gripper is blocked ignore the fourth. The reward is 1 on the step the
-task succeeds (the episode then ends: panda-gym's own success test) and 0 otherwise; `info`
-carries `success` and `task` (its name), which the env worker turns into `success_rate` metrics.
+finger command; tasks whose gripper is blocked ignore the fourth. An episode ends on the step the
+task succeeds (panda-gym's own success test) or at its task's time limit (`max_steps`: one for
+all tasks, or one per task — a reach takes the expert 3–4 steps, a push up to 46). `info` carries
+`success` and `task` (its name), which the env worker turns into `success_rate` metrics.
+
+Rewards (`reward`):
+- `sparse`: 1 on the step the task succeeds, 0 otherwise;
+- `dense`: the same, plus `DENSE_SCALE` × the step's progress in `distance_to_go` (how far the
+  object is from the target, plus how far the gripper is from the object; for reach the gripper
+  is the object). A potential-based shaping (Ng et al. 1999): an episode's shaping sums to its
+  whole progress, whatever the path, so it rewards getting closer without changing which
+  policies are best — what RL from a weak start needs to get a signal before it first succeeds.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ INSTRUCTIONS = {
     "push": "push the green cube to the translucent target",
     "pick_and_place": "pick up the green cube and place it at the translucent target",
 }
+REWARDS = ("sparse", "dense")
+DENSE_SCALE = 10.0  # reward per metre of progress: 10 cm closer is worth one success
 STATE_SIZE = 7  # end-effector position (3), velocity (3), finger width (1)
 ACTION_SIZE = 4
 
@@ -44,6 +55,19 @@ class InstructionSpace(gym.spaces.Text):
         self.sentences = list(sentences)
         characters = sorted({c for sentence in sentences for c in sentence})
         super().__init__(max_length=max(map(len, sentences)), charset="".join(characters))
+
+
+def time_limits(tasks: list[str], max_steps: int | dict[str, int]) -> list[int]:
+    """Each task's time limit, in `tasks`' order: `max_steps` for all, or `max_steps[task]`."""
+    per_task = max_steps if isinstance(max_steps, dict) else dict.fromkeys(tasks, max_steps)
+    limits = [per_task.get(task) for task in tasks]
+    if set(per_task) != set(tasks) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in limits):
+        raise ConfigError(
+            "env.kwargs.max_steps",
+            max_steps,
+            "a positive integer, or one per task of env.kwargs.tasks: {" + ", ".join(f"{t}: N" for t in tasks) + "}",
+        )
+    return limits
 
 
 def make_task(name: str) -> gym.Env:
@@ -60,7 +84,8 @@ def make_task(name: str) -> gym.Env:
 
 class PandaTasks(gym.Env):
     """See the module docstring. `tasks`: names from `INSTRUCTIONS`; `image_size`: pixels a side;
-    `max_steps`: the episode's time limit (a truncation)."""
+    `max_steps`: the episode's time limit (a truncation), one for all tasks or `{task: steps}`;
+    `reward`: `sparse` or `dense` (`REWARDS`)."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
@@ -68,15 +93,20 @@ class PandaTasks(gym.Env):
         self,
         tasks: tuple[str, ...] | list[str] = ("reach", "push"),
         image_size: int = 64,
-        max_steps: int = 50,
+        max_steps: int | dict[str, int] = 50,
         render_mode: str | None = None,
+        reward: str = "sparse",
     ):
         unknown = [task for task in tasks if task not in INSTRUCTIONS]
         if unknown or not tasks:
             raise ConfigError("env.kwargs.tasks", list(tasks), f"a non-empty list of {sorted(INSTRUCTIONS)}")
+        if reward not in REWARDS:
+            raise ConfigError("env.kwargs.reward", reward, f"one of {list(REWARDS)}")
         self.task_names = list(tasks)
+        self.limits = time_limits(self.task_names, max_steps)
+        self.dense = reward == "dense"
         self.envs = [make_task(name) for name in self.task_names]
-        self.image_size, self.max_steps, self.render_mode = image_size, max_steps, render_mode
+        self.image_size, self.render_mode = image_size, render_mode
         self.observation_space = gym.spaces.Dict(
             {
                 "image": gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8),
@@ -87,6 +117,7 @@ class PandaTasks(gym.Env):
         self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_SIZE,), np.float32)
         self.active = 0
         self.steps = 0
+        self.distance = 0.0  # distance_to_go() after the last reset or step (dense rewards)
         sim = self.envs[0].unwrapped.sim
         self.view = sim.physics_client.computeViewMatrixFromYawPitchRoll(
             cameraTargetPosition=[-0.1, 0.0, 0.0], distance=0.9, yaw=90, pitch=-45, roll=0, upAxisIndex=2
@@ -107,6 +138,7 @@ class PandaTasks(gym.Env):
         self.active = int(self.np_random.integers(len(self.envs)))
         self.steps = 0
         self.envs[self.active].reset(seed=int(self.np_random.integers(2**31)))
+        self.distance = self.distance_to_go()
         return self.observe(), {"task": self.task_name}
 
     def step(self, action):
@@ -114,9 +146,20 @@ class PandaTasks(gym.Env):
         action = np.asarray(action, np.float32)
         _, _, success, _, _ = env.step(action if env.action_space.shape == (ACTION_SIZE,) else action[:3])
         self.steps += 1
-        truncated = not success and self.steps >= self.max_steps
+        truncated = not success and self.steps >= self.limits[self.active]
         info: dict[str, Any] = {"task": self.task_name, "success": bool(success)}
-        return self.observe(), float(success), bool(success), truncated, info
+        reward = float(success)
+        if self.dense:
+            before, self.distance = self.distance, self.distance_to_go()
+            reward += DENSE_SCALE * (before - self.distance)
+        return self.observe(), reward, bool(success), truncated, info
+
+    def distance_to_go(self) -> float:
+        """Metres from done: the object's distance to the target plus the gripper's to the object
+        (the object of reach is the gripper itself, so its second term is 0)."""
+        task, robot = self.task.task, self.task.robot
+        achieved = task.get_achieved_goal()
+        return float(np.linalg.norm(achieved - task.get_goal()) + np.linalg.norm(robot.get_ee_position() - achieved))
 
     def observe(self) -> dict:
         robot = self.task.robot

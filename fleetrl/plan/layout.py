@@ -1,9 +1,11 @@
 """From the config to what will run where: placement, backend, processes, lanes, env worker args.
 
 Pure: every function here reads the config (and the machine's device and CPU counts) and returns
-values or raises `ConfigError`; nothing is started, nothing imports Ray. So `--dry-run`, the
-benchmarks and the backends all see the same plan, and every layout error surfaces before a
-single process exists.
+values or raises `ConfigError`; nothing is started, nothing imports Ray or torch at import (the
+controller unpickles a `Layout` before it imports torch). `plan.resolve` places the components
+(`place`), runs the rules that need the placement (plan/rules.py) and picks the backend
+(`choose_backend`), so `--dry-run`, the benchmarks and the backends all see the same plan, and
+every layout error surfaces before a single process exists.
 
 Backends (cluster/backend.py): `inline` (every component in this process), `ray` (one Ray actor
 per rank of each component), `fused` (on Ray, one process per rank holding its env, rollout and
@@ -21,8 +23,7 @@ from typing import Literal
 
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
-from fleetrl.plan.placement import EVAL, PLACEMENT_KEY, Assignment, Placement, check_divisible, resolve_placement
-from fleetrl.plan.rules import check_actor_layout, check_fault_placement
+from fleetrl.plan.placement import EVAL, Assignment, Placement, check_divisible, resolve_placement
 
 BackendName = Literal["inline", "ray", "fused"]
 FUSED = "fused"  # the component name of a fused rank's process (heartbeats, reports)
@@ -54,7 +55,8 @@ def detect_devices_per_node() -> int:
     return torch.cuda.device_count() or os.cpu_count() or 1
 
 
-def resolve_layout(config: Config) -> Layout:
+def place(config: Config) -> Placement:
+    """The placement of `config`'s components, the envs and trajectories split evenly over it."""
     cluster = config.cluster
     devices = cluster.devices_per_node or detect_devices_per_node()
     evaluates = config.runner.eval_interval > 0
@@ -62,9 +64,13 @@ def resolve_layout(config: Config) -> Layout:
         cluster.num_nodes, devices, cluster.component_placement, os.cpu_count(), evaluates=evaluates
     )
     check_data_layout(config, placement)
-    check_actor_layout(config, placement.world_size("actor"))
-    check_eval_fault(config, evaluates)
-    check_fault_placement(config, placement)
+    return placement
+
+
+def choose_backend(config: Config, placement: Placement) -> Layout:
+    """The backend `cluster.backend` names ('auto': inline when every component has one rank on
+    one node), checked against the placement, fusing and the env ⇄ rollout exchange."""
+    cluster = config.cluster
     single = cluster.num_nodes == 1 and all(placement.world_size(c) == 1 for c in ("actor", "rollout", "env"))
     backend = cluster.backend
     if backend == "auto":
@@ -90,7 +96,8 @@ def resolve_layout(config: Config) -> Layout:
 
 
 def check_data_layout(config: Config, placement: Placement) -> None:
-    """Envs split evenly over env ranks and stages; trajectories evenly over actor ranks."""
+    """Envs split evenly over env ranks and stages, and each stage into whole reset groups
+    (`algorithm.reset_group_size`); trajectories evenly over actor ranks."""
     env_world, stages = placement.world_size("env"), config.rollout.pipeline_stage_num
     check_divisible(placement, "env", "env.num_envs", config.env.num_envs)
     if (config.env.num_envs // env_world) % stages:
@@ -99,6 +106,13 @@ def check_data_layout(config: Config, placement: Placement) -> None:
             stages,
             f"a divisor of the envs per env worker ({config.env.num_envs // env_world})",
         )
+    per_stage, group = config.env.num_envs // env_world // stages, config.algorithm.reset_group_size
+    if per_stage % group:
+        raise ConfigError(
+            "algorithm.group_size",
+            group,
+            f"a divisor of the envs per env worker stage ({per_stage}): a group of envs is reset together",
+        )
     check_divisible(placement, "actor", "env.num_envs", config.env.num_envs)
     rollout_world = placement.world_size("rollout")
     if env_world % rollout_world:
@@ -106,17 +120,6 @@ def check_data_layout(config: Config, placement: Placement) -> None:
             "cluster.component_placement.rollout",
             rollout_world,
             f"a rollout world size dividing the env world size ({env_world})",
-        )
-
-
-def check_eval_fault(config: Config, evaluates: bool) -> None:
-    """A fault in the eval worker fires only in a run that evaluates."""
-    if config.debug.fault.get("component") == EVAL and not evaluates:
-        raise ConfigError(
-            "debug.fault.component",
-            EVAL,
-            "another component, or runner.eval_interval > 0: this run starts no eval worker",
-            f"{PLACEMENT_KEY}.{EVAL} places it when the run evaluates",
         )
 
 

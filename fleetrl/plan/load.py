@@ -1,9 +1,11 @@
-"""A config file and `key=value` overrides → a `Config` every rule has passed, ready to plan.
+"""A config file and `key=value` overrides → a `Config`.
 
 config/loader.py reads the YAML and checks each key against its field; it knows no algorithm,
-so the `algorithm` section's dataclass comes from the registry (`SECTIONS`); then the rules
-across sections run (plan/rules.py). A `Config` built in code holds the common `AlgorithmConfig`
-until `parsed_algorithm` gives it its algorithm's own section.
+so the `algorithm` section's dataclass comes from the registry (`SECTIONS`). `load_unchecked`
+stops there, for the commands that resolve a run plan next (plan/resolve.py runs every rule
+across sections, once); `load_config` also runs the rules that need no placement, for what plans
+no run (`fleetrl eval`, `export`, `doctor`, tests). A `Config` built in code holds the common
+`AlgorithmConfig` until `parsed_algorithm` gives it its algorithm's own section.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ from fleetrl.config.schema import Config
 from fleetrl.plan.rules import validate
 
 
+def load_unchecked(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """Read `path` (or start from defaults when None) and apply `key=value` overrides, each key
+    checked against its field; the rules across sections are left to `plan.resolve`."""
+    return build_config(read_config(path, overrides), SECTIONS)
+
+
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
-    """Read `path` (or start from defaults when None), apply `key=value` overrides, validate."""
-    config = build_config(read_config(path, overrides), SECTIONS)
+    """`load_unchecked`, then the rules across sections that need no placement."""
+    config = load_unchecked(path, overrides)
     validate(config)
     return config
 

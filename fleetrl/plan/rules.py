@@ -1,9 +1,12 @@
-"""Cross-field rules of the config, checked before anything starts.
+"""Cross-field rules of the config, checked before anything starts — by `plan.resolve` alone.
 
 A key's own type, choices and range are declared on its field (`schema.py`, `constraints.py`) and
 checked by the loader; what is here relates keys to each other (or, once the placement is
-resolved, to it: `check_actor_layout`, `check_fault_placement`). `debug.fault`'s own keys are
-checked by `watch/faults.check_fault`, next to the kinds it implements.
+resolved, to it: `check_actor_layout`, `check_fault_placement`), to the command that runs them
+(`check_stage`) and to the env's spaces (`check_spaces`, run through `RunPlan.check_spaces` once an
+env worker is built). `debug.fault`'s own keys are checked by `debug/faults.check_fault`, next to
+the kinds it implements. Nothing outside plan/ imports this module (an import-linter contract in
+pyproject.toml): the backends, the controller and the workers take a checked `RunPlan`.
 
 The rules on an algorithm's own keys live with the algorithm and run through its registered spec
 (`fleetrl.algos.registry`): `validate` runs `spec.validate`, `check_actor_layout` runs
@@ -15,12 +18,12 @@ from __future__ import annotations
 import os
 import shutil
 
-from fleetrl.algos.registry import algorithm_spec
+from fleetrl.algos.registry import algorithm_names, algorithm_spec
 from fleetrl.config.keys import check_split_over_ranks, effective_minibatch_size, minibatch_key
 from fleetrl.config.schema import BUILTIN_MODELS, ClusterConfig, Config
 from fleetrl.debug.faults import check_fault
 from fleetrl.errors import ConfigError
-from fleetrl.plan.placement import PLACEMENT_KEY, Placement
+from fleetrl.plan.placement import EVAL, PLACEMENT_KEY, Placement
 from fleetrl.run_dir import resume_dir
 from fleetrl.watch.restarts import check_restart_on
 
@@ -132,14 +135,25 @@ def validate_watchdog(config: Config) -> None:
 
 
 def validate_restarts(config: Config) -> None:
-    """runner.restart_on: incident causes (watch/watchdog.py) a restart can help with; an
+    """runner.restart_on: incident causes (watch/incident.py) a restart can help with; an
     interruption, a full disk or a failed watchdog would only come back."""
     check_restart_on(config.runner.restart_on)
 
 
+def check_eval_fault(config: Config) -> None:
+    """A fault in the eval worker fires only in a run that evaluates."""
+    if config.debug.fault.get("component") == EVAL and config.runner.eval_interval <= 0:
+        raise ConfigError(
+            "debug.fault.component",
+            EVAL,
+            "another component, or runner.eval_interval > 0: this run starts no eval worker",
+            f"{PLACEMENT_KEY}.{EVAL} places it when the run evaluates",
+        )
+
+
 def check_fault_placement(config: Config, placement: Placement) -> None:
     """`debug.fault.rank` against the placement: a rank beyond its component's world size would
-    never fire. The runtime calls this once placement is resolved."""
+    never fire."""
     fault = config.debug.fault
     if fault:
         world = placement.world_size(fault["component"])
@@ -206,10 +220,9 @@ def validate_actor(config: Config) -> None:
 
 
 def check_actor_layout(config: Config, actor_world_size: int) -> None:
-    """The rules that need the actor world size W; the runtime calls this once placement is
-    resolved (and `ActorWorker` on construction). Trajectories are sharded by env columns, so W
-    must divide env.num_envs; the minibatch M is spread over the W ranks, so W must divide M; and
-    a micro-batch must divide each rank's share M / W."""
+    """The rules that need the actor world size W, once the placement is resolved. Trajectories
+    are sharded by env columns, so W must divide env.num_envs; the minibatch M is spread over the
+    W ranks, so W must divide M; and a micro-batch must divide each rank's share M / W."""
     world = actor_world_size
     if world < 1:
         raise ConfigError("cluster.component_placement.actor", world, "at least one actor rank")
@@ -224,6 +237,20 @@ def check_actor_layout(config: Config, actor_world_size: int) -> None:
     if world > 1 and config.actor.strategy == "fsdp" and hybrid is not None and world % hybrid:
         raise ConfigError("actor.fsdp_hybrid_shard_size", hybrid, f"a divisor of the actor world size {world}")
     algorithm_spec(config.algorithm.name).check_layout(config, world)
+
+
+def check_stage(config: Config, command: str) -> None:
+    """`fleetrl train` runs RL algorithms, `fleetrl sft` supervised ones (the spec's `stage`)."""
+    stage = "sft" if command == "sft" else "rl"
+    if algorithm_spec(config.algorithm.name).stage != stage:
+        fitting = [name for name in algorithm_names() if algorithm_spec(name).stage == stage]
+        other = "sft" if stage == "rl" else "train"
+        raise ConfigError(
+            "algorithm.name",
+            config.algorithm.name,
+            f"one of {fitting} with fleetrl {command}",
+            f"it is a {'supervised' if stage == 'rl' else 'reinforcement-learning'} algorithm: run it with fleetrl {other}",
+        )
 
 
 def check_entry_points(config: Config) -> None:
@@ -243,8 +270,8 @@ def check_entry_points(config: Config) -> None:
 
 
 def check_spaces(config: Config, observation_space, action_space) -> None:
-    """The rules that need the env's spaces (the algorithm's: e.g. SAC's continuous actions); the
-    runtime calls this as soon as they are known, before any actor is built."""
+    """The rules that need the env's spaces (the algorithm's: e.g. SAC's continuous actions); run
+    through `RunPlan.check_spaces` as soon as they are known, before any actor is built."""
     algorithm_spec(config.algorithm.name).check_spaces(config, observation_space, action_space)
     if config.model.id == "hf":  # what needs no model: the folder itself is checked by check_entry_points
         from fleetrl.models.hf.actions import VocabActions

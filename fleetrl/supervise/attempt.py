@@ -20,22 +20,24 @@ from pathlib import Path
 import psutil
 
 from fleetrl.checkpoint import list_checkpoints, newest_intact
+from fleetrl.cluster.bridge import bridge_name, remove_bridge
 from fleetrl.cluster.isolated_nodes import sweep_stale
 from fleetrl.config.schema import Config
 from fleetrl.controller import Orders
-from fleetrl.net import ALL_IPV4
 from fleetrl.probe.stack_requests import stack_asker
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.store_address import store_address
 from fleetrl.watch import link
+from fleetrl.watch.incident import Incident
 from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.last_words import LastWords, how_it_ended, node_name
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
+from fleetrl.watch.naming import describe, where
 from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
 from fleetrl.watch.teardown import kill_own_children
-from fleetrl.watch.watchdog import Incident, Watchdog, describe, readable, where
+from fleetrl.watch.watchdog import Watchdog, readable
 
 log = logging.getLogger("fleetrl")
 POLL_S = 0.1
@@ -54,11 +56,15 @@ def signal_name(code: int) -> str:
     return signal.Signals(code - 128).name
 
 
-def kill_run_tree(config: Config) -> None:
+def kill_run_tree(config: Config, controller_pid: int | None = None) -> None:
     """Every process the run started; with an isolated simulation also its namespaces, links and
-    folder, which outlive the processes killed. Both the end of an attempt and a second Ctrl-C."""
+    folder, which outlive the processes killed, and the bridge built for controller
+    `controller_pid` (supervise/store_address.py), which the controller never removes: its store
+    listens there. Both the end of an attempt and a second Ctrl-C."""
     kill_own_children()
     if config.cluster.simulate_isolation == "namespaces":
+        if controller_pid is not None:
+            remove_bridge(bridge_name(controller_pid))  # gone with the attempt, not a leftover to sweep
         sweep_stale()
 
 
@@ -68,8 +74,22 @@ class Attempt:
 
     def __init__(self, supervisor, restart: dict | None):  # a watch.supervisor.Supervisor
         self.supervisor, self.config, self.run_dir = supervisor, supervisor.config, supervisor.run_dir
-        host = store_address(self.config.cluster, supervisor.component == "inline")
-        self.store = HeartbeatStore(host, supervisor.secret)
+        # Started first, it waits for its orders on stdin: where the store listens may be named
+        # for it (an isolated simulation's bridge: supervise/store_address.py).
+        self.controller = subprocess.Popen(
+            [sys.executable, "-m", "fleetrl.controller"],
+            stdin=subprocess.PIPE,
+            start_new_session=True,
+            env={**os.environ, RUN_MARK: str(os.getpid())},
+        )
+        try:
+            host = store_address(self.config.cluster, supervisor.component == "inline", self.controller.pid)
+            self.store = HeartbeatStore(host, supervisor.secret)
+        except BaseException:
+            self.controller.kill()
+            self.controller.wait()
+            kill_run_tree(self.config, self.controller.pid)
+            raise
         self.controller_key = (supervisor.component, 0)
         self.workers: list[dict] = [{"component": supervisor.component, "rank": 0, "node": 0}]
         self.workers_taken = False  # the controller's published workers are watched
@@ -78,21 +98,13 @@ class Attempt:
         self.incidents: queue.Queue[Incident] = queue.Queue()
         self.watchdog: Watchdog | None = None
         self.watch([self.controller_key])
-        advertise(
-            self.run_dir, "127.0.0.1" if host == ALL_IPV4 else host, self.store.port, supervisor.secret
-        )  # for `fleetrl top` / `fleetrl stack`
+        advertise(self.run_dir, host, self.store.port, supervisor.secret)  # for `fleetrl top` / `fleetrl stack`
         publish_run(self.store.sealed, self.workers, self.config.watchdog)
         resume = (
             str(self.run_dir) if list_checkpoints(self.run_dir) and (restart or self.config.runner.resume) else None
         )
-        config = replace(self.config, runner=replace(self.config.runner, resume=resume))
-        orders = Orders(config, str(self.run_dir), host, self.store.port, supervisor.component, os.getpid(), restart)
-        self.controller = subprocess.Popen(
-            [sys.executable, "-m", "fleetrl.controller"],
-            stdin=subprocess.PIPE,
-            start_new_session=True,
-            env={**os.environ, RUN_MARK: str(os.getpid())},
-        )
+        plan = replace(supervisor.plan, config=replace(self.config, runner=replace(self.config.runner, resume=resume)))
+        orders = Orders(plan, str(self.run_dir), host, self.store.port, supervisor.component, os.getpid(), restart)
         self.controller.stdin.write(pickle.dumps(orders))
         self.controller.stdin.close()
 
@@ -123,7 +135,7 @@ class Attempt:
         finally:
             if self.watchdog is not None:
                 self.watchdog.stop()
-            kill_run_tree(self.config)
+            kill_run_tree(self.config, self.controller.pid)
             (self.run_dir / WATCH_FILE).unlink(missing_ok=True)
 
     def next_incident(self, code: int | None) -> Incident | None:
@@ -260,7 +272,7 @@ class Attempt:
 
         def give_up() -> None:
             log.error("the incident response did not finish within %g s: exiting without it", bound)
-            kill_run_tree(self.config)
+            kill_run_tree(self.config, self.controller.pid)
             os._exit(code)
 
         with expire_after(bound, give_up):

@@ -26,14 +26,17 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleetrl.checkpoint import newest_intact
-from fleetrl.config.schema import Config
 from fleetrl.probe.seal import new_run_secret
 from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
+from fleetrl.watch.incident import Incident
 from fleetrl.watch.restarts import Restart, RestartPolicy
-from fleetrl.watch.watchdog import Incident
+
+if TYPE_CHECKING:
+    from fleetrl.plan.run_plan import RunPlan
 
 log = logging.getLogger("fleetrl")
 PR_SET_CHILD_SUBREAPER = 36
@@ -45,9 +48,10 @@ def become_subreaper() -> None:
 
 
 class Supervisor:
-    def __init__(self, config: Config, run_dir: Path, component: str):
-        self.config, self.run_dir, self.component = config, Path(run_dir), component
-        self.policy = RestartPolicy.of(config.runner)
+    def __init__(self, plan: RunPlan, run_dir: Path, component: str):
+        self.plan, self.config = plan, plan.config
+        self.run_dir, self.component = Path(run_dir), component
+        self.policy = RestartPolicy.of(plan.config.runner)
         self.signals: list[int] = []
         self.secret = new_run_secret()  # the controller inherits it (FLEETRL_RUN_SECRET): probe/seal.py
 
@@ -109,12 +113,13 @@ class Supervisor:
         path.write_text(json.dumps(summary, indent=2))
 
 
-def supervise(config: Config, backend: str) -> int:
-    """Run `config` under a supervisor: decide the run directory (a new one, its config saved; or
+def supervise(plan: RunPlan) -> int:
+    """Run `plan` under a supervisor: decide the run directory (a new one, its config saved; or
     the one runner.resume names), then supervise its controller; the exit code."""
     from fleetrl.config.loader import save_config
     from fleetrl.run_dir import CONFIG_FILE, create_run_dir, owner_only, resume_dir, setup_logging
 
+    config = plan.config
     resumed = resume_dir(config)
     run_dir = owner_only(resumed) if resumed else create_run_dir(config)
     if resumed is None:
@@ -122,7 +127,7 @@ def supervise(config: Config, backend: str) -> int:
     setup_logging(run_dir)
     if config.runner.resume is not None and resumed is None:
         log.info("runner.resume=auto: no run of this name in %s yet, starting %s", config.runner.run_dir, run_dir)
-    code = Supervisor(config, run_dir, "inline" if backend == "inline" else "controller").run()
+    code = Supervisor(plan, run_dir, "inline" if plan.layout.backend == "inline" else "controller").run()
     # Every process of the run is gone: what is left is this interpreter's exit, whose final
     # garbage collections walk every object the imports made (torch's) — 1.5-4 s measured on a
     # loaded host after an incident, added to its teardown. Frozen, they are skipped.

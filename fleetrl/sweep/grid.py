@@ -6,8 +6,8 @@ is two lists and `debug.fault={kind: kill, component: env},{}` two mappings. A k
 is a fixed override of every trial. Each value is YAML, read by the same loader as `fleetrl
 train`'s overrides, and passed to each trial's `fleetrl train` exactly as typed.
 
-Invariant: `plan_sweep` returns only when every combination loads, validates and resolves its
-layout, so a bad key or value in any combination is a config error (exit 2) before any trial, or
+Invariant: `plan_sweep` returns only when every combination loads and resolves its run plan
+(plan/resolve.py: every rule `fleetrl train` checks), so a bad key or value in any combination is a config error (exit 2) before any trial, or
 Ray, starts.
 """
 
@@ -21,9 +21,10 @@ from pathlib import Path
 
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError, UserError
-from fleetrl.plan.layout import Layout, resolve_layout, worker_processes
-from fleetrl.plan.load import load_config
-from fleetrl.plan.rules import check_entry_points
+from fleetrl.plan.layout import worker_processes
+from fleetrl.plan.load import load_config, load_unchecked
+from fleetrl.plan.resolve import resolve
+from fleetrl.plan.run_plan import RunPlan
 from fleetrl.sweep.trial import TrialSpec
 
 PER_TRIAL_KEYS = ("runner.run_dir", "runner.name")  # the sweep directory's parent and name: one value
@@ -51,8 +52,8 @@ def plan_sweep(config_path: str, overrides: list[str]) -> SweepPlan:
     for index, values in enumerate(combinations, start=1):
         swept = dict(zip(keys, values))
         arguments = (*fixed, *(f"{key}={value}" for key, value in swept.items()))
-        config, layout = check_combination(config_path, list(arguments), swept, len(combinations))
-        cpus, gpus = trial_resources(config, layout)
+        plan = check_combination(config_path, list(arguments), swept, len(combinations))
+        cpus, gpus = trial_resources(plan)
         trials.append(TrialSpec(index, f"trial-{index:0{width}d}", swept, arguments, cpus, gpus))
     name = base.runner.name or Path(config_path).stem
     return SweepPlan(Path(config_path).resolve(), name, base, tuple(trials))
@@ -112,12 +113,10 @@ def split_values(key: str, text: str) -> list[str]:
     return values
 
 
-def check_combination(config_path: str, arguments: list[str], swept: dict, count: int) -> tuple[Config, Layout]:
-    """Everything `fleetrl train` checks before it starts anything."""
+def check_combination(config_path: str, arguments: list[str], swept: dict, count: int) -> RunPlan:
+    """Everything `fleetrl train` checks before it starts anything: its run plan."""
     try:
-        config = load_config(config_path, arguments)
-        check_entry_points(config)
-        return config, resolve_layout(config)
+        return resolve(load_unchecked(config_path, arguments), "train")
     except UserError as error:
         if count == 1:
             raise
@@ -125,12 +124,13 @@ def check_combination(config_path: str, arguments: list[str], swept: dict, count
         raise UserError(f"{error} (in the combination {where})") from None
 
 
-def trial_resources(config: Config, layout: Layout) -> tuple[int, int]:
+def trial_resources(plan: RunPlan) -> tuple[int, int]:
     """(CPUs, GPUs) a trial keeps busy: its controller's torch threads plus, on Ray, each worker
     process's threads (the placement's share of the node), at most the node's CPUs; on a CUDA
     machine, the devices its placement uses."""
     import torch
 
+    config, layout = plan.config, plan.layout
     cores = os.cpu_count() or 1
     cpus = config.runner.torch_threads or cores
     if layout.backend != "inline":

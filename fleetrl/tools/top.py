@@ -3,7 +3,7 @@
 Everything comes from the run's heartbeat store (watch/live.py) — what each worker says it is
 doing (its GPU's utilisation and memory too, where it computes on one: probe/gpu.py), measured
 ages on this side — plus, for workers on this machine, their CPU and memory from psutil. The
-deadline is the watchdog's own (`Watchdog.deadline`, from the run's settings), so the table shows
+deadline is the watchdog's own (`Checks.deadline`, from the run's settings), so the table shows
 a phase nearing its limit the way the watchdog will judge it. Not a terminal (a pipe,
 a file, `--once`): one table in plain text.
 """
@@ -19,8 +19,8 @@ from rich.live import Live
 from rich.table import Table
 
 from fleetrl.probe.flight_recorder import machine_identity
+from fleetrl.watch.checks import Checks
 from fleetrl.watch.live import LiveRun, attach
-from fleetrl.watch.watchdog import Watchdog
 
 COLUMNS = (
     "component",
@@ -74,7 +74,7 @@ def collective(record: dict) -> str:
     return f"{last['op']} #{last['seq']}" if last else "-"
 
 
-def rows(run: LiveRun, sampler: Sampler, judge: Watchdog) -> list[tuple[str, ...]]:
+def rows(run: LiveRun, sampler: Sampler, judge: Checks) -> list[tuple[str, ...]]:
     records = judge.observe(run.records())  # ages on this clock, never a worker's (watch/judgement.py)
     found = []
     for worker in run.workers:
@@ -107,7 +107,7 @@ def rows(run: LiveRun, sampler: Sampler, judge: Watchdog) -> list[tuple[str, ...
     return found
 
 
-def table(run: LiveRun, sampler: Sampler, judge: Watchdog) -> Table:
+def table(run: LiveRun, sampler: Sampler, judge: Checks) -> Table:
     view = Table(title=f"fleetrl top — {run.run_dir}", box=box.SIMPLE_HEAD, title_justify="left")
     for column in COLUMNS:
         view.add_column(column, no_wrap=True)
@@ -121,7 +121,7 @@ def top(run_dir: str | None, once: bool) -> int:
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # plain text, one row a worker however wide
-    sampler, judge = Sampler(), Watchdog(run.watchdog, None, [], None)
+    sampler, judge = Sampler(), Checks(run.watchdog, [])
     if once or not console.is_terminal:
         rows(run, sampler, judge)  # a first sample, so that CPU % covers an interval
         time.sleep(REFRESH_S / 2)

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 from fleetrl.checkpoint import causes, full_disk
 from fleetrl.probe.host import WorkerError
+from fleetrl.watch.incident import Incident, died
 from fleetrl.watch.judgement import on_watcher_clock
+from fleetrl.watch.naming import describe
 from fleetrl.watch.node_loss import lost_node
-from fleetrl.watch.watchdog import Incident, describe, died
 
 if TYPE_CHECKING:
     from fleetrl.watch.session import RemoteWorkers
@@ -37,7 +38,7 @@ def incident_from_error(
     arrives as a `WorkerError` naming its raiser (on Ray inside a RayTaskError, possibly after
     travelling as another call's argument); a dead Ray worker as a RayActorError carrying its
     actor id and pid (`worker_died` with its last words, or the collective mismatch its stderr
-    names: watchdog.died); the controller's own ENOSPC is `disk_full`
+    names: incident.died); the controller's own ENOSPC is `disk_full`
     naming the file (else `run_dir`) and the bytes left there. Any of these while a worker's node
     no longer runs Ray is that node's loss (`node_lost`), the error its echo."""
     now = time.time()

@@ -16,8 +16,9 @@ from pathlib import Path
 from fleetrl.config.redact import redact_text
 from fleetrl.watch.alignment import waits_for
 from fleetrl.watch.collective_table import aligned_collectives, render_table, render_torch_traces
+from fleetrl.watch.incident import Incident
+from fleetrl.watch.naming import collective_text, describe, where
 from fleetrl.watch.report_groups import GROUPED, grouped_stacks, grouped_worker_lines
-from fleetrl.watch.watchdog import Incident, collective_text, describe, where
 
 REPORT_JSON = "hang_report.json"
 REPORT_TEXT = "hang_report.txt"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-from fleetrl.watch.watchdog import Incident
+from fleetrl.watch.incident import Incident
 
 # The controller's phases that wait on its workers (runner.py): with workers of their own
 # (Ray, fused), those are watched, and the wait is not judged by a deadline of its own.

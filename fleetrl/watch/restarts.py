@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from fleetrl.config.schema import RunnerConfig
 from fleetrl.errors import ConfigError, nearest
-from fleetrl.watch.watchdog import CAUSES
+from fleetrl.watch.incident import CAUSES
 
 NEVER_RESTART = ("interrupted", "disk_full", "watchdog_error")
 

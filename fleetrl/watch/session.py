@@ -38,11 +38,12 @@ from fleetrl.probe.stack_requests import StackAnswerer, stack_asker
 from fleetrl.probe.stacks import register_stack_dump, stack_file
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.watch.classify import incident_from_error
+from fleetrl.watch.incident import Incident
 from fleetrl.watch.last_words import LastWords
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.respond import EXIT_INCIDENT, Responder
 from fleetrl.watch.teardown import kill_own_children
-from fleetrl.watch.watchdog import Incident, Watchdog
+from fleetrl.watch.watchdog import Watchdog
 
 log = logging.getLogger("fleetrl")
 # Stacks (py-spy bounded at 5 s a worker), report, teardown (5 s a process tree): past this, plus

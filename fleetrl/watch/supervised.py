@@ -26,22 +26,19 @@ from fleetrl.probe.flight_recorder import Recorder, join_unless_current
 from fleetrl.probe.host import WatchSpec
 from fleetrl.watch import link
 from fleetrl.watch.classify import incident_from_error
+from fleetrl.watch.incident import Incident
 from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, WatchSession, expire_after
-from fleetrl.watch.watchdog import Incident
 
 log = logging.getLogger("fleetrl")
 LISTEN_INTERVAL_S = 0.2
 
 
 class SupervisedSession(WatchSession):
-    def __init__(
-        self, config: Config, run_dir: Path, store, spec: WatchSpec, recorder: Recorder, on_all_addresses: bool = False
-    ):
+    def __init__(self, config: Config, run_dir: Path, store, spec: WatchSpec, recorder: Recorder):
         super().__init__(config, run_dir)
         self.link = store  # a client of the supervisor's store (a SealedStore)
         self.spec = spec  # where the supervisor's store listens, and the run's secret
-        self.on_all_addresses = on_all_addresses  # it listens on every address (supervise/store_address.py)
         self.recorder = recorder
         self.listening = threading.Event()
         self.listener = threading.Thread(target=self.attach_report_when_written, name="fleetrl-report", daemon=True)
@@ -49,8 +46,8 @@ class SupervisedSession(WatchSession):
 
     def open_store(self, host: str) -> WatchSpec:
         """The supervisor's store, at the address it listens on (the supervisor chose the one its
-        workers reach: supervise/store_address.py), or at `host` where it listens on all."""
-        return replace(self.spec, store_host=host if self.on_all_addresses else self.spec.store_host, fault=self.fault)
+        workers reach, `host` here: supervise/store_address.py)."""
+        return replace(self.spec, fault=self.fault)
 
     def watch_here(self, component: str, rank: int, spec: WatchSpec) -> Recorder:
         return self.recorder

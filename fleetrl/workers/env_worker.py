@@ -6,8 +6,8 @@ observation, returned as `final_obs` for exactly those envs).
 
 With `chunk` K > 1 (`model.action_chunk`) `step` takes (N, K, ...) actions and each env executes
 its chunk as up to K env steps, stopping at its episode's end (`fleetrl.envs.make.ActionChunk`):
-the result is one decision per env — reward Σ_j γ^j r_j over the k executed steps, `steps` = k —
-and the counters (env steps, episode lengths and returns) count the executed env steps.
+the result is one decision per env — reward Σ_j γ^j r_j over the k executed steps, `steps` = k,
+`chunk_return` Σ_j r_j — and the counters (env steps, episode lengths and returns) count the executed env steps.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ ASYNC_CLOSE_TIMEOUT_S = 5.0  # an async vector env's subprocesses get this long 
 class EnvWorker:
     """`num_envs` simulators, split into `stages` equal vector envs that are stepped separately
     (pipelining: while one stage steps, the policy infers the next). Normalisation statistics
-    and episode bookkeeping are shared by the stages."""
+    and episode bookkeeping are shared by the stages. A stage holds whole groups of
+    `reset_group_size` envs (the run plan checks it: plan/layout.py `check_data_layout`)."""
 
     def __init__(
         self,
@@ -60,14 +61,6 @@ class EnvWorker:
         chunk: int = 1,
     ):
         count = config.num_envs if num_envs is None else num_envs
-        if (count // stages) % reset_group_size:
-            from fleetrl.errors import ConfigError
-
-            raise ConfigError(
-                "algorithm.group_size",
-                reset_group_size,
-                f"a divisor of the envs per env worker stage ({count // stages}): a GRPO group is reset together",
-            )
         self.reset_group_size = reset_group_size
         self.chunk = chunk
         self.stages = [make_vector_env(config, count // stages, chunk, gamma) for _ in range(stages)]
@@ -117,10 +110,12 @@ class EnvWorker:
         truncated = truncated & ~terminated
         done = terminated | truncated
         envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
-        steps = None
+        steps = chunk_return = None
         if self.chunk > 1:
             steps = chunk_info(info, done, "chunk_steps").astype(np.int64)
-            self._count(envs, chunk_info(info, done, "chunk_return"), done, steps)
+            chunk_return = chunk_info(info, done, "chunk_return")
+            self._count(envs, chunk_return, done, steps)
+            chunk_return = chunk_return.astype(np.float32)
         else:
             self._count(envs, reward, done)
         self._count_games(envs, info.get("final_info", {}))
@@ -139,6 +134,7 @@ class EnvWorker:
             truncated_index,
             self._observe(final_obs, update=False),
             steps,
+            chunk_return,
         )
 
     def _observe(self, obs, update: bool = True):

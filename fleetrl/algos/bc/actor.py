@@ -7,8 +7,11 @@ still plays `algorithm.num_steps` steps of the current policy on the training en
 training-time `success_rate` of a policy being cloned, and the env-step budget
 (`runner.total_env_steps`) that sets the run's length — but the actor ignores that trajectory's
 actions: it takes `updates_per_iteration` steps of maximum likelihood of the expert's actions
-(under the same `Policy`, so the same action tokens with `model.action_bins`), plus a value loss
-on the demonstrations' discounted returns, on minibatches drawn from the demonstrations.
+(under the same `Policy`, so the same action tokens with `model.action_bins`, and the same
+Hugging Face VLA acting through its vocabulary with `model.id: hf`), plus a value loss on the
+demonstrations' discounted returns, on minibatches drawn from the demonstrations. With
+`model.action_chunk` K > 1 the expert's action at a step is the chunk of its next K actions
+(`demonstrations.chunked`), its log-likelihood summed over the actions the expert took.
 
 With several ranks each rank draws its share of every minibatch from its own stream; every rank
 takes the same number of steps (DDP's all-reduces line up). This module registers `bc`.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import gymnasium as gym
 import torch
 
+from fleetrl.algos.common.logprobs import decision_logprob
 from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.algos.ppo.update import check_every_parameter_has_a_gradient
 from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
@@ -38,9 +42,10 @@ class BCActor(ActorWorker):
     ):
         super().__init__(config, observation_space, action_space, rank, world_size)
         algo: BCConfig = config.algorithm
-        demos = demonstrations.load(algo.demonstrations, config.env, algo.gamma)
+        demos = demonstrations.load(algo.demonstrations, config.env, algo.gamma, config.model.action_chunk)
         self.obs = map_obs(lambda x: torch.from_numpy(x).to(self.device), demos.obs)
         self.actions = torch.from_numpy(demos.actions).to(self.device)
+        self.steps = None if demos.steps is None else torch.from_numpy(demos.steps).to(self.device)
         self.returns = torch.from_numpy(demos.returns).to(self.device)
         self.sampler = torch.Generator().manual_seed(rank_seed(config.runner.seed, rank, ACTOR_SAMPLING))
         self.checked = False  # every parameter got a gradient (checked on the first step)
@@ -58,7 +63,7 @@ class BCActor(ActorWorker):
         for _ in range(algo.updates_per_iteration):
             index = torch.randint(len(self.actions), (per_rank,), generator=self.sampler).to(self.device)
             logprob, _, value = self.loss_path.module(map_obs(lambda x, i=index: x[i], self.obs), self.actions[index])
-            logprob = logprob.sum(-1) if logprob.dim() > 1 else logprob  # a token policy: the whole action's
+            logprob = decision_logprob(logprob, None if self.steps is None else self.steps[index])  # tokens, chunks
             action_loss = -logprob.mean()
             value_loss = 0.5 * (value - self.returns[index]).pow(2).mean()
             self.optimizer.zero_grad(set_to_none=True)
@@ -74,7 +79,7 @@ class BCActor(ActorWorker):
         return {
             "bc_loss": means[0],
             "value_loss": means[1],
-            "expert_action_prob": means[2],  # the policy's probability (density, for a Gaussian) of the expert's action
+            "expert_action_prob": means[2],  # the policy's probability (density) of the expert's action (chunk)
             "lr": lr,
             "grad_steps": algo.updates_per_iteration,
             "demonstration_steps": len(self.actions),

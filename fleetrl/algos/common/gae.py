@@ -48,11 +48,14 @@ def grpo_advantages(rewards: torch.Tensor, dones: torch.Tensor, group_size: int,
     and so on; an episode is *complete* when its end lies within the T steps. Episode k of the
     members of a group is compared with episode k of the others: with the members reset with one
     seed at step 0, episode 0 starts from the same state for all of them (and so does every later
-    episode of a simulator that draws randomness only in `reset`). Its advantage is
+    episode of a simulator that draws randomness only in `reset`). On a multi-task env that draws
+    the task and its start from the reset seed (`envs.manipulation.PandaTasks`) a group is thus
+    the episodes of one task from one reset seed, as RLinf's GRPO groups on LIBERO. Its advantage is
 
         (R − mean R) / (std R + eps)   over the members whose episode k is complete,
 
-    where R is the episode's undiscounted sum of rewards and std the unbiased standard deviation;
+    where R is the episode's undiscounted sum of rewards (with action chunks: of the decisions'
+    raw chunk returns, `Trajectory.chunk_returns`) and std the unbiased standard deviation;
     it is given to every step of the episode. Steps of incomplete episodes, and of episodes with
     fewer than two complete counterparts in their group, get advantage 0: they add nothing to the
     policy gradient (still to the entropy bonus and the value loss, and to the sample count).

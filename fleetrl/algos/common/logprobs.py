@@ -81,3 +81,9 @@ def per_sample(value: torch.Tensor, weights: torch.Tensor | None) -> torch.Tenso
     if value.dim() == 1:
         return value
     return value.mean(-1) if weights is None else (value * weights).sum(-1)
+
+
+def decision_logprob(logprobs: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:
+    """(B,) the log-probability of each decision's executed part — Σ over its executed actions
+    and their tokens (`chunk_level`): what behaviour cloning maximises for a demonstrated chunk."""
+    return combine(logprobs, logprobs, logprobs, steps, "chunk_level", "chunk_level")[0]

@@ -113,11 +113,30 @@ class ActorWorker(ActorBase):
         minibatches = Minibatches(
             self.shard(trajectory), self.minibatch_size, self.config.actor.micro_batch_size, self.generator
         )
+        train_policy = not self.critic_warmup(progress)
         metrics = ppo_update(
-            self.loss_path, self.optimizer, batch, self.config.algorithm, clip, minibatches, self.all_reduce
+            self.loss_path,
+            self.optimizer,
+            batch,
+            self.config.algorithm,
+            clip,
+            minibatches,
+            self.all_reduce,
+            train_policy,
         )
-        metrics.update(lr=lr, clip_coef=clip, explained_variance=self.explained_variance(batch.values, batch.returns))
+        metrics.update(
+            lr=lr,
+            clip_coef=clip,
+            explained_variance=self.explained_variance(batch.values, batch.returns),
+            policy_trained=int(train_policy),  # 0 in the critic warm-up
+        )
         return metrics
+
+    def critic_warmup(self, progress: float) -> bool:
+        """Whether the iteration at `progress` (env steps before it / total) is one of
+        `algorithm.critic_warmup_steps`'s: derived from the step count, so a resumed run knows."""
+        steps_before = round(progress * self.config.runner.total_env_steps)
+        return steps_before < self.config.algorithm.critic_warmup_steps
 
     def advantages(self, trajectory: Trajectory) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, value targets), both (T, N). The value targets are GAE's returns;
@@ -134,8 +153,9 @@ class ActorWorker(ActorBase):
             algo.gae_lambda,
             trajectory.steps,
         )
-        if algo.adv_type == "grpo":
-            advantages = grpo_advantages(trajectory.rewards, trajectory.dones, algo.group_size)
+        if algo.adv_type == "grpo":  # episode returns: raw chunk returns with chunks (γ^j would tell chunks apart)
+            rewards = trajectory.rewards if trajectory.chunk_returns is None else trajectory.chunk_returns
+            advantages = grpo_advantages(rewards, trajectory.dones, algo.group_size)
         return advantages, returns
 
     def shard(self, trajectory: Trajectory) -> EnvShard:

@@ -37,6 +37,13 @@ class PPOConfig(AlgorithmConfig):
     """Weight of the entropy bonus."""
     norm_adv: bool = True
     """Normalise advantages per minibatch (false with `adv_type: grpo`)."""
+    critic_warmup_steps: Annotated[int, NonNegative] = 0
+    """Env steps (counted as `runner.total_env_steps`) at the start of the run that train the value
+    function alone: the policy loss and entropy bonus are left out of the loss. For RL started from
+    a supervised policy (`runner.init_from`), whose critic has never seen its own returns: the first
+    updates' advantages would otherwise be noise that undoes the supervised policy (docs:
+    guides/manipulation.md). A network whose policy and value share layers (the transformer) still
+    moves its policy a little through them: `approx_kl` shows how much."""
     target_kl: Annotated[float, Positive] | None = None
     """Stop the epoch loop once the approximate KL exceeds this (agreed across ranks; null: never)."""
     adv_type: Literal["gae", "grpo"] = "gae"

@@ -111,9 +111,12 @@ def ppo_loss(
     config: PPOConfig,
     clip_coef: float,
     reduce: Callable[[torch.Tensor], torch.Tensor] = torch.mean,
+    train_policy: bool = True,
 ):
     """(scalar loss, detached [policy loss, value loss, entropy], detached `Ratios`) of `batch`
     with these (normalised) `advantages`; `reduce` (mean or sum) makes the per-sample terms scalars.
+    Without `train_policy` (a critic warm-up) the policy loss and entropy bonus weigh 0: still in
+    the graph, so every parameter gets its (zero) gradient and DDP's reductions line up.
 
     Nothing here calls `.item()`: the statistics stay tensors, so a minibatch never waits.
     """
@@ -125,9 +128,9 @@ def ppo_loss(
     policy_loss = reduce(policy_objective(log_ratio, advantages, clip_coef, weights))
     value_loss = reduce(value_error(values, batch, config, clip_coef)) * constant(0.5)
     entropy = reduce(entropy)
-    loss = policy_loss + value_loss * constant(config.vf_coef)
+    loss = (policy_loss if train_policy else policy_loss * constant(0.0)) + value_loss * constant(config.vf_coef)
     if config.ent_coef:
-        loss = loss - entropy * constant(config.ent_coef)
+        loss = loss - entropy * constant(config.ent_coef if train_policy else 0.0)
     parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach()])
     return loss, parts, Ratios(log_ratio.detach(), weights)
 
@@ -253,10 +256,12 @@ def ppo_update(
     clip_coef: float,
     minibatches: Minibatches,
     all_reduce: Callable[[torch.Tensor], torch.Tensor],
+    train_policy: bool = True,
 ) -> dict:
     """Run the epochs on this rank's `batch` (its env columns, flattened step-major); returns the
     mean losses, KL, clip fraction, grad steps and the epochs done, global over ranks.
-    `all_reduce` sums a tensor over ranks (identity with one).
+    `all_reduce` sums a tensor over ranks (identity with one); without `train_policy` only the
+    value loss trains (`ppo_loss`).
 
     Per gradient step only the loss, its backward, the clip and the optimizer step run: the loss
     terms are collected and summed once per update, and the KL / clip fraction statistics are
@@ -285,7 +290,9 @@ def ppo_update(
             advantages = part.advantages
             if normalise:
                 advantages = normalised(advantages, True) if whole else standardised(advantages, means[k], stds[k])
-        loss, loss_parts, log_ratio = ppo_loss(loss_path.module, part, advantages, config, clip_coef, reduce)
+        loss, loss_parts, log_ratio = ppo_loss(
+            loss_path.module, part, advantages, config, clip_coef, reduce, train_policy
+        )
         parts.append(loss_parts)
         weights.append(len(part) if whole else 1)
         log_ratios.append(log_ratio)

@@ -103,7 +103,9 @@ def paligemma(dims: Dims, bins: int) -> tuple[torch.nn.Module, object]:
         [*SPECIALS, "<image>"], [f"<loc{i:0>4}>" for i in range(1024)] + [f"<seg{i:0>3}>" for i in range(128)], bins
     )
     ids = tokenizer.convert_tokens_to_ids
-    vision = SiglipVisionConfig(**vision_sizes(dims), projection_dim=dims.text_hidden)
+    # no pooling head, as PaliGemma's own config has it: the model reads the patch features, so a
+    # head would be weights (and LoRA adapters) that no loss ever reaches
+    vision = SiglipVisionConfig(**vision_sizes(dims), projection_dim=dims.text_hidden, vision_use_head=False)
     text = GemmaConfig(**text_sizes(dims, tokenizer))
     config = PaliGemmaConfig(
         vision_config=vision, text_config=text, image_token_id=ids("<image>"), projection_dim=dims.text_hidden

@@ -1,0 +1,255 @@
+"""The watchdog's verdict on one poll's heartbeat records: the incident they show, or None.
+
+In order of precedence: a worker that never published a heartbeat within `startup_allowance_s`
+of the start of watching (`startup_timeout`); a worker process that is gone (`worker_died`); a
+worker that stopped beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never
+returns; `node_lost` when its whole node no longer runs Ray, watch/node_loss.py); actor ranks
+waiting in a collective that another rank entered differently (`collective_mismatch`) or never
+entered (`rank_missing_from_collective`) — the ranks lined up by collective sequence number, so
+the rank that is behind is named and not the ones waiting for it (watch/alignment.py; the
+process-group join is such a collective, waited in for the start-up step allowance); a phase
+over its deadline (`phase_timeout`), never blamed on a rank that waits for a peer behind it, and
+named as the collective miss when a peer waits for it in a collective. A worker whose own records
+the store has rejected is not judged frozen while they arrive; past `busy_allowance_s` it is a
+`watchdog_error` naming it (watch/rejected.py).
+
+Heartbeat and phase ages are the watcher's own (`observe`, watch/judgement.py): a worker's clock
+is never compared with this one. Deadlines are learned: a phase may take `deadline_factor` × the
+longest time it has taken before, clamped to [min_deadline_s, max_deadline_s]. A phase never seen
+finishing gets `startup_step_allowance_s` if it is a start-up step (`STARTUP_STEPS`: its stall is
+a `startup_timeout`), otherwise `first_call_bound_s`. Past its deadline a call is judged from its
+recent beats: *blocked* (no CPU, a stack that does not move) or *spinning* (a wait that polls:
+CPU at a stack that does not move, and the thread found in a wait sample after sample) is an
+incident at once; *busy* (computing, with system calls or not) is one "slow" warning in the log,
+and an incident only past `busy_allowance_s`. Start-up steps and first calls are judged alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import psutil
+
+from fleetrl.config.schema import WatchdogConfig
+from fleetrl.watch import alignment, last_words, rejected
+from fleetrl.watch.incident import Incident, died
+from fleetrl.watch.judgement import BUSY, Judgement, Seen
+from fleetrl.watch.naming import describe, where
+from fleetrl.watch.node_loss import node_lost
+
+log = logging.getLogger("fleetrl")
+
+# Methods that are steps of a worker's start-up (the `construct` phase is the worker host's):
+# never seen finishing, they get `startup_step_allowance_s`, and a stall in one is `startup_timeout`.
+# The controller's own start-up phases (`startup.backend`, `startup.resume`, ...: runner.py) too.
+STARTUP_STEPS = ("construct", "spaces", "reset", "init_distributed", "build_learner")
+
+
+def startup_step(phase: str) -> bool:
+    return phase.startswith("startup.") or phase.rsplit(".", 1)[-1] in STARTUP_STEPS
+
+
+class Checks:
+    """The checks over `workers`, and what they keep between polls: each worker's beats as seen
+    on this clock, and the calls already warned about as slow. `fleetrl top` uses them alone, to
+    show ages and deadlines as the watchdog sees them."""
+
+    config: WatchdogConfig
+    workers: list[tuple[str, int]]
+    started: float  # when watching began (epoch seconds): the start-up allowance counts from it
+    hostname: str  # a worker on this machine can be looked at as a process
+    seen: dict[tuple[str, int], Seen]
+    warned_slow: set  # (worker, phase, its start): one "slow" warning per call
+    warned_unwatched: set  # workers whose records are rejected: one error each
+
+    def __init__(self, config: WatchdogConfig, workers: list[tuple[str, int]]):
+        self.config, self.workers = config, workers
+        self.started = time.time()
+        self.hostname = socket.gethostname()
+        self.seen = {}
+        self.warned_slow = set()
+        self.warned_unwatched = set()
+
+    def observe(self, records: dict) -> dict:
+        """Note each record's beat on this process's clock; annotate `records` with the ages
+        measured on it (`heartbeat_age_s`, `phase_age_s`) and with the offset of its clock from
+        the worker's (`clock_offset_s`: judgement.on_watcher_clock)."""
+        now = time.monotonic()
+        for key, record in records.items():
+            seen = self.seen.setdefault(key, Seen())
+            seen.update(record, now)
+            record["heartbeat_age_s"], record["phase_age_s"] = seen.heartbeat_age(now), seen.phase_age(record, now)
+            record["clock_offset_s"] = seen.clock_offset
+        return records
+
+    def inspect(self, records: dict, now: float) -> Incident | None:
+        for check in (
+            self.check_started,
+            self.check_alive,
+            self.check_beating,
+            self.check_collectives,
+            self.check_deadlines,
+        ):
+            incident = check(records, now)
+            if incident is not None:
+                return incident
+        return None
+
+    def check_started(self, records: dict, now: float) -> Incident | None:
+        if now - self.started < self.config.startup_allowance_s:
+            return None
+        missing = [key for key in self.workers if key not in records]
+        if missing:
+            return Incident(
+                "startup_timeout",
+                f"{describe(missing[0])} never started: no heartbeat "
+                f"{now - self.started:.0f} s after launch (watchdog.startup_allowance_s)",
+                self.started,
+                missing[0],
+            )
+        return None
+
+    def check_alive(self, records: dict, now: float) -> Incident | None:
+        for key, record in records.items():
+            if record.get("host") == self.hostname and not psutil.pid_exists(record["pid"]):
+                words = last_words.from_record(record)
+                return died(key, record, words, f"it was {where(record)}", now - record["heartbeat_age_s"])
+        return None
+
+    def check_beating(self, records: dict, now: float) -> Incident | None:
+        for key, record in records.items():
+            age = record["heartbeat_age_s"]
+            if age <= self.config.heartbeat_timeout_s:
+                continue
+            if rejected.arriving(record, self.config.heartbeat_timeout_s):  # alive but unreadable: watch/rejected.py
+                summary = rejected.past_allowance(key, record, self.config.busy_allowance_s, self.warned_unwatched)
+                if summary is not None:
+                    return Incident("watchdog_error", summary, now - rejected.unwatched_s(record), key)
+                continue
+            lost = node_lost(records, key, now)
+            if lost is not None:
+                culprit, summary = lost
+                return Incident("node_lost", summary, now - age, culprit)
+            key, record = self.stopped_among_silent(records, key, record)
+            age, state = record["heartbeat_age_s"], self.process_state(record)
+            return Incident(
+                "process_frozen",
+                f"{describe(key)} (pid {record['pid']}) stopped publishing "
+                f"heartbeats {age:.1f} s ago: {state}; last seen {where(record)}{rejected.note(record)}",
+                now - age,
+                key,
+            )
+        return None
+
+    def stopped_among_silent(self, records: dict, key: tuple[str, int], record: dict) -> tuple[tuple[str, int], dict]:
+        """The worker to name for `key`'s silence: `key`, unless another worker that has also
+        stopped beating is a stopped process. Workers waiting on a stopped one can go silent with
+        it (Ray's global garbage collection in every worker, threads starved on a loaded host),
+        some a little before it: the stopped process is the fault, not the first silent one."""
+        if self.stopped(record):
+            return key, record
+        silent = 2 * self.config.heartbeat_interval_s
+        for other, candidate in records.items():
+            if candidate["heartbeat_age_s"] > silent and self.stopped(candidate):
+                return other, candidate
+        return key, record
+
+    def stopped(self, record: dict) -> bool:
+        """The worker's process is on this machine and stopped (SIGSTOP, a debugger)."""
+        try:
+            return (
+                record.get("host") == self.hostname and psutil.Process(record["pid"]).status() == psutil.STATUS_STOPPED
+            )
+        except psutil.Error:
+            return False
+
+    def process_state(self, record: dict) -> str:
+        if record.get("host") != self.hostname:
+            return "it is on another machine (no local process check)"
+        if self.stopped(record):
+            return "the process is stopped (SIGSTOP or a debugger)"
+        if not psutil.pid_exists(record["pid"]):
+            return "the process is gone"
+        return "the process is alive but its Python threads do not run (the GIL is held by a C call)"
+
+    def check_collectives(self, records: dict, now: float) -> Incident | None:
+        """Actor ranks aligned by collective sequence number: the rank holding up a collective
+        waited in for longer than collective_timeout_s, the join for longer than
+        startup_step_allowance_s (watch/alignment.py)."""
+        config = self.config
+        finding = alignment.diagnose(records, now, config.collective_timeout_s, config.startup_step_allowance_s)
+        if finding is None:
+            return None
+        return Incident(finding.cause, finding.summary, finding.started, finding.culprit)
+
+    def deadline(self, record: dict, phase: str) -> float:
+        seen = record.get("phase_max_s", {}).get(phase)
+        if seen:
+            return min(max(self.config.deadline_factor * seen, self.config.min_deadline_s), self.config.max_deadline_s)
+        return self.config.startup_step_allowance_s if startup_step(phase) else self.config.first_call_bound_s
+
+    def patience_s(self, collective: dict) -> float:
+        """How long a rank may wait in `collective`: the join gets the start-up step allowance."""
+        return alignment.patience_s(collective, self.config.collective_timeout_s, self.config.startup_step_allowance_s)
+
+    def check_deadlines(self, records: dict, now: float) -> Incident | None:
+        for key, record in records.items():
+            phase = record.get("phase")
+            if not phase:
+                continue
+            collective = alignment.oldest_in_flight(record)
+            if collective and (
+                alignment.waited_s(record, collective, now) <= self.patience_s(collective)
+                or alignment.behind_peers(records, key)
+            ):
+                continue  # waiting for peers: check_collectives names the one behind
+            age, limit = record["phase_age_s"], self.deadline(record, phase)
+            if age <= limit:
+                continue
+            window_s = max(2.0, 4 * self.config.heartbeat_interval_s)
+            judgement = self.seen[key].judge(time.monotonic(), window_s)
+            if judgement is None:
+                continue  # too few fresh beats to tell yet; beats that stopped are check_beating's
+            if not judgement.stalled and age <= max(limit, self.config.busy_allowance_s):
+                self.warn_slow(key, record, limit, judgement)
+                continue
+            held_up = alignment.held_up_by(records, key, now)
+            if held_up is not None:  # its peers wait for it: the collective miss, named as check_collectives would
+                return Incident(held_up.cause, held_up.summary, now - age, key, state=judgement.state)
+            return self.overdue(key, record, limit, judgement, now)
+        return None
+
+    def overdue(self, key: tuple[str, int], record: dict, limit: float, judgement: Judgement, now: float) -> Incident:
+        phase, age = record["phase"], record["phase_age_s"]
+        longest = record.get("phase_max_s", {}).get(phase)
+        before = f"longest before {longest:.3f} s" if longest else "never finished before"
+        allowance = (
+            f"; past watchdog.busy_allowance_s ({self.config.busy_allowance_s:g} s)" if judgement.state == BUSY else ""
+        )
+        cause = "startup_timeout" if startup_step(phase) and not longest else "phase_timeout"
+        return Incident(
+            cause,
+            f"{describe(key)} has been in {phase} for {age:.1f} s (deadline {limit:.1f} s; {before}) "
+            f"and is {judgement.text()}{allowance}",
+            now - age,
+            key,
+            state=judgement.state,
+        )
+
+    def warn_slow(self, key: tuple[str, int], record: dict, limit: float, judgement: Judgement) -> None:
+        call = (key, record["phase"], record["phase_started"])
+        if call in self.warned_slow:
+            return
+        self.warned_slow.add(call)
+        log.warning(
+            "slow: %s has been in %s for %.0f s, past its deadline of %.0f s, but is %s; "
+            "an incident only past watchdog.busy_allowance_s (%g s)",
+            describe(key),
+            record["phase"],
+            record["phase_age_s"],
+            limit,
+            judgement.text(),
+            self.config.busy_allowance_s,
+        )

@@ -1,0 +1,239 @@
+"""The watchdog's judgement of a call from its beats, rule by rule and at each rule's threshold:
+blocked, busy or spinning (watch/judgement.py), and what the watcher keeps of a worker's beats.
+
+The beats are heartbeat records as a real flight recorder publishes them, with the fields the
+judgement reads set to chosen values (CPU seconds, stack signatures, bytes moved, wait samples),
+judged by the real `Seen`. tests/test_watchdog_judgement.py judges real loops' beats, whose CPU
+shares depend on the host's load; these are exact on any host (and fast enough for the mutation
+run, benchmarks/mutation.sh)."""
+
+from __future__ import annotations
+
+import time
+from functools import cache
+
+import pytest
+
+from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.watch.judgement import BLOCKED, BUSY, SPINNING, Judgement, Sample, Seen, on_watcher_clock
+
+CALL = 50.0  # the judged call's start on the worker's clock (`phase_started`: one call of the phase)
+IN_A_COLLECTIVE = {"entered": {"actor": 1}, "in_flight": [{"group": "actor", "seq": 1}], "recent": []}
+
+
+@cache
+def published() -> dict:
+    """A real record of a worker in a call: the fields a beat carries besides the ones set here."""
+    recorder = Recorder("env", 0, 0)
+    recorder.enter_phase("env.step")
+    return recorder.record()
+
+
+def beat(at: float, thread_s=0.0, cpu_s=0.0, stack=7, io=4096, samples=0, waits=0, **fields) -> dict:
+    """A beat published at `at` on the worker's clock: the phase's thread has used `thread_s` CPU
+    seconds, the process `cpu_s`; its stack's signature; the bytes its thread moved; the samples
+    of what it sits in and how many found it in a wait."""
+    values = {"time": at, "phase_started": CALL, "thread_cpu_s": thread_s, "cpu_s": cpu_s, "stack_signature": stack}
+    values |= {"thread_io_bytes": io, "thread_samples": samples, "thread_waits": waits, "thread_wait": None}
+    return {**published(), **values, **fields}
+
+
+def seen_beats(*beats: dict) -> Seen:
+    """The watcher's view of `beats`, each seen at the moment it was published (the skew between
+    the clocks is another test's: ages never mix them)."""
+    seen = Seen()
+    for number, record in enumerate(beats, 1):
+        seen.update({**record, "beat": number}, now=record["time"])
+    return seen
+
+
+def judged(*beats: dict, window_s: float = 5.0) -> Judgement | None:
+    return seen_beats(*beats).judge(now=beats[-1]["time"], window_s=window_s)
+
+
+def test_the_fields_set_here_are_the_ones_a_recorder_publishes():
+    """The beats below are real records with values set; a field renamed in the recorder must not
+    leave these tests judging fields it no longer publishes (gpu_util_pct: only on a GPU)."""
+    assert set(beat(0.0)) == set(published())
+    assert {"phase_elapsed_s", "collectives", "beat"} <= set(published())
+
+
+# (thread CPU s, process CPU s, stack signature, thread bytes moved, wait samples, waits) at worker
+# times 100, 101, 102: 2 s of the call judged
+THREE = (100.0, 101.0, 102.0)
+
+
+def three(*values: tuple, **fields) -> list[dict]:
+    return [beat(at, *value, **fields) for at, value in zip(THREE, values)]
+
+
+STILL = (0.0, 0.0, 7, 4096, 0, 0)  # no CPU, the same line, no data moved, not sampled
+CASES = {
+    "blocked": ([STILL] * 3, Judgement(BLOCKED, 2.0, 0.0, 0.0, False)),
+    "thread at 5 % of a core: busy": (
+        [(0.0, 0.0, 7, 4096, 0, 0), (0.05, 0.05, 7, 4096, 0, 0), (0.1, 0.1, 7, 4096, 0, 0)],
+        Judgement(BUSY, 2.0, 0.05, 0.05, False),
+    ),
+    "thread under 5 %: blocked": (
+        [(0.0, 0.0, 7, 4096, 0, 0), (0.0, 0.0, 7, 4096, 0, 0), (0.09, 0.09, 7, 4096, 0, 0)],
+        Judgement(BLOCKED, 2.0, 0.045, 0.045, False),
+    ),
+    "process at half a core (a simulator's threads): busy": (
+        [(0.0, 0.0, 7, 4096, 0, 0), (0.0, 0.5, 7, 4096, 0, 0), (0.0, 1.0, 7, 4096, 0, 0)],
+        Judgement(BUSY, 2.0, 0.0, 0.5, False),
+    ),
+    "stack at two places: busy": (
+        [(0.0, 0.0, 7, 4096, 0, 0), (0.0, 0.0, 8, 4096, 0, 0), (0.0, 0.0, 7, 4096, 0, 0)],
+        Judgement(BUSY, 2.0, 0.0, 0.0, True),
+    ),
+    "spinning: half of 6 samples in a wait": (
+        [(0.0, 0.0, 7, 4096, 4, 1), (0.9, 0.95, 7, 4096, 7, 3), (1.8, 1.9, 7, 4096, 10, 4)],
+        Judgement(SPINNING, 2.0, 0.9, 0.95, False, (3, 6, "select.select")),
+    ),
+    "spinning at 5 % of a core": (
+        [(0.0, 0.0, 7, 4096, 0, 0), (0.05, 0.05, 7, 4096, 5, 5), (0.1, 0.1, 7, 4096, 10, 10)],
+        Judgement(SPINNING, 2.0, 0.05, 0.05, False, (10, 10, "select.select")),
+    ),
+    "5 samples, all waits: too few to tell, busy": (
+        [(0.0, 0.0, 7, 4096, 0, 0), (0.9, 0.9, 7, 4096, 2, 2), (1.8, 1.8, 7, 4096, 5, 5)],
+        Judgement(BUSY, 2.0, 0.9, 0.9, False),
+    ),
+    "2 of 6 samples in a wait: busy": (
+        [(0.0, 0.0, 7, 4096, 0, 0), (0.9, 0.9, 7, 4096, 3, 1), (1.8, 1.8, 7, 4096, 6, 2)],
+        Judgement(BUSY, 2.0, 0.9, 0.9, False),
+    ),
+    "found waiting but moving data: busy": (
+        [(0.0, 0.0, 7, 0, 0, 0), (0.9, 0.9, 7, 100, 3, 3), (1.8, 1.8, 7, 200, 6, 6)],
+        Judgement(BUSY, 2.0, 0.9, 0.9, False),
+    ),
+    "found waiting, bytes moved unreadable: busy": (
+        [(0.0, 0.0, 7, None, 0, 0), (0.9, 0.9, 7, None, 3, 3), (1.8, 1.8, 7, None, 6, 6)],
+        Judgement(BUSY, 2.0, 0.9, 0.9, False),
+    ),
+    "found waiting while the rest of the process computes half a core: busy": (
+        [(0.0, 0.0, 7, 4096, 0, 0), (0.25, 0.75, 7, 4096, 3, 3), (0.5, 1.5, 7, 4096, 6, 6)],
+        Judgement(BUSY, 2.0, 0.25, 0.75, False),
+    ),
+    "found waiting at lines that move: busy": (
+        [(0.0, 0.0, 7, 4096, 0, 0), (0.9, 0.9, 8, 4096, 3, 3), (1.8, 1.8, 9, 4096, 6, 6)],
+        Judgement(BUSY, 2.0, 0.9, 0.9, True),
+    ),
+    "thread's clock unreadable at the first beat: no thread CPU": (
+        [(None, 0.0, 7, 4096, 0, 0), (1.0, 0.0, 7, 4096, 0, 0), (1.8, 0.0, 7, 4096, 0, 0)],
+        Judgement(BLOCKED, 2.0, 0.0, 0.0, False),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_rule_at_its_threshold(name):
+    values, expected = CASES[name]
+    assert judged(*three(*values, thread_wait="select.select")) == expected
+
+
+def test_a_gpu_that_computes_makes_a_still_call_busy_unless_the_call_is_in_a_collective():
+    """The mean of the beats that read a utilisation: 8 % and 12 % (one beat read none) is 10 %,
+    the threshold. In a collective the reading is an NCCL kernel waiting for a peer: not read."""
+    reads = [beat(at, gpu_util_pct=pct) for at, pct in zip(THREE, (None, 8.0, 12.0))]
+    assert judged(*reads) == Judgement(BUSY, 2.0, 0.0, 0.0, False, None, 10.0)
+    under = [beat(at, gpu_util_pct=pct) for at, pct in zip(THREE, (6.0, 9.0, 12.0))]
+    assert judged(*under) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, None, 9.0)
+    waiting = [beat(at, gpu_util_pct=90.0, collectives=IN_A_COLLECTIVE) for at in THREE]
+    assert judged(*waiting) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)
+
+
+def test_only_the_current_call_s_beats_in_the_window_are_judged():
+    """Beats before the window (one seen exactly at its start is in it), and the previous call's,
+    are left out: too few left to tell is no judgement (the heartbeat check decides)."""
+    before = beat(99.0)  # outside a 2 s window: the 5 CPU seconds used since must not count
+    after = three((5.0, 5.0, 7, 4096, 0, 0), (5.0, 5.0, 7, 4096, 0, 0), (5.0, 5.0, 7, 4096, 0, 0))
+    assert judged(before, *after, window_s=2.0) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)
+    assert judged(*three(STILL, STILL, STILL)[1:]) is None  # two beats
+    new_call = beat(103.0, phase_started=102.5)
+    assert judged(*three(STILL, STILL, STILL), new_call) is None  # a call just begun
+    assert Seen().judge(now=0.0, window_s=5.0) is None
+
+
+def test_beats_half_a_second_apart_are_judged():
+    """The default heartbeat interval: the worker's clock moved 0.5 s over the window."""
+    assert judged(beat(0.0), beat(0.25), beat(0.5)) == Judgement(BLOCKED, 0.5, 0.0, 0.0, False)
+
+
+def test_beats_that_show_no_time_passing_on_the_worker_are_no_judgement():
+    assert judged(beat(100.0), beat(100.0), beat(100.0)) is None
+    assert judged(beat(102.0), beat(101.0), beat(100.0)) is None  # its clock set back
+
+
+@pytest.mark.parametrize(
+    ("judgement", "text"),
+    [
+        (
+            Judgement(BLOCKED, 2.04, 0.004, 0.126, False),
+            "blocked: its stack did not move and it used 0% CPU in its thread, 13% in its process over the last 2.0 s",
+        ),
+        (
+            Judgement(BUSY, 12.0, 0.5, 1.0, True, None, 91.6),
+            "busy: its stack moves, 50% CPU in its thread, 100% in its process, its GPU 92 % utilised "
+            "over the last 12.0 s",
+        ),
+        (
+            Judgement(BUSY, 3.0, 0.0, 0.75, False),
+            "busy: its stack did not move, 0% CPU in its thread, 75% in its process over the last 3.0 s",
+        ),
+        (
+            Judgement(SPINNING, 2.0, 0.9, 0.95, False, (3, 6, "select.select")),
+            "spinning: its stack did not move, and its thread used 90% CPU and was found waiting in "
+            "select.select in 3 of 6 samples (a wait that polls), over the last 2.0 s",
+        ),
+    ],
+    ids=["blocked", "busy-gpu", "busy", "spinning"],
+)
+def test_the_judgement_s_words(judgement, text):
+    assert judgement.text() == text
+    assert judgement.stalled == (judgement.state != BUSY)
+
+
+def test_a_beat_is_kept_once_with_every_field_the_judgement_reads():
+    seen = Seen()
+    fields = {"thread_samples": 9, "thread_waits": 4, "thread_wait": "select.select", "gpu_util_pct": 30.0}
+    record = beat(100.0, thread_s=1.5, cpu_s=2.5, stack=11, io=512, beat=3, **fields)
+    seen.update(record, now=20.0)
+    seen.update({**record, "time": 101.0}, now=21.0)  # the same beat read again: not a new one
+    assert list(seen.samples) == [Sample(20.0, 100.0, CALL, 1.5, 2.5, 11, 512, 9, 4, "select.select", 30.0)]
+    assert (seen.beat, seen.changed_at, seen.heartbeat_age(23.5)) == (3, 20.0, 3.5)
+    seen.update({**record, "beat": 4, "time": 101.0, "phase_elapsed_s": 51.0}, now=22.0)
+    assert (len(seen.samples), seen.changed_at, seen.heartbeat_age(23.5)) == (2, 22.0, 1.5)
+    assert seen.phase_age({"phase_elapsed_s": 51.0}, now=23.5) == 52.5  # its own elapsed, plus the beat's age
+    assert seen.phase_age({"phase_elapsed_s": None}, now=23.5) is None  # between calls
+
+
+def test_a_beat_without_the_optional_fields_is_kept_with_their_defaults():
+    seen = Seen()
+    seen.update({"beat": 1, "time": 100.0}, now=20.0)  # a process with no phase yet, nothing sampled
+    assert list(seen.samples) == [Sample(20.0, 100.0, None, None, 0.0, None, None, 0, 0, None, None)]
+
+
+def test_the_watcher_keeps_a_worker_s_last_64_beats():
+    seen = seen_beats(*[beat(float(at)) for at in range(100)])
+    assert [sample.time for sample in seen.samples] == [float(at) for at in range(36, 100)]
+
+
+def test_the_clock_offset_is_the_smallest_difference_a_beat_has_shown():
+    """A beat seen 1000 s ago (monotonic), published 30 s earlier by the worker's clock than the
+    watcher's wall clock then: offset 30 s; a beat seen later than it was published (a slow poll)
+    shows more (45 s) and does not move it, a quicker one less (15 s) and does. Two clocks are read between the
+    expected value and the watcher's: the 5 s tolerance is that, not the offset (mutated formulas
+    are off by 1000 s or more)."""
+    seen, seen_at = Seen(), time.monotonic() - 1000.0
+    then = time.time() - 1000.0  # the watcher's wall clock when the beat was seen
+    for number, (published_at, expected) in enumerate(
+        [(then - 30.0, 30.0), (then - 45.0, 30.0), (then - 15.0, 15.0)], 1
+    ):
+        seen.update(beat(published_at, beat=number), now=seen_at)
+        assert abs(seen.clock_offset - expected) < 5.0, (seen.clock_offset, expected)
+
+
+def test_a_moment_on_a_worker_s_clock_on_the_watcher_s_clock():
+    record = {"clock_offset_s": 30.0}  # the worker's clock is 30 s behind the watcher's
+    assert on_watcher_clock(record, 100.0, now=200.0) == 130.0
+    assert on_watcher_clock(record, 190.0, now=200.0) == 200.0  # never later than now
