@@ -15,7 +15,8 @@ Which subprocesses: those this process started through `multiprocessing` (what v
 pools use), with their descendants. Not every child: a Ray driver's own daemons (GCS, raylet,
 dashboard) are children of the controller too and use CPU all the time — counting them would make
 every blocked controller look busy. Read from `/proc` (Linux; elsewhere nothing is published,
-and the verdict is the process's own). A few hundred microseconds a beat with 8 subprocesses.
+and the verdict is the process's own). ~0.6 ms a beat with 8 subprocesses on a loaded host;
+nothing without any.
 """
 
 from __future__ import annotations
