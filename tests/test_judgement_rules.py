@@ -142,6 +142,25 @@ def test_a_gpu_that_computes_makes_a_still_call_busy_unless_the_call_is_in_a_col
     assert judged(*waiting) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)
 
 
+def test_subprocesses_that_compute_make_a_still_call_busy_and_veto_spinning():
+    """A call waiting on its async vector env's subprocesses (probe/child_activity.py): their CPU
+    at 5 % of a core between them makes it busy, under that it stays blocked; a thread found in
+    waits while they compute waits on real work; one that ended takes its CPU seconds with it."""
+    waiting = [beat(at, subprocesses=8, subprocesses_cpu_s=cpu) for at, cpu in zip(THREE, (3.0, 3.05, 3.1))]
+    assert judged(*waiting) == Judgement(BUSY, 2.0, 0.0, 0.0, False, subprocesses=(8, pytest.approx(0.05)))
+    under = [beat(at, subprocesses=8, subprocesses_cpu_s=cpu) for at, cpu in zip(THREE, (3.0, 3.0, 3.09))]
+    assert judged(*under) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=(8, pytest.approx(0.045)))
+    polling = [
+        beat(at, thread_s=t, cpu_s=t, samples=n, waits=n, subprocesses=2, subprocesses_cpu_s=c)
+        for at, t, n, c in zip(THREE, (0.0, 0.9, 1.8), (0, 3, 6), (0.0, 1.0, 2.0))
+    ]
+    assert judged(*polling) == Judgement(BUSY, 2.0, 0.9, 0.9, False, subprocesses=(2, 1.0))
+    ended = [beat(at, subprocesses=n, subprocesses_cpu_s=cpu) for at, n, cpu in zip(THREE, (2, 2, 1), (5.0, 5.0, 2.0))]
+    assert judged(*ended) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=(1, 0.0))
+    first_without = [beat(100.0), *[beat(at, subprocesses=1, subprocesses_cpu_s=9.0) for at in THREE[1:]]]
+    assert judged(*first_without) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)  # none in the whole window
+
+
 def test_only_the_current_call_s_beats_in_the_window_are_judged():
     """Beats before the window (one seen exactly at its start is in it), and the previous call's,
     are left out: too few left to tell is no judgement (the heartbeat check decides)."""
@@ -185,8 +204,18 @@ def test_beats_that_show_no_time_passing_on_the_worker_are_no_judgement():
             "spinning: its stack did not move, and its thread used 90% CPU and was found waiting in "
             "select.select in 3 of 6 samples (a wait that polls), over the last 2.0 s",
         ),
+        (
+            Judgement(BUSY, 2.0, 0.0, 0.01, False, subprocesses=(8, 0.62)),
+            "busy: its stack did not move, 0% CPU in its thread, 1% in its process; waiting on its 8 "
+            "subprocesses, which are computing (62% CPU) over the last 2.0 s",
+        ),
+        (
+            Judgement(BLOCKED, 2.0, 0.0, 0.01, False, subprocesses=(2, 0.0)),
+            "blocked: its stack did not move and it used 0% CPU in its thread, 1% in its process; its 2 "
+            "subprocesses are not computing either (0% CPU) over the last 2.0 s",
+        ),
     ],
-    ids=["blocked", "busy-gpu", "busy", "spinning"],
+    ids=["blocked", "busy-gpu", "busy", "spinning", "busy-subprocesses", "blocked-subprocesses"],
 )
 def test_the_judgement_s_words(judgement, text):
     assert judgement.text() == text
