@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fleetrl.algos.common.gae import compute_gae
-from fleetrl.algos.common.logprobs import combine
+from fleetrl.algos.ppo.logprobs import combine
 from fleetrl.algos.ppo.update import PPOBatch, ppo_loss
 from fleetrl.cluster.collect import Collector
 from fleetrl.cluster.groups import InlineGroup

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from fleetrl.algos.common.gae import grpo_advantages
-from fleetrl.algos.common.logprobs import combine
+from fleetrl.algos.ppo.grpo import grpo_advantages
+from fleetrl.algos.ppo.logprobs import combine
 from fleetrl.algos.ppo.update import PPOBatch, policy_objective, ppo_loss
 from fleetrl.errors import ConfigError
 from fleetrl.evaluate import evaluate

@@ -1,4 +1,4 @@
-"""PPO's `algorithm` section and the rules on it (`algorithm.name: ppo`; PPG extends both).
+"""PPO's `algorithm` section and the rules on it (`algorithm.name: ppo`; algorithms built on PPO extend both).
 
 Each key's type, choices and range stand on its field (checked by the loader); the functions here
 are the rules that relate several keys, run through PPO's registered spec: `validate_ppo` once
@@ -48,7 +48,7 @@ class PPOConfig(AlgorithmConfig):
     logprob_type: Literal["chunk_level", "action_level", "token_level"] = "action_level"
     """One clipped PPO ratio per executed action (its tokens' log-probs summed); `chunk_level`: one
     per decision, over a chunk's executed actions; `token_level` (needs `model.action_bins`): one per
-    token, averaged (fleetrl/algos/common/logprobs.py; docs: guides/action-chunks-and-fsdp.md)."""
+    token, averaged (fleetrl/algos/ppo/logprobs.py; docs: guides/action-chunks-and-fsdp.md)."""
     entropy_type: Literal["chunk_level", "action_level", "token_level"] = "action_level"
     """The entropy bonus summed over an action's tokens and averaged over a chunk's executed actions;
     `chunk_level`: summed over them; `token_level` (needs `model.action_bins`): the mean per token."""
