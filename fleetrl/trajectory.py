@@ -32,7 +32,7 @@ class Trajectory:
     dones: torch.Tensor  # (T, N) bool: terminated or truncated
     next_values: torch.Tensor  # (T, N) V(true next state), final obs on truncation
     # (T, N, *obs_shape) the true next observation: the final one on truncation. Recorded only by
-    # buffers made with record_next_obs=True (off-policy algorithms: SAC); None otherwise.
+    # buffers made with record_next_obs=True (off-policy algorithms); None otherwise.
     next_obs: Observation | None = None
     # (T, N) int64 env steps each decision executed: an action chunk's k ≤ K, fewer where the
     # episode ended inside it (GAE discounts its bootstrap by γ^k; the loss masks the actions
