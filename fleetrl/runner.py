@@ -213,7 +213,7 @@ class Trainer:
         with phase("weight_sync"):
             weight_syncs = self.sync_weights()
         synced = time.perf_counter()
-        if self.config.algorithm.resets_envs_each_iteration:  # e.g. GRPO: group-seeded resets
+        if self.config.algorithm.resets_envs_each_iteration:  # group-seeded resets (reset_group_size)
             self.backend.collector.start(self.iteration)
         # The schedule position is taken before this iteration's steps, so the last iteration
         # still learns (lr > 0) rather than running with an annealed-to-zero rate.
