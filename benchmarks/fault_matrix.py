@@ -10,7 +10,11 @@ are listed with why. Controller cells signal the controller process from here (S
 SIGSTOP): at start-up once it has run 2 s, in steady state once 3 iterations are logged.
 
     .venv/bin/python benchmarks/fault_matrix.py [--backend ray] [--when first_call] [--where env]
-        [--kind hang] [--timeout 240] [--set cluster.exchange=direct ...]
+        [--kind hang] [--timeout 240] [--set cluster.exchange=direct ...] [--model hf]
+
+`--model hf` runs the Hugging Face VLA's cells instead (`hf_cells`: the actor and rollout cells,
+and `hang_in_forward`) on configs/ppo_minigrid_vla.yaml, with a tiny PaliGemma that `fleetrl
+init-model` writes into the results folder first.
 
 `--set KEY=VALUE` adds an override to every cell's run (a setting the matrix should hold under,
 such as another env⇄rollout exchange).
@@ -36,10 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import _runkit as kit  # noqa: E402
 
-from tests.fault_cells import BACKENDS, KINDS, WHEN, WHERE, Cell, all_cells, select  # noqa: E402
+from tests.fault_cells import BACKENDS, HF_KINDS, WHEN, WHERE, Cell, all_cells, hf_cells, select  # noqa: E402
 from tests.support import end, ray_processes_of  # noqa: E402
 
-CONFIG = "configs/ppo_cartpole.yaml"
 LEFT_AFTER_S = 5.0
 
 
@@ -78,7 +81,7 @@ def signal_when_due(cell: Cell, driver: subprocess.Popen, parent: Path, deadline
 
 def run_cell(cell: Cell, parent: Path, timeout: float, extra: list[str]) -> dict:
     parent.mkdir(parents=True, exist_ok=True)
-    command = [*kit.FLEETRL, "train", CONFIG, f"runner.run_dir={parent}", *cell.overrides, *extra]
+    command = [*kit.FLEETRL, "train", cell.config, f"runner.run_dir={parent}", *cell.overrides, *extra]
     started = time.time()
     with open(parent / "stderr.txt", "w") as stderr:
         driver = subprocess.Popen(
@@ -187,21 +190,35 @@ def print_report(cells: list[Cell], folders: list[Path]) -> None:
         print(f"\nNot run ({len(not_run)}): " + ", ".join(not_run))
 
 
+def make_tiny_vla(folder: Path) -> Path:
+    """What `fleetrl init-model --family paligemma --size tiny FOLDER` writes, for the hf cells."""
+    from fleetrl.models.hf.init_model import init_model
+
+    kit.log(f"tiny PaliGemma in {folder}")
+    return init_model("paligemma", "tiny", folder)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=BACKENDS)
     parser.add_argument("--when", choices=WHEN)
     parser.add_argument("--where", choices=WHERE)
-    parser.add_argument("--kind", choices=KINDS)
+    parser.add_argument("--kind", choices=HF_KINDS)
     parser.add_argument("--timeout", type=float, default=240.0, help="per cell: no incident by then is a miss")
     parser.add_argument("--report", nargs="+", type=Path, help="results folders to tabulate, running nothing")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every cell")
+    parser.add_argument("--model", choices=("mlp", "hf"), default="mlp", help="hf: the Hugging Face VLA's cells")
     args = parser.parse_args()
-    cells = select(all_cells(), backend=args.backend, when=args.when, where=args.where, kind=args.kind)
+    out = None if args.report else kit.results_dir("fault_matrix" + ("_hf" if args.model == "hf" else ""))
+    if args.model == "hf":
+        folder = "(not made: --report)" if out is None else str(make_tiny_vla(out / "paligemma-tiny"))
+        table_cells = hf_cells(folder)
+    else:
+        table_cells = all_cells()
+    cells = select(table_cells, backend=args.backend, when=args.when, where=args.where, kind=args.kind)
     if args.report:
         print_report(cells, args.report)
         return
-    out = kit.results_dir("fault_matrix")
     info = kit.machine()
     runs: dict[str, dict] = {}
     feasible = [cell for cell in cells if not cell.infeasible]

@@ -98,9 +98,10 @@ def find_unused_worker() -> type:
     from torch import nn
 
     from fleetrl.algos.ppg.actor import PPGActorWorker
+    from fleetrl.algos.ppg.aux_head import forward_aux, policy_forward
     from fleetrl.parallel.wrap import LossPath, ddp
 
-    methods = {"policy": "forward", "aux": "forward_aux"}
+    phases = {"policy": policy_forward, "aux": forward_aux}
 
     class PhasedPolicy(nn.Module):
         """Both phases in one module, `forward(*args, phase=...)`: what a single wrapper needs."""
@@ -110,7 +111,7 @@ def find_unused_worker() -> type:
             self.policy = policy
 
         def forward(self, *args, phase: str):
-            return getattr(self.policy, methods[phase])(*args)
+            return phases[phase](self.policy, *args)
 
     class FindUnusedWorker(PPGActorWorker):
         def wrap_loss_path(self) -> LossPath:

@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, help_text in (
         ("train", "train from a YAML config (RL)"),
-        ("sft", "the supervised stage from a YAML config: behaviour cloning on demonstrations (algorithm.name: bc)"),
+        ("sft", "the supervised stage from a YAML config (e.g. behaviour cloning on demonstrations)"),
     ):
         train = commands.add_parser(name, help=help_text)
         train.add_argument("config", help="YAML config file")
@@ -143,8 +143,8 @@ def command_record(args) -> int:
 
     if args.episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {args.episodes}")
-    # Only the env section is used, type-checked as it is built: the algorithm's rules (bc's
-    # demonstrations folder, which this command is about to write) are not checked.
+    # Only the env section is used, type-checked as it is built: the algorithm's rules (a
+    # supervised stage's demonstrations folder, which this command is about to write) are not checked.
     config = build_config(read_config(args.config, args.overrides), SECTIONS)
     index = record(config.env, args.episodes, Path(args.out), args.seed)
     kept = index["episodes"]

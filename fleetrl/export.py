@@ -1,7 +1,8 @@
 """`fleetrl export RUN OUT`: a run's Hugging Face VLA as a standard folder.
 
 The run's latest intact checkpoint is loaded into the policy its config describes (base folder
-from `model.path`, the checkpoint's adapters or full weights on top); with LoRA the adapters are
+from `model.path`, the checkpoint's adapters or full weights on top — from the .pt, or from the
+DCP shards of a sharded checkpoint, written by any number of actor ranks); with LoRA the adapters are
 merged into the base weights (peft's `merge_and_unload`). OUT then holds what `save_pretrained`
 writes — config.json, safetensors, the processor and tokenizer — which transformers'
 `from_pretrained` loads anywhere, and `value_head.safetensors` (the critic, which transformers
@@ -16,6 +17,7 @@ from pathlib import Path
 from fleetrl.checkpoint import load_latest
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.models.hf.folder import VALUE_HEAD_FILE
+from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
 from fleetrl.probe.flight_recorder import phase
 from fleetrl.run_dir import CONFIG_FILE
@@ -44,7 +46,10 @@ def export_run(run_dir: Path, out: Path) -> Path:
         env.close()
     with phase("export"):
         policy = Policy.from_config(config.model, *spaces)
-        policy.load_state_dict(state["actor"]["policy"])
+        if "shards_path" in state:  # actor.checkpoint_format: sharded: the shards read into this one copy
+            dcp.load_model_weights(Path(state["shards_path"]), policy)
+        else:
+            policy.load_state_dict(state["actor"]["policy"])
         merged_model(policy.network).save_pretrained(out)
         policy.prompts.processor.save_pretrained(out)
         head = {name: tensor.contiguous() for name, tensor in policy.network.value_head.state_dict().items()}

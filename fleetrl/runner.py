@@ -96,10 +96,13 @@ class Trainer:
             torch.set_num_threads(runner.torch_threads)
         with phase("startup.resume"):
             saved = load_resumed(resumed, runner.resume) if resumed else None
-            if saved is not None and config.model.id == "hf" and "policy" in saved["actor"]:  # sharded: checked on load
-                from fleetrl.models.hf.lora import check_resumed_base
+            if saved is not None and config.model.id == "hf":  # adapters on another base: exit 2 before any worker
+                from fleetrl.models.hf.lora import HASH_KEY, check_resumed_base
+                from fleetrl.parallel import dcp
 
-                check_resumed_base(config.model, saved["actor"]["policy"])
+                # a sharded checkpoint's .pt holds no policy: the fingerprint is read from its shards
+                policy = saved["actor"].get("policy") or dcp.model_tensors(Path(saved["shards_path"]), HASH_KEY)
+                check_resumed_base(config.model, policy)
         self.iteration = 0
         self.synced = False  # the rollout workers hold a full copy of the weights (this process's)
         self.train_s = 0.0
@@ -210,7 +213,7 @@ class Trainer:
         with phase("weight_sync"):
             weight_syncs = self.sync_weights()
         synced = time.perf_counter()
-        if self.config.algorithm.resets_envs_each_iteration:  # e.g. GRPO: group-seeded resets
+        if self.config.algorithm.resets_envs_each_iteration:  # group-seeded resets (reset_group_size)
             self.backend.collector.start(self.iteration)
         # The schedule position is taken before this iteration's steps, so the last iteration
         # still learns (lr > 0) rather than running with an annealed-to-zero rate.

@@ -22,7 +22,7 @@ class StepResult:
     final_obs: Observation  # (K, *obs_shape) their last observations, for the bootstrap value
     steps: np.ndarray | None = None  # int (N,) env steps each env executed (action chunks), None: one each
     # float32 (N,) with action chunks: Σ_j r_j over the executed steps, raw and undiscounted (the
-    # episode return's share: GRPO's); `reward` is Σ_j γ^j r_j (the semi-MDP reward GAE needs)
+    # episode return's share, for advantages of whole episodes); `reward` is Σ_j γ^j r_j (the semi-MDP reward GAE needs)
     chunk_return: np.ndarray | None = None
 
     @classmethod

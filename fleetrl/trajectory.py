@@ -32,14 +32,14 @@ class Trajectory:
     dones: torch.Tensor  # (T, N) bool: terminated or truncated
     next_values: torch.Tensor  # (T, N) V(true next state), final obs on truncation
     # (T, N, *obs_shape) the true next observation: the final one on truncation. Recorded only by
-    # buffers made with record_next_obs=True (off-policy algorithms: SAC); None otherwise.
+    # buffers made with record_next_obs=True (off-policy algorithms); None otherwise.
     next_obs: Observation | None = None
     # (T, N) int64 env steps each decision executed: an action chunk's k ≤ K, fewer where the
     # episode ended inside it (GAE discounts its bootstrap by γ^k; the loss masks the actions
     # never executed). None without chunks: one env step per decision.
     steps: torch.Tensor | None = None
     # (T, N) float Σ_j r_j over each decision's executed env steps, raw and undiscounted: with
-    # chunks the episode return is their sum (GRPO's), not the sum of `rewards` (each Σ_j γ^j r_j).
+    # chunks the episode return is their sum (for episode-level advantages), not the sum of `rewards` (each Σ_j γ^j r_j).
     # None without chunks.
     chunk_returns: torch.Tensor | None = None
 

@@ -43,6 +43,14 @@ def tiny_paligemma(tmp_path_factory):
     return init_model("paligemma", "tiny", tmp_path_factory.mktemp("models") / "paligemma-tiny")
 
 
+@pytest.fixture(scope="session")
+def tiny_smolvlm(tmp_path_factory):
+    """A tiny randomly initialised SmolVLM (Idefics3) folder, as `fleetrl init-model` writes it."""
+    from fleetrl.models.hf.init_model import init_model
+
+    return init_model("smolvlm", "tiny", tmp_path_factory.mktemp("models") / "smolvlm-tiny")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def no_leftover_processes_at_exit():
     """Catches what module- and session-scoped fixtures started and did not end."""

@@ -12,6 +12,11 @@ Where a fault strikes, per backend: inline, every component runs in the controll
 watched process is `inline rank 0`); on Ray each component rank is a process of its own; fused,
 rank r of env, rollout and actor share one process (`fused rank r`); on 2 simulated nodes (Ray,
 `cluster.simulate_nodes: 2`, no isolation) the rank that faults lives on node 1.
+
+The same table with a Hugging Face VLA (`hf_cells(folder)`): the actor and rollout cells, where
+the model runs, with configs/ppo_minigrid_vla.yaml's tiny LoRA model from `folder` (FSDP where
+2 actor ranks have a rollout worker of their own, DDP on fused ranks), plus `hang_in_forward`: the actor rank's next forward of the model
+blocks, inside the model's call.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from fleetrl.config.schema import WatchdogConfig
 from tests.incidents import SMALL
 
 KINDS = ("kill", "sigstop", "gil", "hang", "exception", "extra_collective", "skip_forward")
+HF_KINDS = (*KINDS, "hang_in_forward")
+HF_WHERE = ("rollout", "actor")  # where the model runs
 WHERE = ("env", "rollout", "actor", "controller")
 WHEN = ("startup", "first_call", "steady")
 BACKENDS = ("inline", "ray", "fused", "nodes")
 
 FAULT_KIND = {"kill": "kill", "sigstop": "stop", "gil": "gil_hang", "hang": "hang", "exception": "exception"}
 FAULT_KIND |= {"extra_collective": "extra_collective", "skip_forward": "skip_forward"}
+FAULT_KIND |= {"hang_in_forward": "hang_in_forward"}
 # The method each component's fault hits, per time: a start-up step (env's first reset, the
 # rollout's lanes, the actor's process-group join), its main method's first call, its 40th
 # (3rd for the actor: one per iteration) once deadlines are learned.
@@ -39,6 +47,8 @@ METHOD = {
 # A small CartPole run trained until the fault (tests/incidents.py's SMALL, without its watchdog
 # change: the matrix runs with the default thresholds).
 JOB = (*(o for o in SMALL if not o.startswith("watchdog.")), "runner.target_return=null")
+CARTPOLE = "configs/ppo_cartpole.yaml"
+VLA = "configs/ppo_minigrid_vla.yaml"
 PLACEMENT = {
     "inline": (),
     "ray": (
@@ -77,10 +87,11 @@ class Cell:
     bound_s: float = 0.0  # detected_after_s must not exceed it
     overrides: tuple[str, ...] = field(default=())  # `fleetrl train` overrides, the fault included
     signal_controller: str = ""  # controller cells: "SIGKILL" or "SIGSTOP", sent by the cell's runner
+    config: str = CARTPOLE  # what `fleetrl train` trains (VLA: the Hugging Face model's cells)
 
     @property
     def name(self) -> str:
-        return f"{self.kind}/{self.where}/{self.when}/{self.backend}"
+        return f"{self.kind}/{self.where}/{self.when}/{self.backend}" + ("/hf" if self.config == VLA else "")
 
     def with_overrides(self, *extra: str) -> Cell:
         """The same cell with `extra` overrides after its own (e.g. a shorter watchdog bound)."""
@@ -101,6 +112,10 @@ def watched_culprit(where: str, backend: str, rank: int) -> tuple[str, int]:
 
 
 def why_infeasible(kind: str, where: str, when: str, backend: str) -> str:
+    if kind == "hang_in_forward" and where != "actor":
+        return "only an actor rank runs the model's training forward"
+    if kind == "hang_in_forward" and when == "startup":
+        return "the start-up join runs no forward"
     if kind in COLLECTIVE and where != "actor":
         return "only an actor rank makes training collectives"
     if kind in COLLECTIVE and backend == "inline":
@@ -140,14 +155,23 @@ def expected(kind: str, where: str, when: str, backend: str, config: WatchdogCon
     return ("startup_timeout" if startup else "phase_timeout"), stall_bound
 
 
-def make_cell(kind: str, where: str, when: str, backend: str, config: WatchdogConfig | None = None) -> Cell:
+def make_cell(
+    kind: str, where: str, when: str, backend: str, config: WatchdogConfig | None = None, hf_folder: str | None = None
+) -> Cell:
+    """The cell; with `hf_folder`, training the tiny VLA of that folder (`fleetrl init-model`)."""
     config = config or WatchdogConfig()
     reason = why_infeasible(kind, where, when, backend)
+    train = CARTPOLE if hf_folder is None else VLA
     if reason:
-        return Cell(kind, where, when, backend, infeasible=reason)
+        return Cell(kind, where, when, backend, infeasible=reason, config=train)
     cause, bound = expected(kind, where, when, backend, config)
     rank = fault_rank(where, backend)
     overrides = (*PLACEMENT[backend], *JOB)
+    if hf_folder is not None:
+        # FSDP where 2 actor ranks have a rollout of their own; fused ranks act with the actor's
+        # module, which FSDP would gather at every env step: DDP there (a config rule)
+        sharded = ("actor.strategy=fsdp",) if backend in ("ray", "nodes") else ()
+        overrides = (*overrides, f"model.path={hf_folder}", "model.lora.rank=4", *sharded)
     if where == "controller":
         return Cell(
             kind,
@@ -159,17 +183,26 @@ def make_cell(kind: str, where: str, when: str, backend: str, config: WatchdogCo
             bound_s=bound,
             overrides=overrides,
             signal_controller="SIGKILL" if kind == "kill" else "SIGSTOP",
+            config=train,
         )
     method, call = METHOD[where][when]
     fault = (
         f"debug.fault={{kind: {FAULT_KIND[kind]}, component: {where}, rank: {rank}, method: {method}, call: {call}}}"
     )
     culprit = (where, rank) if kind == "exception" and backend != "fused" else watched_culprit(where, backend, rank)
-    return Cell(kind, where, when, backend, cause=cause, culprit=culprit, bound_s=bound, overrides=(*overrides, fault))
+    overrides = (*overrides, fault)
+    return Cell(
+        kind, where, when, backend, cause=cause, culprit=culprit, bound_s=bound, overrides=overrides, config=train
+    )
 
 
 def all_cells() -> list[Cell]:
     return [make_cell(k, w, t, b) for b in BACKENDS for t in WHEN for w in WHERE for k in KINDS]
+
+
+def hf_cells(folder: str) -> list[Cell]:
+    """The actor and rollout cells with the Hugging Face VLA of `folder`, `hang_in_forward` included."""
+    return [make_cell(k, w, t, b, hf_folder=folder) for b in BACKENDS for t in WHEN for w in HF_WHERE for k in HF_KINDS]
 
 
 def select(cells: list[Cell], **wanted: str | None) -> list[Cell]:

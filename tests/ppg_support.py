@@ -23,7 +23,6 @@ from tests.dist_support import BASE, synthetic_spaces, synthetic_trajectory
 
 PPG = [
     "algorithm.name=ppg",
-    "model.aux_value_head=true",
     "algorithm.n_pi=2",
     "algorithm.aux_epochs=2",
     "algorithm.aux_minibatch_size=64",
@@ -135,21 +134,23 @@ def train_rank(name: str, rank: int, world: int) -> dict:
 
 
 class NetWithDeadParameter(nn.Module):
-    """An actor-critic with an auxiliary head and one parameter no loss ever uses."""
+    """An actor-critic exposing its policy features (PPG adds its auxiliary head on them), with
+    one parameter no loss ever uses."""
+
+    policy_features_size = 16
 
     def __init__(self, observation_space, num_action_params):
         super().__init__()
         self.body = nn.Linear(observation_space.shape[0], 16)
-        self.pi, self.v, self.aux = nn.Linear(16, num_action_params), nn.Linear(16, 1), nn.Linear(16, 1)
+        self.pi, self.v = nn.Linear(16, num_action_params), nn.Linear(16, 1)
         self.dead = nn.Parameter(torch.zeros(3))
 
     def forward(self, obs):
-        h = torch.tanh(self.body(obs))
-        return self.pi(h), self.v(h).squeeze(-1)
+        return self.forward_features(obs)[:2]
 
-    def forward_aux(self, obs):
+    def forward_features(self, obs):
         h = torch.tanh(self.body(obs))
-        return self.pi(h), self.v(h).squeeze(-1), self.aux(h).squeeze(-1)
+        return self.pi(h), self.v(h).squeeze(-1), h
 
 
 def dead_parameter_rank(rank: int, world: int) -> dict:

@@ -41,7 +41,7 @@ BASE = [
     "algorithm.max_grad_norm=0",
     "runner.seed=5",
     "actor.dist_timeout_s=30",
-    "runner.checkpoint_replay_buffer=true",
+    "algorithm.checkpoint_replay_buffer=true",
 ]
 SCENARIOS = {
     "plain": [],

@@ -189,7 +189,7 @@ def test_training_with_chunks_counts_every_executed_env_step(tmp_path, model):
 def test_chunk_config_errors():
     cases = {
         ("model.action_chunk=0",): "model.action_chunk",
-        ("algorithm.name=ppg", "model.aux_value_head=true", "model.action_chunk=2"): "model.action_chunk",
+        ("algorithm.name=ppg", "model.action_chunk=2"): "model.action_chunk",
         ("algorithm.name=sac", "env.id=Pendulum-v1", "model.action_chunk=2"): "model.action_chunk",
     }
     for overrides, key in cases.items():

@@ -79,6 +79,12 @@ MORE_BAD_INPUTS = {
     "sac key with ppo": ("algorithm.tau=0.1", ["algorithm.tau", "'tau' is a key of sac, not of ppo"]),
     "unknown algorithm": ("algorithm.name=ppgg", ["algorithm.name", "ppgg", "'ppo'", "did you mean 'ppg'"]),
     "bad choice of an algorithm key": ("algorithm.adv_type=gpro", ["algorithm.adv_type", "gpro", "grpo"]),
+    # keys that moved into an algorithm's package say where they went
+    "moved key": (
+        "runner.checkpoint_replay_buffer=true",
+        ["runner.checkpoint_replay_buffer", "it is algorithm.checkpoint_replay_buffer now"],
+    ),
+    "removed key": ("model.aux_value_head=true", ["model.aux_value_head", "adds the head to the policy itself"]),
 }
 
 

@@ -283,7 +283,7 @@ def test_a_model_key_that_does_not_fit_the_images_is_a_config_error(tmp_path, ca
     assert "config error at 'model.image_encoder': got 'nature_cnn'" in message
     assert "one of 'auto', 'grid_cnn', 'flatten'" in message and "images are 7×7" in message
     assert "Traceback" not in message
-    ppg = load_config(config, ["algorithm.name=ppg", "model.id=mlp", "model.aux_value_head=true"])
+    ppg = load_config(config, ["algorithm.name=ppg", "model.id=mlp"])
     env = EnvWorker(ppg.env, 0.99, seed=0)
     with pytest.raises(ConfigError, match="ppg's auxiliary phase stores Box observations only"):
         check_spaces(ppg, *env.spaces())

@@ -139,7 +139,7 @@ def test_a_thread_that_waited_for_a_cpu_half_the_window_is_busy_starved_not_bloc
     starved_still = [
         beat(at, thread_s=0.02 * (at - 100), thread_run_delay_s=delay) for at, delay in zip(THREE, (3.0, 3.5, 4.0))
     ]
-    assert judged(*starved_still) == Judgement(BUSY, 2.0, 0.02, 0.0, False, None, None, 0.5)
+    assert judged(*starved_still) == Judgement(BUSY, 2.0, 0.02, 0.0, False, starved=0.5)
     under = [
         beat(at, thread_s=0.02 * (at - 100), thread_run_delay_s=delay) for at, delay in zip(THREE, (3.0, 3.5, 3.98))
     ]
@@ -151,7 +151,7 @@ def test_a_thread_that_waited_for_a_cpu_half_the_window_is_busy_starved_not_bloc
         beat(at, *value, thread_wait="os.sched_yield", thread_run_delay_s=delay)
         for at, value, delay in zip(THREE, waits, (0.0, 0.9, 1.8))
     ]
-    assert judged(*polling) == Judgement(BUSY, 2.0, 0.05, 0.05, False, None, None, 0.9)
+    assert judged(*polling) == Judgement(BUSY, 2.0, 0.05, 0.05, False, starved=0.9)
 
 
 def test_a_beat_without_a_run_delay_is_no_evidence_of_starvation():
@@ -171,6 +171,25 @@ def test_a_gpu_that_computes_makes_a_still_call_busy_unless_the_call_is_in_a_col
     assert judged(*under) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, None, 9.0)
     waiting = [beat(at, gpu_util_pct=90.0, collectives=IN_A_COLLECTIVE) for at in THREE]
     assert judged(*waiting) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)
+
+
+def test_subprocesses_that_compute_make_a_still_call_busy_and_veto_spinning():
+    """A call waiting on its async vector env's subprocesses (probe/child_activity.py): their CPU
+    at 5 % of a core between them makes it busy, under that it stays blocked; a thread found in
+    waits while they compute waits on real work; one that ended takes its CPU seconds with it."""
+    waiting = [beat(at, subprocesses=8, subprocesses_cpu_s=cpu) for at, cpu in zip(THREE, (3.0, 3.05, 3.1))]
+    assert judged(*waiting) == Judgement(BUSY, 2.0, 0.0, 0.0, False, subprocesses=(8, pytest.approx(0.05)))
+    under = [beat(at, subprocesses=8, subprocesses_cpu_s=cpu) for at, cpu in zip(THREE, (3.0, 3.0, 3.09))]
+    assert judged(*under) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=(8, pytest.approx(0.045)))
+    polling = [
+        beat(at, thread_s=t, cpu_s=t, samples=n, waits=n, subprocesses=2, subprocesses_cpu_s=c)
+        for at, t, n, c in zip(THREE, (0.0, 0.9, 1.8), (0, 3, 6), (0.0, 1.0, 2.0))
+    ]
+    assert judged(*polling) == Judgement(BUSY, 2.0, 0.9, 0.9, False, subprocesses=(2, 1.0))
+    ended = [beat(at, subprocesses=n, subprocesses_cpu_s=cpu) for at, n, cpu in zip(THREE, (2, 2, 1), (5.0, 5.0, 2.0))]
+    assert judged(*ended) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=(1, 0.0))
+    first_without = [beat(100.0), *[beat(at, subprocesses=1, subprocesses_cpu_s=9.0) for at in THREE[1:]]]
+    assert judged(*first_without) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)  # none in the whole window
 
 
 def test_only_the_current_call_s_beats_in_the_window_are_judged():
@@ -217,12 +236,22 @@ def test_beats_that_show_no_time_passing_on_the_worker_are_no_judgement():
             "select.select in 3 of 6 samples (a wait that polls), over the last 2.0 s",
         ),
         (
-            Judgement(BUSY, 2.0, 0.04, 0.05, False, None, None, 0.93),
+            Judgement(BUSY, 2.0, 0.0, 0.01, False, subprocesses=(8, 0.62)),
+            "busy: its stack did not move, 0% CPU in its thread, 1% in its process; waiting on its 8 "
+            "subprocesses, which are computing (62% CPU) over the last 2.0 s",
+        ),
+        (
+            Judgement(BLOCKED, 2.0, 0.0, 0.01, False, subprocesses=(2, 0.0)),
+            "blocked: its stack did not move and it used 0% CPU in its thread, 1% in its process; its 2 "
+            "subprocesses are not computing either (0% CPU) over the last 2.0 s",
+        ),
+        (
+            Judgement(BUSY, 2.0, 0.04, 0.05, False, starved=0.93),
             "busy (starved): its thread waited for a CPU 93% of the time (the host's other processes held "
             "the cores), its stack did not move, 4% CPU in its thread, 5% in its process over the last 2.0 s",
         ),
     ],
-    ids=["blocked", "busy-gpu", "busy", "spinning", "starved"],
+    ids=["blocked", "busy-gpu", "busy", "spinning", "busy-subprocesses", "blocked-subprocesses", "starved"],
 )
 def test_the_judgement_s_words(judgement, text):
     assert judgement.text() == text
@@ -236,7 +265,9 @@ def test_a_beat_is_kept_once_with_every_field_the_judgement_reads():
     record = beat(100.0, thread_s=1.5, cpu_s=2.5, stack=11, io=512, beat=3, **fields)
     seen.update(record, now=20.0)
     seen.update({**record, "time": 101.0}, now=21.0)  # the same beat read again: not a new one
-    assert list(seen.samples) == [Sample(20.0, 100.0, CALL, 1.5, 2.5, 11, 512, 9, 4, "select.select", 30.0, 0.25)]
+    assert list(seen.samples) == [
+        Sample(20.0, 100.0, CALL, 1.5, 2.5, 11, 512, 9, 4, "select.select", 30.0, thread_run_delay_s=0.25)
+    ]
     assert (seen.beat, seen.changed_at, seen.heartbeat_age(23.5)) == (3, 20.0, 3.5)
     seen.update({**record, "beat": 4, "time": 101.0, "phase_elapsed_s": 51.0}, now=22.0)
     assert (len(seen.samples), seen.changed_at, seen.heartbeat_age(23.5)) == (2, 22.0, 1.5)
@@ -247,7 +278,7 @@ def test_a_beat_is_kept_once_with_every_field_the_judgement_reads():
 def test_a_beat_without_the_optional_fields_is_kept_with_their_defaults():
     seen = Seen()
     seen.update({"beat": 1, "time": 100.0}, now=20.0)  # a process with no phase yet, nothing sampled
-    assert list(seen.samples) == [Sample(20.0, 100.0, None, None, 0.0, None, None, 0, 0, None, None, None)]
+    assert list(seen.samples) == [Sample(20.0, 100.0, None, None, 0.0, None, None, 0, 0, None, None)]
 
 
 def test_the_watcher_keeps_a_worker_s_last_64_beats():

@@ -13,11 +13,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fleetrl.algos.common.gae import grpo_advantages
 from fleetrl.algos.ppo.actor import ActorWorker
+from fleetrl.algos.ppo.grpo import grpo_advantages
 from fleetrl.envs.experts import expert_action
-from fleetrl.plan.layout import env_worker_args, resolve_layout
+from fleetrl.plan.layout import env_worker_args
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from fleetrl.trajectory import TrajectoryBuffer
 from fleetrl.workers.env_worker import EnvWorker
 
@@ -48,7 +49,7 @@ def row(obs: dict, env: int) -> dict:
 
 def test_grpo_groups_are_one_task_from_one_reset_seed_and_chunks_end_inside_episodes():
     config = load_config("configs/ppo_manipulation.yaml", GRPO)
-    worker = EnvWorker(*env_worker_args(config, resolve_layout(config).placement, 0))
+    worker = EnvWorker(*env_worker_args(config, resolve(config).placement, 0))
     try:
         obs = worker.reset()
         pandas = [env.unwrapped for env in worker.stages[0].envs]

@@ -130,14 +130,10 @@ def test_a_parameter_no_phase_trains_is_named_not_waited_for(ranks):
 def test_ppg_config_errors():
     base = ["algorithm.name=ppg", "env.num_envs=8", "algorithm.num_steps=16", "algorithm.minibatch_size=32"]
     cases = {
-        "model.aux_value_head": [],
-        "actor.strategy": ["model.aux_value_head=true", "actor.strategy=fsdp"],
-        "algorithm.aux_minibatch_size": [
-            "model.aux_value_head=true",
-            "algorithm.n_pi=1",
-            "algorithm.aux_minibatch_size=100",
-        ],
-        "algorithm.n_pi": ["model.aux_value_head=true", "algorithm.n_pi=0"],
+        "model.id": ["model.id=transformer"],  # no policy features for the auxiliary head
+        "actor.strategy": ["actor.strategy=fsdp"],
+        "algorithm.aux_minibatch_size": ["algorithm.n_pi=1", "algorithm.aux_minibatch_size=100"],
+        "algorithm.n_pi": ["algorithm.n_pi=0"],
     }
     for key, overrides in cases.items():
         with pytest.raises(ConfigError) as caught:

@@ -1,7 +1,8 @@
-"""The PPO update's fast paths compute what the general ones do: the whole batch as the only
-minibatch (no indexing, advantages normalised once, no planning) against the micro-batch path
-(indexed pieces, sums × scale, statistics from the all-reduce), and fleetrl's gradient clipping
-against torch's `clip_grad_norm_` — on the RL-Zoo CartPole shapes and a real policy."""
+"""The PPO update's one path gives the same result for a minibatch that lies whole on this rank
+(one piece, normalised with its own mean and std) as for the same minibatch in pieces (gradient
+accumulation: the float64 statistics of the all-reduce, gradients accumulated over the pieces),
+and fleetrl's gradient clipping is torch's `clip_grad_norm_` bit for bit — on the RL-Zoo CartPole
+shapes and a real policy."""
 
 from __future__ import annotations
 
@@ -51,25 +52,25 @@ def update(config, policy: Policy, batch: PPOBatch, micro_batch_size: int | None
 
 
 @pytest.mark.parametrize("target_kl", [None, 0.002])
-def test_whole_batch_update_equals_the_micro_batch_path(target_kl):
+def test_a_whole_minibatch_trains_as_the_same_minibatch_in_pieces(target_kl):
     config, policy = cartpole_learner([f"algorithm.target_kl={'null' if target_kl is None else target_kl}"])
     batch = sample_batch(policy)
     other = copy.deepcopy(policy)
-    fast = update(config, policy, batch, None)  # whole: the batch itself, every epoch
-    general = update(config, other, batch, config.algorithm.minibatch_size)  # pieces: one micro-batch
-    assert fast["grad_steps"] == general["grad_steps"]
-    assert fast["epochs"] == general["epochs"]
+    whole = update(config, policy, batch, None)  # whole: one piece
+    split = update(config, other, batch, config.algorithm.minibatch_size)  # in pieces: one micro-batch
+    assert whole["grad_steps"] == split["grad_steps"]
+    assert whole["epochs"] == split["epochs"]
     if target_kl is None:
-        assert fast["epochs"] == config.algorithm.update_epochs
+        assert whole["epochs"] == config.algorithm.update_epochs
     else:  # the per-epoch KL is read and stops the update early, on both paths alike
-        assert 1 <= fast["epochs"] < config.algorithm.update_epochs
+        assert 1 <= whole["epochs"] < config.algorithm.update_epochs
     for (name, a), b in zip(policy.named_parameters(), other.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
     start = cartpole_learner()[1]
     assert any(not torch.equal(a, b) for a, b in zip(policy.parameters(), start.parameters()))  # it trained
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"):
-        assert fast[key] == pytest.approx(general[key], rel=1e-4, abs=1e-7), key
-    assert fast["approx_kl"] > 0
+        assert whole[key] == pytest.approx(split[key], rel=1e-4, abs=1e-7), key
+    assert whole["approx_kl"] > 0
 
 
 def test_clip_grad_norm_is_torchs_bitwise():

@@ -395,7 +395,7 @@ SMALL = [
 
 @pytest.mark.parametrize("with_replay", [True, False], ids=["with replay", "without replay"])
 def test_train_then_resume_pendulum(tmp_path, with_replay):
-    flag = f"runner.checkpoint_replay_buffer={str(with_replay).lower()}"
+    flag = f"algorithm.checkpoint_replay_buffer={str(with_replay).lower()}"
     runs = tmp_path / "runs"
     run = train("configs/sac_pendulum.yaml", *SMALL, flag, "runner.total_env_steps=1600", runs=runs).succeeded()
     run_dir, first = run.run_dir, run.metrics

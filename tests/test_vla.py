@@ -19,36 +19,25 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
-from fleetrl.config.schema import EnvConfig, LoraConfig, ModelConfig
-from fleetrl.envs.make import make_vector_env
+from fleetrl.config.schema import LoraConfig, ModelConfig
 from fleetrl.errors import ConfigError
 from fleetrl.metrics_log import read_metrics
 from fleetrl.models.hf.actions import VocabActions
 from fleetrl.models.hf.init_model import build_model
 from fleetrl.models.policy import Policy
+from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
 from fleetrl.plan.rules import check_spaces
 from fleetrl.runner import Trainer
 from fleetrl.workers.rollout_worker import RolloutWorker
-from tests.support import REPO
+from tests.vla_support import VLA_CONFIG, minigrid_batch, vla
 
-MINIGRID = EnvConfig(id="MiniGrid-GoToDoor-5x5-v0", num_envs=4, vectorization="sync")
-CONFIG = REPO / "configs" / "ppo_minigrid_vla.yaml"
+CONFIG = VLA_CONFIG
 
 
 @pytest.fixture(scope="module")
 def minigrid():
-    """(observation space, action space, a batch of 4 observations as tensors)."""
-    env = make_vector_env(MINIGRID)
-    obs, _ = env.reset(seed=0)
-    spaces = env.single_observation_space, env.single_action_space
-    env.close()
-    return *spaces, {key: torch.from_numpy(value) for key, value in obs.items()}
-
-
-def vla(path, observation_space, action_space, **keys) -> Policy:
-    torch.manual_seed(0)
-    return Policy.from_config(ModelConfig(id="hf", path=str(path), **keys), observation_space, action_space)
+    return minigrid_batch()
 
 
 def test_init_model_writes_a_folder_that_transformers_loads_with_the_action_tokens_last(tmp_path):
@@ -185,6 +174,11 @@ def test_lora_trains_only_adapters_and_the_value_head_and_checkpoints_them_with_
     )
     with pytest.raises(ConfigError, match=f"model.path.*{other}.*the base model the adapters were trained on"):
         elsewhere.load_state_dict(state)
+    # from DCP shards too, which write the saved fingerprint into the policy's own buffer first
+    dcp.save(tmp_path / "shards", actor.policy, None)
+    assert dcp.model_tensors(tmp_path / "shards", "base_hash")["network.base_hash"].equal(state["network.base_hash"])
+    with pytest.raises(ConfigError, match=f"model.path.*{other}.*the base model the adapters were trained on"):
+        dcp.load_model_weights(tmp_path / "shards", elsewhere)
 
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")

@@ -6,14 +6,17 @@ there and never reaches the judgement), but its `phase_max_s` becomes a list, wh
 watchdog's deadline check cannot use — a record from a recorder with another idea of the format;
 `RaisingLate` sleeps in a step, writes the wall time to a file and raises right after.
 For tests/test_watchdog_judgement.py: `HangingConstructor` never returns from its constructor (a
-simulator waiting for a licence server); `Computing` computes for `busy_s`, reading the process
+simulator waiting for a licence server), with `subprocesses_only` only in an async vector env's
+subprocesses; `Computing` computes for `busy_s`, reading the process
 CPU clock as it goes (a real system call), once per process: in its constructor (a scene load),
-its first step (a JIT warm-up) or its `at_step`-th step (a hard simulator step), then is CartPole;
+its first step (a JIT warm-up) or its `at_step`-th step (a hard simulator step), then is CartPole
+(with `subprocesses_only`, only in an async vector env's subprocesses);
 `SpinningFirstStep` waits forever in its first step by polling (a spin-wait: CPU, one line)."""
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import select
 import socket
@@ -54,19 +57,32 @@ class RaisingLate(CartPoleEnv):
 
 
 class HangingConstructor(CartPoleEnv):
-    def __init__(self, **kwargs):
-        while True:
+    def __init__(self, subprocesses_only: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        while not (subprocesses_only and in_main_process()):
             time.sleep(3600)
+
+
+def in_main_process() -> bool:
+    """Not a subprocess of an async vector env (which builds one env in its own process too)."""
+    return multiprocessing.parent_process() is None
 
 
 class Computing(CartPoleEnv):
     computed_in_this_process = False  # once per process, not once per sub-env of the vector env
 
     def __init__(
-        self, busy_s: float = 60.0, at_step: int = 1, in_constructor: bool = False, in_reset: bool = False, **kwargs
+        self,
+        busy_s: float = 60.0,
+        at_step: int = 1,
+        in_constructor: bool = False,
+        in_reset: bool = False,
+        subprocesses_only: bool = False,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.busy_s, self.at_step, self.steps, self.in_reset = busy_s, at_step, 0, in_reset
+        Computing.computed_in_this_process |= subprocesses_only and in_main_process()
         if in_constructor:
             self.compute()
 

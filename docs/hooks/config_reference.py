@@ -146,6 +146,10 @@ def section_table(title: str, section: type, names: list[str]) -> str:
     rows = ["| key | type | default | valid | meaning |", "| --- | --- | --- | --- | --- |"]
     for name in names:
         kind, valid = describe(hints[name])
+        if f"{prefix}.{name}" == "algorithm.name":  # the registry's names, not the schema's: config/ names none
+            valid.insert(
+                0, "one of " + ", ".join(f"`{algorithm}`" for algorithm in algorithm_names()) + ", or a plugin's"
+            )
         doc = field_docstring(section, name) or ""
         rows.append(
             f"| `{prefix}.{name}` | {kind} | `{cell(default_text(fields[name]))}` | {cell('; '.join(valid))} | {cell(doc)} |"

@@ -10,16 +10,20 @@ world_size)` (an `ActorBase`) and `spec.rollout(actor.policy)` in one process or
 `spec.rollout.from_config(config, observation_space, action_space)` in its own, and the loader
 builds the `algorithm` section as `spec.config` (through `SECTIONS`, from plan/load.py).
 
-The built-in algorithms register from their actor modules, which this module imports by name, on
-first use (`BUILTIN_MODULES`): the registry imports nothing of the package at import time, so the
-workers below the algorithms (the eval worker builds its algorithm's rollout worker) may use it.
+The built-in algorithms are the packages of `fleetrl/algos/` (but `common`), each named like its
+algorithm and registering it from its `actor` module, which this module imports on first use
+(`builtin_names`): adding one is adding its package, and this module names none of them. The
+registry imports nothing of the package at import time, so the workers below the algorithms
+(the eval worker builds its algorithm's rollout worker) may use it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,12 +34,22 @@ if TYPE_CHECKING:
     from fleetrl.config.schema import AlgorithmConfig, Config
 
 ENTRY_POINT_GROUP = "fleetrl.algorithms"
-BUILTIN_MODULES = {
-    "ppo": "fleetrl.algos.ppo.actor",
-    "ppg": "fleetrl.algos.ppg.actor",
-    "sac": "fleetrl.algos.sac.actor",
-    "bc": "fleetrl.algos.bc.actor",
-}
+SHARED_PACKAGE = "common"  # the pieces several algorithms use: no algorithm
+
+
+@functools.cache
+def builtin_names() -> tuple[str, ...]:
+    """The built-in algorithms: the packages beside this module, the default `algorithm.name` first."""
+    from fleetrl.config.schema import AlgorithmConfig
+
+    here = importlib.import_module(__package__)
+    names = [info.name for info in pkgutil.iter_modules(here.__path__) if info.ispkg and info.name != SHARED_PACKAGE]
+    return tuple(sorted(names, key=lambda name: (name != AlgorithmConfig.name, name)))
+
+
+def builtin_module(name: str) -> str:
+    """The module that registers built-in algorithm `name`."""
+    return f"{__package__}.{name}.actor"
 
 
 def no_rule(*_args: Any) -> None:
@@ -45,7 +59,7 @@ def no_rule(*_args: Any) -> None:
 @dataclass(frozen=True)
 class ConsoleMetric:
     """One metric of the console line: `<label> <value:format>`, left out while the record has
-    no value for it (e.g. SAC's losses before learning starts)."""
+    no value for it (e.g. an off-policy algorithm's losses before learning starts)."""
 
     key: str
     label: str
@@ -85,14 +99,14 @@ def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
 def unregister_algorithm(name: str) -> None:
     """Forget the spec registered as `name`, so that what a caller registered for a while (a
     test's algorithm) does not outlive its use. A built-in's module registers it only once."""
-    if name in BUILTIN_MODULES:
+    if name in builtin_names():
         raise ValueError(f"{name!r} is a built-in algorithm")
     del REGISTRY[name]
 
 
 def load_builtins() -> None:
-    for module in BUILTIN_MODULES.values():
-        importlib.import_module(module)
+    for name in builtin_names():
+        importlib.import_module(builtin_module(name))
 
 
 def installed_plugins() -> dict[str, importlib.metadata.EntryPoint]:
@@ -118,16 +132,16 @@ def load_plugin(entry: importlib.metadata.EntryPoint) -> None:
 def algorithm_names() -> list[str]:
     """Every registered or installed algorithm's name, the built-ins first."""
     load_builtins()
-    others = {*REGISTRY, *installed_plugins()} - set(BUILTIN_MODULES)
-    return [*BUILTIN_MODULES, *sorted(others)]
+    others = {*REGISTRY, *installed_plugins()} - set(builtin_names())
+    return [*builtin_names(), *sorted(others)]
 
 
 def algorithm_spec(name: str) -> AlgorithmSpec:
     """The spec registered as `name` (a built-in, one registered in this process, or an installed
     plugin's); a `ConfigError` at 'algorithm.name' naming the available algorithms for any other."""
     if isinstance(name, str):
-        if name not in REGISTRY and name in BUILTIN_MODULES:
-            importlib.import_module(BUILTIN_MODULES[name])
+        if name not in REGISTRY and name in builtin_names():
+            importlib.import_module(builtin_module(name))
         if name not in REGISTRY and name in (plugins := installed_plugins()):
             load_plugin(plugins[name])
         if name in REGISTRY:

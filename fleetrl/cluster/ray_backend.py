@@ -62,7 +62,9 @@ class RayBackend(Backend):
         actor = start(placement.ranks("actor"), workers.actor)
         rollout = start(placement.ranks("rollout"), workers.rollout, factory=workers.rollout.from_config)
         spaces = env.get(spaces_future)
-        plan.check_spaces(*spaces)  # e.g. sac on discrete actions: a config error, no learner built
+        plan.check_spaces(
+            *spaces
+        )  # e.g. discrete actions for a continuous-only algorithm: a config error, no learner built
         build_workers(actor, lambda rank: (config, *spaces, rank, world))
         build_workers(rollout, lambda rank: (config, *spaces))
         evaluator = start_evaluator(plan, create, undo)

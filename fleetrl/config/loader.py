@@ -121,12 +121,18 @@ def unknown_key_hint(
         ]
         if owners:
             return f"{key!r} is a key of {' and '.join(owners)}, not of {values.get('name', DEFAULT_ALGORITHM)}"
-    if f"{prefix}.{key}" in MOVED_KEYS:
-        return f"it is {MOVED_KEYS[f'{prefix}.{key}']} now"
-    return nearest(key, names)
+    return MOVED_KEYS.get(f"{prefix}.{key}") or nearest(key, names)
 
 
-MOVED_KEYS = {"env.action_chunk": "model.action_chunk"}  # old key: where it lives now
+MOVED_KEYS = {  # an old key: where it went
+    "env.action_chunk": "it is model.action_chunk now",
+    "runner.checkpoint_replay_buffer": (
+        "it is algorithm.checkpoint_replay_buffer now, a key of the algorithm that keeps a replay buffer"
+    ),
+    "model.aux_value_head": (
+        "it was removed: the algorithm that trains an auxiliary value head adds the head to the policy itself"
+    ),
+}
 
 
 def coerce(key: str, value: Any, hint: Any) -> Any:

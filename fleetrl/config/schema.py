@@ -64,11 +64,11 @@ class EnvConfig:
 @dataclass
 class AlgorithmConfig:
     """The keys every algorithm reads. Each algorithm's section is a subclass holding its own keys
-    too (`PPOConfig` in algos/ppo/config.py, `PPGConfig`, `SACConfig`), chosen by `name` through
-    the registry (`fleetrl.algos.registry`); the loader builds that subclass."""
+    too (in its package, `fleetrl/algos/<name>/config.py`), chosen by `name` through the registry
+    (`fleetrl.algos.registry`); the loader builds that subclass."""
 
     name: str = "ppo"
-    """A registered algorithm: `ppo`, `ppg`, `sac`, or one a plugin registers
+    """A registered algorithm: a built-in (docs: concepts/algorithms.md) or one a plugin registers
     (docs: guides/algorithm.md). A key of another algorithm is an error that says whose it is."""
     num_steps: Annotated[int, Positive] = 128
     """Env steps per env per iteration (the rollout length)."""
@@ -86,7 +86,8 @@ class AlgorithmConfig:
 
     @property
     def resets_envs_each_iteration(self) -> bool:
-        """Whether every iteration's episodes start from fresh, group-seeded resets (GRPO)."""
+        """Whether every iteration's episodes start from fresh, group-seeded resets (groups of
+        `reset_group_size` envs, e.g. for group-relative advantages)."""
         return False
 
     @property
@@ -127,7 +128,8 @@ class ModelConfig:
     """`mlp`: the trunk's hidden layers (`[]`: the heads read the observation, or its encoder's
     features, directly)."""
     activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
-    """The activation between the MLP's hidden layers (SAC's actor and critics too)."""
+    """The activation between the MLP's hidden layers (and those of the networks an algorithm
+    builds from `hidden_sizes` itself)."""
     shared_trunk: bool = False
     """One trunk for policy and value, or one each."""
     init_log_std: Annotated[float, Finite] = 0.0
@@ -135,9 +137,6 @@ class ModelConfig:
     ortho_init: bool = True
     """Orthogonal initialisation: hidden layers and encoders with gain √2, the policy head 0.01, the
     value head 1 (as CleanRL and SB3)."""
-    aux_value_head: bool = False
-    """An auxiliary value head on the policy trunk, computed only in PPG's auxiliary phase (required
-    by `algorithm.name: ppg`)."""
     action_bins: Annotated[int, Range(2)] | None = None
     """Box actions as tokens: each dimension (of each chunked action) discretised into this many
     evenly spaced values, one categorical each (null: a Gaussian; docs: guides/model.md, Token-level
@@ -343,9 +342,6 @@ class RunnerConfig:
     param_check_interval: Annotated[int, NonNegative] = 10
     """Iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a
     divergence stops the run (0: never)."""
-    checkpoint_replay_buffer: bool = False
-    """SAC: checkpoints also hold every actor rank's replay buffer shard (bigger files; a resume
-    trains on the same data instead of refilling)."""
     eval_interval: Annotated[int, NonNegative] = 0
     """Iterations between deterministic evaluations on eval envs of their own (0: never;
     docs: guides/evaluation.md)."""

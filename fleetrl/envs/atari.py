@@ -1,4 +1,4 @@
-"""`env.wrappers: atari`: the standard Atari preprocessing, as CleanRL's `ppo_atari.py` applies it.
+"""`env.wrappers: atari`: the standard Atari preprocessing, as CleanRL's Atari agents apply it.
 
 From the inside out, on an ALE simulator that skips no frames itself (`BreakoutNoFrameskip-v4`,
 or an `ALE/...-v5` id with `env.kwargs: {frameskip: 1}`):

@@ -2,7 +2,7 @@
 
 A Franka Panda arm in PyBullet (panda-gym's tasks, `pip install 'fleetrl[manipulation]'`), several
 tasks in one env, as the MT10 / LIBERO suites do: each reset draws one task from `tasks` (from the
-reset's seed, so a seed fixes the task and its start state: a GRPO group shares both), and its
+reset's seed, so a seed fixes the task and its start state: a reset group shares both), and its
 instruction says which. Observations are a Dict:
 
 - `image`: uint8 (size, size, 3), a fixed camera over the table, rendered off-screen on the CPU

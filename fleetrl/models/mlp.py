@@ -77,7 +77,6 @@ class ActorCriticMLP(nn.Module):
         activation: str = "tanh",
         shared_trunk: bool = False,
         ortho_init: bool = True,
-        aux_value_head: bool = False,
         encoder: nn.Module | None = None,
     ):
         super().__init__()
@@ -101,13 +100,7 @@ class ActorCriticMLP(nn.Module):
             for head, gain in ((self.policy_head, 0.01), (self.value_head, 1.0)):
                 nn.init.orthogonal_(head.weight, gain)
                 nn.init.zeros_(head.bias)
-        if aux_value_head:
-            # PPG: a value head on the *policy* features. Created last, so the other layers draw
-            # the same initial weights as without it; `forward` never computes it.
-            self.aux_value_head = nn.Linear(sizes[-1], 1)
-            if ortho_init:
-                nn.init.orthogonal_(self.aux_value_head.weight, 1.0)
-                nn.init.zeros_(self.aux_value_head.bias)
+        self.policy_features_size = sizes[-1]  # what `forward_features` returns per sample
 
     def features(self, obs) -> torch.Tensor:
         """The trunk's output: (groups, B, hidden), policy features first, value features last;
@@ -128,14 +121,11 @@ class ActorCriticMLP(nn.Module):
         return groups[0], groups[-1]
 
     def forward(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
-        policy_features, value_features = self.head_inputs(obs)
-        return self.policy_head(policy_features), self.value_head(value_features).squeeze(-1)
+        params, value, _ = self.forward_features(obs)
+        return params, value
 
-    def forward_aux(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """PPG's auxiliary phase: (action parameters, value, auxiliary value), one trunk pass."""
+    def forward_features(self, obs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action parameters, value, policy features (B, `policy_features_size`)): `forward`, and
+        the features the policy head read, for a head an algorithm adds on them (one trunk pass)."""
         policy_features, value_features = self.head_inputs(obs)
-        return (
-            self.policy_head(policy_features),
-            self.value_head(value_features).squeeze(-1),
-            self.aux_value_head(policy_features).squeeze(-1),
-        )
+        return self.policy_head(policy_features), self.value_head(value_features).squeeze(-1), policy_features

@@ -11,18 +11,18 @@ the Gaussian's state-independent log std. docs/guides/model.md ("Your own networ
 
 Token policies (`model.action_bins`): a 1-D Box action becomes K tokens (one per dimension), each
 a categorical over `action_bins` values (`ActionTokens`). Their log-probs and entropies are
-per token, shape (B, K) (`logprob_shape == (K,)`); the PPO loss aggregates them as
-`algorithm.logprob_type` / `entropy_type` say. Every other policy returns (B,).
+per token, shape (B, K) (`logprob_shape == (K,)`); a loss aggregates them (e.g. as
+`algorithm.logprob_type` / `entropy_type` say). Every other policy returns (B,).
 
 Action chunks (`model.action_chunk` K > 1): one inference emits K actions. The network emits K
 times the parameters of one action (the transformer: K action queries, K·d for a token policy),
 and the Policy splits them on a chunk axis: actions (B, K, *one action), log-probs and entropies
 per action (B, K) — per token (B, K, d) for a token policy — and the value (B,) of the decision.
-The PPO loss combines them over the actions the env actually executed (`fleetrl.algos.common.logprobs`).
+A loss combines them over the actions the env actually executed (`Trajectory.steps`).
 
-PPG's auxiliary phase calls `forward_aux(obs)`: (distribution inputs, value, auxiliary value),
-where the distribution inputs are what `kl(old, new)` compares — normalised log-probs for
-categorical and token policies, [mean, log std] for Gaussian ones.
+`distribution_inputs(params)` is the tensor that fixes the action distribution — normalised
+log-probs for categorical and token policies, [mean, log std] for Gaussian ones — and `kl(old,
+new)` compares two of them (a behavioural-cloning term).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from torch import nn
 
 from fleetrl.config.schema import ModelConfig
 from fleetrl.entry_points import resolve_entry_point
-from fleetrl.errors import ConfigError
 from fleetrl.models.distributions import (
     ActionTokens,
     Categorical,
@@ -65,12 +64,9 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
             config.activation,
             config.shared_trunk,
             config.ortho_init,
-            config.aux_value_head,
             encoder,
         )
     if config.id == "transformer":
-        if config.aux_value_head:
-            raise ConfigError("model.aux_value_head", True, "false with model.id 'transformer' (no PPG auxiliary head)")
         return TransformerPolicy(
             observation_space,
             queries,
@@ -80,15 +76,7 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
             config.num_heads,
             config.patch_size,
         )
-    network = resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
-    if config.aux_value_head and not callable(getattr(network, "forward_aux", None)):
-        raise ConfigError(
-            "model.aux_value_head",
-            True,
-            f"false, or a model.id ({config.id}) whose network "
-            "defines forward_aux(obs) -> (action_params, value, aux_value)",
-        )
-    return network
+    return resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
 
 
 class Policy(nn.Module):
@@ -178,11 +166,6 @@ class Policy(nn.Module):
         if self.continuous:
             return torch.cat([params, self.log_std.expand_as(params)], dim=-1)
         return Categorical.normalize(params)
-
-    def forward_aux(self, obs: torch.Tensor):
-        """PPG's auxiliary loss path: (distribution inputs, value, auxiliary value)."""
-        params, value, aux_value = self.network.forward_aux(obs)
-        return self.distribution_inputs(params), value, aux_value
 
     def kl(self, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
         """Per-sample KL(old ‖ new) between two `distribution_inputs` (B,): of the whole action,

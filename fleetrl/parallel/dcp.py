@@ -67,3 +67,22 @@ def load_model_weights(folder: Path, module: nn.Module) -> dict:
     alone: what `fleetrl eval` and an exporter need."""
     load(folder, module, None)
     return {name: value.detach().clone() for name, value in module.state_dict().items()}
+
+
+def model_tensors(folder: Path, suffix: str) -> dict[str, torch.Tensor]:
+    """The model tensors of a sharded checkpoint whose names end in `suffix`, read whole in this
+    process alone without building the model (a LoRA checkpoint's base fingerprint, checked
+    before any worker starts)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+
+    stored = FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    wanted = {
+        name.removeprefix("model."): torch.empty(meta.size, dtype=meta.properties.dtype)
+        for name, meta in stored.items()
+        if name.startswith("model.") and name.endswith(suffix) and hasattr(meta, "size")
+    }
+    if wanted:
+        with alone():
+            dcp.load({"model": wanted}, checkpoint_id=str(folder), planner=DefaultLoadPlanner(allow_partial_load=True))
+    return wanted

@@ -10,7 +10,9 @@ synchronises, each rank walks its loss's autograd graph for the parameters it re
 all-gather: one byte per trainable parameter. If any rank misses any, every rank raises the same
 `UnusedParameterError` — naming the ranks, the step and the parameters — before any of them
 enters the mismatched reduction. Cost: the graph walk (~1 us a node) and the all-gather
-(benchmarks/update_step_cost.py).
+(benchmarks/update_step_cost.py). Elsewhere (FSDP, or one rank accumulating micro-batches)
+`check_every_parameter_has_a_gradient` looks once, after a backward, for a parameter left
+without a gradient.
 """
 
 from __future__ import annotations
@@ -88,3 +90,19 @@ def step_text(grad_step: int) -> str:
     return (
         f"gradient step {grad_step} of {current.name} call {current.calls}" if current else f"gradient step {grad_step}"
     )
+
+
+def check_every_parameter_has_a_gradient(policy: nn.Module, ignored=frozenset(), loss: str = "the") -> None:
+    """A trainable parameter the loss never reached would leave DDP waiting for its gradient
+    (or FSDP reducing garbage); name it instead. The graph is the same on every rank, so every
+    rank raises together. `ignored`: names the loss path leaves out on purpose (a head only
+    another phase trains)."""
+    missing = [
+        name for name, p in policy.named_parameters() if p.requires_grad and p.grad is None and name not in ignored
+    ]
+    if missing:
+        raise RuntimeError(
+            f"the {loss} loss produced no gradient for the trainable parameter(s) {missing}: "
+            "every trainable parameter must take part in Policy.forward(obs, actions), "
+            "or be frozen (requires_grad=False)"
+        )

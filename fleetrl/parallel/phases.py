@@ -1,13 +1,13 @@
-"""Loss paths for algorithms whose phases train different parameter subsets (PPG).
+"""Loss paths for algorithms whose phases train different parameter subsets.
 
-PPG's auxiliary value head gets a gradient only in the auxiliary phase. One DDP wrapper over the
-whole policy would wait, in every policy-phase backward, for a gradient that never comes (and
-error on the next forward); `find_unused_parameters=True` avoids that by walking the autograd graph
-after every forward and all-reducing zeros for the unused parameters, on every step of every phase.
-Here each phase gets its own DDP wrapper instead:
+A head trained in one phase only (an auxiliary value head) gets no gradient in the others. One DDP
+wrapper over the whole policy would wait, in every other phase's backward, for a gradient that
+never comes (and error on the next forward); `find_unused_parameters=True` avoids that by walking
+the autograd graph after every forward and all-reducing zeros for the unused parameters, on every
+step of every phase. Here each phase gets its own DDP wrapper instead:
 
-- `PhaseView(policy, method)` is the policy seen through one loss path (`forward` for the policy
-  phase, `forward_aux` for the auxiliary phase) — a thin module, so the same parameters can sit
+- `PhaseView(policy, phase)` is the policy seen through one loss path (`phase(policy, *args)`: its
+  `forward`, or an auxiliary phase's function) — a thin module, so the same parameters can sit
   under two DDP wrappers;
 - each wrapper is told which parameters its phase never reaches (DDP's per-module ignore list),
   found by `unused_parameters`: one local forward/backward of the phase's outputs on a probe
@@ -18,7 +18,8 @@ Two DDP wrappers over shared parameters are safe as long as each backward follow
 exactly one of them (DDP arms its gradient hooks in its own forward; the other wrapper's hooks
 stay idle) and every rank calls them in the same order — which the phase schedule guarantees,
 being a function of the iteration count alone. Both phases' gradients are all-reduced.
-(`benchmarks/ppg_vs_ppo.py` measures what this saves against `find_unused_parameters=True`.)
+(The auxiliary-phase benchmark on docs/benchmarks.md measures what this saves against
+`find_unused_parameters=True`.)
 """
 
 from __future__ import annotations
@@ -31,17 +32,19 @@ from torch import nn
 
 from fleetrl.parallel.wrap import LossPath, ddp
 
+Phase = Callable[..., tuple]  # phase(policy, *args): the phase's loss-path outputs
+
 
 class PhaseView(nn.Module):
-    """`policy` seen through one of its methods: `forward(*args)` = `policy.<method>(*args)`."""
+    """`policy` seen through one phase: `forward(*args)` = `phase(policy, *args)`."""
 
-    def __init__(self, policy: nn.Module, method: str):
+    def __init__(self, policy: nn.Module, phase: Phase):
         super().__init__()
         self.policy = policy
-        self.method = method
+        self.phase = phase
 
     def forward(self, *args):
-        return getattr(self.policy, self.method)(*args)
+        return self.phase(self.policy, *args)
 
 
 def unused_parameters(policy: nn.Module, outputs: Callable[[nn.Module], tuple]) -> list[str]:
@@ -61,15 +64,15 @@ def unused_parameters(policy: nn.Module, outputs: Callable[[nn.Module], tuple]) 
             p.grad = grad
 
 
-def local_phase_path(policy: nn.Module, method: str, ignored) -> LossPath:
-    """One rank: the phase's method called directly, no collective."""
-    return LossPath(PhaseView(policy, method), policy, "local", contextlib.nullcontext, frozenset(ignored))
+def local_phase_path(policy: nn.Module, phase: Phase, ignored) -> LossPath:
+    """One rank: the phase called directly, no collective."""
+    return LossPath(PhaseView(policy, phase), policy, "local", contextlib.nullcontext, frozenset(ignored))
 
 
-def ddp_phase_path(policy: nn.Module, method: str, ignored, device: torch.device) -> LossPath:
-    """DDP around `PhaseView(policy, method)`, ignoring the parameters named in `ignored` (which
+def ddp_phase_path(policy: nn.Module, phase: Phase, ignored, device: torch.device) -> LossPath:
+    """DDP around `PhaseView(policy, phase)`, ignoring the parameters named in `ignored` (which
     this phase never reaches): only the phase's own parameters are reduced, and none is waited for."""
-    view = PhaseView(policy, method)
+    view = PhaseView(policy, phase)
     # DDP reads this list from the module it wraps (the documented effect of
     # DistributedDataParallel._set_params_and_buffers_to_ignore_for_model, without that helper's
     # marking of the parameters themselves, which would follow them into the other wrapper).

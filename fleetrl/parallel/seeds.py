@@ -8,7 +8,7 @@ actor's replay sampling is not the rollout's action noise). Seed `seed * 1_000_0
 
 from __future__ import annotations
 
-ACTOR_SAMPLING = 7919  # an actor rank's minibatch sampling from its own data (SAC's replay shard)
+ACTOR_SAMPLING = 7919  # an actor rank's minibatch sampling from its own data (an off-policy algorithm's replay shard)
 ROLLOUT_NOISE = 104_729  # a rollout rank's action noise
 
 

@@ -1,9 +1,9 @@
-"""The loss path: what the PPO loss calls, wrapped for data parallelism.
+"""The loss path: what an algorithm's loss calls, wrapped for data parallelism.
 
 Only `Policy.forward(obs, actions)` — the loss path — goes through DDP or FSDP; rollout inference
 (`Policy.act`) never does. `wrap_policy` returns a `LossPath`: the module to call for the loss,
-plus how to turn gradient synchronisation off for accumulation micro-batches and how to clip the
-global gradient norm.
+plus how to turn gradient synchronisation off for accumulation micro-batches, how to
+backpropagate (checked across ranks under DDP) and how to clip the global gradient norm.
 
 - `ddp`: `DistributedDataParallel` around the Policy. Its constructor broadcasts rank 0's
   parameters; buffers are *not* re-broadcast every forward (`forward_sync_buffers=False`):
@@ -45,6 +45,7 @@ from torch import nn
 
 from fleetrl.config.schema import ActorConfig
 from fleetrl.errors import ConfigError
+from fleetrl.parallel.grad_check import check_all_ranks_reach_every_parameter
 from fleetrl.parallel.recorded import record_fsdp_collectives, recorded_allreduce_hook
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -56,12 +57,25 @@ class LossPath:
     policy: nn.Module  # the Policy itself (sharded in place under FSDP)
     strategy: str  # local | ddp | fsdp
     no_sync: Callable[[], AbstractContextManager]  # gradient sync off inside (accumulation micro-batches)
-    ignored: frozenset = (
-        frozenset()
-    )  # Policy parameter names this path leaves out on purpose (PPG's aux head in the policy phase)
+    ignored: frozenset = frozenset()
+    """Policy parameter names this path leaves out on purpose (a head only another phase trains)."""
 
     def parameters(self) -> list[nn.Parameter]:
         return [p for p in self.policy.parameters() if p.requires_grad]
+
+    def sync(self, on: bool) -> AbstractContextManager:
+        """Gradient synchronisation on (a minibatch's last piece) or off (the pieces before it,
+        which only accumulate): DDP and FSDP then reduce once per optimizer step."""
+        return contextlib.nullcontext() if on else self.no_sync()
+
+    def backward(self, loss: torch.Tensor, syncs: bool, loss_name: str, grad_step: int) -> None:
+        """`loss.backward()`. Under DDP, before the backward that synchronises, every rank checks
+        that its loss reaches every parameter (`check_all_ranks_reach_every_parameter`, a
+        collective): otherwise the ranks would reduce different gradients. `grad_step`: this
+        optimizer step's number in the update, for the error."""
+        if syncs and self.strategy == "ddp":
+            check_all_ranks_reach_every_parameter(loss, self.policy, self.ignored, loss_name, grad_step)
+        loss.backward()
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Clip to the global gradient norm (after reduction: the norm of the full gradient)."""
@@ -253,8 +267,8 @@ def shard_with_fsdp2(policy: nn.Module, config: ActorConfig, device: torch.devic
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     # Policy.forward returns views (value.squeeze, the Gaussian entropy's expand); FSDP2 warns on
-    # every such output that an in-place op on it would skip its hook. The PPO loss never
-    # modifies the outputs in place, so the warning says nothing here.
+    # every such output that an in-place op on it would skip its hook. The losses never
+    # modify the outputs in place, so the warning says nothing here.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
     param_dtype = DTYPES[config.fsdp_param_dtype] if config.fsdp_param_dtype else None
@@ -279,10 +293,17 @@ def shard_with_fsdp2(policy: nn.Module, config: ActorConfig, device: torch.devic
         record_fsdp_collectives(unit)
 
 
+# torch's underscored multi-tensor kernels, which `clip_grad_norm_` calls directly (torch's own
+# clipping calls the same); a torch without them gets `torch.nn.utils.clip_grad_norm_` itself.
+FOREACH_KERNELS = all(hasattr(torch, name) for name in ("_foreach_norm", "_foreach_mul_"))
+
+
 def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """`torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)` for parameters on one
     device: the same operations in the same order (so bitwise the same result) without its
     per-call Python (grouping by device and dtype, a `.to()` per norm, checks). Returns the norm."""
+    if not FOREACH_KERNELS:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
     grads = [p.grad for p in params if p.grad is not None]
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))

@@ -270,7 +270,7 @@ def check_entry_points(config: Config) -> None:
 
 
 def check_spaces(config: Config, observation_space, action_space) -> None:
-    """The rules that need the env's spaces (the algorithm's: e.g. SAC's continuous actions); run
+    """The rules that need the env's spaces (the algorithm's: e.g. continuous actions only); run
     through `RunPlan.check_spaces` as soon as they are known, before any actor is built."""
     algorithm_spec(config.algorithm.name).check_spaces(config, observation_space, action_space)
     if config.model.id == "hf":  # what needs no model: the folder itself is checked by check_entry_points

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fleetrl.probe.child_activity import subprocess_cpu
 from fleetrl.probe.collectives import DEFAULT_GROUP, CollectiveLog
 from fleetrl.probe.gpu import gpu_use
 from fleetrl.probe.thread_activity import WaitSampler, native_id_of, thread_io_bytes, thread_run_delay_s
@@ -163,6 +164,7 @@ class Recorder:
             "thread_io_bytes": thread_io_bytes(native),
             "thread_run_delay_s": thread_run_delay_s(native),  # evidence of starvation (watch/judgement.py)
             **self.waits.fields((phase_started, thread)),  # a spinning wait's evidence (watch/judgement.py)
+            **subprocess_cpu(),  # subprocesses it may wait on, computing (probe/child_activity.py)
             **gpu_use(),  # gpu_util_pct, gpu_memory_mib where this process computes on a GPU
             "phase_counts": {stats.name: stats.calls for stats in phases},
             "phase_max_s": {stats.name: stats.longest_s for stats in finished},

@@ -7,8 +7,9 @@ a phase's age is the worker's own elapsed-in-phase at that beat plus that time.
 
 Blocked or busy is told from the beats of the current call in the last `window_s`: the phase's
 thread using CPU, the process using CPU (a simulator computing in threads of its own), its GPU
-running kernels while it is in no collective (probe/gpu.py), or the thread's stack moving
-between beats means *busy* — the call works and is only slow; none of these
+running kernels while it is in no collective (probe/gpu.py), the subprocesses it started computing
+(an async vector env's workers loading a scene while it waits on their pipes:
+probe/child_activity.py), or the thread's stack moving between beats means *busy* — the call works and is only slow; none of these
 means *blocked* — a sleep, a lock, a socket or a peer that will not answer. CPU shares are taken
 between two beats of the worker's own clock, so skew cancels out.
 
@@ -18,7 +19,8 @@ treated as blocked, only on evidence of a wait: on the window's beats its stack 
 lines, its thread uses CPU, moves no data, and at least `SPIN_WAIT_SHARE` of the samples of what
 it sits in (`SPIN_MIN_SAMPLES` or more, probe/thread_activity.py) found it in a wait — a system
 call it sleeps in, or a call of a C function that waits or polls — and the rest of the process
-does not compute (a thread polling for a simulator's threads to finish waits on real work: busy).
+does not compute, nor do its subprocesses (a thread polling for a simulator's threads or
+processes to finish waits on real work: busy).
 A computation at one line — a Python loop, a long numpy or torch kernel, with system calls or not
 (reading the process CPU clock is one) — is busy until `busy_allowance_s`. A loop that polls a
 pure-Python flag (`while not ready: pass`) looks exactly like a computation and is judged busy.
@@ -44,6 +46,8 @@ BLOCKED, BUSY, SPINNING = "blocked", "busy", "spinning"
 # computing one on a loaded host may get far less than a whole core.
 THREAD_BUSY = 0.05
 PROCESS_BUSY = 0.50  # the process used at least half a core (more than its idle threads ever do)
+# Its subprocesses used at least this share of a core between them: they compute (blocked ones use ~0)
+SUBPROCESSES_BUSY = THREAD_BUSY
 GPU_BUSY_PCT = 10.0  # kernels ran in at least this share of the time on average: its GPU computes
 MIN_SAMPLES = 3  # beats in the window needed to tell
 # Of the samples of what the thread sits in, the share that must be waits (a polling loop is
@@ -67,6 +71,8 @@ class Sample:
     thread_waits: int = 0  # ... of which found it in a wait
     thread_wait: str | None = None  # the last wait found
     gpu_util_pct: float | None = None  # its GPU's utilisation; None without one, or in a collective
+    subprocesses: int = 0  # the subprocesses it started (probe/child_activity.py), alive
+    subprocesses_cpu_s: float | None = None  # ... and the CPU seconds they have used
     thread_run_delay_s: float | None = None  # seconds the phase's thread waited, runnable, for a CPU
 
 
@@ -79,6 +85,7 @@ class Judgement:
     stack_moved: bool
     waits: tuple[int, int, str] | None = None  # spinning: (waits, samples, the wait) over the window
     gpu_util_pct: float | None = None  # its GPU's mean utilisation over the window, where read
+    subprocesses: tuple[int, float] | None = None  # (how many, share of a core they used), where it has any
     starved: float | None = None  # busy (starved): the share of the window its thread waited for a CPU
 
     @property
@@ -89,6 +96,12 @@ class Judgement:
     def text(self) -> str:
         cpu = f"{self.thread_cpu:.0%} CPU in its thread, {self.process_cpu:.0%} in its process"
         cpu += f", its GPU {self.gpu_util_pct:.0f} % utilised" if self.gpu_util_pct is not None else ""
+        if self.subprocesses is not None:
+            count, share = self.subprocesses
+            if share >= SUBPROCESSES_BUSY:
+                cpu += f"; waiting on its {count} subprocesses, which are computing ({share:.0%} CPU)"
+            else:
+                cpu += f"; its {count} subprocesses are not computing either ({share:.0%} CPU)"
         if self.state == SPINNING:
             waits, samples, wait = self.waits
             return (
@@ -146,6 +159,8 @@ class Seen:
                 record.get("thread_waits", 0),
                 record.get("thread_wait"),
                 None if oldest_in_flight(record) else record.get("gpu_util_pct"),
+                record.get("subprocesses", 0),
+                record.get("subprocesses_cpu_s"),
                 record.get("thread_run_delay_s"),
             )
         )
@@ -179,19 +194,30 @@ class Seen:
         process = (last.cpu_s - first.cpu_s) / span
         moved = len({s.stack_signature for s in recent}) > 1
         gpu = gpu_utilisation(recent)
-        busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved or (gpu or 0.0) >= GPU_BUSY_PCT
+        children = subprocess_use(first, last, span)
+        computing = children is not None and children[1] >= SUBPROCESSES_BUSY
+        busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved or (gpu or 0.0) >= GPU_BUSY_PCT or computing
         starved = starved_share(first, last, span)
         if starved is not None:
-            return Judgement(BUSY, span, thread, process, moved, None, gpu, starved)
-        waits = spin_waits(first, last, thread, process, moved)
+            return Judgement(BUSY, span, thread, process, moved, None, gpu, children, starved)
+        waits = None if computing else spin_waits(first, last, thread, process, moved)
         state = SPINNING if waits is not None else BUSY if busy else BLOCKED
-        return Judgement(state, span, thread, process, moved, waits, gpu)
+        return Judgement(state, span, thread, process, moved, waits, gpu, children)
 
 
 def gpu_utilisation(samples: list[Sample]) -> float | None:
     """The mean GPU utilisation of the beats that read one outside a collective, else None."""
     read = [s.gpu_util_pct for s in samples if s.gpu_util_pct is not None]
     return sum(read) / len(read) if read else None
+
+
+def subprocess_use(first: Sample, last: Sample, span: float) -> tuple[int, float] | None:
+    """(how many, share of a core they used) of the subprocesses a call's process started, from
+    its beats `first` to `last`, `span` seconds apart; None with none in the window. A subprocess
+    that ended meanwhile takes its CPU seconds with it: the share is then never below 0."""
+    if not last.subprocesses or first.subprocesses_cpu_s is None or last.subprocesses_cpu_s is None:
+        return None
+    return last.subprocesses, max(0.0, (last.subprocesses_cpu_s - first.subprocesses_cpu_s) / span)
 
 
 def spin_waits(first: Sample, last: Sample, thread: float, process: float, moved: bool) -> tuple | None:

@@ -86,7 +86,7 @@ class EnvWorker:
     def reset(self, epoch: int = 0) -> np.ndarray:
         """Reset all envs (stages concatenated in order); env i gets seed + i, shifted per epoch
         on resume so a resumed run does not replay the episodes it started with. With
-        `reset_group_size` g > 1 (GRPO) envs i..i+g-1 of a group share the seed seed + i // g:
+        `reset_group_size` g > 1 envs i..i+g-1 of a group share the seed seed + i // g:
         each group starts from one state."""
         base = self.seed + epoch * self.num_envs
         group = self.reset_group_size

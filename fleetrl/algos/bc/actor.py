@@ -24,11 +24,11 @@ import torch
 
 from fleetrl.algos.common.logprobs import decision_logprob
 from fleetrl.algos.ppo.actor import ActorWorker
-from fleetrl.algos.ppo.update import check_every_parameter_has_a_gradient
 from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
 from fleetrl.config.schema import Config
 from fleetrl.envs import demonstrations
 from fleetrl.observations import map_obs
+from fleetrl.parallel.grad_check import check_every_parameter_has_a_gradient
 from fleetrl.parallel.seeds import ACTOR_SAMPLING, rank_seed
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.rollout_worker import RolloutWorker

@@ -1,4 +1,4 @@
-"""How a policy's log-probs and entropies become the PPO loss's ratios: per token, per action
+"""How a policy's log-probs and entropies become probability ratios: per token, per action
 or per chunk, over the actions that were executed.
 
 A policy returns one log-prob per sample (B,), or finer ones: per token (B, D) for a token

@@ -2,9 +2,9 @@
 small networks on CPU pay per-call Python here.
 
 `build_optimizer`: `actor.optimizer` (Adam or AdamW) with `actor.adam_eps` and
-`actor.weight_decay`, over parameter groups that carry their own learning rate (PPO: one group at
-`algorithm.lr`; SAC: critics, actor and temperature at theirs). Always torch's fused kernel: one
-call for all parameters of a group, 2.5x faster than `foreach` on a 64x64 MLP here.
+`actor.weight_decay`, over parameter groups that carry their own learning rate (one group at
+`algorithm.lr`, or one per network an algorithm trains at its own rate). Always torch's fused
+kernel: one call for all parameters of a group, 2.5x faster than `foreach` on a 64x64 MLP here.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import torch
 
 from fleetrl.config.schema import ActorConfig
 
-# torch's private fused Adam kernels, which `FusedAdamStep` calls directly; a torch without them
-# (or with them renamed) gets the optimizer's own `step()`: slower per call, the same result.
-FUSED_KERNELS = all(hasattr(torch, name) for name in ("_fused_adam_", "_fused_adamw_"))
+# torch's private fused Adam kernels (and the step-counter update beside them), which
+# `FusedAdamStep` calls directly; a torch without them (or with them renamed) gets the
+# optimizer's own `step()`: slower per call, the same result.
+FUSED_KERNELS = all(hasattr(torch, name) for name in ("_fused_adam_", "_fused_adamw_", "_foreach_add_"))
 
 
 def build_optimizer(config: ActorConfig, groups: list[dict]) -> torch.optim.Optimizer:
@@ -34,7 +35,8 @@ class FusedAdamStep:
     keeps the state (checkpoints as usual): a loaded checkpoint replaces the state tensors, which
     the next call notices (one identity check) and caches the new ones.
 
-    Parameters must be plain tensors: FSDP's DTensor shards go through `optimizer.step()`.
+    Only plain tensors take the shortcut: parameters of another tensor type (FSDP's DTensor
+    shards) are found on the first step and go through `optimizer.step()` from then on.
     `kernels=False` (the default where torch lacks them, `FUSED_KERNELS`) is `optimizer.step()`
     and `optimizer.zero_grad(set_to_none=True)` themselves."""
 
@@ -54,7 +56,11 @@ class FusedAdamStep:
     def cache(self) -> list | None:
         """Each group's tensor lists; None while some parameter has no state (no gradient yet)."""
         state = self.optimizer.state
-        if any(p not in state for group in self.optimizer.param_groups for p in group["params"]):
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        if any(type(p.data) is not torch.Tensor for p in params):  # DTensor shards: torch's own step
+            self.kernels = False
+            return None
+        if any(p not in state for p in params):
             return None
         return [
             (

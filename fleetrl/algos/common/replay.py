@@ -1,4 +1,4 @@
-"""SAC's replay buffer: one actor rank's shard, preallocated, plain state.
+"""An off-policy algorithm's replay buffer: one actor rank's shard, preallocated, plain state.
 
 It is a plain Python object holding NumPy arrays (with zero-copy torch views for sampling) — never
 an `nn.Module` and never a module buffer, so DDP cannot try to broadcast or synchronise it (the

@@ -6,13 +6,16 @@ stores this rank's observations and value targets, and — after every n_pi-th i
 decision taken from the iteration count alone and so the same on every rank — runs the
 auxiliary phase on the stored data before returning. Its metrics then carry `aux_*` keys.
 
-Several ranks: each phase has its own DDP wrapper (`fleetrl.parallel.phases`), the policy phase's
-ignoring the auxiliary head, which gets no gradient there; a parameter that neither phase
-reaches is named at construction. Both phases' gradients are all-reduced.
+The auxiliary value head is PPG's own (`fleetrl.algos.ppg.aux_head`): added to the policy here,
+never sent to the rollout workers. Several ranks: each phase has its own DDP wrapper
+(`fleetrl.parallel.phases`), the policy phase's ignoring the auxiliary head, which gets no
+gradient there; a parameter that neither phase reaches is named at construction. Both phases'
+gradients are all-reduced.
 
-Checkpoints hold the stored data of the phase in progress (gathered from all ranks into the
-single-process layout, so `state_dict` is a collective with several ranks) and the iteration
-count; a resume with another `env.num_envs` restarts the phase instead.
+Checkpoints hold, beside PPO's state (its `policy` without the head), the head, the stored data
+of the phase in progress (gathered from all ranks into the single-process layout, so
+`state_dict` is a collective with several ranks) and the iteration count; a resume with another
+`env.num_envs` restarts the phase instead.
 
 This module registers the `ppg` algorithm.
 """
@@ -26,12 +29,13 @@ from dataclasses import replace
 import gymnasium as gym
 import torch
 
+from fleetrl.algos.ppg.aux_head import add_aux_value_head, forward_aux, policy_forward, without_aux_head
 from fleetrl.algos.ppg.config import PPGConfig, aux_minibatch_size, check_ppg_layout, check_ppg_spaces, validate_ppg
 from fleetrl.algos.ppg.update import aux_update, distribution_inputs, is_aux_iteration
-from fleetrl.algos.ppo.actor import PPO, ActorWorker
+from fleetrl.algos.ppo.actor import PPO, ActorWorker, policy_optimizer
 from fleetrl.algos.registry import register_algorithm
 from fleetrl.config.schema import Config
-from fleetrl.errors import ConfigError
+from fleetrl.parallel import state
 from fleetrl.parallel.phases import ddp_phase_path, local_phase_path, unused_parameters
 from fleetrl.parallel.sharding import EnvShard, Minibatches
 from fleetrl.probe import flight_recorder
@@ -45,16 +49,12 @@ class PPGActorWorker(ActorWorker):
         self, config: Config, observation_space: gym.Space, action_space: gym.Space, rank: int = 0, world_size: int = 1
     ):
         super().__init__(config, observation_space, action_space, rank, world_size)
-        if not callable(getattr(self.policy.network, "forward_aux", None)):
-            raise ConfigError(
-                "model.aux_value_head",
-                config.model.aux_value_head,
-                "true, with a network that has forward_aux (the built-in mlp does)",
-            )
+        add_aux_value_head(self.policy, config)
+        self.optimizer = policy_optimizer(config, self.policy)  # over the head too
         self.unused = self.probe_unused_parameters(observation_space)
         self.aux_minibatch_size = aux_minibatch_size(config)
-        self.aux_path = local_phase_path(self.policy, "forward_aux", self.unused["aux"])
-        self.loss_path = local_phase_path(self.policy, "forward", self.unused["policy"])
+        self.aux_path = local_phase_path(self.policy, forward_aux, self.unused["aux"])
+        self.loss_path = local_phase_path(self.policy, policy_forward, self.unused["policy"])
         self.stored_obs: list[torch.Tensor] = []  # per policy iteration: (T, local envs, *obs)
         self.stored_returns: list[torch.Tensor] = []  # (T, local envs)
         self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -68,13 +68,13 @@ class PPGActorWorker(ActorWorker):
         actions = self.policy.act(obs, deterministic=True)[0]  # no random draw
         unused = {
             "policy": unused_parameters(self.policy, lambda p: p(obs, actions)),
-            "aux": unused_parameters(self.policy, lambda p: p.forward_aux(obs)),
+            "aux": unused_parameters(self.policy, lambda p: forward_aux(p, obs)),
         }
         never = [name for name in unused["policy"] if name in unused["aux"]]
         if never:
             raise RuntimeError(
                 f"PPG: the trainable parameter(s) {never} get a gradient in neither the policy phase "
-                "(Policy.forward) nor the auxiliary phase (Policy.forward_aux): DDP would wait for it. "
+                "(Policy.forward) nor the auxiliary phase (forward_features): DDP would wait for it. "
                 "Use it in one of them, or freeze it (requires_grad=False)"
             )
         return unused
@@ -82,8 +82,8 @@ class PPGActorWorker(ActorWorker):
     def wrap_loss_path(self):
         """Several ranks: the policy phase's loss path (the base class's `loss_path`); the
         auxiliary phase's goes to `aux_path`."""
-        self.aux_path = ddp_phase_path(self.policy, "forward_aux", self.unused["aux"], self.device)
-        return ddp_phase_path(self.policy, "forward", self.unused["policy"], self.device)
+        self.aux_path = ddp_phase_path(self.policy, forward_aux, self.unused["aux"], self.device)
+        return ddp_phase_path(self.policy, policy_forward, self.unused["policy"], self.device)
 
     def advantages(self, trajectory: Trajectory):
         advantages, returns = super().advantages(trajectory)
@@ -126,7 +126,20 @@ class PPGActorWorker(ActorWorker):
         metrics.update(aux_phases=self.aux_phases, aux_s=time.perf_counter() - started)
         return metrics
 
-    # -- checkpoints -------------------------------------------------------------------------
+    # -- weights and checkpoints -------------------------------------------------------------
+
+    def policy_weights(self) -> dict:
+        """The policy's weights without the auxiliary head, which only the actor has."""
+        return without_aux_head(super().policy_weights())[0]
+
+    def trainable_weights(self) -> dict:
+        return without_aux_head(super().trainable_weights())[0]
+
+    def load_policy_weights(self, weights: dict) -> None:
+        """Another run's policy (`runner.init_from`: a plain policy, no auxiliary head): the head
+        keeps its fresh weights."""
+        head = without_aux_head(state.model_state(self.policy, False))[1]
+        super().load_policy_weights({**head, **weights})
 
     def gather_columns(self, local: torch.Tensor) -> torch.Tensor:
         """(S, local envs, ...) on every rank → (S, all envs, ...) in env order (one sum of
@@ -140,6 +153,7 @@ class PPGActorWorker(ActorWorker):
 
     def state_dict(self) -> dict:
         saved = super().state_dict()
+        saved["policy"], head = without_aux_head(saved["policy"])  # the policy as PPO's: eval loads it
         stored = None
         if self.stored_obs:  # the same count on every rank: all gather, or none
             stored = {
@@ -147,12 +161,18 @@ class PPGActorWorker(ActorWorker):
                 "returns": self.gather_columns(torch.cat(self.stored_returns)),
                 "iterations": len(self.stored_obs),
             }
-        saved["ppg"] = {"policy_iterations": self.policy_iterations, "aux_phases": self.aux_phases, "stored": stored}
+        saved["ppg"] = {
+            "policy_iterations": self.policy_iterations,
+            "aux_phases": self.aux_phases,
+            "stored": stored,
+            "aux_value_head": head,
+        }
         return saved
 
     def load_state_dict(self, saved: dict) -> None:
-        super().load_state_dict(saved)
         ppg = saved.get("ppg") or {}
+        head = ppg.get("aux_value_head", {})  # none in the `policy` of a checkpoint from before the split
+        super().load_state_dict({**saved, "policy": {**saved["policy"], **head}})
         self.policy_iterations = ppg.get("policy_iterations", 0)
         self.aux_phases = ppg.get("aux_phases", 0)
         self.stored_obs, self.stored_returns = [], []

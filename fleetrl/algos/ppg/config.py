@@ -17,8 +17,8 @@ from fleetrl.errors import ConfigError
 
 @dataclass
 class PPGConfig(PPOConfig):
-    """PPO's keys (its policy phase reads them) plus the auxiliary phase's; needs
-    `model.aux_value_head: true` (docs: concepts/algorithms.md, PPG)."""
+    """PPO's keys (its policy phase reads them) plus the auxiliary phase's (docs:
+    concepts/algorithms.md, PPG)."""
 
     n_pi: Annotated[int, AtLeastOne] = 32
     """Policy-phase iterations per auxiliary phase."""
@@ -39,12 +39,13 @@ def aux_minibatch_size(config: Config) -> int:
 def validate_ppg(config: Config) -> None:
     validate_ppo(config)
     algo, model = config.algorithm, config.model
-    if not model.aux_value_head:
+    if model.id in ("transformer", "hf"):
         raise ConfigError(
-            "model.aux_value_head",
-            False,
-            "true with algorithm.name ppg",
-            "PPG distils the value into an auxiliary head of the policy network",
+            "model.id",
+            model.id,
+            "'mlp' or a network of your own with algorithm.name ppg",
+            "PPG's auxiliary value head reads the policy features, which only those expose "
+            "(forward_features; docs: guides/model.md)",
         )
     if config.actor.strategy != "ddp":
         raise ConfigError(

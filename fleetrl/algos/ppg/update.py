@@ -23,8 +23,9 @@ from collections.abc import Callable
 
 import torch
 
+from fleetrl.algos.common.optim import fused_step
 from fleetrl.algos.ppg.config import PPGConfig
-from fleetrl.algos.ppo.update import minibatch_step
+from fleetrl.parallel.grad_check import check_every_parameter_has_a_gradient
 from fleetrl.parallel.sharding import Minibatches
 from fleetrl.parallel.wrap import LossPath
 
@@ -53,31 +54,33 @@ def aux_update(
 ) -> dict:
     """The auxiliary phase on this rank's stored data: `obs`, `returns` and `old` (π_old's
     distribution inputs) flattened step-major over the stored (steps, local envs). `loss_path`:
-    a LossPath whose module is the policy's `forward_aux` (DDP-wrapped with several ranks).
-    Returns global metrics, identical on every rank."""
-    policy = loss_path.policy
-    scale = minibatches.shard.world_size / minibatches.size
-    device = obs.device
+    a LossPath whose module is `forward_aux` (`fleetrl.algos.ppg.aux_head`; DDP-wrapped with
+    several ranks). Returns global metrics, identical on every rank."""
+    policy, device = loss_path.policy, obs.device
+    scale = minibatches.shard.world_size / minibatches.size  # a piece's sums × W / M (module docstring)
+    step = fused_step(optimizer)
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # Σ aux-head loss, KL, value loss
     grad_steps = 0
-
-    def micro_loss(index: torch.Tensor) -> torch.Tensor:
-        index = index.to(device)
-        inputs, values, aux_values = loss_path.module(obs[index])
-        target = returns[index]
-        aux_sum = 0.5 * (aux_values - target).pow(2).sum()
-        kl_sum = policy.kl(old[index], inputs).sum()
-        value_sum = 0.5 * (values - target).pow(2).sum()
-        totals.add_(torch.stack([aux_sum.detach(), kl_sum.detach(), value_sum.detach()]).double())
-        return (aux_sum + config.beta_clone * kl_sum + value_sum) * scale
-
     for _ in range(config.aux_epochs):
-        for micro_batches in minibatches.epoch():
-            name = "PPG auxiliary"
-            check = name if grad_steps == 0 else None
-            minibatch_step(
-                loss_path, optimizer, micro_batches, micro_loss, config.max_grad_norm, check, name, grad_steps + 1
-            )
+        for pieces in minibatches.epoch():
+            step.zero_grad()
+            for j, index in enumerate(pieces):
+                last = j == len(pieces) - 1
+                with loss_path.sync(last):
+                    index = index.to(device)
+                    inputs, values, aux_values = loss_path.module(obs[index])
+                    target = returns[index]
+                    aux_sum = 0.5 * (aux_values - target).pow(2).sum()
+                    kl_sum = policy.kl(old[index], inputs).sum()
+                    value_sum = 0.5 * (values - target).pow(2).sum()
+                    loss = (aux_sum + config.beta_clone * kl_sum + value_sum) * scale
+                    loss_path.backward(loss, last, "PPG auxiliary", grad_steps + 1)
+                totals.add_(torch.stack([aux_sum.detach(), kl_sum.detach(), value_sum.detach()]).double())
+            if grad_steps == 0:
+                check_every_parameter_has_a_gradient(policy, loss_path.ignored, "PPG auxiliary")
+            if config.max_grad_norm > 0:
+                loss_path.clip_grad_norm_(config.max_grad_norm)
+            step()
             grad_steps += 1
     head, kl, value = (all_reduce(totals) / (grad_steps * minibatches.size)).tolist()
     return {"aux_head_loss": head, "aux_kl": kl, "aux_value_loss": value, "aux_grad_steps": grad_steps}

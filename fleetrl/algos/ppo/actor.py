@@ -22,9 +22,10 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-from fleetrl.algos.common.gae import compute_gae, grpo_advantages
+from fleetrl.algos.common.gae import compute_gae
 from fleetrl.algos.common.optim import build_optimizer
 from fleetrl.algos.ppo.config import PPOConfig, check_ppo_layout, validate_ppo
+from fleetrl.algos.ppo.grpo import grpo_advantages
 from fleetrl.algos.ppo.update import PPOBatch, ppo_update
 from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
 from fleetrl.config.keys import effective_minibatch_size
@@ -81,7 +82,7 @@ class ActorWorker(ActorBase):
 
     def wrap_loss_path(self) -> LossPath:
         """The loss path of several ranks (DDP or FSDP2 around the policy); algorithms whose
-        phases use different parameters wrap each phase their own way (PPG)."""
+        phases use different parameters wrap each phase their own way."""
         return wrap_policy(self.policy, self.config.actor, self.device)
 
     def schedule(self, progress: float) -> tuple[float, float]:
@@ -141,7 +142,7 @@ class ActorWorker(ActorBase):
     def advantages(self, trajectory: Trajectory) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, value targets), both (T, N). The value targets are GAE's returns;
         the advantages GAE's, or with `algorithm.adv_type: grpo` group-relative episode returns
-        (`fleetrl.algos.common.gae.grpo_advantages`: groups lie within one rank's env columns)."""
+        (`fleetrl.algos.ppo.grpo.grpo_advantages`: groups lie within one rank's env columns)."""
         algo = self.config.algorithm
         advantages, returns = compute_gae(
             trajectory.rewards,

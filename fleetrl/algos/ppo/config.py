@@ -1,4 +1,4 @@
-"""PPO's `algorithm` section and the rules on it (`algorithm.name: ppo`; PPG extends both).
+"""PPO's `algorithm` section and the rules on it (`algorithm.name: ppo`; algorithms built on PPO extend both).
 
 Each key's type, choices and range stand on its field (checked by the loader); the functions here
 are the rules that relate several keys, run through PPO's registered spec: `validate_ppo` once

@@ -188,12 +188,12 @@ class SACActorWorker(ActorBase):
         return SACWeights(state.model_state(self.policy, False), bool(self.policy.random_actions))
 
     def shard_state(self) -> dict:
-        replay = self.replay.state_dict() if self.config.runner.checkpoint_replay_buffer else None
+        replay = self.replay.state_dict() if self.config.algorithm.checkpoint_replay_buffer else None
         return {"generator": self.generator.get_state(), "replay": replay}
 
     def state_dict(self) -> dict:
         """The full state. 'policy' is the actor's state_dict (what `fleetrl eval` loads);
-        'shards' holds every rank's sampling generator and, with runner.checkpoint_replay_buffer,
+        'shards' holds every rank's sampling generator and, with algorithm.checkpoint_replay_buffer,
         its replay buffer shard. With several ranks a collective: rank 0 gathers the shards (the
         other ranks' 'shards' is None)."""
         shard = self.shard_state()

@@ -49,6 +49,9 @@ class SACConfig(AlgorithmConfig):
     """One actor (and alpha) update every this many critic updates."""
     target_network_frequency: Annotated[int, AtLeastOne] = 1
     """One Polyak update of the target critics every this many critic updates."""
+    checkpoint_replay_buffer: bool = False
+    """Checkpoints also hold every actor rank's replay buffer shard (bigger files; a resume trains on
+    the same data instead of refilling)."""
     matmul_dtype: Literal["float32", "bfloat16"] | None = None
     """`bfloat16` runs the hidden-to-hidden layers' matmuls (forward and backward) in bfloat16, faster
     on CPUs with AVX512-BF16/AMX; weights, Adam, losses and the input and output layers stay float32
@@ -101,7 +104,7 @@ def check_sac_spaces(config: Config, observation_space: gym.Space, action_space:
             "algorithm.name",
             "sac",
             f"an algorithm for env.id {config.env.id!r}, whose action space is {action_space}",
-            "sac needs continuous actions: a 1-D Box with finite bounds (use ppo for discrete actions)",
+            "sac needs continuous actions: a 1-D Box with finite bounds (the default algorithm takes discrete ones)",
         )
     if not isinstance(observation_space, gym.spaces.Box):
         raise ConfigError(

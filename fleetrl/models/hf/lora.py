@@ -45,6 +45,9 @@ def apply_lora(network: nn.Module, config: LoraConfig, path: str) -> nn.Module:
             "model.lora.target_modules", config.target_modules, "module names of the model", str(error)
         ) from None
     network.register_buffer(HASH_KEY, fingerprint(path))
+    # the fingerprint a loaded state is checked against, out of the state's reach: a DCP load
+    # writes the checkpoint's values into the buffer itself before the state is loaded
+    network.base_fingerprint = fingerprint(path)
     network.base_path = path
     return model
 
@@ -62,7 +65,7 @@ def keep_trainable_state(policy: nn.Module) -> None:
     def check_base(state: dict, prefix: str, *args) -> None:
         saved = state.get(prefix + hash_key)
         if saved is not None:
-            same_base(saved, dict(policy.named_buffers())[hash_key], policy.network.base_path)
+            same_base(saved, policy.network.base_fingerprint, policy.network.base_path)
 
     def allow_missing_base(module, incompatible) -> None:
         incompatible.missing_keys[:] = [key for key in incompatible.missing_keys if key in trainable]
@@ -85,7 +88,8 @@ def same_base(saved: torch.Tensor, own: torch.Tensor, path: str) -> None:
 
 def check_resumed_base(config: ModelConfig, policy_state: dict) -> None:
     """Before any worker starts: a checkpoint's adapters against `model.path` (exit 2 if the
-    base differs), so a resume on another base fails as a config error, not inside an actor."""
+    base differs), so a resume on another base fails as a config error, not inside an actor.
+    `policy_state` needs only the fingerprint (a sharded checkpoint's: `dcp.model_tensors`)."""
     saved = next((value for key, value in policy_state.items() if key.endswith(HASH_KEY)), None)
     if config.id == "hf" and config.lora is not None and saved is not None:
         same_base(saved, fingerprint(config.path), config.path)

@@ -19,8 +19,8 @@ the one before the first action token.
 The policy follows fleetrl's policy interface (`models/policy.py`): `forward(obs, actions)` →
 (log-probs, entropies, value), `act`, `value`; log-probs and entropies are per token, shaped
 `logprob_shape` as every fleetrl token policy's: (D,) for one Box action of D tokens, (K, D) for a
-chunk of K, () and (K,) for Discrete actions (one token each), so that the PPO loss combines them
-per token, per action or per chunk over the executed actions (`algorithm.logprob_type`). With
+chunk of K, () and (K,) for Discrete actions (one token each), so that a loss may combine them
+per token, per action or per chunk over the executed actions (e.g. `algorithm.logprob_type`). With
 K > 1 (`action_chunk`) `act` returns a chunk per decision: (B, K, D) Box actions, (B, K) Discrete.
 
 With `model.lora`, `lora.py` makes only the adapters and the value head trainable and the
