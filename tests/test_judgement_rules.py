@@ -131,11 +131,13 @@ def test_each_rule_at_its_threshold(name):
     assert judged(*three(*values, thread_wait="select.select")) == expected
 
 
-def test_a_thread_that_waited_for_a_cpu_half_the_window_is_busy_starved_not_blocked_or_spinning():
+def test_a_thread_that_waited_for_a_cpu_half_the_window_is_busy_starved_not_blocked():
     """The run delay (seconds the thread waited, runnable, for a CPU) grew by 1.0 s of 2 s: it
     wanted a CPU all along, and the host's load kept it at 2 % of a core — busy (starved), though
-    the blocked rule alone says blocked, and the spin rule spinning. 0.98 s of 2 s is under the
-    share: the other rules judge. A thread asleep on a lock accrues no run delay: blocked."""
+    the blocked rule alone says blocked. 0.98 s of 2 s is under the share: the other rules judge.
+    A thread asleep on a lock accrues no run delay: blocked. A starved thread found in a wait at
+    5 % of a core is spinning (the waits are the evidence); under 5 % the spin rule does not
+    apply, and starved it is busy."""
     starved_still = [
         beat(at, thread_s=0.02 * (at - 100), thread_run_delay_s=delay) for at, delay in zip(THREE, (3.0, 3.5, 4.0))
     ]
@@ -151,7 +153,9 @@ def test_a_thread_that_waited_for_a_cpu_half_the_window_is_busy_starved_not_bloc
         beat(at, *value, thread_wait="os.sched_yield", thread_run_delay_s=delay)
         for at, value, delay in zip(THREE, waits, (0.0, 0.9, 1.8))
     ]
-    assert judged(*polling) == Judgement(BUSY, 2.0, 0.05, 0.05, False, starved=0.9)
+    assert judged(*polling) == Judgement(SPINNING, 2.0, 0.05, 0.05, False, (10, 10, "os.sched_yield"))
+    slower = [{**record, "thread_cpu_s": thread_s} for record, thread_s in zip(polling, (0.0, 0.04, 0.08))]
+    assert judged(*slower) == Judgement(BUSY, 2.0, 0.04, 0.05, False, starved=0.9)
 
 
 def test_a_beat_without_a_run_delay_is_no_evidence_of_starvation():

@@ -29,7 +29,9 @@ On a loaded host a computing thread may get a few % of a core: the other process
 cores while it waits, runnable, for one. The kernel counts that wait (its run delay,
 `thread_run_delay_s`, probe/thread_activity.py); a thread whose run delay grew by at least
 `STARVED_SHARE` of the window wanted a CPU most of the time and is *busy (starved)*, never
-blocked or spinning (`starved_share`). A blocked thread sleeps and has next to no run delay. A
+blocked (`starved_share`). A blocked thread sleeps and has next to no run delay. Spinning stays
+spinning: its evidence is the wait the thread is found in, which a starved computation is not
+(preempted, the kernel shows it outside any system call). A
 record without the field (an older worker) is judged by the rules above.
 """
 
@@ -197,12 +199,10 @@ class Seen:
         children = subprocess_use(first, last, span)
         computing = children is not None and children[1] >= SUBPROCESSES_BUSY
         busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved or (gpu or 0.0) >= GPU_BUSY_PCT or computing
-        starved = starved_share(first, last, span)
-        if starved is not None:
-            return Judgement(BUSY, span, thread, process, moved, None, gpu, children, starved)
         waits = None if computing else spin_waits(first, last, thread, process, moved)
-        state = SPINNING if waits is not None else BUSY if busy else BLOCKED
-        return Judgement(state, span, thread, process, moved, waits, gpu, children)
+        starved = None if waits is not None else starved_share(first, last, span)
+        state = SPINNING if waits is not None else BUSY if busy or starved is not None else BLOCKED
+        return Judgement(state, span, thread, process, moved, waits, gpu, children, starved)
 
 
 def gpu_utilisation(samples: list[Sample]) -> float | None:
@@ -240,7 +240,9 @@ def starved_share(first: Sample, last: Sample, span: float) -> float | None:
     Why: the blocked rule reads little CPU as a thread that sleeps, and on a host loaded past its
     cores a healthy computation gets little CPU too (a false kill was seen at 4 %). The run delay
     tells them apart: a thread that waited for a CPU most of the window wanted to run, and is
-    busy; one asleep on a lock or a socket accrues none. Without the field (an older worker, not
+    busy; one asleep on a lock or a socket accrues none. A wait that polls is starved as much as
+    a computation on a loaded host, so the spin rule's own evidence (waits) decides before this
+    one: starvation explains too little CPU, not a wait. Without the field (an older worker, not
     Linux) there is no evidence, and the other rules judge."""
     if first.thread_run_delay_s is None or last.thread_run_delay_s is None:
         return None
