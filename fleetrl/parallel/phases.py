@@ -25,12 +25,15 @@ being a function of the iteration count alone. Both phases' gradients are all-re
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from fleetrl.parallel.wrap import LossPath, ddp
+
+log = logging.getLogger("fleetrl")
 
 Phase = Callable[..., tuple]  # phase(policy, *args): the phase's loss-path outputs
 
@@ -73,9 +76,16 @@ def ddp_phase_path(policy: nn.Module, phase: Phase, ignored, device: torch.devic
     """DDP around `PhaseView(policy, phase)`, ignoring the parameters named in `ignored` (which
     this phase never reaches): only the phase's own parameters are reduced, and none is waited for."""
     view = PhaseView(policy, phase)
-    # DDP reads this list from the module it wraps (the documented effect of
+    names = {f"policy.{name}" for name in ignored}
+    # DDP reads this (private) list from the module it wraps (the documented effect of
     # DistributedDataParallel._set_params_and_buffers_to_ignore_for_model, without that helper's
     # marking of the parameters themselves, which would follow them into the other wrapper).
-    view._ddp_params_and_buffers_to_ignore = [f"policy.{name}" for name in ignored]
+    view._ddp_params_and_buffers_to_ignore = sorted(names)
     wrapped = ddp(view, device)
+    if names and getattr(wrapped, "parameters_to_ignore", None) != names:
+        # a torch whose DDP no longer reads the list: the public option, which finds the unused
+        # parameters after every forward instead (slower, same gradients). Every rank runs the
+        # same torch, so every rank takes this branch and wraps again together.
+        log.warning("DDP did not take the list of parameters to ignore: find_unused_parameters=True instead")
+        wrapped = ddp(view, device, find_unused_parameters=True)
     return LossPath(wrapped, policy, "ddp", wrapped.no_sync, frozenset(ignored))
