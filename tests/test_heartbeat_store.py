@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.probe.seal import run_secret
-from fleetrl.probe.store import HeartbeatStore, connect_publisher
+from fleetrl.probe.store import HeartbeatStore, connect_publisher, parse_record
 from fleetrl.watch.watchdog import Watchdog
 from tests.support import REPO, subprocess_env
 
@@ -32,6 +32,17 @@ def beat(worker: tuple[str, int], phase: str, n: int) -> dict:
         "phase": phase,
         "phase_started": None,
     }
+
+
+def test_a_run_delay_is_optional_and_when_present_a_number_or_null():
+    """Records of workers older than the field carry no run delay (no evidence of starvation,
+    watch/judgement.py); a present one that is not a number is rejected before it is judged."""
+    worker = ("env", 0)
+    for delay in ({}, {"thread_run_delay_s": 1.5}, {"thread_run_delay_s": 2}, {"thread_run_delay_s": None}):
+        record = {**beat(worker, "env.step", 1), **delay}
+        assert parse_record(worker, json.dumps(record)) == (record, "")
+    malformed = json.dumps({**beat(worker, "env.step", 1), "thread_run_delay_s": "1.5"})
+    assert parse_record(worker, malformed) == (None, 'its thread_run_delay_s is "1.5", not a number or null')
 
 
 def test_read_returns_the_latest_record_of_each_worker_that_published():

@@ -131,6 +131,41 @@ def test_each_rule_at_its_threshold(name):
     assert judged(*three(*values, thread_wait="select.select")) == expected
 
 
+def test_a_thread_that_waited_for_a_cpu_half_the_window_is_busy_starved_not_blocked():
+    """The run delay (seconds the thread waited, runnable, for a CPU) grew by 1.0 s of 2 s: it
+    wanted a CPU all along, and the host's load kept it at 2 % of a core — busy (starved), though
+    the blocked rule alone says blocked. 0.98 s of 2 s is under the share: the other rules judge.
+    A thread asleep on a lock accrues no run delay: blocked. A starved thread found in a wait at
+    5 % of a core is spinning (the waits are the evidence); under 5 % the spin rule does not
+    apply, and starved it is busy."""
+    starved_still = [
+        beat(at, thread_s=0.02 * (at - 100), thread_run_delay_s=delay) for at, delay in zip(THREE, (3.0, 3.5, 4.0))
+    ]
+    assert judged(*starved_still) == Judgement(BUSY, 2.0, 0.02, 0.0, False, starved=0.5)
+    under = [
+        beat(at, thread_s=0.02 * (at - 100), thread_run_delay_s=delay) for at, delay in zip(THREE, (3.0, 3.5, 3.98))
+    ]
+    assert judged(*under) == Judgement(BLOCKED, 2.0, 0.02, 0.0, False)
+    asleep = [beat(at, thread_run_delay_s=3.0) for at in THREE]
+    assert judged(*asleep) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)
+    waits = [(0.0, 0.0, 7, 4096, 0, 0), (0.05, 0.05, 7, 4096, 5, 5), (0.1, 0.1, 7, 4096, 10, 10)]
+    polling = [
+        beat(at, *value, thread_wait="os.sched_yield", thread_run_delay_s=delay)
+        for at, value, delay in zip(THREE, waits, (0.0, 0.9, 1.8))
+    ]
+    assert judged(*polling) == Judgement(SPINNING, 2.0, 0.05, 0.05, False, (10, 10, "os.sched_yield"))
+    slower = [{**record, "thread_cpu_s": thread_s} for record, thread_s in zip(polling, (0.0, 0.04, 0.08))]
+    assert judged(*slower) == Judgement(BUSY, 2.0, 0.04, 0.05, False, starved=0.9)
+
+
+def test_a_beat_without_a_run_delay_is_no_evidence_of_starvation():
+    """An older worker publishes no run delay (nor one where it cannot be read): today's rules."""
+    one_missing = [beat(at, thread_run_delay_s=delay) for at, delay in zip(THREE, (None, 1.0, 2.0))]
+    assert judged(*one_missing) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)
+    older = [{key: value for key, value in beat(at).items() if key != "thread_run_delay_s"} for at in THREE]
+    assert judged(*older) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)
+
+
 def test_a_gpu_that_computes_makes_a_still_call_busy_unless_the_call_is_in_a_collective():
     """The mean of the beats that read a utilisation: 8 % and 12 % (one beat read none) is 10 %,
     the threshold. In a collective the reading is an NCCL kernel waiting for a peer: not read."""
@@ -214,8 +249,13 @@ def test_beats_that_show_no_time_passing_on_the_worker_are_no_judgement():
             "blocked: its stack did not move and it used 0% CPU in its thread, 1% in its process; its 2 "
             "subprocesses are not computing either (0% CPU) over the last 2.0 s",
         ),
+        (
+            Judgement(BUSY, 2.0, 0.04, 0.05, False, starved=0.93),
+            "busy (starved): its thread waited for a CPU 93% of the time (the host's other processes held "
+            "the cores), its stack did not move, 4% CPU in its thread, 5% in its process over the last 2.0 s",
+        ),
     ],
-    ids=["blocked", "busy-gpu", "busy", "spinning", "busy-subprocesses", "blocked-subprocesses"],
+    ids=["blocked", "busy-gpu", "busy", "spinning", "busy-subprocesses", "blocked-subprocesses", "starved"],
 )
 def test_the_judgement_s_words(judgement, text):
     assert judgement.text() == text
@@ -225,10 +265,13 @@ def test_the_judgement_s_words(judgement, text):
 def test_a_beat_is_kept_once_with_every_field_the_judgement_reads():
     seen = Seen()
     fields = {"thread_samples": 9, "thread_waits": 4, "thread_wait": "select.select", "gpu_util_pct": 30.0}
+    fields |= {"thread_run_delay_s": 0.25}
     record = beat(100.0, thread_s=1.5, cpu_s=2.5, stack=11, io=512, beat=3, **fields)
     seen.update(record, now=20.0)
     seen.update({**record, "time": 101.0}, now=21.0)  # the same beat read again: not a new one
-    assert list(seen.samples) == [Sample(20.0, 100.0, CALL, 1.5, 2.5, 11, 512, 9, 4, "select.select", 30.0)]
+    assert list(seen.samples) == [
+        Sample(20.0, 100.0, CALL, 1.5, 2.5, 11, 512, 9, 4, "select.select", 30.0, thread_run_delay_s=0.25)
+    ]
     assert (seen.beat, seen.changed_at, seen.heartbeat_age(23.5)) == (3, 20.0, 3.5)
     seen.update({**record, "beat": 4, "time": 101.0, "phase_elapsed_s": 51.0}, now=22.0)
     assert (len(seen.samples), seen.changed_at, seen.heartbeat_age(23.5)) == (2, 22.0, 1.5)

@@ -31,7 +31,7 @@ from pathlib import Path
 from fleetrl.probe.child_activity import subprocess_cpu
 from fleetrl.probe.collectives import DEFAULT_GROUP, CollectiveLog
 from fleetrl.probe.gpu import gpu_use
-from fleetrl.probe.thread_activity import WaitSampler, native_id_of, thread_io_bytes
+from fleetrl.probe.thread_activity import WaitSampler, native_id_of, thread_io_bytes, thread_run_delay_s
 
 HEARTBEAT_PREFIX = "fleetrl/heartbeat/"
 RAYLET_VARIABLE = "FLEETRL_RAYLET"  # host:port of the worker's node manager, set per worker by the Ray backend
@@ -148,6 +148,7 @@ class Recorder:
         """The heartbeat: read here, in the publishing thread, from what the phases keep in place."""
         self.beats += 1
         now, current, phase_started, thread = time.time(), self.current, self.phase_started, self.phase_thread
+        native = native_id_of(thread)
         phases = list(self.phases.values())  # one C-level copy: the main thread may add a phase meanwhile
         finished = [stats for stats in phases if stats.longest_s is not None]
         return {
@@ -160,7 +161,8 @@ class Recorder:
             "cpu_s": time.process_time(),
             "thread_cpu_s": thread_cpu_s(thread),
             "stack_signature": stack_signature(thread),
-            "thread_io_bytes": thread_io_bytes(native_id_of(thread)),
+            "thread_io_bytes": thread_io_bytes(native),
+            "thread_run_delay_s": thread_run_delay_s(native),  # evidence of starvation (watch/judgement.py)
             **self.waits.fields((phase_started, thread)),  # a spinning wait's evidence (watch/judgement.py)
             **subprocess_cpu(),  # subprocesses it may wait on, computing (probe/child_activity.py)
             **gpu_use(),  # gpu_util_pct, gpu_memory_mib where this process computes on a GPU

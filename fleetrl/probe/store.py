@@ -36,6 +36,8 @@ FIELDS = (
     ("time", NUMBER, "a number"),
     ("phase", (str, NONE), "a string or null"),
     ("phase_started", (*NUMBER, NONE), "a number or null"),
+    # optional (absent in older workers' records: no evidence of starvation, watch/judgement.py)
+    ("thread_run_delay_s", (*NUMBER, NONE), "a number or null"),
 )
 
 

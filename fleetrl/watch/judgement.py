@@ -24,6 +24,15 @@ processes to finish waits on real work: busy).
 A computation at one line — a Python loop, a long numpy or torch kernel, with system calls or not
 (reading the process CPU clock is one) — is busy until `busy_allowance_s`. A loop that polls a
 pure-Python flag (`while not ready: pass`) looks exactly like a computation and is judged busy.
+
+On a loaded host a computing thread may get a few % of a core: the other processes hold the
+cores while it waits, runnable, for one. The kernel counts that wait (its run delay,
+`thread_run_delay_s`, probe/thread_activity.py); a thread whose run delay grew by at least
+`STARVED_SHARE` of the window wanted a CPU most of the time and is *busy (starved)*, never
+blocked (`starved_share`). A blocked thread sleeps and has next to no run delay. Spinning stays
+spinning: its evidence is the wait the thread is found in, which a starved computation is not
+(preempted, the kernel shows it outside any system call). A
+record without the field (an older worker) is judged by the rules above.
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ MIN_SAMPLES = 3  # beats in the window needed to tell
 # found in its wait in ~60-100 % of them, a computation in none), and the fewest samples judged
 SPIN_WAIT_SHARE = 0.5
 SPIN_MIN_SAMPLES = 6
+# The phase's thread waited, runnable, for a CPU at least this share of the window: it is starved
+STARVED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,7 @@ class Sample:
     gpu_util_pct: float | None = None  # its GPU's utilisation; None without one, or in a collective
     subprocesses: int = 0  # the subprocesses it started (probe/child_activity.py), alive
     subprocesses_cpu_s: float | None = None  # ... and the CPU seconds they have used
+    thread_run_delay_s: float | None = None  # seconds the phase's thread waited, runnable, for a CPU
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class Judgement:
     waits: tuple[int, int, str] | None = None  # spinning: (waits, samples, the wait) over the window
     gpu_util_pct: float | None = None  # its GPU's mean utilisation over the window, where read
     subprocesses: tuple[int, float] | None = None  # (how many, share of a core they used), where it has any
+    starved: float | None = None  # busy (starved): the share of the window its thread waited for a CPU
 
     @property
     def stalled(self) -> bool:
@@ -101,6 +114,11 @@ class Judgement:
         if self.state == BLOCKED:
             return f"blocked: its stack did not move and it used {cpu} over the last {self.window_s:.1f} s"
         moved = "its stack moves" if self.stack_moved else "its stack did not move"
+        if self.starved is not None:
+            return (
+                f"busy (starved): its thread waited for a CPU {self.starved:.0%} of the time (the host's "
+                f"other processes held the cores), {moved}, {cpu} over the last {self.window_s:.1f} s"
+            )
         return f"busy: {moved}, {cpu} over the last {self.window_s:.1f} s"
 
 
@@ -145,6 +163,7 @@ class Seen:
                 None if oldest_in_flight(record) else record.get("gpu_util_pct"),
                 record.get("subprocesses", 0),
                 record.get("subprocesses_cpu_s"),
+                record.get("thread_run_delay_s"),
             )
         )
 
@@ -181,8 +200,9 @@ class Seen:
         computing = children is not None and children[1] >= SUBPROCESSES_BUSY
         busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved or (gpu or 0.0) >= GPU_BUSY_PCT or computing
         waits = None if computing else spin_waits(first, last, thread, process, moved)
-        state = SPINNING if waits is not None else BUSY if busy else BLOCKED
-        return Judgement(state, span, thread, process, moved, waits, gpu, children)
+        starved = None if waits is not None else starved_share(first, last, span)
+        state = SPINNING if waits is not None else BUSY if busy or starved is not None else BLOCKED
+        return Judgement(state, span, thread, process, moved, waits, gpu, children, starved)
 
 
 def gpu_utilisation(samples: list[Sample]) -> float | None:
@@ -211,3 +231,20 @@ def spin_waits(first: Sample, last: Sample, thread: float, process: float, moved
     if samples < SPIN_MIN_SAMPLES or waits < SPIN_WAIT_SHARE * samples:
         return None
     return waits, samples, last.thread_wait
+
+
+def starved_share(first: Sample, last: Sample, span: float) -> float | None:
+    """The share of the `span` worker seconds from `first` to `last` that the phase's thread spent
+    runnable but waiting for a CPU, if at least `STARVED_SHARE`, else None.
+
+    Why: the blocked rule reads little CPU as a thread that sleeps, and on a host loaded past its
+    cores a healthy computation gets little CPU too (a false kill was seen at 4 %). The run delay
+    tells them apart: a thread that waited for a CPU most of the window wanted to run, and is
+    busy; one asleep on a lock or a socket accrues none. A wait that polls is starved as much as
+    a computation on a loaded host, so the spin rule's own evidence (waits) decides before this
+    one: starvation explains too little CPU, not a wait. Without the field (an older worker, not
+    Linux) there is no evidence, and the other rules judge."""
+    if first.thread_run_delay_s is None or last.thread_run_delay_s is None:
+        return None
+    share = (last.thread_run_delay_s - first.thread_run_delay_s) / span
+    return share if share >= STARVED_SHARE else None
