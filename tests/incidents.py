@@ -9,7 +9,11 @@ from fleetrl.checkpoint import load_latest
 from fleetrl.watch.hang_report import REPORT_TEXT
 from tests.support import LOADED_HOST_MARGIN_S, Finished, train
 
-HEARTBEAT_TIMEOUT_S = 3  # SMALL's: a worker that stops beating is frozen or gone after this long
+# SMALL's: a worker that stops beating is frozen or gone after this long. 4, not 3: with two test
+# workers on 2 cores (pytest-xdist) an idle Ray worker's beats were seen 3 s apart, a false
+# verdict; and under the collective timeout (5 s), so that a stopped rank is named frozen before
+# its peer's wait for it counts as a collective miss.
+HEARTBEAT_TIMEOUT_S = 4
 
 
 def detection_bound(threshold_s: float = HEARTBEAT_TIMEOUT_S) -> float:

@@ -14,7 +14,7 @@ from fleetrl.errors import ConfigError
 from fleetrl.plan.load import load_config
 from fleetrl.plan.resolve import resolve
 from fleetrl.probe.host import WorkerError
-from tests.incidents import assert_incident, fault, run_fault
+from tests.incidents import assert_incident, detection_bound, fault, run_fault
 from tests.support import DIRECT_LINE, refusing_port
 from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES
 
@@ -25,7 +25,7 @@ def test_env_worker_killed_on_its_first_direct_step_is_named(tmp_path):
     1 as `worker_died`, and the run ends with no process left (`Fleetrl.finish`)."""
     result = run_fault(tmp_path, *FOUR_LANES, "cluster.exchange=direct", fault("kill", "env", 1, 1), checkpointed=False)
     assert DIRECT_LINE in result.stderr, result.stderr[-3000:]
-    assert_incident(result, "worker_died", ["env", 1], 3 + 10)
+    assert_incident(result, "worker_died", ["env", 1], detection_bound())
 
 
 @pytest.mark.parametrize(

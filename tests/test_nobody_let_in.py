@@ -20,6 +20,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
 
 import psutil
@@ -168,11 +169,15 @@ def test_an_inline_run_listens_on_loopback_keeps_its_secret_and_shrugs_off_forge
         intruder.set(
             "fleetrl/link/failure", json.dumps(incident | {"culprit": ["env", 0], "clock": None, "host": None})
         )
+        wanted = ("rejected a value under fleetrl/heartbeat/inline/0", "rejected a value under fleetrl/link/failure")
+        deadline = time.monotonic() + 120  # the supervisor reads both keys at its next polls, held till then
+        while time.monotonic() < deadline and not all(w in (run_dir / "train.log").read_text() for w in wanted):
+            time.sleep(0.5)
         hold.unlink()  # quick from here
         result = running.finish(timeout=240).succeeded()
     log = (result.run_dir / "train.log").read_text()
-    assert "rejected a value under fleetrl/heartbeat/inline/0" in log, log[-3000:]
-    assert "rejected a value under fleetrl/link/failure" in log, log[-3000:]
+    for rejection in wanted:
+        assert rejection in log, log[-3000:]
     assert not (result.run_dir / "watch.json").exists()
 
 

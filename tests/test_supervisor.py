@@ -16,12 +16,11 @@ import pytest
 
 from fleetrl.checkpoint import list_checkpoints, load_latest
 from fleetrl.cli import main
-from tests.incidents import SMALL, assert_incident, fault
+from tests.incidents import HEARTBEAT_TIMEOUT_S, SMALL, assert_incident, fault
 from tests.supervisor_envs import native_call_that_never_returns
 from tests.support import Fleetrl, controller_of, train
 
 CONFIG = "configs/ppo_cartpole.yaml"
-HEARTBEAT_TIMEOUT_S = 3  # tests.incidents.SMALL's watchdog.heartbeat_timeout_s
 
 
 def start(tmp_path: Path, *overrides: str) -> Fleetrl:
