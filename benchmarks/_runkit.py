@@ -370,6 +370,7 @@ def machine() -> dict:
         "cpu_model": cpu_model(),
         "kernel": platform.release(),
         "loadavg": os.getloadavg(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
     for package in ("ray", "gymnasium", "mujoco", "numpy"):
         try:
@@ -390,8 +391,8 @@ def machine() -> dict:
 
 def machine_line(info: dict) -> str:
     return (
-        f"{info['date']}; {info['cpus']} × {info['cpu_model']} (no GPU), Linux {info['kernel']}; "
-        f"Python {info['python']}, torch {info['torch']} (CPU), ray {info['ray']}, gymnasium "
+        f"{info['date']}; {info['cpus']} × {info['cpu_model']} ({info.get('gpu') or 'no GPU'}), Linux "
+        f"{info['kernel']}; Python {info['python']}, torch {info['torch']}, ray {info['ray']}, gymnasium "
         f"{info['gymnasium']}, mujoco {info['mujoco']}, numpy {info['numpy']}; fleetrl {info['fleetrl']} "
         f"at {info['commit']}; load average at start {info['loadavg'][0]:.2f}"
     )

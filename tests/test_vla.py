@@ -64,6 +64,29 @@ def test_the_realistic_sizes_are_half_a_billion_to_three_billion_parameters():
 
 
 @pytest.mark.parametrize(
+    "family, size", [("paligemma", "3b"), ("smolvlm", "2b"), ("paligemma", "tiny"), ("smolvlm", "tiny")]
+)
+def test_every_size_s_vision_path_gives_as_many_image_features_as_its_processor_writes_image_tokens(family, size):
+    """On the meta device (shapes only): the projector's (PaliGemma) or the pixel-shuffle
+    connector's (SmolVLM) image features are exactly the image tokens the processor puts in the
+    prompt. SmolVLM's 2 B model has 27×27 patches: a scale factor of 2 cannot merge them (its
+    first act on an H200 failed so, 2026-11-28); the real model's 3 gives 81 tokens."""
+    with torch.device("meta"):
+        model, processor = build_model(family, size)
+        vision = model.config.vision_config
+        edge = vision.image_size
+        if family == "paligemma":
+            features = model.model.get_image_features(pixel_values=torch.zeros(1, 3, edge, edge))
+            features = features if isinstance(features, torch.Tensor) else features.pooler_output
+            tokens = processor.image_seq_length
+        else:  # the connector on the vision tower's patch sequence (its tower needs real masks)
+            patches = torch.zeros(1, (edge // vision.patch_size) ** 2, vision.hidden_size)
+            features = model.model.connector(patches)
+            tokens = processor.image_seq_len
+    assert features.shape == (1, tokens, model.config.text_config.hidden_size)
+
+
+@pytest.mark.parametrize(
     "remove, named",
     [
         ("config.json", "config.json"),

@@ -56,6 +56,9 @@ class Dims:
     text_heads: int
     text_kv_heads: int
     head_dim: int
+    pixel_shuffle: int = 1
+    """Patches per side that the connector merges into one image token (SmolVLM's scale factor:
+    3 in the real 2 B model, 27×27 patches → 81 tokens); 1 where there is no such connector."""
 
 
 def vision_sizes(dims: Dims) -> dict[str, int]:
@@ -93,8 +96,8 @@ PALIGEMMA_SIZES = {
     "3b": Dims(1152, 4304, 27, 16, 224, 14, 2048, 16384, 18, 8, 1, 256),
 }
 SMOLVLM_SIZES = {
-    "tiny": Dims(32, 64, 2, 2, 32, 8, 64, 128, 2, 2, 1, 32),
-    "2b": Dims(1152, 4304, 27, 16, 384, 14, 2048, 8192, 24, 32, 32, 64),
+    "tiny": Dims(32, 64, 2, 2, 32, 8, 64, 128, 2, 2, 1, 32, pixel_shuffle=2),
+    "2b": Dims(1152, 4304, 27, 16, 384, 14, 2048, 8192, 24, 32, 32, 64, pixel_shuffle=3),
 }
 
 
@@ -123,7 +126,7 @@ def smolvlm(dims: Dims, bins: int) -> tuple[torch.nn.Module, object]:
     grid = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
     tokenizer = build_tokenizer([*SPECIALS, *image_tokens, *grid], [], bins)
     ids = tokenizer.convert_tokens_to_ids
-    scale = 2  # SmolVLM's pixel shuffle: 2×2 patches per image token
+    scale = dims.pixel_shuffle
     vision = Idefics3VisionConfig(**vision_sizes(dims))
     text = LlamaConfig(**text_sizes(dims, tokenizer), tie_word_embeddings=True)
     config = Idefics3Config(
