@@ -1,5 +1,6 @@
 """The fault matrix's cells, one source of truth for benchmarks/fault_matrix.py (every cell) and
-tests/test_fault_matrix.py (a representative few in CI).
+tests/test_fault_matrix.py (a representative few in CI) and tests/test_matrix_slice.py (a slice
+that moves with every commit: `rotation`).
 
 A cell is a fault kind × where it strikes × when × on which backend, and what fleetrl must say
 about it: the cause, the culprit (as hang_report.json names it) and the bound on
@@ -21,6 +22,7 @@ blocks, inside the model's call.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from fleetrl.config.schema import WatchdogConfig
@@ -203,6 +205,30 @@ def all_cells() -> list[Cell]:
 def hf_cells(folder: str) -> list[Cell]:
     """The actor and rollout cells with the Hugging Face VLA of `folder`, `hang_in_forward` included."""
     return [make_cell(k, w, t, b, hf_folder=folder) for b in BACKENDS for t in WHEN for w in HF_WHERE for k in HF_KINDS]
+
+
+def rotation(cells: list[Cell]) -> list[Cell]:
+    """The order CI walks the matrix in (tests/test_matrix_slice.py: two cells a commit). Position
+    i holds kind i mod 7 on backend i mod 4 — 7 and 4 coprime, so 28 positions visit every pair —
+    with the collective kinds, which have no inline cell, on fused instead: any 8 consecutive
+    positions hold every kind and every backend. Each visit of a pair takes that pair's next
+    cell (its wheres and whens in turn), and the walk goes on until every cell was visited."""
+    by_pair: dict[tuple[str, str], list[Cell]] = defaultdict(list)
+    for cell in cells:
+        by_pair[(cell.kind, cell.backend)].append(cell)
+    order = []
+    for i in range(len(KINDS) * len(BACKENDS)):
+        pair = (KINDS[i % len(KINDS)], BACKENDS[i % len(BACKENDS)])
+        order.append(pair if pair in by_pair else (pair[0], "fused"))
+    visits: dict[tuple[str, str], int] = defaultdict(int)
+    walk, unseen = [], set(map(id, cells))
+    while unseen:
+        for pair in order:
+            cell = by_pair[pair][visits[pair] % len(by_pair[pair])]
+            visits[pair] += 1
+            unseen.discard(id(cell))
+            walk.append(cell)
+    return walk
 
 
 def select(cells: list[Cell], **wanted: str | None) -> list[Cell]:
