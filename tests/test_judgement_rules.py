@@ -158,6 +158,24 @@ def test_a_thread_that_waited_for_a_cpu_half_the_window_is_busy_starved_not_bloc
     assert judged(*slower) == Judgement(BUSY, 2.0, 0.04, 0.05, False, starved=0.9)
 
 
+def test_a_thread_found_ready_to_run_but_barely_running_is_starved_though_its_run_delay_lags():
+    """The kernel brings a thread's run delay up to date only when the thread next runs: read by
+    the heartbeat thread, a thread starved since its last turn shows none. The samples of what it
+    sits in found it ready to run in 11 of 12 and it ran 2 % of a core: it waited 90 % of the
+    time — busy (starved). Found asleep in those samples (none ready), the same CPU is blocked;
+    too few samples (under SPIN_MIN_SAMPLES) are no evidence."""
+    ready = [
+        beat(at, thread_s=0.02 * (at - 100), samples=n, thread_ready=r, thread_run_delay_s=3.0)
+        for at, n, r in zip(THREE, (0, 6, 12), (0, 6, 11))
+    ]
+    judgement = judged(*ready)
+    assert (judgement.state, judgement.starved) == (BUSY, pytest.approx(11 / 12 - 0.02)), judgement.text()
+    asleep = [beat(at, thread_s=0.02 * (at - 100), samples=n, thread_ready=0) for at, n in zip(THREE, (0, 6, 12))]
+    assert judged(*asleep).state == BLOCKED
+    few = [beat(at, thread_s=0.02 * (at - 100), samples=n, thread_ready=n) for at, n in zip(THREE, (0, 2, 5))]
+    assert judged(*few).state == BLOCKED
+
+
 def test_a_beat_without_a_run_delay_is_no_evidence_of_starvation():
     """An older worker publishes no run delay (nor one where it cannot be read): today's rules."""
     one_missing = [beat(at, thread_run_delay_s=delay) for at, delay in zip(THREE, (None, 1.0, 2.0))]

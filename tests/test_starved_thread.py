@@ -1,8 +1,10 @@
 """A thread starved of CPU by the host's load is busy, not blocked: a real process whose main
 thread computes while pinned to one CPU at the lowest priority (`SCHED_IDLE`), beside busy loops
-at the normal one, publishes through its real heartbeat a run delay (probe/thread_activity.py)
-that grows by most of the wall time — the evidence the watchdog judges it busy (starved) on
-(watch/judgement.py), where its few % of CPU alone would read as blocked."""
+at the normal one, publishes through its real heartbeat that it waited for a CPU most of the wall
+time (its run delay, and samples that find it ready to run: probe/thread_activity.py) — the
+evidence the watchdog judges it busy (starved) on (watch/judgement.py), where its few % of CPU
+alone would read as blocked. And a process starved so that it never beats is not judged frozen
+before the busy allowance (watch/starved_process.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+from fleetrl.config.schema import WatchdogConfig
+from fleetrl.watch.checks import Checks
+from fleetrl.watch.incident import Incident
 from fleetrl.watch.judgement import BLOCKED, BUSY, STARVED_SHARE, Judgement, Seen
 from tests.support import subprocess_env
 
@@ -60,15 +66,25 @@ def test_a_thread_starved_of_cpu_publishes_its_run_delay_and_is_judged_busy():
     records = [r for r in json.loads(starved.stdout) if r["phase"] == "env.step"]
     assert len(records) >= 3, records
     first, last = records[0], records[-1]
-    delay, wall = last["thread_run_delay_s"] - first["thread_run_delay_s"], last["time"] - first["time"]
-    assert delay >= STARVED_SHARE * wall, (delay, wall)
+    wall = last["time"] - first["time"]
+    delay = (last["thread_run_delay_s"] - first["thread_run_delay_s"]) / wall
+    samples = last["thread_samples"] - first["thread_samples"]
+    ready = (last["thread_ready"] - first["thread_ready"]) / samples
+    ran = (last["thread_cpu_s"] - first["thread_cpu_s"]) / wall
+    # the kernel's run delay is brought up to date when the thread next runs, so read from the
+    # heartbeat thread it may lag; the samples found the thread ready to run and it barely ran
+    assert max(delay, ready - ran) >= STARVED_SHARE, (delay, ready, ran)
 
     judgement = judged(records)
-    assert (judgement.state, judgement.starved) == (BUSY, delay / wall), judgement.text()
+    assert judgement.state == BUSY and judgement.starved == max(delay, ready - ran), judgement.text()
     assert judgement.text().startswith("busy (starved): its thread waited for a CPU"), judgement.text()
-    # Without the evidence (a worker older than the field), its share of a core at SCHED_IDLE
-    # beside two busy loops (~0.2 % by the scheduler's weights) at one line reads as blocked
-    older = judged([{key: value for key, value in r.items() if key != "thread_run_delay_s"} for r in records])
+    # Without the evidence (a worker older than the fields), its share of a core at SCHED_IDLE
+    # beside two busy loops (~0.2 % by the scheduler's weights) at one line — the loop's: a beat
+    # before it was reached may show the thread still pinning itself — reads as blocked
+    in_loop = [r for r in records if r["stack_signature"] == last["stack_signature"]]
+    older = judged(
+        [{key: value for key, value in r.items() if key not in ("thread_run_delay_s", "thread_ready")} for r in in_loop]
+    )
     assert older.state == BLOCKED, older.text()
 
 
@@ -77,3 +93,61 @@ def judged(records: list[dict]) -> Judgement:
     for record in records:
         seen.update(record, now=record["time"])
     return seen.judge(now=records[-1]["time"], window_s=60.0)
+
+
+# A silent process (it never beats after its first record), pinned to the hogs' CPU at SCHED_IDLE:
+# every thread of it ready to run, none running. And the same loop on a CPU of its own: silent as
+# a GIL hang is (the checks cannot tell the two apart by the beats).
+SILENT = """
+import os, sys
+cpu = int(sys.argv[1])
+os.sched_setaffinity(0, {cpu})
+if sys.argv[2] == "idle":
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+print("ready", flush=True)
+while True: pass
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or len(os.sched_getaffinity(0)) < 2, reason="Linux, 2 CPUs")
+def test_a_silent_process_starved_of_cpu_is_not_judged_frozen_until_the_busy_allowance():
+    """The real checks on a silent worker's records: starved (its thread ready to run 99 % of the
+    time) it is not `process_frozen` at the heartbeat timeout but one warning, and past
+    `busy_allowance_s` it is, saying it was starved; a process that runs but never beats is
+    `process_frozen` at the heartbeat timeout, the GIL named, as before."""
+    hog_cpu, other_cpu = sorted(os.sched_getaffinity(0))[:2]
+    config = WatchdogConfig(heartbeat_interval_s=0.25, heartbeat_timeout_s=2.0, busy_allowance_s=5.0)
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(hog_cpu)]) for _ in range(2)]
+    silent = {
+        "starved": subprocess.Popen([sys.executable, "-c", SILENT, str(hog_cpu), "idle"], stdout=subprocess.PIPE),
+        "running": subprocess.Popen([sys.executable, "-c", SILENT, str(other_cpu), "normal"], stdout=subprocess.PIPE),
+    }
+    try:
+        for process in silent.values():
+            assert process.stdout.readline() == b"ready\n"
+        verdicts = {name: watch_until_incident(process.pid, config, give_up_s=15.0) for name, process in silent.items()}
+    finally:
+        for process in [*hogs, *silent.values()]:
+            process.kill()
+            process.wait(timeout=30)
+    (starved_after, starved), (running_after, running) = verdicts["starved"], verdicts["running"]
+    assert running.cause == "process_frozen" and "the GIL is held by a C call" in running.summary, running.summary
+    assert config.heartbeat_timeout_s < running_after < config.busy_allowance_s, running_after
+    assert starved.cause == "process_frozen" and "starved of CPU: a thread of it waited for a CPU" in starved.summary
+    assert config.busy_allowance_s < starved_after, (starved_after, starved.summary)
+
+
+def watch_until_incident(pid: int, config: WatchdogConfig, give_up_s: float) -> tuple[float, Incident]:
+    """Poll the real checks every 0.1 s on one record of `pid` that never beats again: (seconds
+    since the record, the incident)."""
+    checks = Checks(config, [("env", 0)])
+    record = {"component": "env", "rank": 0, "pid": pid, "host": checks.hostname, "beat": 1, "time": time.time()}
+    record |= {"phase": "env.step", "phase_started": time.time()}
+    started = time.monotonic()
+    while time.monotonic() - started < give_up_s:
+        records = checks.observe({("env", 0): dict(record)})
+        incident = checks.check_beating(records, time.time())
+        if incident is not None:
+            return time.monotonic() - started, incident
+        time.sleep(0.1)
+    raise AssertionError(f"no incident within {give_up_s} s")

@@ -98,13 +98,13 @@ class WaitSampler:
 
     def __init__(self) -> None:
         self.call: tuple | None = None  # (phase start, thread ident) sampled
-        self.samples = self.waits = 0
+        self.samples = self.waits = self.ready = 0
         self.last_wait: str | None = None
 
     def take(self, call: tuple, count: int, gap_s: float, current) -> None:
         """`count` samples of `call`'s thread, `gap_s` apart, while `current()` is still `call`."""
         if call != self.call:
-            self.call, self.samples, self.waits, self.last_wait = call, 0, 0, None
+            self.call, self.samples, self.waits, self.ready, self.last_wait = call, 0, 0, 0, None
         ident = call[1]
         native = native_id_of(ident)
         for index in range(count):
@@ -112,32 +112,48 @@ class WaitSampler:
                 time.sleep(gap_s)
             if current() != call:
                 return
-            wait = sample(ident, native)
+            wait, ready = sample(ident, native)
             self.samples += 1
+            self.ready += ready
             if wait is not None:
                 self.waits, self.last_wait = self.waits + 1, wait
 
     def fields(self, call: tuple) -> dict:
         if call != self.call:
-            return {"thread_samples": 0, "thread_waits": 0, "thread_wait": None}
-        return {"thread_samples": self.samples, "thread_waits": self.waits, "thread_wait": self.last_wait}
+            return {"thread_samples": 0, "thread_waits": 0, "thread_ready": 0, "thread_wait": None}
+        return {
+            "thread_samples": self.samples,
+            "thread_waits": self.waits,
+            "thread_ready": self.ready,
+            "thread_wait": self.last_wait,
+        }
 
 
-def sample(ident: int, native_id: int | None) -> str | None:
-    """The wait thread `ident` (a `threading.get_ident()`, its kernel id `native_id`) sits in
-    now ("select.select", "clock_nanosleep"), or None: it runs."""
-    return kernel_wait(native_id) or frame_wait(sys._current_frames().get(ident))
+def sample(ident: int, native_id: int | None) -> tuple[str | None, bool]:
+    """(the wait thread `ident` (a `threading.get_ident()`, its kernel id `native_id`) sits in now
+    — "select.select", "clock_nanosleep" — or None: it runs; whether the kernel has it ready to
+    run or running, in no system call that sleeps: the evidence of starvation, watch/judgement.py)."""
+    view = kernel_view(native_id)
+    return kernel_wait(view) or frame_wait(sys._current_frames().get(ident)), view == "running"
 
 
-def kernel_wait(native_id: int | None) -> str | None:
-    if native_id is None or not KERNEL_WAITS:
+def kernel_view(native_id: int | None) -> str | None:
+    """The first word of `/proc/self/task/<tid>/syscall`: "running" (ready to run or running), the
+    number of the system call it sleeps in, or None where it cannot be read."""
+    if native_id is None:
         return None
     try:
         with open(f"/proc/self/task/{native_id}/syscall") as syscall:
-            first = syscall.read().split(maxsplit=1)[0]
+            return syscall.read().split(maxsplit=1)[0]
     except (OSError, IndexError):
         return None
-    return KERNEL_WAITS.get(int(first)) if first.lstrip("-").isdigit() else None
+
+
+def kernel_wait(view: str | None) -> str | None:
+    """The wait a `kernel_view` names, if its system call is one (`KERNEL_WAITS`)."""
+    if view is None or not KERNEL_WAITS or not view.lstrip("-").isdigit():
+        return None
+    return KERNEL_WAITS.get(int(view))
 
 
 # (code, instruction offset) -> the call's callee as a dotted name, or None: parsed once per site

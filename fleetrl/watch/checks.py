@@ -3,7 +3,8 @@
 In order of precedence: a worker that never published a heartbeat within `startup_allowance_s`
 of the start of watching (`startup_timeout`); a worker process that is gone (`worker_died`); a
 worker that stopped beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never
-returns; `node_lost` when its whole node no longer runs Ray, watch/node_loss.py); actor ranks
+returns; `node_lost` when its whole node no longer runs Ray, watch/node_loss.py; one whose threads
+wait for a CPU is starved, not frozen, until `busy_allowance_s`: watch/starved_process.py); actor ranks
 waiting in a collective that another rank entered differently (`collective_mismatch`) or never
 entered (`rank_missing_from_collective`) — the ranks lined up by collective sequence number, so
 the rank that is behind is named and not the ones waiting for it (watch/alignment.py; the
@@ -38,6 +39,7 @@ from fleetrl.watch.incident import Incident, died
 from fleetrl.watch.judgement import BUSY, Judgement, Seen
 from fleetrl.watch.naming import describe, where
 from fleetrl.watch.node_loss import node_lost
+from fleetrl.watch.starved_process import STARVED_SHARE, SilentWorkers
 
 log = logging.getLogger("fleetrl")
 
@@ -63,6 +65,8 @@ class Checks:
     seen: dict[tuple[str, int], Seen]
     warned_slow: set  # (worker, phase, its start): one "slow" warning per call
     warned_unwatched: set  # workers whose records are rejected: one error each
+    silent: SilentWorkers  # the run delays of this machine's silent workers (watch/starved_process.py)
+    warned_starved: set  # silent workers found starved of CPU: one warning each
 
     def __init__(self, config: WatchdogConfig, workers: list[tuple[str, int]]):
         self.config, self.workers = config, workers
@@ -71,6 +75,8 @@ class Checks:
         self.seen = {}
         self.warned_slow = set()
         self.warned_unwatched = set()
+        self.silent = SilentWorkers()
+        self.warned_starved = set()
 
     def observe(self, records: dict) -> dict:
         """Note each record's beat on this process's clock; annotate `records` with the ages
@@ -82,6 +88,10 @@ class Checks:
             seen.update(record, now)
             record["heartbeat_age_s"], record["phase_age_s"] = seen.heartbeat_age(now), seen.phase_age(record, now)
             record["clock_offset_s"] = seen.clock_offset
+        silent_s = 2 * self.config.heartbeat_interval_s
+        self.silent.observe(
+            {r["pid"] for r in records.values() if r.get("host") == self.hostname and r["heartbeat_age_s"] > silent_s}
+        )
         return records
 
     def inspect(self, records: dict, now: float) -> Incident | None:
@@ -133,7 +143,11 @@ class Checks:
                 culprit, summary = lost
                 return Incident("node_lost", summary, now - age, culprit)
             key, record = self.stopped_among_silent(records, key, record)
-            age, state = record["heartbeat_age_s"], self.process_state(record)
+            age, starved = record["heartbeat_age_s"], self.starved(record)
+            if starved and age <= self.config.busy_allowance_s:
+                self.warn_starved(key, record, starved)
+                continue
+            state = self.process_state(record, starved)
             return Incident(
                 "process_frozen",
                 f"{describe(key)} (pid {record['pid']}) stopped publishing "
@@ -165,13 +179,37 @@ class Checks:
         except psutil.Error:
             return False
 
-    def process_state(self, record: dict) -> str:
+    def starved(self, record: dict) -> tuple[float, float] | None:
+        """(share, seconds) where the silent worker's process is on this machine, running, and one
+        of its threads waited for a CPU at least STARVED_SHARE of the time since it fell silent."""
+        if record.get("host") != self.hostname or self.stopped(record):
+            return None
+        found = self.silent.starved_share(record["pid"])
+        return found if found is not None and found[0] >= STARVED_SHARE else None
+
+    def warn_starved(self, key: tuple[str, int], record: dict, starved: tuple[float, float]) -> None:
+        if key in self.warned_starved:
+            return
+        self.warned_starved.add(key)
+        log.warning(
+            "%s (pid %s) has published no heartbeat for %.1f s: %s; not judged frozen until it has been silent "
+            "for watchdog.busy_allowance_s (%g s)",
+            describe(key),
+            record["pid"],
+            record["heartbeat_age_s"],
+            starved_text(starved),
+            self.config.busy_allowance_s,
+        )
+
+    def process_state(self, record: dict, starved: tuple[float, float] | None = None) -> str:
         if record.get("host") != self.hostname:
             return "it is on another machine (no local process check)"
         if self.stopped(record):
             return "the process is stopped (SIGSTOP or a debugger)"
         if not psutil.pid_exists(record["pid"]):
             return "the process is gone"
+        if starved:
+            return f"the process is alive but starved of CPU: {starved_text(starved)}"
         return "the process is alive but its Python threads do not run (the GIL is held by a C call)"
 
     def check_collectives(self, records: dict, now: float) -> Incident | None:
@@ -253,3 +291,8 @@ class Checks:
             judgement.text(),
             self.config.busy_allowance_s,
         )
+
+
+def starved_text(starved: tuple[float, float]) -> str:
+    share, span = starved
+    return f"a thread of it waited for a CPU {share:.0%} of the last {span:.1f} s (the host's other load)"

@@ -27,9 +27,9 @@ pure-Python flag (`while not ready: pass`) looks exactly like a computation and 
 
 On a loaded host a computing thread may get a few % of a core: the other processes hold the
 cores while it waits, runnable, for one. The kernel counts that wait (its run delay,
-`thread_run_delay_s`, probe/thread_activity.py); a thread whose run delay grew by at least
-`STARVED_SHARE` of the window wanted a CPU most of the time and is *busy (starved)*, never
-blocked (`starved_share`). A blocked thread sleeps and has next to no run delay. Spinning stays
+`thread_run_delay_s`, probe/thread_activity.py), and the samples of what the thread sits in find
+it ready to run (`thread_ready`); a thread that waited for a CPU at least `STARVED_SHARE` of the
+window wanted one most of the time and is *busy (starved)*, never blocked (`starved_share`). A blocked thread sleeps and has next to no run delay. Spinning stays
 spinning: its evidence is the wait the thread is found in, which a starved computation is not
 (preempted, the kernel shows it outside any system call). A
 record without the field (an older worker) is judged by the rules above.
@@ -76,6 +76,7 @@ class Sample:
     subprocesses: int = 0  # the subprocesses it started (probe/child_activity.py), alive
     subprocesses_cpu_s: float | None = None  # ... and the CPU seconds they have used
     thread_run_delay_s: float | None = None  # seconds the phase's thread waited, runnable, for a CPU
+    thread_ready: int = 0  # samples of what it sits in that found it ready to run or running
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,7 @@ class Seen:
                 record.get("subprocesses", 0),
                 record.get("subprocesses_cpu_s"),
                 record.get("thread_run_delay_s"),
+                record.get("thread_ready", 0),
             )
         )
 
@@ -200,7 +202,7 @@ class Seen:
         computing = children is not None and children[1] >= SUBPROCESSES_BUSY
         busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved or (gpu or 0.0) >= GPU_BUSY_PCT or computing
         waits = None if computing else spin_waits(first, last, thread, process, moved)
-        starved = None if waits is not None else starved_share(first, last, span)
+        starved = None if waits is not None else starved_share(first, last, span, thread)
         state = SPINNING if waits is not None else BUSY if busy or starved is not None else BLOCKED
         return Judgement(state, span, thread, process, moved, waits, gpu, children, starved)
 
@@ -233,18 +235,26 @@ def spin_waits(first: Sample, last: Sample, thread: float, process: float, moved
     return waits, samples, last.thread_wait
 
 
-def starved_share(first: Sample, last: Sample, span: float) -> float | None:
+def starved_share(first: Sample, last: Sample, span: float, thread: float) -> float | None:
     """The share of the `span` worker seconds from `first` to `last` that the phase's thread spent
-    runnable but waiting for a CPU, if at least `STARVED_SHARE`, else None.
+    runnable but waiting for a CPU, if at least `STARVED_SHARE`, else None; `thread`: the share of
+    a core it used.
 
     Why: the blocked rule reads little CPU as a thread that sleeps, and on a host loaded past its
-    cores a healthy computation gets little CPU too (a false kill was seen at 4 %). The run delay
-    tells them apart: a thread that waited for a CPU most of the window wanted to run, and is
-    busy; one asleep on a lock or a socket accrues none. A wait that polls is starved as much as
-    a computation on a loaded host, so the spin rule's own evidence (waits) decides before this
-    one: starvation explains too little CPU, not a wait. Without the field (an older worker, not
+    cores a healthy computation gets little CPU too (a false kill was seen at 4 %). The wait for a
+    CPU tells them apart: a thread that waited for one most of the window wanted to run, and is
+    busy; one asleep on a lock or a socket waits for none. Two measures of it, the larger taken:
+    the kernel's run delay (exact, but brought up to date only when the thread next runs: a thread
+    starved since its last turn shows none yet), and the share of the samples of what the thread
+    sits in that found it ready to run, less the share it ran. A wait that polls is starved as much
+    as a computation on a loaded host, so the spin rule's own evidence (waits) decides before this
+    one: starvation explains too little CPU, not a wait. Without either (an older worker, not
     Linux) there is no evidence, and the other rules judge."""
-    if first.thread_run_delay_s is None or last.thread_run_delay_s is None:
-        return None
-    share = (last.thread_run_delay_s - first.thread_run_delay_s) / span
+    shares = []
+    if first.thread_run_delay_s is not None and last.thread_run_delay_s is not None:
+        shares.append((last.thread_run_delay_s - first.thread_run_delay_s) / span)
+    samples = last.thread_samples - first.thread_samples
+    if samples >= SPIN_MIN_SAMPLES:
+        shares.append((last.thread_ready - first.thread_ready) / samples - thread)
+    share = max(shares, default=0.0)
     return share if share >= STARVED_SHARE else None

@@ -1,0 +1,84 @@
+"""A silent worker whose threads wait for a CPU is starved, not frozen.
+
+A worker that stops publishing heartbeats is judged frozen (watch/checks.py): stopped (SIGSTOP),
+gone, or — alive and not stopped — its Python threads not running, which the watchdog reads as the
+GIL held by a C call. One more reason looks the same from the heartbeats: the process's threads
+are ready to run but get no CPU — the host's other work at a higher priority (a job at nice 19,
+SCHED_IDLE, a cgroup whose CPU quota is spent). Its heartbeat thread waits for a CPU, or for the GIL
+of a thread that waits for one. Seen on this project's 2-core host: a `fleetrl sft` at nice 19
+beside a fault-matrix run, reported "the GIL is held by a C call" and stopped (2026-11-28).
+
+The evidence is each thread's scheduling state and CPU time (`/proc/<pid>/task/<tid>/stat`: state
+`R`, ready or running, and utime + stime), sampled by the watcher at every poll once a worker on its
+machine has been silent for two heartbeat intervals. A thread found ready in every sample whose CPU
+time grew by a fifth of the time or less spent the rest waiting for a CPU: the share of the time a
+thread was ready, less the share it ran, is its wait. (The kernel's run delay in
+`/proc/<pid>/task/<tid>/schedstat`, which the heartbeat itself carries, is only brought up to date
+when the thread next runs: read from outside, a thread starved since its last turn shows none.) In
+a real GIL hang the thread that holds the GIL runs and the others sleep on its lock: no thread
+waits but what the host's load makes the holder wait. The share is high (4/5, where the judgement
+of a stalled call uses 1/2: watch/judgement.py) so that a GIL hang on a host loaded with work of
+equal priority — its holder running half the time — is still named at the heartbeat timeout; a
+false kill is avoided where a thread got at most a fifth of a CPU.
+
+A starved worker is not judged frozen until it has been silent for `busy_allowance_s`, the bound a
+computing call gets; one warning says so. Workers on other machines: no /proc to read, judged as
+before. A worker beating again is forgotten, and sampled afresh if it goes silent again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+STARVED_SHARE = 0.8
+MIN_SPAN_S = 1.0  # shorter spans are too few scheduler ticks to judge
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def thread_states(pid: int) -> dict[int, tuple[bool, float]]:
+    """Each thread of `pid`: (ready or running, CPU seconds used); {} if /proc cannot be read."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    states = {}
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
+        except (OSError, IndexError):
+            continue  # the thread ended meanwhile
+        states[int(task)] = (fields[0] == "R", (int(fields[11]) + int(fields[12])) / _TICKS_PER_S)
+    return states
+
+
+class SilentWorkers:
+    """The threads of this machine's silent workers, sampled at every poll since they fell silent
+    (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.samples: dict[int, list[tuple[float, dict[int, tuple[bool, float]]]]] = {}
+
+    def observe(self, pids_silent: set[int]) -> None:
+        """Sample the local worker processes silent now; forget those beating again."""
+        for pid in set(self.samples) - pids_silent:
+            del self.samples[pid]
+        for pid in pids_silent:
+            self.samples.setdefault(pid, []).append((time.monotonic(), thread_states(pid)))
+
+    def starved_share(self, pid: int) -> tuple[float, float] | None:
+        """(the largest share of the sampled time that one of `pid`'s threads waited for a CPU:
+        ready in every sample, less the share it ran; that time in seconds), or None with samples
+        spanning less than `MIN_SPAN_S`."""
+        taken = self.samples.get(pid, [])
+        if len(taken) < 2 or taken[-1][0] - taken[0][0] < MIN_SPAN_S:
+            return None
+        span = taken[-1][0] - taken[0][0]
+        (_, first), (_, last) = taken[0], taken[-1]
+        waits = [
+            1.0 - (last[tid][1] - first[tid][1]) / span
+            for tid in first.keys() & last.keys()
+            if all(states.get(tid, (False, 0.0))[0] for _, states in taken)
+        ]
+        return (max(waits), span) if waits else (0.0, span)
