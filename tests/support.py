@@ -316,6 +316,25 @@ def train(
     )
 
 
+def sft_then_train(tmp_path: Path, sft: tuple[str, ...], rl: tuple[str, ...]) -> tuple[Finished, Finished]:
+    """The two-stage pipeline as a user runs it: `fleetrl sft SFT…`, then `fleetrl train RL…
+    runner.init_from=<the SFT run>`, each in its own run directory (tmp_path/sft, tmp_path/rl),
+    each required to succeed. `sft`, `rl`: each command's config and overrides."""
+    first = fleetrl(
+        "sft", *sft, f"runner.run_dir={tmp_path / 'sft'}", "--skip-doctor", runs=tmp_path / "sft", timeout=300
+    ).succeeded()
+    second = fleetrl(
+        "train",
+        *rl,
+        f"runner.init_from={first.run_dir}",
+        f"runner.run_dir={tmp_path / 'rl'}",
+        "--skip-doctor",
+        runs=tmp_path / "rl",
+        timeout=300,
+    ).succeeded()
+    return first, second
+
+
 def wait_for_watch_file(runs, running: Fleetrl, timeout_s: float = 180):
     """The run's watch.json, once the run has logged its first iteration (its workers listed)."""
     deadline = time.monotonic() + timeout_s

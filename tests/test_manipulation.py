@@ -27,7 +27,7 @@ from fleetrl.errors import ConfigError  # noqa: E402
 from fleetrl.plan.load import load_config  # noqa: E402
 from fleetrl.plots import write_plots  # noqa: E402
 from fleetrl.workers.env_worker import success_metrics  # noqa: E402
-from tests.support import fleetrl  # noqa: E402
+from tests.support import fleetrl, sft_then_train  # noqa: E402
 
 ENV_ID = "fleetrl.envs.manipulation:PandaTasks"
 # Small enough for CI: 32×32 images, 2 envs, 8-step episodes (a push rarely ends in 8: truncations
@@ -177,32 +177,20 @@ def test_record_sft_then_train_from_it(tmp_path):
     )
     assert wrong.code == 2 and "'algorithm.name': got 'bc'" in wrong.stderr and "fleetrl sft" in wrong.stderr
 
-    sft = fleetrl(
-        "sft",
-        "configs/sft_manipulation.yaml",
-        *SMALL,
-        f"algorithm.demonstrations={demos}",
-        "algorithm.updates_per_iteration=3",
-        f"runner.run_dir={tmp_path / 'sft'}",
-        "--skip-doctor",
-        runs=tmp_path / "sft",
-        timeout=300,
-    ).succeeded()
+    sft, rl = sft_then_train(
+        tmp_path,
+        (
+            "configs/sft_manipulation.yaml",
+            *SMALL,
+            f"algorithm.demonstrations={demos}",
+            "algorithm.updates_per_iteration=3",
+        ),
+        ("configs/ppo_manipulation.yaml", *SMALL, "algorithm.update_epochs=1"),
+    )
     assert [record["iteration"] for record in sft.metrics] == [1, 2]
     assert all(record["grad_steps"] == 3 and record["bc_loss"] > 0 for record in sft.metrics)
     assert {"success_rate", "eval_success_rate"} <= set(sft.metrics[-1])
 
-    rl = fleetrl(
-        "train",
-        "configs/ppo_manipulation.yaml",
-        *SMALL,
-        "algorithm.update_epochs=1",
-        f"runner.init_from={sft.run_dir}",
-        f"runner.run_dir={tmp_path / 'rl'}",
-        "--skip-doctor",
-        runs=tmp_path / "rl",
-        timeout=300,
-    ).succeeded()
     assert f"policy weights from {sft.run_dir} (runner.init_from)" in rl.stderr
     assert [record["iteration"] for record in rl.metrics] == [1, 2]
     assert [record["policy_trained"] for record in rl.metrics] == [0, 0]  # the config's critic warm-up

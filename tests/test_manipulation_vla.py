@@ -12,7 +12,7 @@ import torch
 from fleetrl.algos.common.logprobs import decision_logprob
 from fleetrl.config.schema import EnvConfig
 from fleetrl.envs import demonstrations
-from tests.support import fleetrl
+from tests.support import sft_then_train
 
 ENV_ID = "fleetrl.envs.manipulation:PandaTasks"
 # 32×32 images, 2 envs; chunks of 4 on 6-step episodes: 4 steps, then 2 and the episode's end
@@ -67,37 +67,29 @@ def test_a_decisions_logprob_sums_its_executed_actions_tokens():
 
 def test_vla_sft_then_ppo_from_it_through_the_cli(tmp_path, tiny_paligemma, demos):
     model = f"model.path={tiny_paligemma}"
-    sft = fleetrl(
-        "sft",
-        "configs/sft_manipulation_vla.yaml",
-        "env.kwargs={tasks: [reach, push], image_size: 32, max_steps: 8}",
-        *SMALL,
-        model,
-        f"algorithm.demonstrations={demos}",
-        "algorithm.updates_per_iteration=2",
-        "runner.total_env_steps=32",
-        f"runner.run_dir={tmp_path / 'sft'}",
-        "--skip-doctor",
-        runs=tmp_path / "sft",
-        timeout=300,
-    ).succeeded()
+    sft, rl = sft_then_train(
+        tmp_path,
+        (
+            "configs/sft_manipulation_vla.yaml",
+            "env.kwargs={tasks: [reach, push], image_size: 32, max_steps: 8}",
+            *SMALL,
+            model,
+            f"algorithm.demonstrations={demos}",
+            "algorithm.updates_per_iteration=2",
+            "runner.total_env_steps=32",
+        ),
+        (
+            "configs/ppo_manipulation_vla.yaml",
+            RL_ENV,
+            *SMALL,
+            model,
+            "algorithm.update_epochs=1",
+            "runner.total_env_steps=48",
+        ),
+    )
     assert [record["iteration"] for record in sft.metrics] == [1]
     assert sft.metrics[0]["grad_steps"] == 2 and sft.metrics[0]["bc_loss"] > 0
 
-    rl = fleetrl(
-        "train",
-        "configs/ppo_manipulation_vla.yaml",
-        RL_ENV,
-        *SMALL,
-        model,
-        "algorithm.update_epochs=1",
-        "runner.total_env_steps=48",
-        f"runner.init_from={sft.run_dir}",
-        f"runner.run_dir={tmp_path / 'rl'}",
-        "--skip-doctor",
-        runs=tmp_path / "rl",
-        timeout=300,
-    ).succeeded()
     assert f"policy weights from {sft.run_dir} (runner.init_from)" in rl.stderr
     assert [record["iteration"] for record in rl.metrics] == [1, 2]
     # 4 decisions of each env: 4 + 2 steps (the episode ends inside the chunk), twice
