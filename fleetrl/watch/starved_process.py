@@ -10,9 +10,8 @@ beside a fault-matrix run, reported "the GIL is held by a C call" and stopped (2
 
 The evidence is each thread's scheduling state and CPU time (`/proc/<pid>/task/<tid>/stat`: state
 `R`, ready or running, and utime + stime), sampled by the watcher at every poll once a worker on its
-machine has been silent for two heartbeat intervals. A thread found ready in every sample whose CPU
-time grew by a fifth of the time or less spent the rest waiting for a CPU: the share of the time a
-thread was ready, less the share it ran, is its wait. (The kernel's run delay in
+machine has been silent for two heartbeat intervals. The share of the samples that found a thread
+ready, less the share of a core it used, is the share of the time it waited for a CPU. (The kernel's run delay in
 `/proc/<pid>/task/<tid>/schedstat`, which the heartbeat itself carries, is only brought up to date
 when the thread next runs: read from outside, a thread starved since its last turn shows none.) In
 a real GIL hang the thread that holds the GIL runs and the others sleep on its lock: no thread
@@ -68,17 +67,16 @@ class SilentWorkers:
             self.samples.setdefault(pid, []).append((time.monotonic(), thread_states(pid)))
 
     def starved_share(self, pid: int) -> tuple[float, float] | None:
-        """(the largest share of the sampled time that one of `pid`'s threads waited for a CPU:
-        ready in every sample, less the share it ran; that time in seconds), or None with samples
-        spanning less than `MIN_SPAN_S`."""
+        """(the largest share of the sampled time that one of `pid`'s threads waited for a CPU —
+        the share of the samples that found it ready, less the share of a core it used — and that
+        time in seconds), or None with samples spanning less than `MIN_SPAN_S`."""
         taken = self.samples.get(pid, [])
         if len(taken) < 2 or taken[-1][0] - taken[0][0] < MIN_SPAN_S:
             return None
         span = taken[-1][0] - taken[0][0]
         (_, first), (_, last) = taken[0], taken[-1]
-        waits = [
-            1.0 - (last[tid][1] - first[tid][1]) / span
-            for tid in first.keys() & last.keys()
-            if all(states.get(tid, (False, 0.0))[0] for _, states in taken)
-        ]
-        return (max(waits), span) if waits else (0.0, span)
+        waits = []
+        for tid in first.keys() & last.keys():
+            ready = [states[tid][0] for _, states in taken if tid in states]
+            waits.append(sum(ready) / len(ready) - (last[tid][1] - first[tid][1]) / span)
+        return max(waits, default=0.0), span
