@@ -32,7 +32,7 @@ from fleetrl.run_dir import CONFIG_FILE, create_run_dir, owner_only, resume_dir,
 from fleetrl.tracking.trackers import Trackers
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
-from fleetrl.watch.signals import install_stop_handlers
+from fleetrl.watch.signals import hold_stops, install_stop_handlers, stop_gate
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker, success_metrics
 from fleetrl.workers.rollout_worker import RolloutWorker
@@ -172,8 +172,9 @@ class Trainer:
         try:
             self.backend.collector.start(self.iteration)  # the first resets: a worker's error here is an incident too
             while self.global_step < total and not self.stop_for_target():
-                record = self.run_iteration()
-                trackers.log_metrics(record, record["global_step"])
+                with stop_gate():  # a stop once the iteration has trained waits for its record (run_iteration)
+                    record = self.run_iteration()
+                    trackers.log_metrics(record, record["global_step"])
                 if record.get("eval_video"):  # an evaluation's film, uploaded where the trackers keep files
                     trackers.log_file(Path(record["eval_video"]), f"video/{Path(record['eval_video']).name}")
                 progress.update(record)
@@ -222,6 +223,7 @@ class Trainer:
                 steps_before / self.config.runner.total_env_steps
             )
         updated = time.perf_counter()
+        hold_stops()  # trained: the checkpoint a stop takes must have this iteration's record beside it
         self.iteration += 1
         self.train_s += updated - started
         interval = self.config.runner.param_check_interval

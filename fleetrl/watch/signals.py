@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from fleetrl.watch.teardown import kill_own_children
 
@@ -18,6 +20,8 @@ class Stop(KeyboardInterrupt):
 
 
 received: list[int] = []  # signals seen, in order
+held: list[bool] = [False]  # inside a stop gate, after `hold_stops()`: the first stop waits for the gate's end
+deferred: list[int] = []  # the stop that arrived while held
 
 
 def exit_code(interrupt: KeyboardInterrupt) -> int:
@@ -33,7 +37,32 @@ def install_stop_handlers() -> None:
             print(f"fleetrl: second {signal.Signals(signum).name}: stopping now", file=sys.stderr, flush=True)
             kill_own_children()
             os._exit(128 + received[0])
+        if held[0]:
+            deferred.append(signum)
+            return
         raise Stop(signum)
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
+
+
+@contextmanager
+def stop_gate() -> Iterator[None]:
+    """A block in which, once `hold_stops()` has been called, the first stop signal is raised
+    (as `Stop`) when the block ends rather than wherever the main thread is. The trainer holds
+    stops from the moment an iteration has trained until its metrics are logged: a stop there
+    used to leave a checkpoint of iteration N beside metrics that end at N − 1. A second signal
+    still stops at once. An exception leaving the block goes on as it is."""
+    try:
+        yield
+    except BaseException:
+        held[0] = False
+        raise
+    held[0] = False
+    if deferred:
+        raise Stop(deferred[0])
+
+
+def hold_stops() -> None:
+    """Inside a `stop_gate`: from now on, a stop waits for the gate's end."""
+    held[0] = True
