@@ -59,12 +59,24 @@ def started_children() -> list:
 
 def process_cpu_s(pid: int) -> float | None:
     """User and system CPU seconds of process `pid` (all its threads), from /proc/<pid>/stat."""
+    fields = stat_fields(f"/proc/{pid}/stat")
+    return None if fields is None else cpu_s(fields)
+
+
+def stat_fields(path: str) -> list[str] | None:
+    """The fields of a /proc `stat` file (a process's, or one thread's under task/) after the
+    command name, which may hold spaces: [0] the state, [11] and [12] utime and stime (fields 3,
+    14 and 15 of stat). None if it cannot be read (the process or thread ended meanwhile)."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        with open(path) as stat:
+            return stat.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S  # utime, stime: fields 14 and 15 of stat
+
+
+def cpu_s(fields: list[str]) -> float:
+    """The CPU seconds, user and system, that `stat_fields` hold."""
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
 
 
 def children_of(pid: int) -> list[int]:

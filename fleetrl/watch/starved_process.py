@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections import defaultdict
+
+from fleetrl.probe.child_activity import cpu_s, stat_fields
 
 STARVED_SHARE = 0.8
 MIN_SPAN_S = 1.0  # shorter spans are too few scheduler ticks to judge
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def thread_states(pid: int) -> dict[int, tuple[bool, float]]:
@@ -43,13 +45,30 @@ def thread_states(pid: int) -> dict[int, tuple[bool, float]]:
         return {}
     states = {}
     for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
-        except (OSError, IndexError):
-            continue  # the thread ended meanwhile
-        states[int(task)] = (fields[0] == "R", (int(fields[11]) + int(fields[12])) / _TICKS_PER_S)
+        fields = stat_fields(f"/proc/{pid}/task/{task}/stat")
+        if fields is not None:  # else the thread ended meanwhile
+            states[int(task)] = (fields[0] == "R", cpu_s(fields))
     return states
+
+
+class Silence:
+    """One silent process's samples, kept as counts per thread: how many samples found it, how
+    many found it ready, and its CPU seconds at the first and the latest."""
+
+    def __init__(self, at: float, states: dict[int, tuple[bool, float]]) -> None:
+        self.since = self.at = at
+        self.first_cpu_s = {tid: cpu for tid, (_, cpu) in states.items()}
+        self.cpu_s: dict[int, float] = {}
+        self.current: set[int] = set()  # the threads of the latest sample
+        self.seen: dict[int, int] = defaultdict(int)
+        self.ready: dict[int, int] = defaultdict(int)
+
+    def add(self, at: float, states: dict[int, tuple[bool, float]]) -> None:
+        self.at, self.current = at, set(states)
+        for tid, (ready, cpu) in states.items():
+            self.seen[tid] += 1
+            self.ready[tid] += ready
+            self.cpu_s[tid] = cpu
 
 
 class SilentWorkers:
@@ -57,26 +76,26 @@ class SilentWorkers:
     (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.samples: dict[int, list[tuple[float, dict[int, tuple[bool, float]]]]] = {}
+        self.silences: dict[int, Silence] = {}
 
     def observe(self, pids_silent: set[int]) -> None:
         """Sample the local worker processes silent now; forget those beating again."""
-        for pid in set(self.samples) - pids_silent:
-            del self.samples[pid]
+        for pid in set(self.silences) - pids_silent:
+            del self.silences[pid]
         for pid in pids_silent:
-            self.samples.setdefault(pid, []).append((time.monotonic(), thread_states(pid)))
+            at, states = time.monotonic(), thread_states(pid)
+            self.silences.setdefault(pid, Silence(at, states)).add(at, states)
 
     def starved_share(self, pid: int) -> tuple[float, float] | None:
         """(the largest share of the sampled time that one of `pid`'s threads waited for a CPU —
         the share of the samples that found it ready, less the share of a core it used — and that
         time in seconds), or None with samples spanning less than `MIN_SPAN_S`."""
-        taken = self.samples.get(pid, [])
-        if len(taken) < 2 or taken[-1][0] - taken[0][0] < MIN_SPAN_S:
+        silence = self.silences.get(pid)
+        if silence is None or silence.at - silence.since < MIN_SPAN_S:
             return None
-        span = taken[-1][0] - taken[0][0]
-        (_, first), (_, last) = taken[0], taken[-1]
-        waits = []
-        for tid in first.keys() & last.keys():
-            ready = [states[tid][0] for _, states in taken if tid in states]
-            waits.append(sum(ready) / len(ready) - (last[tid][1] - first[tid][1]) / span)
+        span = silence.at - silence.since
+        waits = [
+            silence.ready[tid] / silence.seen[tid] - (silence.cpu_s[tid] - silence.first_cpu_s[tid]) / span
+            for tid in silence.first_cpu_s.keys() & silence.current
+        ]
         return max(waits, default=0.0), span
