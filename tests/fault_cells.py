@@ -72,6 +72,7 @@ PLACEMENT = {
         "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0}",
     ),
 }
+MARGIN_S = 5.0  # a loaded host's scheduling and the incident response's first steps; never the bound's core
 DEATHS = ("kill",)
 FREEZES = ("sigstop", "gil")
 COLLECTIVE = ("extra_collective", "skip_forward")
@@ -234,3 +235,12 @@ def rotation(cells: list[Cell]) -> list[Cell]:
 def select(cells: list[Cell], **wanted: str | None) -> list[Cell]:
     """The cells whose fields equal every given (non-None) value, e.g. backend='ray'."""
     return [c for c in cells if all(v is None or getattr(c, k) == v for k, v in wanted.items())]
+
+
+def assert_named(result, cell: Cell, within_s: float) -> None:
+    """`result` (tests/support.py `Finished`) is the cell's incident: exit 4, its cause and culprit,
+    detected within `within_s`."""
+    report = result.hang_report
+    assert result.code == 4 and report is not None, result.stderr[-3000:]
+    assert (report["cause"], report["culprit"]) == (cell.cause, list(cell.culprit)), report["summary"]
+    assert 0 <= report["detected_after_s"] <= within_s, (report["detected_after_s"], report["summary"])

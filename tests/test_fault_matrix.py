@@ -10,24 +10,16 @@ from __future__ import annotations
 import pytest
 
 from fleetrl.config.schema import WatchdogConfig
-from tests.fault_cells import METHOD, WHEN, Cell, make_cell
+from tests.fault_cells import MARGIN_S, METHOD, WHEN, Cell, assert_named, make_cell
 from tests.support import train
 
 CONFIG = WatchdogConfig()
 JUDGING_WINDOW_S = max(2.0, 4 * CONFIG.heartbeat_interval_s)  # beats a stalled call is judged from
-MARGIN_S = 5.0  # a loaded host's scheduling and the incident response's first steps; never the bound's core
 FIRST_CALL_BOUND_S = 5.0  # shorter than the default 15 s, to keep the run short; the mechanism is the same
 
 
 def run_cell(tmp_path, cell: Cell):
     return train(cell.config, *cell.overrides, runs=tmp_path, timeout=240)
-
-
-def assert_named(result, cell: Cell, within_s: float) -> None:
-    report = result.hang_report
-    assert result.code == 4 and report is not None, result.stderr[-3000:]
-    assert (report["cause"], report["culprit"]) == (cell.cause, list(cell.culprit)), report["summary"]
-    assert 0 <= report["detected_after_s"] <= within_s, (report["detected_after_s"], report["summary"])
 
 
 def test_an_exception_in_the_first_env_reset_inline_is_named_at_once(tmp_path):
