@@ -76,6 +76,30 @@ def test_dict_observations_image_instruction_state():
         env.close()
 
 
+def red_pixels(image: np.ndarray) -> int:
+    r, g, b = (image[..., channel].astype(int) for channel in range(3))
+    return int(((r > 150) & (g < 80) & (b < 80)).sum())
+
+
+@pytest.mark.parametrize("task", ["reach", "push"])
+def test_the_goal_is_in_the_image(task):
+    """The target is drawn red and opaque (panda-gym's translucent green came out as the cube's
+    green), reach's rests on the table; moving it moves its red pixels."""
+    env = PandaTasks([task], image_size=64)
+    try:
+        for seed in range(4):
+            obs, _ = env.reset(seed=seed)
+            goal = env.task.task.get_goal()
+            assert goal[2] == pytest.approx(0.02)  # on the table: a pixel fixes the point
+            sim = env.task.sim
+            seen = red_pixels(obs["image"])
+            assert seen >= 4, f"seed {seed}: the target is {seen} red pixels"
+            sim.set_base_pose("target", np.array([0.0, 0.0, -1.0]), np.array([0.0, 0.0, 0.0, 1.0]))  # under the table
+            assert red_pixels(env.camera()) == 0
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize("task", ["reach", "push", "pick_and_place"])
 def test_scripted_expert_succeeds(task):
     env = PandaTasks([task], image_size=32, max_steps=50)

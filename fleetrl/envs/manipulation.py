@@ -7,7 +7,10 @@ instruction says which. Observations are a Dict:
 
 - `image`: uint8 (size, size, 3), a fixed camera over the table, rendered off-screen on the CPU
   by PyBullet's TinyRenderer (no OpenGL, no display; ~27 ms a frame here, whatever the size up to
-  84: benchmarks/manipulation_render.py);
+  84: benchmarks/manipulation_render.py). Two changes to panda-gym make every task's goal visible
+  in it: the target is drawn opaque red (panda-gym's is a translucent green that the TinyRenderer
+  draws as the cube's own green), and reach's target rests on the table (panda-gym floats it in a
+  30 cm cube, whose depth one camera cannot see);
 - `instruction`: the task's sentence (a `Text` space listing its sentences: `envs.text` turns it
   into word ids);
 - `state`: proprioception only — end-effector position and velocity, finger width (7 floats).
@@ -38,10 +41,14 @@ import numpy as np
 from fleetrl.errors import ConfigError
 
 INSTRUCTIONS = {
-    "reach": "move the gripper to the green target",
-    "push": "push the green cube to the translucent target",
-    "pick_and_place": "pick up the green cube and place it at the translucent target",
+    "reach": "move the gripper to the red target",
+    "push": "push the green cube to the red target",
+    "pick_and_place": "pick up the green cube and place it at the red target",
 }
+# panda-gym's target is the cube's green at 30 % opacity; the TinyRenderer draws no transparency,
+# so target and cube came out the same green square and a push could not tell which is which.
+TARGET_RGBA = (0.9, 0.1, 0.1, 1.0)
+REACH_TARGET_HEIGHT = 0.02  # the reach target's centre: a 2 cm sphere resting on the table
 REWARDS = ("sparse", "dense")
 DENSE_SCALE = 10.0  # reward per metre of progress: 10 cm closer is worth one success
 STATE_SIZE = 7  # end-effector position (3), velocity (3), finger width (1)
@@ -79,7 +86,16 @@ def make_task(name: str) -> gym.Env:
         "push": panda_tasks.PandaPushEnv,
         "pick_and_place": panda_tasks.PandaPickAndPlaceEnv,
     }
-    return classes[name](render_mode="rgb_array", renderer="Tiny")
+    env = classes[name](render_mode="rgb_array", renderer="Tiny")
+    sim = env.unwrapped.sim
+    sim.physics_client.changeVisualShape(sim._bodies_idx["target"], -1, rgbaColor=TARGET_RGBA)
+    if name == "reach":
+        # panda-gym floats reach's target anywhere in a 30 cm cube; one camera fixes only the ray
+        # it lies on, so half the targets could not be placed from the image. On the table plane
+        # a pixel fixes the point, as for push's cube and target.
+        task = env.unwrapped.task
+        task.goal_range_low[2] = task.goal_range_high[2] = REACH_TARGET_HEIGHT
+    return env
 
 
 class PandaTasks(gym.Env):
@@ -120,9 +136,10 @@ class PandaTasks(gym.Env):
         self.distance = 0.0  # distance_to_go() after the last reset or step (dense rewards)
         sim = self.envs[0].unwrapped.sim
         self.view = sim.physics_client.computeViewMatrixFromYawPitchRoll(
-            cameraTargetPosition=[-0.1, 0.0, 0.0], distance=0.9, yaw=90, pitch=-45, roll=0, upAxisIndex=2
-        )
-        self.projection = sim.physics_client.computeProjectionMatrixFOV(fov=60, aspect=1.0, nearVal=0.1, farVal=3.0)
+            cameraTargetPosition=[-0.04, 0.0, 0.03], distance=0.7, yaw=90, pitch=-50, roll=0, upAxisIndex=2
+        )  # from the table's free end: the 30 cm workspace fills the image (a 4 cm cube: 4-5 pixels at 64),
+        # low enough to see a target under the hand at the start
+        self.projection = sim.physics_client.computeProjectionMatrixFOV(fov=45, aspect=1.0, nearVal=0.1, farVal=3.0)
 
     @property
     def task(self) -> gym.Env:
