@@ -78,12 +78,14 @@ def test_grpo_groups_are_one_task_from_one_reset_seed_and_chunks_end_inside_epis
         worker.close()
 
     # What happened, decision by decision (env steps each ran, raw and in-chunk-discounted rewards):
-    # env 0 reaches the target at step 2 of its chunks, three episodes in a row; env 1 idles until
-    # the time limit cuts its third chunk after 2 steps; env 2 succeeds at step 3, env 3 — 2 steps
-    # behind — at step 1 of its second chunk.
-    assert trajectory.steps.tolist() == [[2, 4, 3, 4], [2, 4, 4, 1], [2, 2, 4, 4]]
+    # env 0 reaches the target (on the table, 13 cm or more below the gripper's start: 3 steps of
+    # at most 5 cm at least) at step 3 of its chunks in two episodes, at step 4 in the third; env 1
+    # idles until the time limit cuts its third chunk after 2 steps; env 2 succeeds at step 3,
+    # env 3 — 2 steps behind — at step 2 of its second chunk.
+    assert trajectory.steps.tolist() == [[3, 4, 3, 4], [3, 4, 4, 2], [4, 2, 4, 4]]
     assert trajectory.chunk_returns.tolist() == [[1, 0, 1, 0], [1, 0, 0, 1], [1, 0, 0, 0]]
-    assert trajectory.rewards.tolist() == [[0.5, 0, 0.25, 0], [0.5, 0, 0, 1], [0.5, 0, 0, 0]]  # γ^j, j = 1, 2, 0
+    # γ^j for a success at step j + 1 of its chunk: env 0 j = 2, 2, 3; env 2 j = 2; env 3 j = 1
+    assert trajectory.rewards.tolist() == [[0.25, 0, 0.25, 0], [0.25, 0, 0, 0.5], [0.125, 0, 0, 0]]
     assert trajectory.terminated.tolist() == [
         [True, False, True, False],
         [True, False, False, True],
@@ -107,6 +109,7 @@ def test_grpo_groups_are_one_task_from_one_reset_seed_and_chunks_end_inside_epis
     a = 0.5 / (0.5**0.5 + 1e-6)
     expected = torch.tensor([[a, -a, 0, 0], [0, -a, 0, 0], [0, -a, 0, 0]])
     torch.testing.assert_close(advantages, expected, rtol=1e-6, atol=0)
-    # The in-chunk-discounted rewards would tell group 1's two successes apart (0.25 against 0 + 1):
+    # The in-chunk-discounted rewards would tell group 1's two successes apart (0.25 against 0 + 0.5):
     discounted = grpo_advantages(trajectory.rewards, trajectory.dones, 2)
-    torch.testing.assert_close(discounted[:2, 2:], torch.tensor([[-a, a], [0, a]]), rtol=1e-6, atol=0)
+    b = 0.125 / (0.125 * 2**0.5 + 1e-6)  # returns 0.25 and 0.5: deviations ±0.125, unbiased std 0.125·√2
+    torch.testing.assert_close(discounted[:2, 2:], torch.tensor([[-b, b], [0, b]]), rtol=1e-6, atol=0)
