@@ -88,11 +88,12 @@ def make_task(name: str) -> gym.Env:
     }
     env = classes[name](render_mode="rgb_array", renderer="Tiny")
     sim = env.unwrapped.sim
+    # panda-gym has no colour setter; it keeps its bodies' PyBullet ids by name in `_bodies_idx`
     sim.physics_client.changeVisualShape(sim._bodies_idx["target"], -1, rgbaColor=TARGET_RGBA)
     if name == "reach":
         # panda-gym floats reach's target anywhere in a 30 cm cube; one camera fixes only the ray
-        # it lies on, so half the targets could not be placed from the image. On the table plane
-        # a pixel fixes the point, as for push's cube and target.
+        # it lies on, not how far along it. On the table plane a pixel fixes the point, as for
+        # push's cube and target.
         task = env.unwrapped.task
         task.goal_range_low[2] = task.goal_range_high[2] = REACH_TARGET_HEIGHT
     return env
