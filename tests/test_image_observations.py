@@ -174,6 +174,85 @@ def test_transformer_log_probs_and_entropies_match_a_direct_computation(bins):
     assert not torch.allclose(policy.network(other)[0], logits)
 
 
+def test_transformer_keypoints_are_where_the_image_shows_what_they_detect():
+    """`model.keypoints`: each keypoint is the expected (x, y) of its feature map, so a keypoint that
+    detects red sits on a red dot and follows it; the policy reads the keypoints as its image."""
+    space = gym.spaces.Dict(image=gym.spaces.Box(0, 255, (64, 64, 3), np.uint8))
+    config = ModelConfig(id="transformer", action_bins=5, embed_dim=16, num_heads=2, keypoints=4)
+    policy = Policy.from_config(config, space, gym.spaces.Box(-1.0, 1.0, (3,), np.float32))
+    keypoints = policy.network.inputs["image"]  # the policy's own trunk
+    assert keypoints.count == 4 and policy.network.position.shape == (4 + 3 + 1, 16)
+    first, second, third = (m for m in keypoints.features if isinstance(m, torch.nn.Conv2d))
+    with torch.no_grad():  # keypoint 0 detects red minus green, sharply
+        for conv in (first, second, third):
+            conv.weight.zero_(), conv.bias.zero_()
+        first.weight[0, 0, 2, 2], first.weight[0, 1, 2, 2] = 1.0, -1.0
+        second.weight[0, 0, 1, 1] = 1.0
+        third.weight[0, 0] = 100.0
+        policy.network.action_head.weight.normal_(0, 1.0)
+
+    def red_dot(row: int, column: int) -> torch.Tensor:
+        image = torch.zeros(1, 64, 64, 3, dtype=torch.uint8)
+        image[0, row : row + 2, column : column + 2, 0] = 255
+        return image
+
+    # at half resolution (the first convolution's stride) the dot is at (row/2, column/2) of 32×32
+    for row, column in [(10, 40), (50, 4)]:
+        expected = torch.tensor([column / 2, row / 2]) * 2 / 31 - 1
+        found = keypoints.expected_positions(red_dot(row, column))[0, 0]
+        assert torch.allclose(found, expected, atol=1e-3), (row, column, found)
+    logits = [policy.network({"image": red_dot(r, c)})[0] for r, c in [(10, 40), (50, 4)]]
+    assert not torch.allclose(*logits)
+
+
+@pytest.mark.parametrize("shared_trunk", [None, False], ids=["shared", "own_critic"])
+def test_transformer_value_gradients_reach_the_policy_only_through_a_shared_trunk(shared_trunk):
+    """`model.shared_trunk: false` gives the transformer's value a trunk of its own: the value loss
+    then changes no parameter the actions depend on (PPO's critic warm-up leaves the policy alone)."""
+    space = gym.spaces.Dict(
+        image=gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), state=gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    )
+    config = ModelConfig(id="transformer", action_bins=5, embed_dim=16, num_heads=2, shared_trunk=shared_trunk)
+    network = Policy.from_config(config, space, gym.spaces.Box(-1.0, 1.0, (2,), np.float32)).network
+    obs = {"image": torch.randint(0, 255, (4, 8, 8, 3), dtype=torch.uint8), "state": torch.randn(4, 3)}
+    logits, value = network(obs)
+    value.sum().backward()
+    policy_side = {name for name, _ in network.named_parameters() if not name.startswith(("critic.", "value_head."))}
+    moved = {name for name, p in network.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert logits.shape == (4, 2 * 5)
+    if shared_trunk is None:
+        assert network.critic is None and {"blocks.0.linear1.weight", "inputs.image.project.weight"} <= moved
+    else:
+        assert moved & policy_side == set()
+        assert {"critic.blocks.0.linear1.weight", "critic.inputs.image.project.weight", "value_head.weight"} <= moved
+        assert len(network.wrap_units()) == 4  # each trunk's 2 blocks
+
+
+def test_transformer_critic_keys_are_read_by_the_critic_alone():
+    """`model.critic_keys`: an asymmetric critic. The keys it names change the value, never the
+    actions; a key the observation lacks, every key, or a shared trunk is a config error."""
+    space = gym.spaces.Dict(
+        image=gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), sim_state=gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
+    )
+    actions = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    config = ModelConfig(id="transformer", action_bins=5, embed_dim=16, num_heads=2, shared_trunk=False)
+    network = Policy.from_config(ModelConfig(**{**vars(config), "critic_keys": ["sim_state"]}), space, actions).network
+    assert set(network.inputs) == {"image"} and set(network.critic.inputs) == {"image", "sim_state"}
+    obs = {"image": torch.randint(0, 255, (4, 8, 8, 3), dtype=torch.uint8), "sim_state": torch.randn(4, 6)}
+    logits, value = network(obs)
+    other_logits, other_value = network(dict(obs, sim_state=torch.randn(4, 6)))
+    assert torch.equal(logits, other_logits) and not torch.allclose(value, other_value)
+    for changes, expected in [
+        ({"critic_keys": ["target"]}, "unknown: ['target']"),
+        ({"critic_keys": ["image", "sim_state"]}, "it lists every key"),
+        ({"critic_keys": ["sim_state"], "shared_trunk": None}, "model.shared_trunk is false"),
+        ({"critic_keys": ["sim_state"], "id": "mlp"}, "unless model.id is transformer"),
+    ]:
+        with pytest.raises(ConfigError, match="model.critic_keys") as error:
+            Policy.from_config(ModelConfig(**{**vars(config), **changes}), space, actions)
+        assert expected in str(error.value)
+
+
 def test_sac_keeps_image_observations_uint8_in_its_replay_buffer():
     overrides = [
         "algorithm.name=sac",

@@ -100,6 +100,25 @@ def test_the_goal_is_in_the_image(task):
         env.close()
 
 
+@pytest.mark.parametrize("task", ["reach", "push"])
+def test_sim_state_is_the_target_and_the_object_where_the_simulator_has_them(task):
+    """`sim_state=True` adds the critic's key (the target's position, then the cube's, or the end
+    effector's for reach, which is its own object); it follows the object as the expert moves it."""
+    assert "sim_state" not in PandaTasks([task], image_size=16).observation_space.spaces
+    env = PandaTasks([task], image_size=16, sim_state=True)
+    try:
+        obs, _ = env.reset(seed=2)
+        assert env.observation_space.contains(obs)
+        for _ in range(6):
+            goal, ee = env.task.task.get_goal(), env.task.robot.get_ee_position()
+            cube = ee if task == "reach" else env.task.sim.get_base_position("object")
+            assert np.allclose(obs["sim_state"], np.concatenate([goal, cube]), atol=1e-6)
+            obs, *_ = env.step(expert_action(env))
+        assert not np.allclose(obs["sim_state"][3:], cube, atol=1e-3)  # the object moved
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize("task", ["reach", "push", "pick_and_place"])
 def test_scripted_expert_succeeds(task):
     env = PandaTasks([task], image_size=32, max_steps=50)

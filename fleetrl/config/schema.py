@@ -130,8 +130,9 @@ class ModelConfig:
     activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
     """The activation between the MLP's hidden layers (and those of the networks an algorithm
     builds from `hidden_sizes` itself)."""
-    shared_trunk: bool = False
-    """One trunk for policy and value, or one each."""
+    shared_trunk: bool | None = None
+    """One trunk for policy and value, or one each (null: the model's default, one each for `mlp`,
+    one for both for `transformer`). One each keeps the value loss's gradients out of the policy."""
     init_log_std: Annotated[float, Finite] = 0.0
     """Initial log std of the Gaussian policy (Box actions)."""
     ortho_init: bool = True
@@ -153,6 +154,14 @@ class ModelConfig:
     patch_size: Annotated[int, Positive] | None = None
     """`transformer`: image patch side in pixels (null: about 7×7 patches per image; 1 for a 7×7
     grid, one token per cell)."""
+    keypoints: Annotated[int, Positive] | None = None
+    """`transformer`: read each image as this many learned keypoints instead of patches: a small
+    CNN's feature maps, each reduced by a softmax over its positions to the expected (x, y) of its
+    activation, one token each (Levine et al. 2016; docs: guides/manipulation.md)."""
+    critic_keys: list[str] = field(default_factory=list)
+    """`transformer` with `shared_trunk: false`: observation keys only the critic's trunk reads, never
+    the policy's: an asymmetric critic (Pinto et al. 2018) that knows the simulator's true state
+    (`PandaTasks`' `sim_state`) while the policy acts from its camera (docs: guides/manipulation.md)."""
     path: str | None = None
     """`hf`: a local model folder (config.json, safetensors, processor, tokenizer); never fetched
     (docs: guides/vla.md). With `hf`, `action_bins` is the number of action tokens (default 256)."""

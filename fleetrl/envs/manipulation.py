@@ -14,7 +14,10 @@ instruction says which. Observations are a Dict:
 - `instruction`: the task's sentence (a `Text` space listing its sentences: `envs.text` turns it
   into word ids);
 - `state`: proprioception only — end-effector position and velocity, finger width (7 floats).
-  Where the target (and the cube) are is in the image alone.
+  Where the target (and the cube) are is in the image alone;
+- `sim_state` (with `sim_state=True`): what the simulator knows and the camera shows — the
+  target's position and the object's (the cube's; the end effector's for reach), 6 floats. For
+  an asymmetric critic only (`model.critic_keys: [sim_state]`): the policy never reads it.
 
 Actions: a Box(-1, 1, (4,)) for every task — an end-effector displacement (x, y, z; ×5 cm) and a
 finger command; tasks whose gripper is blocked ignore the fourth. An episode ends on the step the
@@ -52,6 +55,7 @@ REACH_TARGET_HEIGHT = 0.02  # the reach target's centre: a 2 cm sphere resting o
 REWARDS = ("sparse", "dense")
 DENSE_SCALE = 10.0  # reward per metre of progress: 10 cm closer is worth one success
 STATE_SIZE = 7  # end-effector position (3), velocity (3), finger width (1)
+SIM_STATE_SIZE = 6  # the target's position (3), the object's (3)
 ACTION_SIZE = 4
 
 
@@ -102,7 +106,7 @@ def make_task(name: str) -> gym.Env:
 class PandaTasks(gym.Env):
     """See the module docstring. `tasks`: names from `INSTRUCTIONS`; `image_size`: pixels a side;
     `max_steps`: the episode's time limit (a truncation), one for all tasks or `{task: steps}`;
-    `reward`: `sparse` or `dense` (`REWARDS`)."""
+    `reward`: `sparse` or `dense` (`REWARDS`); `sim_state`: add the `sim_state` key."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
@@ -113,6 +117,7 @@ class PandaTasks(gym.Env):
         max_steps: int | dict[str, int] = 50,
         render_mode: str | None = None,
         reward: str = "sparse",
+        sim_state: bool = False,
     ):
         unknown = [task for task in tasks if task not in INSTRUCTIONS]
         if unknown or not tasks:
@@ -124,13 +129,15 @@ class PandaTasks(gym.Env):
         self.dense = reward == "dense"
         self.envs = [make_task(name) for name in self.task_names]
         self.image_size, self.render_mode = image_size, render_mode
-        self.observation_space = gym.spaces.Dict(
-            {
-                "image": gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8),
-                "instruction": InstructionSpace([INSTRUCTIONS[name] for name in self.task_names]),
-                "state": gym.spaces.Box(-np.inf, np.inf, (STATE_SIZE,), np.float32),
-            }
-        )
+        spaces = {
+            "image": gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8),
+            "instruction": InstructionSpace([INSTRUCTIONS[name] for name in self.task_names]),
+            "state": gym.spaces.Box(-np.inf, np.inf, (STATE_SIZE,), np.float32),
+        }
+        self.sim_state = sim_state
+        if sim_state:
+            spaces["sim_state"] = gym.spaces.Box(-np.inf, np.inf, (SIM_STATE_SIZE,), np.float32)
+        self.observation_space = gym.spaces.Dict(spaces)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_SIZE,), np.float32)
         self.active = 0
         self.steps = 0
@@ -184,7 +191,11 @@ class PandaTasks(gym.Env):
         state = np.concatenate([robot.get_ee_position(), robot.get_ee_velocity(), [robot.get_fingers_width()]]).astype(
             np.float32
         )
-        return {"image": self.camera(), "instruction": INSTRUCTIONS[self.task_name], "state": state}
+        obs = {"image": self.camera(), "instruction": INSTRUCTIONS[self.task_name], "state": state}
+        if self.sim_state:
+            task = self.task.task
+            obs["sim_state"] = np.concatenate([task.get_goal(), task.get_achieved_goal()]).astype(np.float32)
+        return obs
 
     def camera(self) -> np.ndarray:
         import pybullet

@@ -33,6 +33,7 @@ from torch import nn
 
 from fleetrl.config.schema import ModelConfig
 from fleetrl.entry_points import resolve_entry_point
+from fleetrl.errors import ConfigError
 from fleetrl.models.distributions import (
     ActionTokens,
     Categorical,
@@ -62,7 +63,7 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
             params,
             config.hidden_sizes,
             config.activation,
-            config.shared_trunk,
+            bool(config.shared_trunk),  # null: one trunk each
             config.ortho_init,
             encoder,
         )
@@ -75,6 +76,9 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
             config.num_layers,
             config.num_heads,
             config.patch_size,
+            config.keypoints,
+            config.shared_trunk is not False,  # null: one trunk for both
+            tuple(config.critic_keys),
         )
     return resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
 
@@ -104,6 +108,8 @@ class Policy(nn.Module):
     def from_config(cls, config: ModelConfig, observation_space, action_space) -> Policy:
         """The policy `config` describes; with `model.id: hf` a `VLAPolicy` (models/hf/policy.py),
         which has this interface (imported only then: transformers is the optional `vla` extra)."""
+        if config.critic_keys and config.id != "transformer":
+            raise ConfigError("model.critic_keys", config.critic_keys, "[] unless model.id is transformer")
         if config.id == "hf":
             from fleetrl.models.hf.policy import VLAPolicy
 

@@ -8,13 +8,16 @@ while it runs, and with `actor.gradient_checkpointing` recomputed on its own in 
 
 - an image (uint8, HWC or CHW) is cut into `model.patch_size` patches, each projected to
   `model.embed_dim` (a strided convolution, as in ViT); a 7×7 MiniGrid view with patch 1 gives
-  one token per cell;
+  one token per cell. With `model.keypoints: N` it is read instead as N learned keypoints
+  (`ImageKeypoints`): the image coordinates of what a small CNN responds to, one token each;
 - token ids (a mission, `envs.text`) are embedded; padding is masked out of attention;
 - any other key (a one-hot direction, a state vector) is projected to one token;
 - the action queries are learned embeddings, one per action token: K for a token policy
   (`model.action_bins`: K action dimensions, each a categorical over the bins), one for a
   Discrete action or a Gaussian's means. Each query's output is projected to its logits (or
-  means); the value query's output to the value.
+  means); the value query's output to the value. The value query is the sequence's last, or,
+  with `model.shared_trunk: false`, the one query of a second trunk of its own (the critic's),
+  whose gradients never reach the policy.
 
 Every input token gets a learned position embedding. The network follows fleetrl's model
 interface — obs → (action parameters (B, queries·outputs), value (B,)) — so `Policy` turns the
@@ -57,6 +60,45 @@ class ImagePatches(nn.Module):
         return x.flatten(2).transpose(1, 2), None
 
 
+class ImageKeypoints(nn.Module):
+    """uint8 images → (B, keypoints, dim): a spatial-softmax keypoint encoder (Levine et al. 2016,
+    "End-to-end training of deep visuomotor policies"; robomimic's image encoder).
+
+    A small CNN computes one feature map per keypoint at half the image's resolution; a softmax over
+    each map's positions turns it into the expected (x, y) of its activation, in [-1, 1]; each
+    keypoint's two coordinates are projected to one token. Where things are is then an explicit
+    number the blocks can subtract the end effector's position from. Patches carry it only in
+    which token holds the object and in that token's learned position embedding, which a few
+    hundred demonstrations do not teach (docs/guides/manipulation.md, Results)."""
+
+    def __init__(self, space: gym.spaces.Box, dim: int, keypoints: int, channels: int = 32):
+        super().__init__()
+        in_channels, height, width, self.channels_last = image_layout(space)
+        self.scale = pixel_scale(space)
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, channels, 5, stride=2, padding=2),
+            nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(channels, keypoints, 1),
+        )
+        rows, columns = (height + 1) // 2, (width + 1) // 2  # the stride-2 convolution's output
+        ys, xs = torch.meshgrid(torch.linspace(-1, 1, rows), torch.linspace(-1, 1, columns), indexing="ij")
+        self.register_buffer("grid", torch.stack([xs, ys], dim=-1).reshape(-1, 2), persistent=False)
+        self.project = nn.Linear(2, dim)
+        self.count = keypoints
+
+    def expected_positions(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, keypoints, 2): each keypoint's expected (x, y), -1 at the left (top) edge, 1 at the right (bottom)."""
+        pixels = channels_first(images, self.channels_last, self.scale)
+        maps = self.features(pixels.to(self.project.weight.dtype)).flatten(2)
+        return maps.float().softmax(dim=-1) @ self.grid
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, None]:
+        positions = self.expected_positions(images)
+        return self.project(positions.to(self.project.weight.dtype)), None
+
+
 class InstructionTokens(nn.Module):
     """Token ids (B, L), 0-padded → (B, L, dim) and the padding mask (True: ignore)."""
 
@@ -81,7 +123,9 @@ class VectorToken(nn.Module):
         return self.project(x.flatten(1).to(self.project.weight.dtype)).unsqueeze(1), None
 
 
-def tokenizer(space: gym.Space, dim: int, patch_size: int | None) -> nn.Module:
+def tokenizer(space: gym.Space, dim: int, patch_size: int | None, keypoints: int | None) -> nn.Module:
+    if is_image(space) and keypoints is not None:
+        return ImageKeypoints(space, dim, keypoints)
     if is_image(space):
         return ImagePatches(space, dim, patch_size)
     if is_tokens(space):
@@ -89,8 +133,86 @@ def tokenizer(space: gym.Space, dim: int, patch_size: int | None) -> nn.Module:
     return VectorToken(space, dim)
 
 
-class TransformerPolicy(nn.Module):
-    """See the module docstring. `queries` action queries, each projected to `outputs` numbers."""
+class TransformerTrunk(nn.Module):
+    """Observation → the outputs of its `queries` learned queries (B, queries, dim): every input's
+    tokens, then the queries, with learned positions, through the blocks and a final norm."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        queries: int,
+        embed_dim: int,
+        num_layers: int,
+        num_heads: int,
+        patch_size: int | None,
+        keypoints: int | None,
+    ):
+        super().__init__()
+        leaves = leaf_spaces(observation_space)
+        self.keyed = isinstance(leaves, dict)
+        leaves = leaves if self.keyed else {"obs": leaves}
+        self.inputs = nn.ModuleDict(
+            {key: tokenizer(leaf, embed_dim, patch_size, keypoints) for key, leaf in sorted(leaves.items())}
+        )
+        self.queries = queries
+        length = sum(part.count for part in self.inputs.values()) + queries
+        self.query_embedding = nn.Parameter(torch.randn(queries, embed_dim) * 0.02)
+        self.position = nn.Parameter(torch.randn(length, embed_dim) * 0.02)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(
+                embed_dim, num_heads, 4 * embed_dim, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+            )
+            for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(embed_dim)
+
+    def forward(self, obs) -> torch.Tensor:
+        if not self.keyed:
+            obs = {"obs": obs}
+        tokens, masks = [], []
+        for key, part in self.inputs.items():
+            embedded, mask = part(obs[key])
+            tokens.append(embedded)
+            masks.append(mask if mask is not None else embedded.new_zeros(embedded.shape[:2], dtype=torch.bool))
+        batch = tokens[0].shape[0]
+        tokens.append(self.query_embedding.expand(batch, -1, -1))
+        masks.append(torch.zeros(batch, self.queries, dtype=torch.bool, device=tokens[0].device))
+        x = torch.cat(tokens, dim=1) + self.position
+        padding = torch.cat(masks, dim=1)
+        for block in self.blocks:
+            x = block(x, src_key_padding_mask=padding)
+        return self.norm(x[:, -self.queries :])
+
+
+def policy_space(observation_space: gym.Space, critic_keys: tuple[str, ...], shared_trunk: bool) -> gym.Space:
+    """The observation the policy's trunk reads: all of it but `critic_keys` (`model.critic_keys`)."""
+    if not critic_keys:
+        return observation_space
+    keys = sorted(observation_space.spaces) if isinstance(observation_space, gym.spaces.Dict) else []
+    if shared_trunk:
+        raise ConfigError(
+            "model.critic_keys", list(critic_keys), "[] unless model.shared_trunk is false", "one trunk reads every key"
+        )
+    unknown = [key for key in critic_keys if key not in keys]
+    if unknown or set(critic_keys) == set(keys):
+        raise ConfigError(
+            "model.critic_keys",
+            list(critic_keys),
+            f"some of the observation's keys {keys}, not all: the policy must read one",
+            f"unknown: {unknown}" if unknown else "it lists every key",
+        )
+    return gym.spaces.Dict({key: space for key, space in observation_space.spaces.items() if key not in critic_keys})
+
+
+class TransformerPolicy(TransformerTrunk):
+    """See the module docstring: the policy's trunk, with `queries` action queries each projected to
+    `outputs` numbers.
+
+    `shared_trunk`: the value is one more query of this trunk, or (False) the one query of a second
+    trunk, the critic's. One trunk costs half the compute, but the value loss's gradients then move
+    the policy too: PPO's critic warm-up, meant to leave the policy alone, changed a
+    behaviour-cloned policy's actions by a KL of 0.3-0.5 in its first iteration
+    (docs/guides/manipulation.md)."""
 
     def __init__(
         self,
@@ -101,29 +223,18 @@ class TransformerPolicy(nn.Module):
         num_layers: int = 2,
         num_heads: int = 4,
         patch_size: int | None = None,
+        keypoints: int | None = None,
+        shared_trunk: bool = True,
+        critic_keys: tuple[str, ...] = (),
     ):
-        super().__init__()
         if embed_dim % num_heads:
             raise ConfigError(
                 "model.num_heads", num_heads, f"a divisor of model.embed_dim ({embed_dim})", "each head reads a slice"
             )
-        leaves = leaf_spaces(observation_space)
-        self.keyed = isinstance(leaves, dict)
-        leaves = leaves if self.keyed else {"obs": leaves}
-        self.inputs = nn.ModuleDict(
-            {key: tokenizer(leaf, embed_dim, patch_size) for key, leaf in sorted(leaves.items())}
-        )
-        self.queries = queries
-        length = sum(part.count for part in self.inputs.values()) + queries + 1
-        self.query_embedding = nn.Parameter(torch.randn(queries + 1, embed_dim) * 0.02)
-        self.position = nn.Parameter(torch.randn(length, embed_dim) * 0.02)
-        self.blocks = nn.ModuleList(
-            nn.TransformerEncoderLayer(
-                embed_dim, num_heads, 4 * embed_dim, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
-            )
-            for _ in range(num_layers)
-        )
-        self.norm = nn.LayerNorm(embed_dim)
+        dims = (embed_dim, num_layers, num_heads, patch_size, keypoints)
+        super().__init__(policy_space(observation_space, critic_keys, shared_trunk), queries + int(shared_trunk), *dims)
+        self.action_queries = queries
+        self.critic = None if shared_trunk else TransformerTrunk(observation_space, 1, *dims)
         self.action_head = nn.Linear(embed_dim, outputs)
         self.value_head = nn.Linear(embed_dim, 1)
         nn.init.orthogonal_(self.action_head.weight, 0.01)  # near-uniform initial policy, as the MLP's
@@ -131,25 +242,14 @@ class TransformerPolicy(nn.Module):
 
     def wrap_units(self) -> list[nn.Module]:
         """The blocks, each sharded (FSDP) and checkpointed on its own (parallel/wrap.py); the
-        tokenizers, embeddings, final norm and heads stay with the root unit."""
-        return list(self.blocks)
+        tokenizers, embeddings, final norms and heads stay with the root unit."""
+        critic_blocks = [] if self.critic is None else list(self.critic.blocks)
+        return [*self.blocks, *critic_blocks]
 
     def forward(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.keyed:
-            obs = {"obs": obs}
-        tokens, masks = [], []
-        for key, part in self.inputs.items():
-            embedded, mask = part(obs[key])
-            tokens.append(embedded)
-            masks.append(mask if mask is not None else embedded.new_zeros(embedded.shape[:2], dtype=torch.bool))
-        batch = tokens[0].shape[0]
-        tokens.append(self.query_embedding.expand(batch, -1, -1))
-        masks.append(torch.zeros(batch, self.queries + 1, dtype=torch.bool, device=tokens[0].device))
-        x = torch.cat(tokens, dim=1) + self.position
-        padding = torch.cat(masks, dim=1)
-        for block in self.blocks:
-            x = block(x, src_key_padding_mask=padding)
-        x = self.norm(x[:, -(self.queries + 1) :])
+        x = super().forward(obs)
+        value_query = x[:, -1] if self.critic is None else self.critic(obs)[:, 0]
         # float32 out whatever the compute dtype: the policy's log-softmax, log-probs and
         # entropies in full precision (under FSDP mixed precision the blocks compute in bfloat16)
-        return self.action_head(x[:, :-1]).flatten(1).float(), self.value_head(x[:, -1]).squeeze(-1).float()
+        actions = self.action_head(x[:, : self.action_queries]).flatten(1).float()
+        return actions, self.value_head(value_query).squeeze(-1).float()
