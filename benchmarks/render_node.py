@@ -29,8 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _runkit as kit  # noqa: E402
 
 CONFIG = "configs/ppo_manipulation.yaml"
-ENVS, STEPS = 8, 32  # the config's env.num_envs and algorithm.num_steps: 256 env steps an iteration
-COMMON = [*kit.FIXED_WORK, "runner.eval_interval=0", f"env.num_envs={ENVS}", f"algorithm.num_steps={STEPS}"]
+ENVS, STEPS = 8, 32  # as measured on 2026-11-28 (the config then had 8 sync envs): 256 env steps an iteration
+COMMON = [
+    *kit.FIXED_WORK,
+    "runner.eval_interval=0",
+    f"env.num_envs={ENVS}",
+    "env.vectorization=sync",  # inline renders its envs one after another, as the results were measured
+    f"algorithm.num_steps={STEPS}",
+]
 INLINE = ["cluster.backend=inline", "rollout.pipeline_stage_num=1"]
 
 

@@ -33,7 +33,7 @@ ENV_ID = "fleetrl.envs.manipulation:PandaTasks"
 # Small enough for CI: 32×32 images, 2 envs, 8-step episodes (a push rarely ends in 8: truncations
 # are episodes too, so every iteration reports success rates).
 SMALL = [
-    "env.kwargs={tasks: [reach, push], image_size: 32, max_steps: 8}",
+    "env.kwargs={tasks: [reach, push], image_size: 32, max_steps: 8, sim_state: true}",
     "env.num_envs=2",
     "env.vectorization=sync",
     "algorithm.num_steps=8",
@@ -253,7 +253,7 @@ def test_record_sft_then_train_from_it(tmp_path):
     assert (rl.run_dir / "success_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     config = load_config("configs/ppo_manipulation.yaml", SMALL[:6])
-    env = small_env(max_steps=8)
+    env = small_env(max_steps=8, sim_state=True)
     actor = ActorWorker(config, env.observation_space, env.action_space)
     env.close()
     weights = initial_weights(str(sft.run_dir))
