@@ -57,6 +57,7 @@ ANY_VALUE = {
     "runner.run_dir": "any folder; it is created when the run starts",
     "runner.name": "any text; it names the run's folder",
     "cluster.ray_address": "any address ray.init takes; Ray checks it when it connects",
+    "model.shared_trunk": "true, false, or null for the model's own default: each is valid",
 }
 
 

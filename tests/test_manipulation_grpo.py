@@ -28,6 +28,7 @@ GAMMA = 0.5
 GRPO = [
     "env.kwargs={tasks: [reach, push], image_size: 32, max_steps: 10, sim_state: true}",
     "env.num_envs=4",
+    "env.vectorization=sync",  # the env worker's own simulators, which the test reads
     "algorithm.num_steps=3",
     "algorithm.minibatch_size=12",
     "algorithm.adv_type=grpo",

@@ -210,9 +210,8 @@ class TransformerPolicy(TransformerTrunk):
 
     `shared_trunk`: the value is one more query of this trunk, or (False) the one query of a second
     trunk, the critic's. One trunk costs half the compute, but the value loss's gradients then move
-    the policy too: PPO's critic warm-up, meant to leave the policy alone, changed a
-    behaviour-cloned policy's actions by a KL of 0.3-0.5 in its first iteration
-    (docs/guides/manipulation.md)."""
+    the policy too: a critic warm-up, meant to leave the policy alone, changed a behaviour-cloned
+    policy's actions by a KL of 0.27-0.52 in its first iteration (docs/guides/manipulation.md)."""
 
     def __init__(
         self,
