@@ -251,6 +251,10 @@ def test_transformer_critic_keys_are_read_by_the_critic_alone():
         with pytest.raises(ConfigError, match="model.critic_keys") as error:
             Policy.from_config(ModelConfig(**{**vars(config), **changes}), space, actions)
         assert expected in str(error.value)
+    # a VLA's value head reads its own hidden state: no second trunk (refused before any model loads)
+    with pytest.raises(ConfigError, match="model.shared_trunk") as error:
+        Policy.from_config(ModelConfig(id="hf", path="/nowhere", shared_trunk=False), space, actions)
+    assert "null or true with model.id hf" in str(error.value)
 
 
 def test_sac_keeps_image_observations_uint8_in_its_replay_buffer():

@@ -132,7 +132,8 @@ class ModelConfig:
     builds from `hidden_sizes` itself)."""
     shared_trunk: bool | None = None
     """One trunk for policy and value, or one each (null: the model's default, one each for `mlp`,
-    one for both for `transformer`). One each keeps the value loss's gradients out of the policy."""
+    one for both for `transformer`; `hf` has only one). One each keeps the value loss's gradients
+    out of the policy."""
     init_log_std: Annotated[float, Finite] = 0.0
     """Initial log std of the Gaussian policy (Box actions)."""
     ortho_init: bool = True

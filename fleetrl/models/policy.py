@@ -110,6 +110,13 @@ class Policy(nn.Module):
         which has this interface (imported only then: transformers is the optional `vla` extra)."""
         if config.critic_keys and config.id != "transformer":
             raise ConfigError("model.critic_keys", config.critic_keys, "[] unless model.id is transformer")
+        if config.id == "hf" and config.shared_trunk is False:
+            raise ConfigError(
+                "model.shared_trunk",
+                False,
+                "null or true with model.id hf",
+                "the VLA's value head reads its hidden state",
+            )
         if config.id == "hf":
             from fleetrl.models.hf.policy import VLAPolicy
 
