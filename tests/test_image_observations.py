@@ -246,15 +246,19 @@ def test_transformer_critic_keys_are_read_by_the_critic_alone():
         ({"critic_keys": ["target"]}, "unknown: ['target']"),
         ({"critic_keys": ["image", "sim_state"]}, "it lists every key"),
         ({"critic_keys": ["sim_state"], "shared_trunk": None}, "model.shared_trunk is false"),
-        ({"critic_keys": ["sim_state"], "id": "mlp"}, "unless model.id is transformer"),
     ]:
         with pytest.raises(ConfigError, match="model.critic_keys") as error:
             Policy.from_config(ModelConfig(**{**vars(config), **changes}), space, actions)
         assert expected in str(error.value)
-    # a VLA's value head reads its own hidden state: no second trunk (refused before any model loads)
-    with pytest.raises(ConfigError, match="model.shared_trunk") as error:
-        Policy.from_config(ModelConfig(id="hf", path="/nowhere", shared_trunk=False), space, actions)
-    assert "null or true with model.id hf" in str(error.value)
+    # where no model has a second trunk to give the critic: refused as the config loads, before any
+    # worker or model (a VLA's value head reads its own hidden state)
+    for overrides, key, expected in [
+        (["model.id=mlp", "model.critic_keys=[sim_state]"], "model.critic_keys", "unless model.id is transformer"),
+        (["model.id=hf", "model.shared_trunk=false"], "model.shared_trunk", "null or true with model.id hf"),
+    ]:
+        with pytest.raises(ConfigError, match=key) as error:
+            load_config(None, overrides)
+        assert expected in str(error.value)
 
 
 def test_sac_keeps_image_observations_uint8_in_its_replay_buffer():

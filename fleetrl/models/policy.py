@@ -33,7 +33,6 @@ from torch import nn
 
 from fleetrl.config.schema import ModelConfig
 from fleetrl.entry_points import resolve_entry_point
-from fleetrl.errors import ConfigError
 from fleetrl.models.distributions import (
     ActionTokens,
     Categorical,
@@ -108,15 +107,6 @@ class Policy(nn.Module):
     def from_config(cls, config: ModelConfig, observation_space, action_space) -> Policy:
         """The policy `config` describes; with `model.id: hf` a `VLAPolicy` (models/hf/policy.py),
         which has this interface (imported only then: transformers is the optional `vla` extra)."""
-        if config.critic_keys and config.id != "transformer":
-            raise ConfigError("model.critic_keys", config.critic_keys, "[] unless model.id is transformer")
-        if config.id == "hf" and config.shared_trunk is False:
-            raise ConfigError(
-                "model.shared_trunk",
-                False,
-                "null or true with model.id hf",
-                "the VLA's value head reads its hidden state",
-            )
         if config.id == "hf":
             from fleetrl.models.hf.policy import VLAPolicy
 

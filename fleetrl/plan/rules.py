@@ -42,6 +42,7 @@ def validate(config: Config) -> None:
             "the built-in models read the model section's own keys (hidden_sizes, embed_dim, ...); kwargs go to a custom model",
         )
     validate_hf_keys(config)
+    validate_trunk_keys(config)
     validate_cluster(config)
     validate_watchdog(config)
     validate_restarts(config)
@@ -188,6 +189,18 @@ def validate_hf_keys(config: Config) -> None:
         value = getattr(config.model, key)
         if value != getattr(defaults, key):
             raise ConfigError(f"model.{key}", value, f"its default ({getattr(defaults, key)!r}) unless model.id is hf")
+
+
+def validate_trunk_keys(config: Config) -> None:
+    """`model.critic_keys` and `model.shared_trunk: false` only where a model has a second trunk to
+    give the critic: set on another model, they would be silently ignored."""
+    model = config.model
+    if model.critic_keys and model.id != "transformer":
+        raise ConfigError("model.critic_keys", model.critic_keys, "[] unless model.id is transformer")
+    if model.id == "hf" and model.shared_trunk is False:
+        raise ConfigError(
+            "model.shared_trunk", False, "null or true with model.id hf", "the VLA's value head reads its hidden state"
+        )
 
 
 def validate_actor(config: Config) -> None:
