@@ -175,7 +175,8 @@ def test_an_inline_run_listens_on_loopback_keeps_its_secret_and_shrugs_off_forge
         # until each rejection is logged, as a real one would; the run is held till then.
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            missing = [key for line, key in wanted.items() if line not in (run_dir / "train.log").read_text()]
+            log = (run_dir / "train.log").read_text()
+            missing = [key for line, key in wanted.items() if line not in log]
             if not missing:
                 break
             for key in missing:
