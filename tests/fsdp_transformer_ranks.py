@@ -162,7 +162,7 @@ def probe_step(worker: ActorWorker, config: Config) -> dict:
     obs = map_obs(lambda x: x[0], batch.obs)  # the first step's envs
     flight_recorder.install(recorder)
     try:
-        logprob, entropy, value = worker.loss_path.module(obs, batch.actions[0])
+        logprob, entropy, value, _ = worker.loss_path.module(obs, batch.actions[0])
         (logprob.sum() + entropy.sum() + value.sum()).backward()
     finally:
         flight_recorder.install(None)

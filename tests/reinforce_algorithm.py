@@ -69,7 +69,7 @@ class ReinforceActor(ActorBase):
             algo.gamma,
             1.0,  # λ = 1: the discounted return
         )
-        logprobs, _, values = self.loss_module(trajectory.obs.flatten(0, 1), trajectory.actions.flatten(0, 1))
+        logprobs, _, values, _ = self.loss_module(trajectory.obs.flatten(0, 1), trajectory.actions.flatten(0, 1))
         returns = returns.flatten()
         advantages = (returns - values).detach()
         pg_loss = -(logprobs * advantages).mean()

@@ -148,7 +148,7 @@ def test_gradient_checkpointing_recomputes_one_block_at_a_time():
         block.linear1.register_forward_hook(lambda *_, i=index: events.append(("forward", i)))
         block.linear1.weight.register_post_accumulate_grad_hook(lambda _, i=index: events.append(("grad", i)))
     batch = ranks.trajectory(config, 0)
-    logprob, entropy, value = worker.policy(map_obs(lambda x: x[0], batch.obs), batch.actions[0])
+    logprob, entropy, value, _ = worker.policy(map_obs(lambda x: x[0], batch.obs), batch.actions[0])
     assert events == [("forward", 0), ("forward", 1)]
     (logprob.sum() + entropy.sum() + value.sum()).backward()
     assert events[2:] == [("forward", 1), ("grad", 1), ("forward", 0), ("grad", 0)]

@@ -82,7 +82,7 @@ def test_observations_reach_the_trajectory_exactly_and_images_stay_uint8(dict_ob
     assert trajectory.rewards[:, 0].tolist() == [1, 2, 3, 1, 2, 3, 1]
     # the loss path reads the recorded batch: the same log-probs and values the rollout stored
     flat = map_obs(lambda x: x.flatten(0, 1), trajectory.obs)
-    logprobs, _, values = policy(flat, trajectory.actions.flatten(0, 1))
+    logprobs, _, values, _ = policy(flat, trajectory.actions.flatten(0, 1))
     assert torch.allclose(logprobs, trajectory.logprobs.flatten(0, 1), atol=1e-5)
     assert torch.allclose(values, trajectory.values.flatten(0, 1), atol=1e-5)
 
@@ -122,7 +122,7 @@ def test_the_default_mlp_flattens_uint8_images_to_float_at_the_model_and_learns_
     first = next(policy.parameters())
     before = first.detach().clone()
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
-    logprob, entropy, value = policy(images, torch.tensor([0, 1] * 3))
+    logprob, entropy, value, _ = policy(images, torch.tensor([0, 1] * 3))
     (-logprob.mean() + value.pow(2).mean()).backward()
     optimizer.step()
     assert first.shape[1] == side * side * 3 and not torch.equal(first, before)
@@ -155,7 +155,7 @@ def test_transformer_log_probs_and_entropies_match_a_direct_computation(bins):
         "mission": torch.tensor([[4, 10, 9, 5, 3], [4, 10, 3, 0, 0]] * 3),
     }
     actions, logprobs, values = policy.act(obs)
-    logprobs_again, entropy, values_again = policy(obs, actions)
+    logprobs_again, entropy, values_again, _ = policy(obs, actions)
     logits, value = policy.network(obs)
     if bins:  # one categorical per action dimension, over the bins
         distribution = torch.distributions.Categorical(logits=logits.view(6, 3, bins))
@@ -259,6 +259,62 @@ def test_transformer_critic_keys_are_read_by_the_critic_alone():
         with pytest.raises(ConfigError, match=key) as error:
             load_config(None, overrides)
         assert expected in str(error.value)
+
+
+def test_transformer_predict_keys_teach_the_keypoints_where_things_are():
+    """`model.predict_keys`: a linear read-out of the keypoints predicts the key, and its squared
+    error is the loss path's fourth output. The policy never reads the key (its actions do not
+    change with it), and that error alone, minimised, teaches a keypoint to follow a red dot it
+    was not built to detect. Keys the observation lacks, every key, or a model without keypoints
+    is a config error."""
+    space = gym.spaces.Dict(
+        image=gym.spaces.Box(0, 255, (16, 16, 3), np.uint8), where=gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    )
+    actions = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    config = ModelConfig(id="transformer", action_bins=5, embed_dim=16, num_heads=2, keypoints=4)
+    torch.manual_seed(0)
+    policy = Policy.from_config(ModelConfig(**{**vars(config), "predict_keys": ["where"]}), space, actions)
+    network = policy.network
+    assert set(network.inputs) == {"image"} and network.predictor.in_features == 2 * 4
+
+    def red_dots(count: int) -> dict:
+        """Images with a 2×2 red dot anywhere; `where` is its (x, y) in [-1, 1]."""
+        rows, columns = torch.randint(0, 15, (count,)), torch.randint(0, 15, (count,))
+        images = torch.zeros(count, 16, 16, 3, dtype=torch.uint8)
+        for k in range(count):
+            images[k, rows[k] : rows[k] + 2, columns[k] : columns[k] + 2, 0] = 255
+        return {"image": images, "where": torch.stack([columns, rows], dim=1).float() / 7 - 1}
+
+    obs = red_dots(8)
+    chosen = torch.zeros(8, 2)
+    outputs = policy(obs, chosen)
+    truth = obs["where"]
+    expected = network.predictor(network.inputs["image"].expected_positions(obs["image"]).flatten(1)) - truth
+    assert torch.allclose(outputs.prediction_error, expected.pow(2).mean(-1), atol=1e-6)
+    other = policy(dict(obs, where=-truth), chosen)
+    assert torch.equal(other.logprobs, outputs.logprobs) and torch.equal(other.value, outputs.value)
+    assert not torch.allclose(other.prediction_error, outputs.prediction_error)
+    # the prediction error alone trains the keypoint CNN: its dots' positions are then read out
+    # from the keypoints to within a fifth of their spread (a guess of the mean: the spread itself)
+    optimizer = torch.optim.Adam(network.parameters(), lr=3e-3)
+    for _ in range(400):
+        loss = policy(red_dots(32), torch.zeros(32, 2)).prediction_error.mean()
+        optimizer.zero_grad(), loss.backward(), optimizer.step()
+    held_out = red_dots(256)
+    with torch.no_grad():
+        error = policy(held_out, torch.zeros(256, 2)).prediction_error.mean()
+    assert error < 0.2 * held_out["where"].var(0).mean(), error
+    for changes, key, expected in [
+        ({"predict_keys": ["target"]}, "model.predict_keys", "unknown: ['target']"),
+        ({"predict_keys": ["where"], "critic_keys": ["image"], "shared_trunk": False}, "model", "every key"),
+    ]:
+        with pytest.raises(ConfigError, match=key) as error:
+            Policy.from_config(ModelConfig(**{**vars(config), **changes}), space, actions)
+        assert expected in str(error.value)
+    for overrides in (["model.id=transformer"], ["model.id=mlp", "model.keypoints=4"]):
+        with pytest.raises(ConfigError, match="model.predict_keys") as error:
+            load_config(None, [*overrides, "model.predict_keys=[sim_state]"])
+        assert "unless model.id is transformer with model.keypoints" in str(error.value)
 
 
 def test_sac_keeps_image_observations_uint8_in_its_replay_buffer():

@@ -79,7 +79,7 @@ def test_clip_grad_norm_is_torchs_bitwise():
     policy.network.aux_value_head = torch.nn.Linear(64, 1)  # a parameter without a gradient
     other = copy.deepcopy(policy)
     for module in (policy, other):
-        logprobs, _, values = module(batch.obs, batch.actions)
+        logprobs, _, values, _ = module(batch.obs, batch.actions)
         (logprobs.sum() * 50 + values.pow(2).sum()).backward()  # a norm far above max_norm
     params, other_params = list(policy.parameters()), list(other.parameters())
     ours = clip_grad_norm_(params, 0.5)

@@ -70,7 +70,7 @@ def test_token_policy_acts_in_action_values_with_per_token_log_probs():
     logits = policy.network(obs)[0].view(6, 3, 4)
     expected = torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1)
     assert torch.allclose(logprobs, expected, atol=1e-6)
-    new_logprobs, entropy, _ = policy(obs, actions)
+    new_logprobs, entropy, _, _ = policy(obs, actions)
     assert torch.allclose(new_logprobs, logprobs, atol=1e-6) and entropy.shape == (6, 3)
 
 
@@ -78,7 +78,7 @@ def test_logprob_and_entropy_types():
     policy = token_policy()
     obs = torch.randn(6, 5)
     actions = policy.act(obs)[0]
-    logprobs, entropy, _ = policy(obs, actions)
+    logprobs, entropy, _, _ = policy(obs, actions)
     probabilities = torch.softmax(policy.network(obs)[0].view(6, 3, 4), -1)
     joint = probabilities.gather(-1, policy.tokens.encode(actions)[..., None]).squeeze(-1).prod(-1)
     token_entropy = -(probabilities * probabilities.log()).sum(-1)  # (6, 3)

@@ -146,7 +146,7 @@ def test_acting_samples_only_action_ids_and_the_loss_path_gives_the_same_log_pro
     actions, logprobs, values = policy.act(obs)
     assert actions.shape == (4,) and logprobs.shape == (4,) and values.shape == (4,)
     assert ((actions >= 0) & (actions < 7)).all()  # MiniGrid's 7 actions are the first 7 bins
-    new_logprobs, entropy, new_values = policy(obs, actions)
+    new_logprobs, entropy, new_values, _ = policy(obs, actions)
     # autoregressive: sampled with the KV cache, recomputed teacher-forced in one pass
     assert torch.allclose(new_logprobs, logprobs, atol=1e-5) and torch.allclose(new_values, values, atol=1e-5)
     # by hand: the log-softmax over the action ids' logits of the full vocabulary
@@ -168,7 +168,7 @@ def test_a_chunk_of_box_actions_is_decoded_in_one_pass_per_token_of_each_action(
     actions, logprobs, _ = policy.act(obs)
     assert actions.shape == (4, 2, 3) and logprobs.shape == (4, 2, 3) and policy.logprob_shape == (2, 3)
     assert policy.action_chunk == 2
-    new_logprobs, entropy, _ = policy(obs, actions)
+    new_logprobs, entropy, _, _ = policy(obs, actions)
     assert torch.allclose(new_logprobs, logprobs, atol=1e-5) and entropy.shape == (4, 2, 3)
     # the 6 action positions are read from one pass: 6 distinct token distributions
     log_p, _ = policy.distribution(obs)
@@ -264,7 +264,7 @@ def test_the_second_family_smolvlm_loads_and_acts_through_the_same_adapter(minig
         policy = vla(folder, observation_space, action_space, decode=decode, lora=LoraConfig(rank=4))
         actions, logprobs, values = policy.act(obs)
         assert ((actions >= 0) & (actions < 7)).all() and logprobs.shape == (4,)
-        new_logprobs, _, new_values = policy(obs, actions)
+        new_logprobs, _, new_values, _ = policy(obs, actions)
         assert torch.allclose(new_logprobs, logprobs, atol=1e-5) and torch.allclose(new_values, values, atol=1e-5)
 
 

@@ -163,6 +163,14 @@ class ModelConfig:
     """`transformer` with `shared_trunk: false`: observation keys only the critic's trunk reads, never
     the policy's: an asymmetric critic (Pinto et al. 2018) that knows the simulator's true state
     (`PandaTasks`' `sim_state`) while the policy acts from its camera (docs: guides/manipulation.md)."""
+    predict_keys: list[str] = field(default_factory=list)
+    """`transformer` with `keypoints`: observation keys the policy's image keypoints learn to predict
+    (a linear read-out, an auxiliary regression loss in every training step; Levine et al. 2016).
+    The policy never reads them: the simulator's state (`PandaTasks`' `sim_state`) teaches the
+    camera's keypoints where things are (docs: guides/manipulation.md)."""
+    predict_coef: Annotated[float, Positive] = 100.0
+    """Weight of the `predict_keys` loss: the mean squared error of the prediction, in the keys' own
+    units (metres for `sim_state`: an error of 10 cm costs 1)."""
     path: str | None = None
     """`hf`: a local model folder (config.json, safetensors, processor, tokenizer); never fetched
     (docs: guides/vla.md). With `hf`, `action_bins` is the number of action tokens (default 256)."""

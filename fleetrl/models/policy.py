@@ -4,10 +4,12 @@ The network is the built-in MLP (`model.id: mlp`; image and Dict observations go
 encoders of models/encoders.py first), the built-in transformer (`model.id: transformer`,
 models/transformer.py), or the user's own (`model.id: module:attr`). A user network is built as `Net(observation_space, num_action_params, **model.kwargs)` and its
 `forward(obs)` returns `(action_params, value)`: action_params of shape (B, num_action_params) —
-logits for Discrete actions, Gaussian means for Box actions — and value of shape (B,). fleetrl owns
+logits for Discrete actions, Gaussian means for Box actions — and value of shape (B,); a network
+with an auxiliary prediction (the transformer's `model.predict_keys`) returns its per-sample
+error (B,) third. fleetrl owns
 the Gaussian's state-independent log std. docs/guides/model.md ("Your own network") has an example.
 
-`forward(obs, actions)` is the loss path (what DDP wraps); `act` is inference only.
+`forward(obs, actions)` is the loss path (what DDP wraps): `LossOutputs`; `act` is inference only.
 
 Token policies (`model.action_bins`): a 1-D Box action becomes K tokens (one per dimension), each
 a categorical over `action_bins` values (`ActionTokens`). Their log-probs and entropies are
@@ -26,6 +28,8 @@ new)` compares two of them (a behavioural-cloning term).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import gymnasium as gym
 import torch
@@ -78,8 +82,18 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
             config.keypoints,
             config.shared_trunk is not False,  # null: one trunk for both
             tuple(config.critic_keys),
+            tuple(config.predict_keys),
         )
     return resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
+
+
+class LossOutputs(NamedTuple):
+    """The loss path's outputs: what a loss reads of the policy on a batch of (obs, actions)."""
+
+    logprobs: torch.Tensor  # of the actions: (B,), per token (B, K), per chunk action (B, K[, d])
+    entropy: torch.Tensor  # the action distribution's, shaped as logprobs
+    value: torch.Tensor  # (B,)
+    prediction_error: torch.Tensor | None  # (B,) with an auxiliary prediction (model.predict_keys), else None
 
 
 class Policy(nn.Module):
@@ -123,28 +137,32 @@ class Policy(nn.Module):
         """(B, K·P) network output → (B, K, P): one row of action parameters per chunk action."""
         return params.unflatten(-1, (self.action_chunk, -1)) if self.action_chunk > 1 else params
 
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor):
-        """Loss path: (log-prob of `actions`, entropy, value), all (B,); for token policies the
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> LossOutputs:
+        """Loss path: log-prob of `actions`, entropy and value, all (B,); for token policies the
         log-prob and entropy are per token, (B, K); with chunks per action, (B, K[, d])."""
-        params, value = self.network(obs)
+        params, value, *prediction = self.network(obs)
+        error = prediction[0] if prediction else None
         params = self.split(params)
         if self.tokens is not None:
             log_p = self.tokens.log_probs(params)
-            return (Categorical.log_prob(log_p, self.tokens.encode(actions)), Categorical.entropy(log_p), value)
+            return LossOutputs(
+                Categorical.log_prob(log_p, self.tokens.encode(actions)), Categorical.entropy(log_p), value, error
+            )
         if self.continuous:
-            return (
+            return LossOutputs(
                 DiagonalGaussian.log_prob(params, self.log_std, actions),
                 DiagonalGaussian.entropy(params, self.log_std),
                 value,
+                error,
             )
         log_p = Categorical.normalize(params)
-        return Categorical.log_prob(log_p, actions), Categorical.entropy(log_p), value
+        return LossOutputs(Categorical.log_prob(log_p, actions), Categorical.entropy(log_p), value, error)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         """Inference: (actions, their log-probs, values). Token policies return the tokens'
         action values and per-token log-probs (B, K); chunk policies (B, K, ...) (module docstring)."""
-        params, value = self.network(obs)
+        params, value = self.network(obs)[:2]
         params = self.split(params)
         if self.tokens is not None:
             log_p = self.tokens.log_probs(params)

@@ -94,9 +94,12 @@ class ImageKeypoints(nn.Module):
         maps = self.features(pixels.to(self.project.weight.dtype)).flatten(2)
         return maps.float().softmax(dim=-1) @ self.grid
 
+    def embed(self, positions: torch.Tensor) -> torch.Tensor:
+        """(B, keypoints, 2) positions → (B, keypoints, dim) tokens."""
+        return self.project(positions.to(self.project.weight.dtype))
+
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, None]:
-        positions = self.expected_positions(images)
-        return self.project(positions.to(self.project.weight.dtype)), None
+        return self.embed(self.expected_positions(images)), None
 
 
 class InstructionTokens(nn.Module):
@@ -167,11 +170,19 @@ class TransformerTrunk(nn.Module):
         self.norm = nn.LayerNorm(embed_dim)
 
     def forward(self, obs) -> torch.Tensor:
+        return self.read(obs)[0]
+
+    def read(self, obs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(the queries' outputs, each keypoint image's positions (B, keypoints, 2))."""
         if not self.keyed:
             obs = {"obs": obs}
-        tokens, masks = [], []
+        tokens, masks, positions = [], [], []
         for key, part in self.inputs.items():
-            embedded, mask = part(obs[key])
+            if isinstance(part, ImageKeypoints):
+                positions.append(part.expected_positions(obs[key]))
+                embedded, mask = part.embed(positions[-1]), None
+            else:
+                embedded, mask = part(obs[key])
             tokens.append(embedded)
             masks.append(mask if mask is not None else embedded.new_zeros(embedded.shape[:2], dtype=torch.bool))
         batch = tokens[0].shape[0]
@@ -181,27 +192,34 @@ class TransformerTrunk(nn.Module):
         padding = torch.cat(masks, dim=1)
         for block in self.blocks:
             x = block(x, src_key_padding_mask=padding)
-        return self.norm(x[:, -self.queries :])
+        return self.norm(x[:, -self.queries :]), positions
 
 
-def policy_space(observation_space: gym.Space, critic_keys: tuple[str, ...], shared_trunk: bool) -> gym.Space:
-    """The observation the policy's trunk reads: all of it but `critic_keys` (`model.critic_keys`)."""
-    if not critic_keys:
+def policy_space(
+    observation_space: gym.Space, critic_keys: tuple[str, ...], shared_trunk: bool, predict_keys: tuple[str, ...] = ()
+) -> gym.Space:
+    """The observation the policy's trunk reads: all of it but `critic_keys` (`model.critic_keys`)
+    and the keys it learns to predict (`model.predict_keys`)."""
+    if not critic_keys and not predict_keys:
         return observation_space
     keys = sorted(observation_space.spaces) if isinstance(observation_space, gym.spaces.Dict) else []
-    if shared_trunk:
+    if critic_keys and shared_trunk:
         raise ConfigError(
             "model.critic_keys", list(critic_keys), "[] unless model.shared_trunk is false", "one trunk reads every key"
         )
-    unknown = [key for key in critic_keys if key not in keys]
-    if unknown or set(critic_keys) == set(keys):
+    hidden = set(critic_keys) | set(predict_keys)
+    for name, listed in (("model.critic_keys", critic_keys), ("model.predict_keys", predict_keys)):
+        unknown = [key for key in listed if key not in keys]
+        if unknown:
+            reason = f"unknown: {unknown}"
+        elif listed and hidden == set(keys):
+            reason = "it lists every key" if set(listed) == set(keys) else "with the other list, every key"
+        else:
+            continue
         raise ConfigError(
-            "model.critic_keys",
-            list(critic_keys),
-            f"some of the observation's keys {keys}, not all: the policy must read one",
-            f"unknown: {unknown}" if unknown else "it lists every key",
+            name, list(listed), f"some of the observation's keys {keys}, not all: the policy must read one", reason
         )
-    return gym.spaces.Dict({key: space for key, space in observation_space.spaces.items() if key not in critic_keys})
+    return gym.spaces.Dict({key: space for key, space in observation_space.spaces.items() if key not in hidden})
 
 
 class TransformerPolicy(TransformerTrunk):
@@ -211,7 +229,12 @@ class TransformerPolicy(TransformerTrunk):
     `shared_trunk`: the value is one more query of this trunk, or (False) the one query of a second
     trunk, the critic's. One trunk costs half the compute, but the value loss's gradients then move
     the policy too: a critic warm-up, meant to leave the policy alone, changed a behaviour-cloned
-    policy's actions by a KL of 0.27-0.52 in its first iteration (docs/guides/manipulation.md)."""
+    policy's actions by a KL of 0.27-0.52 in its first iteration (docs/guides/manipulation.md).
+
+    `predict_keys` (with `keypoints`): a linear read-out of the keypoints' positions predicts these
+    observation keys, and `forward` returns its per-sample squared error as a third output: the
+    auxiliary loss that teaches the camera's keypoints where the simulator says things are. The
+    policy reads neither the keys nor the prediction."""
 
     def __init__(
         self,
@@ -225,17 +248,25 @@ class TransformerPolicy(TransformerTrunk):
         keypoints: int | None = None,
         shared_trunk: bool = True,
         critic_keys: tuple[str, ...] = (),
+        predict_keys: tuple[str, ...] = (),
     ):
         if embed_dim % num_heads:
             raise ConfigError(
                 "model.num_heads", num_heads, f"a divisor of model.embed_dim ({embed_dim})", "each head reads a slice"
             )
         dims = (embed_dim, num_layers, num_heads, patch_size, keypoints)
-        super().__init__(policy_space(observation_space, critic_keys, shared_trunk), queries + int(shared_trunk), *dims)
+        reads = policy_space(observation_space, critic_keys, shared_trunk, predict_keys)
+        super().__init__(reads, queries + int(shared_trunk), *dims)
         self.action_queries = queries
         self.critic = None if shared_trunk else TransformerTrunk(observation_space, 1, *dims)
         self.action_head = nn.Linear(embed_dim, outputs)
         self.value_head = nn.Linear(embed_dim, 1)
+        self.predict_keys = tuple(predict_keys)
+        self.predictor = None
+        if predict_keys:  # policy_space checked the keys; rules.validate_trunk_keys that keypoints is set
+            images = sum(isinstance(part, ImageKeypoints) for part in self.inputs.values())
+            size = sum(int(np.prod(observation_space[key].shape)) for key in predict_keys)
+            self.predictor = nn.Linear(2 * keypoints * images, size)
         nn.init.orthogonal_(self.action_head.weight, 0.01)  # near-uniform initial policy, as the MLP's
         nn.init.zeros_(self.action_head.bias)
 
@@ -245,10 +276,16 @@ class TransformerPolicy(TransformerTrunk):
         critic_blocks = [] if self.critic is None else list(self.critic.blocks)
         return [*self.blocks, *critic_blocks]
 
-    def forward(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
-        x = super().forward(obs)
+    def forward(self, obs) -> tuple[torch.Tensor, ...]:
+        """(action parameters, value), and with `predict_keys` the prediction's squared error (B,)."""
+        x, positions = self.read(obs)
         value_query = x[:, -1] if self.critic is None else self.critic(obs)[:, 0]
         # float32 out whatever the compute dtype: the policy's log-softmax, log-probs and
         # entropies in full precision (under FSDP mixed precision the blocks compute in bfloat16)
         actions = self.action_head(x[:, : self.action_queries]).flatten(1).float()
-        return actions, self.value_head(value_query).squeeze(-1).float()
+        value = self.value_head(value_query).squeeze(-1).float()
+        if self.predictor is None:
+            return actions, value
+        predicted = self.predictor(torch.cat([found.flatten(1) for found in positions], dim=1)).float()
+        truth = torch.cat([obs[key].flatten(1).float() for key in self.predict_keys], dim=1)
+        return actions, value, (predicted - truth).pow(2).mean(-1)

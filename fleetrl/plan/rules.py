@@ -193,10 +193,18 @@ def validate_hf_keys(config: Config) -> None:
 
 def validate_trunk_keys(config: Config) -> None:
     """`model.critic_keys` and `model.shared_trunk: false` only where a model has a second trunk to
-    give the critic: set on another model, they would be silently ignored."""
+    give the critic, `model.predict_keys` only where it has keypoints to predict them from: set on
+    another model, they would be silently ignored."""
     model = config.model
     if model.critic_keys and model.id != "transformer":
         raise ConfigError("model.critic_keys", model.critic_keys, "[] unless model.id is transformer")
+    if model.predict_keys and (model.id != "transformer" or model.keypoints is None):
+        raise ConfigError(
+            "model.predict_keys",
+            model.predict_keys,
+            "[] unless model.id is transformer with model.keypoints",
+            "the keypoints' positions are what predicts them",
+        )
     if model.id == "hf" and model.shared_trunk is False:
         raise ConfigError(
             "model.shared_trunk", False, "null or true with model.id hf", "the VLA's value head reads its hidden state"

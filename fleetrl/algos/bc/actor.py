@@ -59,22 +59,31 @@ class BCActor(ActorWorker):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         per_rank = self.minibatch_size // self.world_size
-        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+        totals = torch.zeros(4, dtype=torch.float64, device=self.device)
         for _ in range(algo.updates_per_iteration):
             index = torch.randint(len(self.actions), (per_rank,), generator=self.sampler).to(self.device)
-            logprob, _, value = self.loss_path.module(map_obs(lambda x, i=index: x[i], self.obs), self.actions[index])
-            logprob = decision_logprob(logprob, None if self.steps is None else self.steps[index])  # tokens, chunks
+            outputs = self.loss_path.module(map_obs(lambda x, i=index: x[i], self.obs), self.actions[index])
+            logprob = decision_logprob(
+                outputs.logprobs, None if self.steps is None else self.steps[index]
+            )  # tokens, chunks
             action_loss = -logprob.mean()
-            value_loss = 0.5 * (value - self.returns[index]).pow(2).mean()
+            value_loss = 0.5 * (outputs.value - self.returns[index]).pow(2).mean()
+            loss = action_loss + algo.vf_coef * value_loss
+            prediction = torch.zeros_like(value_loss)
+            if self.predict_coef is not None:  # model.predict_keys: the demonstrations' own recorded keys
+                prediction = outputs.prediction_error.mean()
+                loss = loss + self.predict_coef * prediction
             self.optimizer.zero_grad(set_to_none=True)
-            (action_loss + algo.vf_coef * value_loss).backward()
+            loss.backward()
             if not self.checked:
                 check_every_parameter_has_a_gradient(self.loss_path.policy, self.loss_path.ignored, "behaviour-cloning")
                 self.checked = True
             if algo.max_grad_norm > 0:
                 self.loss_path.clip_grad_norm_(algo.max_grad_norm)
             self.optimizer.step()
-            totals += torch.stack([action_loss.detach(), value_loss.detach(), logprob.detach().exp().mean()]).double()
+            totals += torch.stack(
+                [action_loss.detach(), value_loss.detach(), logprob.detach().exp().mean(), prediction.detach()]
+            ).double()
         means = (self.all_reduce(totals) / (self.world_size * algo.updates_per_iteration)).tolist()
         return {
             "bc_loss": means[0],
@@ -83,6 +92,7 @@ class BCActor(ActorWorker):
             "lr": lr,
             "grad_steps": algo.updates_per_iteration,
             "demonstration_steps": len(self.actions),
+            **({"prediction_error": means[3]} if self.predict_coef is not None else {}),
         }
 
 

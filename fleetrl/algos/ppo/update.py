@@ -129,16 +129,20 @@ def ppo_loss(
     clip_coef: float,
     share: float | None = None,
     train_policy: bool = True,
+    predict_coef: float | None = None,
 ):
-    """(scalar loss, detached [policy loss, value loss, entropy], detached `Ratios`) of `batch`
-    with these (normalised) `advantages`: each per-sample term summed and divided by `share`
-    (None: the batch's size — the mean; `ppo_update` passes M / W, module docstring).
-    Without `train_policy` (a critic warm-up) the policy loss and entropy bonus weigh 0: still in
-    the graph, so every parameter gets its (zero) gradient and DDP's reductions line up."""
+    """(scalar loss, detached [policy loss, value loss, entropy, prediction error], detached
+    `Ratios`) of `batch` with these (normalised) `advantages`: each per-sample term summed and
+    divided by `share` (None: the batch's size — the mean; `ppo_update` passes M / W, module
+    docstring). With `predict_coef` the policy's auxiliary prediction error (`model.predict_keys`)
+    weighs that much; without, it is 0. Without `train_policy` (a critic warm-up) the policy loss,
+    entropy bonus and prediction error weigh 0: still in the graph, so every parameter gets its
+    (zero) gradient and DDP's reductions line up."""
     divisor = constant(float(len(batch) if share is None else share))
-    logprobs, entropy, values = module(batch.obs, batch.actions)
+    outputs = module(batch.obs, batch.actions)
+    values = outputs.value
     logprobs, old_logprobs, entropy, weights = combine(
-        logprobs, batch.logprobs, entropy, batch.steps, config.logprob_type, config.entropy_type
+        outputs.logprobs, batch.logprobs, outputs.entropy, batch.steps, config.logprob_type, config.entropy_type
     )
     log_ratio = logprobs - old_logprobs
     policy_loss = policy_objective(log_ratio, advantages, clip_coef, weights).sum() / divisor
@@ -147,7 +151,11 @@ def ppo_loss(
     loss = (policy_loss if train_policy else policy_loss * constant(0.0)) + value_loss * constant(config.vf_coef)
     if config.ent_coef:
         loss = loss - entropy * constant(config.ent_coef if train_policy else 0.0)
-    parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach()])
+    prediction = torch.zeros_like(value_loss)
+    if predict_coef is not None:
+        prediction = outputs.prediction_error.sum() / divisor
+        loss = loss + prediction * constant(predict_coef if train_policy else 0.0)
+    parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(), prediction.detach()])
     return loss, parts, Ratios(log_ratio.detach(), weights)
 
 
@@ -160,16 +168,17 @@ def ppo_update(
     minibatches: Minibatches,
     all_reduce: Callable[[torch.Tensor], torch.Tensor],
     train_policy: bool = True,
+    predict_coef: float | None = None,
 ) -> dict:
     """Run the epochs on this rank's `batch` (its env columns, flattened step-major); returns the
-    mean losses, KL, clip fraction, grad steps and the epochs done, global over ranks.
-    `all_reduce` sums a tensor over ranks (identity with one); without `train_policy` only the
-    value loss trains (`ppo_loss`)."""
+    mean losses, KL, clip fraction, grad steps and the epochs done, global over ranks, and with
+    `predict_coef` (`model.predict_keys`) the mean prediction error. `all_reduce` sums a tensor
+    over ranks (identity with one); without `train_policy` only the value loss trains (`ppo_loss`)."""
     size, device = minibatches.shard.global_size, batch.actions.device
     share = minibatches.size / minibatches.shard.world_size  # what a piece's sums are divided by
     normalise = config.norm_adv and minibatches.size > 1
     step = fused_step(optimizer)  # optimizer.step() and zero_grad(), less their per-call Python
-    parts: list[torch.Tensor] = []  # each piece's [policy loss, value loss, entropy], divided by `share`
+    parts: list[torch.Tensor] = []  # each piece's [policy loss, value loss, entropy, prediction], divided by `share`
     grad_steps, epochs_done, reduced_kl = 0, 0, None
     for _ in range(config.update_epochs):
         plan = minibatches.epoch()  # per minibatch, this rank's pieces (sample indices)
@@ -187,7 +196,7 @@ def ppo_update(
                         mean, std = (advantages.mean(), advantages.std()) if minibatches.whole else (means[k], stds[k])
                         advantages = standardised(advantages, mean, std)
                     loss, loss_parts, ratio = ppo_loss(
-                        loss_path.module, piece, advantages, config, clip_coef, share, train_policy
+                        loss_path.module, piece, advantages, config, clip_coef, share, train_policy, predict_coef
                     )
                     loss_path.backward(loss, last, "PPO", grad_steps + 1)
                 parts.append(loss_parts)
@@ -209,16 +218,19 @@ def ppo_update(
         reduced = all_reduce(torch.cat([totals, kl_and_clipped(Ratios.cat(ratios), clip_coef)]))
     else:
         reduced = torch.cat([all_reduce(totals), reduced_kl])
-    policy_loss, value_loss, entropy = (reduced[:3] / (grad_steps * minibatches.size)).tolist()
-    return {
+    policy_loss, value_loss, entropy, prediction = (reduced[:4] / (grad_steps * minibatches.size)).tolist()
+    metrics = {
         "policy_loss": policy_loss,
         "value_loss": value_loss,
         "entropy": entropy,
-        "approx_kl": float(reduced[3] / size),
-        "clip_fraction": float(reduced[4] / size),
+        "approx_kl": float(reduced[4] / size),
+        "clip_fraction": float(reduced[5] / size),
         "grad_steps": grad_steps,
         "epochs": epochs_done,
     }
+    if predict_coef is not None:
+        metrics["prediction_error"] = prediction
+    return metrics
 
 
 def standardised(values: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:

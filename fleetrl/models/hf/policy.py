@@ -39,6 +39,7 @@ from fleetrl.models.hf.actions import VocabActions
 from fleetrl.models.hf.folder import VALUE_HEAD_FILE, check_folder, load_folder
 from fleetrl.models.hf.lora import apply_lora, keep_trainable_state
 from fleetrl.models.hf.prompts import Prompts, positions
+from fleetrl.models.policy import LossOutputs
 from fleetrl.probe.flight_recorder import phase
 
 
@@ -170,14 +171,12 @@ class VLAPolicy(nn.Module):
 
     # ---------------------------------------------------------------------- the interface
 
-    def forward(self, obs, actions: torch.Tensor):
-        """Loss path: (log-probs of `actions`' tokens (B, *logprob_shape), their entropies, value (B,))."""
+    def forward(self, obs, actions: torch.Tensor) -> LossOutputs:
+        """Loss path: log-probs of `actions`' tokens (B, *logprob_shape), their entropies, value (B,)."""
         bins = self.actions.encode(actions)
         log_p, value = self.distribution(obs, bins)
-        return (
-            self.per_token(Categorical.log_prob(log_p, bins)),
-            self.per_token(Categorical.entropy(log_p)),
-            value,
+        return LossOutputs(
+            self.per_token(Categorical.log_prob(log_p, bins)), self.per_token(Categorical.entropy(log_p)), value, None
         )
 
     @torch.no_grad()
