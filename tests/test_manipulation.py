@@ -232,6 +232,8 @@ def test_record_sft_then_train_from_it(tmp_path):
     )
     assert [record["iteration"] for record in sft.metrics] == [1, 2]
     assert all(record["grad_steps"] == 3 and record["bc_loss"] > 0 for record in sft.metrics)
+    # both configs' model.predict_keys: the keypoints' error on sim_state, in both stages
+    assert all(0 < record["prediction_error"] < 1 for record in (*sft.metrics, *rl.metrics))
     assert {"success_rate", "eval_success_rate"} <= set(sft.metrics[-1])
 
     assert f"policy weights from {sft.run_dir} (runner.init_from)" in rl.stderr
