@@ -63,9 +63,8 @@ class BCActor(ActorWorker):
         for _ in range(algo.updates_per_iteration):
             index = torch.randint(len(self.actions), (per_rank,), generator=self.sampler).to(self.device)
             outputs = self.loss_path.module(map_obs(lambda x, i=index: x[i], self.obs), self.actions[index])
-            logprob = decision_logprob(
-                outputs.logprobs, None if self.steps is None else self.steps[index]
-            )  # tokens, chunks
+            steps = None if self.steps is None else self.steps[index]
+            logprob = decision_logprob(outputs.logprobs, steps)  # Σ over its tokens and executed chunk actions
             action_loss = -logprob.mean()
             value_loss = 0.5 * (outputs.value - self.returns[index]).pow(2).mean()
             loss = action_loss + algo.vf_coef * value_loss
