@@ -29,8 +29,6 @@ new)` compares two of them (a behavioural-cloning term).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import gymnasium as gym
 import torch
 from torch import nn
@@ -46,6 +44,7 @@ from fleetrl.models.distributions import (
     num_action_params,
 )
 from fleetrl.models.encoders import ObservationEncoder
+from fleetrl.models.loss_outputs import LossOutputs
 from fleetrl.models.mlp import ActorCriticMLP
 from fleetrl.models.transformer import TransformerPolicy
 from fleetrl.observations import needs_encoder
@@ -85,15 +84,6 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
             tuple(config.predict_keys),
         )
     return resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
-
-
-class LossOutputs(NamedTuple):
-    """The loss path's outputs: what a loss reads of the policy on a batch of (obs, actions)."""
-
-    logprobs: torch.Tensor  # of the actions: (B,), per token (B, K), per chunk action (B, K[, d])
-    entropy: torch.Tensor  # the action distribution's, shaped as logprobs
-    value: torch.Tensor  # (B,)
-    prediction_error: torch.Tensor | None  # (B,) with an auxiliary prediction (model.predict_keys), else None
 
 
 class Policy(nn.Module):

@@ -58,7 +58,7 @@ def unused_parameters(policy: nn.Module, outputs: Callable[[nn.Module], tuple]) 
     for _, p in named:
         p.grad = None
     try:
-        total = sum(out.float().sum() for out in outputs(policy) if out.requires_grad)
+        total = sum(out.float().sum() for out in outputs(policy) if out is not None and out.requires_grad)
         if isinstance(total, torch.Tensor):
             total.backward()
         return [name for name, p in named if p.grad is None]

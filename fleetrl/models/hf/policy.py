@@ -39,7 +39,7 @@ from fleetrl.models.hf.actions import VocabActions
 from fleetrl.models.hf.folder import VALUE_HEAD_FILE, check_folder, load_folder
 from fleetrl.models.hf.lora import apply_lora, keep_trainable_state
 from fleetrl.models.hf.prompts import Prompts, positions
-from fleetrl.models.policy import LossOutputs
+from fleetrl.models.loss_outputs import LossOutputs
 from fleetrl.probe.flight_recorder import phase
 
 

@@ -1,0 +1,18 @@
+"""`LossOutputs`: what every policy's loss path (`forward(obs, actions)`) returns — fleetrl's own
+`Policy`, the Hugging Face `VLAPolicy` — in a module of its own, so that both import it without
+importing each other."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class LossOutputs(NamedTuple):
+    """The loss path's outputs: what a loss reads of the policy on a batch of (obs, actions)."""
+
+    logprobs: torch.Tensor  # of the actions: (B,), per token (B, K), per chunk action (B, K[, d])
+    entropy: torch.Tensor  # the action distribution's, shaped as logprobs
+    value: torch.Tensor  # (B,)
+    prediction_error: torch.Tensor | None  # (B,) with an auxiliary prediction (model.predict_keys), else None
