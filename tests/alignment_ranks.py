@@ -114,12 +114,17 @@ def named_by_torch(record: dict) -> bool:
     return bool(trace and trace["in_flight"] and trace["in_flight"][0]["op"] != "?")
 
 
-def diagnosed_by_torch(records: dict) -> dict:
-    """The diagnosis from torch's recorder alone, as on NCCL (where it is authoritative), on the
-    records as the watchdog annotates them (its ages)."""
+def torch_finding(records: dict):
+    """The finding from torch's recorder alone, as on NCCL (where it is authoritative), on the
+    records as the watchdog annotates them (its ages); None while they do not show one yet."""
     records = Watchdog(WatchdogConfig(), None, [], None).observe(records)
     as_on_nccl = {key: {**r, "torch_trace": {**r["torch_trace"], "authoritative": True}} for key, r in records.items()}
-    finding = alignment.diagnose(as_on_nccl, time.time(), timeout_s=0.0)
+    return alignment.diagnose(as_on_nccl, time.time(), timeout_s=0.0)
+
+
+def diagnosed_by_torch(records: dict) -> dict:
+    """The diagnosis of `torch_finding`, with every rank's torch trace beside it."""
+    finding = torch_finding(records)
     traces = {key: r["torch_trace"] for key, r in records.items()}
     return {"cause": finding.cause, "culprit": finding.culprit, "summary": finding.summary, "traces": traces}
 
@@ -196,7 +201,11 @@ def block_on_first_call(model, recorder, rank, folder):
     outer = recorder.enter_phase("actor.train")
     wait_for(folder, partial(stalled, waiting=0, calls=1, phase="actor.train"), "rank 0 waiting")
     found = diagnosed(folder)
-    waiting = wait_for(folder, lambda r: named_by_torch(r[("actor", 0)]), "rank 0 waiting, in torch's recorder")
+    waiting = wait_for(
+        folder,
+        lambda r: named_by_torch(r[("actor", 0)]) and torch_finding(r) is not None,
+        "rank 0 waiting, named and diagnosed from torch's recorder",
+    )
     found["torch"] = diagnosed_by_torch(waiting)
     train_step(model)  # rank 1 comes through: rank 0's bucket completes
     recorder.exit_phase(outer)
