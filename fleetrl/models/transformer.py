@@ -26,6 +26,8 @@ logits into token log-probs and entropies exactly as for any other network.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -34,6 +36,16 @@ from torch import nn
 from fleetrl.errors import ConfigError
 from fleetrl.models.encoders import channels_first, pixel_scale
 from fleetrl.observations import image_layout, is_image, is_tokens, leaf_spaces
+
+
+class Tokens(NamedTuple):
+    """What a tokenizer gives the trunk: its tokens (B, n, dim); `padding` (B, n), True where
+    attention ignores a token (None: none ignored); `positions` (B, n, 2), the image coordinates
+    the tokens were made from (keypoints only: what `model.predict_keys` reads out)."""
+
+    tokens: torch.Tensor
+    padding: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
 
 
 class ImagePatches(nn.Module):
@@ -54,10 +66,10 @@ class ImagePatches(nn.Module):
         self.project = nn.Conv2d(channels, dim, patch, stride=patch)
         self.count = (height // patch) * (width // patch)
 
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def forward(self, images: torch.Tensor) -> Tokens:
         pixels = channels_first(images, self.channels_last, self.scale)
         x = self.project(pixels.to(self.project.weight.dtype))  # bfloat16 under FSDP mixed precision
-        return x.flatten(2).transpose(1, 2), None
+        return Tokens(x.flatten(2).transpose(1, 2))
 
 
 class ImageKeypoints(nn.Module):
@@ -98,8 +110,9 @@ class ImageKeypoints(nn.Module):
         """(B, keypoints, 2) positions → (B, keypoints, dim) tokens."""
         return self.project(positions.to(self.project.weight.dtype))
 
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return self.embed(self.expected_positions(images)), None
+    def forward(self, images: torch.Tensor) -> Tokens:
+        positions = self.expected_positions(images)
+        return Tokens(self.embed(positions), positions=positions)
 
 
 class InstructionTokens(nn.Module):
@@ -110,8 +123,8 @@ class InstructionTokens(nn.Module):
         self.embedding = nn.Embedding(int(space.high.max()) + 1, dim, padding_idx=0)
         self.count = int(space.shape[0])
 
-    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.embedding(tokens.long()), tokens == 0
+    def forward(self, tokens: torch.Tensor) -> Tokens:
+        return Tokens(self.embedding(tokens.long()), padding=tokens == 0)
 
 
 class VectorToken(nn.Module):
@@ -122,8 +135,8 @@ class VectorToken(nn.Module):
         self.project = nn.Linear(int(np.prod(space.shape)), dim)
         self.count = 1
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return self.project(x.flatten(1).to(self.project.weight.dtype)).unsqueeze(1), None
+    def forward(self, x: torch.Tensor) -> Tokens:
+        return Tokens(self.project(x.flatten(1).to(self.project.weight.dtype)).unsqueeze(1))
 
 
 def tokenizer(space: gym.Space, dim: int, patch_size: int | None, keypoints: int | None) -> nn.Module:
@@ -178,13 +191,11 @@ class TransformerTrunk(nn.Module):
             obs = {"obs": obs}
         tokens, masks, positions = [], [], []
         for key, part in self.inputs.items():
-            if isinstance(part, ImageKeypoints):
-                positions.append(part.expected_positions(obs[key]))
-                embedded, mask = part.embed(positions[-1]), None
-            else:
-                embedded, mask = part(obs[key])
+            embedded, padding, found = part(obs[key])
             tokens.append(embedded)
-            masks.append(mask if mask is not None else embedded.new_zeros(embedded.shape[:2], dtype=torch.bool))
+            masks.append(padding if padding is not None else embedded.new_zeros(embedded.shape[:2], dtype=torch.bool))
+            if found is not None:
+                positions.append(found)
         batch = tokens[0].shape[0]
         tokens.append(self.query_embedding.expand(batch, -1, -1))
         masks.append(torch.zeros(batch, self.queries, dtype=torch.bool, device=tokens[0].device))
