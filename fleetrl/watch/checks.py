@@ -88,9 +88,8 @@ class Checks:
             seen.update(record, now)
             record["heartbeat_age_s"], record["phase_age_s"] = seen.heartbeat_age(now), seen.phase_age(record, now)
             record["clock_offset_s"] = seen.clock_offset
-        silent_s = 2 * self.config.heartbeat_interval_s
         self.silent.observe(
-            {r["pid"] for r in records.values() if r.get("host") == self.hostname and r["heartbeat_age_s"] > silent_s}
+            {r["pid"] for r in records.values() if r.get("host") == self.hostname and self.silent_now(r)}
         )
         return records
 
@@ -142,12 +141,12 @@ class Checks:
             if lost is not None:
                 culprit, summary = lost
                 return Incident("node_lost", summary, now - age, culprit)
-            key, record = self.stopped_among_silent(records, key, record)
-            age, starved = record["heartbeat_age_s"], self.starved(record)
+            key, record, stopped = self.stopped_among_silent(records, key, record)
+            age, starved = record["heartbeat_age_s"], None if stopped else self.starved(record)
             if starved and age <= self.config.busy_allowance_s:
                 self.warn_starved(key, record, starved)
                 continue
-            state = self.process_state(record, starved)
+            state = self.process_state(record, stopped, starved)
             return Incident(
                 "process_frozen",
                 f"{describe(key)} (pid {record['pid']}) stopped publishing "
@@ -157,18 +156,24 @@ class Checks:
             )
         return None
 
-    def stopped_among_silent(self, records: dict, key: tuple[str, int], record: dict) -> tuple[tuple[str, int], dict]:
-        """The worker to name for `key`'s silence: `key`, unless another worker that has also
-        stopped beating is a stopped process. Workers waiting on a stopped one can go silent with
-        it (Ray's global garbage collection in every worker, threads starved on a loaded host),
-        some a little before it: the stopped process is the fault, not the first silent one."""
+    def silent_now(self, record: dict) -> bool:
+        """The worker has missed two heartbeats: silent, not merely between beats."""
+        return record["heartbeat_age_s"] > 2 * self.config.heartbeat_interval_s
+
+    def stopped_among_silent(
+        self, records: dict, key: tuple[str, int], record: dict
+    ) -> tuple[tuple[str, int], dict, bool]:
+        """The worker to name for `key`'s silence, its record, and whether its process is stopped:
+        `key`, unless another worker that has also stopped beating is a stopped process. Workers
+        waiting on a stopped one can go silent with it (Ray's global garbage collection in every
+        worker, threads starved on a loaded host), some a little before it: the stopped process
+        is the fault, not the first silent one. Each process's state is read once (a system call)."""
         if self.stopped(record):
-            return key, record
-        silent = 2 * self.config.heartbeat_interval_s
+            return key, record, True
         for other, candidate in records.items():
-            if candidate["heartbeat_age_s"] > silent and self.stopped(candidate):
-                return other, candidate
-        return key, record
+            if other != key and self.silent_now(candidate) and self.stopped(candidate):
+                return other, candidate, True
+        return key, record, False
 
     def stopped(self, record: dict) -> bool:
         """The worker's process is on this machine and stopped (SIGSTOP, a debugger)."""
@@ -180,9 +185,10 @@ class Checks:
             return False
 
     def starved(self, record: dict) -> tuple[float, float] | None:
-        """(share, seconds) where the silent worker's process is on this machine, running, and one
-        of its threads waited for a CPU at least STARVED_SHARE of the time since it fell silent."""
-        if record.get("host") != self.hostname or self.stopped(record):
+        """(share, seconds) where the silent worker's process (not a stopped one: the caller
+        knows) is on this machine and one of its threads waited for a CPU at least STARVED_SHARE
+        of the time since it fell silent."""
+        if record.get("host") != self.hostname:
             return None
         found = self.silent.starved_share(record["pid"])
         return found if found is not None and found[0] >= STARVED_SHARE else None
@@ -201,10 +207,10 @@ class Checks:
             self.config.busy_allowance_s,
         )
 
-    def process_state(self, record: dict, starved: tuple[float, float] | None = None) -> str:
+    def process_state(self, record: dict, stopped: bool, starved: tuple[float, float] | None = None) -> str:
         if record.get("host") != self.hostname:
             return "it is on another machine (no local process check)"
-        if self.stopped(record):
+        if stopped:
             return "the process is stopped (SIGSTOP or a debugger)"
         if not psutil.pid_exists(record["pid"]):
             return "the process is gone"
