@@ -28,8 +28,9 @@ all tasks, or one per task — a reach takes the expert 3–4 steps, a push up t
 Rewards (`reward`):
 - `sparse`: 1 on the step the task succeeds, 0 otherwise;
 - `dense`: the same, plus `DENSE_SCALE` × the step's progress in `distance_to_go` (how far the
-  object is from the target, plus how far the gripper is from the object; for reach the gripper
-  is the object). A potential-based shaping (Ng et al. 1999): an episode's shaping sums to its
+  object is from the target, plus how far the gripper is from where it must hold the object: for
+  push the point behind the cube, away from the target, that `push_point` names; for reach the
+  gripper is the object). A potential-based shaping (Ng et al. 1999): an episode's shaping sums to its
   whole progress, whatever the path, so it rewards getting closer without changing which
   policies are best — what RL from a weak start needs to get a signal before it first succeeds.
 """
@@ -57,6 +58,17 @@ DENSE_SCALE = 10.0  # reward per metre of progress: 10 cm closer is worth one su
 STATE_SIZE = 7  # end-effector position (3), velocity (3), finger width (1)
 SIM_STATE_SIZE = 6  # the target's position (3), the object's (3)
 ACTION_SIZE = 4
+PUSH_STANDOFF = 0.05  # metres from the cube's centre to the pushing gripper's: half the cube and a finger
+
+
+def push_point(cube: np.ndarray, goal: np.ndarray) -> np.ndarray:
+    """Where a push starts: behind the cube on the side away from the target, at the cube's height.
+
+    The dense reward pays the gripper for closing on this point, not on the cube: a gripper that
+    comes straight at the cube from the target's side pushes it away, and was paid for coming."""
+    heading = goal[:2] - cube[:2]
+    heading = heading / max(float(np.linalg.norm(heading)), 1e-6)
+    return np.append(cube[:2] - PUSH_STANDOFF * heading, cube[2])
 
 
 class InstructionSpace(gym.spaces.Text):
@@ -180,11 +192,13 @@ class PandaTasks(gym.Env):
         return self.observe(), reward, bool(success), truncated, info
 
     def distance_to_go(self) -> float:
-        """Metres from done: the object's distance to the target plus the gripper's to the object
-        (the object of reach is the gripper itself, so its second term is 0)."""
+        """Metres from done: the object's distance to the target plus the gripper's to where it must
+        hold the object — `push_point` for push, the object itself otherwise (the object of reach
+        is the gripper, so its second term is 0)."""
         task, robot = self.task.task, self.task.robot
-        achieved = task.get_achieved_goal()
-        return float(np.linalg.norm(achieved - task.get_goal()) + np.linalg.norm(robot.get_ee_position() - achieved))
+        achieved, goal = task.get_achieved_goal(), task.get_goal()
+        hold = push_point(achieved, goal) if self.task_name == "push" else achieved
+        return float(np.linalg.norm(achieved - goal) + np.linalg.norm(robot.get_ee_position() - hold))
 
     def observe(self) -> dict:
         robot = self.task.robot
