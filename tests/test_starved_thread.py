@@ -19,7 +19,7 @@ import pytest
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.watch.checks import Checks
 from fleetrl.watch.incident import Incident
-from fleetrl.watch.judgement import BLOCKED, BUSY, STARVED_SHARE, Judgement, Seen
+from fleetrl.watch.judgement import BLOCKED, BUSY, MIN_SAMPLES, STARVED_SHARE, Judgement, Seen
 from tests.support import subprocess_env
 
 # The starved process: its heartbeat thread (normal priority, any CPU) publishes every 0.25 s;
@@ -83,7 +83,7 @@ def test_a_thread_starved_of_cpu_publishes_its_run_delay_and_is_judged_busy():
     # beside two busy loops (~0.2 % by the scheduler's weights) at one line — the loop's: a beat
     # before it was reached may show the thread still pinning itself — reads as blocked
     in_loop = [r for r in records if r["stack_signature"] == last["stack_signature"]]
-    assert len(in_loop) >= 3, [r["stack_signature"] for r in records]  # what a judgement needs (MIN_SAMPLES)
+    assert len(in_loop) >= MIN_SAMPLES, [r["stack_signature"] for r in records]  # what a judgement needs
     older = judged(
         [{key: value for key, value in r.items() if key not in ("thread_run_delay_s", "thread_ready")} for r in in_loop]
     )
