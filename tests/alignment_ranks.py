@@ -35,6 +35,10 @@ from fleetrl.watch.incident import Incident
 from fleetrl.watch.watchdog import Watchdog
 
 WAIT_S = 60  # a record not showing the expected state by then fails the test (a bound, not a timing)
+# The desync cases keep one rank in a collective while the other waits for its records (twice at
+# most, then a diagnosis of a few beats): the group's timeout outlasts that, so a slow host fails
+# a wait by name, never by a Gloo timeout in the waiting rank.
+GROUP_TIMEOUT_S = 2 * WAIT_S + 30
 
 
 class Model(nn.Module):

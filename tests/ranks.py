@@ -29,16 +29,29 @@ from fleetrl.parallel import process_group
 JOIN_TIMEOUT_S = 30
 
 
-def spawn_ranks(scenario: Callable, *args, world: int = 2, timeout_s: float = 120, join: bool = True) -> list:
+def spawn_ranks(
+    scenario: Callable,
+    *args,
+    world: int = 2,
+    timeout_s: float = 120,
+    join: bool = True,
+    group_timeout_s: float = JOIN_TIMEOUT_S,
+) -> list:
     """Run `scenario(rank, world, *args)` in `world` spawned processes, each in the process
     group first unless `join` is False (a scenario that tests joining itself); returns each
     rank's result, in rank order. Fails the test, after killing every rank, when one raises or
-    exits abnormally, or when any is still running after `timeout_s`."""
+    exits abnormally, or when any is still running after `timeout_s`. `group_timeout_s` bounds
+    the join and every collective: a scenario that keeps one rank waiting in a collective on
+    purpose passes one longer than that wait."""
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as out_dir:
         port = free_port() if join else None
         processes = [
-            context.Process(target=rank_main, args=(scenario, args, rank, world, port, out_dir), name=f"rank {rank}")
+            context.Process(
+                target=rank_main,
+                args=(scenario, args, rank, world, port, group_timeout_s, out_dir),
+                name=f"rank {rank}",
+            )
             for rank in range(world)
         ]
         for process in processes:
@@ -68,13 +81,15 @@ def spawn_ranks(scenario: Callable, *args, world: int = 2, timeout_s: float = 12
         return [torch.load(Path(out_dir) / f"rank{rank}.pt", weights_only=False) for rank in range(world)]
 
 
-def rank_main(scenario: Callable, args: tuple, rank: int, world: int, port: int | None, out_dir: str) -> None:
+def rank_main(
+    scenario: Callable, args: tuple, rank: int, world: int, port: int | None, group_timeout_s: float, out_dir: str
+) -> None:
     """What each spawned rank runs: join, the scenario, its result saved, the group left. An
     exception is saved (the parent shows it) and re-raised (a non-zero exit code)."""
     torch.set_num_threads(1)  # tiny tensors: torch's one thread per core only adds contention
     try:
         if port is not None:
-            process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=JOIN_TIMEOUT_S)
+            process_group.init_process_group(rank, world, "127.0.0.1", port, timeout_s=group_timeout_s)
         torch.save(scenario(rank, world, *args), Path(out_dir) / f"rank{rank}.pt")
     except BaseException:
         (Path(out_dir) / f"rank{rank}.error").write_text(f"rank {rank}:\n{traceback.format_exc()}")

@@ -9,7 +9,7 @@ from functools import partial
 import pytest
 
 from fleetrl.net import free_port
-from tests.alignment_ranks import CASES, desync, late_join
+from tests.alignment_ranks import CASES, GROUP_TIMEOUT_S, desync, late_join
 from tests.ranks import each_scenario, spawn_ranks
 
 # Per call: DDP's gradient bucket, then the metrics all-reduce. DDP's constructor makes no
@@ -20,7 +20,14 @@ PER_CALL = 2
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     folder = tmp_path_factory.mktemp("records")
-    return spawn_ranks(each_scenario, partial(desync, folder=str(folder)), list(CASES))
+    # each case ends by itself (its waits are bounded); the bound for all of them is a host's worst
+    return spawn_ranks(
+        each_scenario,
+        partial(desync, folder=str(folder)),
+        list(CASES),
+        group_timeout_s=GROUP_TIMEOUT_S,
+        timeout_s=len(CASES) * GROUP_TIMEOUT_S,
+    )
 
 
 def free_rank(cases, name) -> dict:
