@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fleetrl.envs.manipulation import PandaTasks, push_point
+from fleetrl.envs.manipulation import PandaTasks, push_heading, push_point
 
 GAIN = 10.0  # a 10 cm error asks for the largest step
 OPEN, CLOSE = 1.0, -1.0
@@ -27,8 +27,7 @@ def reach(env) -> np.ndarray:
 def push(env) -> np.ndarray:
     """Go behind the cube (on the side away from the target), come down, push it to the target."""
     ee, cube, goal = env.robot.get_ee_position(), env.task.get_achieved_goal(), env.task.get_goal()
-    behind = push_point(cube, goal)
-    heading = (cube[:2] - behind[:2]) / np.linalg.norm(cube[:2] - behind[:2])
+    heading, behind = push_heading(cube, goal), push_point(cube, goal)
     if np.linalg.norm(ee[:2] - behind[:2]) > 0.02 and np.dot(ee[:2] - cube[:2], heading) > -0.035:
         return toward(ee, behind + [0.0, 0.0, 0.06])  # over the cube's far side first, then down
     if ee[2] > cube[2] + 0.01 and np.linalg.norm(ee[:2] - behind[:2]) > 0.01:

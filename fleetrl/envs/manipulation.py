@@ -61,14 +61,18 @@ ACTION_SIZE = 4
 PUSH_STANDOFF = 0.05  # metres from the cube's centre to the pushing gripper's: half the cube and a finger
 
 
+def push_heading(cube: np.ndarray, goal: np.ndarray) -> np.ndarray:
+    """The unit vector on the table from the cube towards the target (0 when the cube is on it)."""
+    heading = goal[:2] - cube[:2]
+    return heading / max(float(np.linalg.norm(heading)), 1e-6)
+
+
 def push_point(cube: np.ndarray, goal: np.ndarray) -> np.ndarray:
     """Where a push starts: behind the cube on the side away from the target, at the cube's height.
 
     The dense reward pays the gripper for closing on this point, not on the cube: a gripper that
     comes straight at the cube from the target's side pushes it away, and was paid for coming."""
-    heading = goal[:2] - cube[:2]
-    heading = heading / max(float(np.linalg.norm(heading)), 1e-6)
-    return np.append(cube[:2] - PUSH_STANDOFF * heading, cube[2])
+    return np.append(cube[:2] - PUSH_STANDOFF * push_heading(cube, goal), cube[2])
 
 
 class InstructionSpace(gym.spaces.Text):
