@@ -20,7 +20,7 @@ PER_CALL = 2
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     folder = tmp_path_factory.mktemp("records")
-    # each case ends by itself (its waits are bounded); the bound for all of them is a host's worst
+    # each case ends by itself (its waits are bounded by WAIT_S); the whole run by one group timeout a case
     return spawn_ranks(
         each_scenario,
         partial(desync, folder=str(folder)),
