@@ -286,8 +286,12 @@ def test_workers_with_a_skewed_clock_give_no_false_stall_and_a_true_detection_ti
 def judged(recorder: Recorder, work, stop, reads: tuple[dict, ...] = ({},), beats: int = 8) -> list:
     """`work()` as a call in a thread of this process until `stop()`; its recorder's beats, 0.4 s
     apart, judged as the watchdog judges them: once per entry of `reads`, added to every beat (a
-    GPU's reads, as a worker computing on one publishes them)."""
+    GPU's reads, as a worker computing on one publishes them). The window holds every beat, however
+    long they took: a loop that holds the GIL (allocating 100 MB at a time) slows this thread's
+    beats on a loaded host, and a window of 0.5 s per beat then held fewer than the judgement's
+    MIN_SAMPLES (it judged nothing, a CI failure)."""
     seen = [Seen() for _ in reads]
+    started = time.monotonic()
 
     def call() -> None:
         with recorder.in_phase(f"{recorder.identity['component']}.call"):
@@ -302,7 +306,8 @@ def judged(recorder: Recorder, work, stop, reads: tuple[dict, ...] = ({},), beat
             record, now = recorder.record(), time.monotonic()
             for judge, read in zip(seen, reads):
                 judge.update({**record, **read}, now)
-        return [judge.judge(time.monotonic(), window_s=0.5 * beats) for judge in seen]
+        now = time.monotonic()
+        return [judge.judge(now, window_s=now - started + 1.0) for judge in seen]
     finally:
         stop()
         thread.join(30)
