@@ -11,9 +11,9 @@ from tests.support import end_leftovers, own_children
 
 
 def pytest_configure(config):
-    """In the process that starts the test workers (pyproject's addopts: two), before they start:
+    """In the process that starts the test workers (pyproject's addopts: three), before they start:
     Ray's default token (~/.ray/auth_token), which every new local cluster uses and the first one
-    to start writes where none exists. Two first clusters starting at once in the two workers
+    to start writes where none exists. Two first clusters starting at once in two workers
     would each write their own, and one cluster's processes would then read the other's token."""
     if hasattr(config, "workerinput"):  # a worker: its controller has done it
         return
