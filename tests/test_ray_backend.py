@@ -6,9 +6,15 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from tests.support import ACROSS_NODES_LINE, LEARNING_GUARD_S, train
 
 
+# ~50 s of CI's budget for what test_isolated_nodes.py's seed-placement test asserts of the same
+# config with each node in its own namespaces (the target, the direct channels across nodes), and
+# the documented command runs this config on simulated nodes (tests/test_doc_commands.py)
+@pytest.mark.slow
 def test_seed_placement_trains_cartpole_on_two_simulated_nodes(tmp_path):
     """The seed report's disaggregated layout, scaled to CPU slots, end to end: 2 raylets, env
     ranks on node 1, a 2-rank DDP actor and the rollout worker on node 0, pipelined in 2 stages;
