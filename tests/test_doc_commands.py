@@ -2,7 +2,8 @@
 finds them): from a fresh working directory holding only what a checkout has at its root
 (`configs/`, the `.venv`), with the default run directory (`runs/`), a relative config path and
 the documented environment assignments, shortened only by `runner.total_env_steps` appended at
-the end (to train, sft and sweep: `SHORT`). The commands run in the order the pages show them,
+the end (to train, sft and sweep: `SHORT`), or run as a dry run where a test of its own trains the
+config (`TRAINED_BY_A_TEST`). The commands run in the order the pages show them,
 in one working directory, so a `runner.resume=auto` continues the run an earlier command made; a
 command naming a run directory of its own (`runs/CartPole-v1-20261122-101500`) gets a copy of the
 newest run of that name there.
@@ -34,6 +35,13 @@ SHORT = {
     "sweep": "runner.total_env_steps=512",
     "sft": "runner.total_env_steps=64",
 }
+# Configs that a test of their own trains through the CLI: their documented command runs as a dry
+# run here (the config and its overrides load and the placement resolves, nothing starts), not as a
+# second training of ~20 s (Atari's first iteration) and ~55 s (the VLA's model and first iteration)
+TRAINED_BY_A_TEST = {
+    "configs/ppo_atari.yaml": "tests/test_atari.py",
+    "configs/ppo_manipulation_vla.yaml": "tests/test_manipulation_vla.py",
+}
 NAMED_RUN = re.compile(r"\bruns/([^\s/]+)-(\d{8}-\d{6})\b")
 TIMEOUT_S = 600  # the 10-trial sweep on a loaded 2-core host
 
@@ -54,12 +62,22 @@ def test_every_documented_command_runs_as_written(tmp_path, subtests):
         with subtests.test(msg=f"{command.where}: {command.line}"):
             provide_named_runs(command, tmp_path / "runs")
             before = existing_runs(tmp_path / "runs")
-            line = f"{command.line} {SHORT[command.words[1]]}" if command.words[1] in SHORT else command.line
-            with Fleetrl(line, cwd=tmp_path, env=path, shell=True) as running:
+            run = as_run(command)
+            with Fleetrl(run.line, cwd=tmp_path, env=path, shell=True) as running:
                 finished = running.finish(TIMEOUT_S)
-            assert finished.code == 0, f"{line}\n{finished.stderr[-4000:]}"
+            assert finished.code == 0, f"{run.line}\n{finished.stderr[-4000:]}"
             assert "Traceback" not in finished.stderr, finished.stderr[-4000:]
-            check_promise(command, finished, tmp_path / "runs", before)
+            check_promise(run, finished, tmp_path / "runs", before)
+
+
+def as_run(command: DocCommand) -> DocCommand:
+    """The command as this test runs it: shortened (`SHORT`), or a dry run (`TRAINED_BY_A_TEST`)."""
+    words = command.words
+    if words[1] == "train" and words[2] in TRAINED_BY_A_TEST and "--dry-run" not in words:
+        return DocCommand(f"{command.line} --dry-run", command.where)
+    if words[1] in SHORT:
+        return DocCommand(f"{command.line} {SHORT[words[1]]}", command.where)
+    return command
 
 
 def provide_named_runs(command: DocCommand, runs: Path) -> None:
