@@ -54,6 +54,14 @@ def test_the_extractor_finds_the_documented_sweep_and_no_placeholder():
     assert not any("<" in line or "#" in line or " ..." in line for line in lines), lines
 
 
+def test_each_config_run_dry_here_is_trained_by_the_test_named_for_it():
+    """A documented command runs as a dry run only while the test `TRAINED_BY_A_TEST` names still
+    trains its config through the CLI: deleting that test would otherwise leave it untrained."""
+    for config, test in TRAINED_BY_A_TEST.items():
+        source = (REPO / test).read_text()
+        assert Path(config).name in source and "train(" in source, (config, test)
+
+
 def test_every_documented_command_runs_as_written(tmp_path, subtests):
     (tmp_path / "configs").symlink_to(REPO / "configs")
     (tmp_path / ".venv").symlink_to(sys.prefix)
