@@ -27,8 +27,6 @@ import re
 import shutil
 from pathlib import Path
 
-import torch
-
 from fleetrl.errors import UserError
 
 log = logging.getLogger("fleetrl")
@@ -71,6 +69,8 @@ def save_checkpoint(run_dir: Path, iteration: int, state: dict, keep: int, shard
     folder = checkpoint_dir(run_dir)
     final = folder / f"ckpt_{iteration:08d}.pt"
     temporary = folder / f".{final.name}.tmp-{os.getpid()}"
+    import torch  # here, not at the top: `fleetrl train`'s supervisor lists checkpoints without torch
+
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if shards is not None:
@@ -176,6 +176,8 @@ def newest_intact(run_dir: Path) -> Path | None:
 
 def verified_load(checkpoint: Path) -> dict:
     """The checkpoint's state; ValueError saying what is wrong when its sum differs or it does not load."""
+    import torch  # here, not at the top: `fleetrl train`'s supervisor lists checkpoints without torch
+
     check_sum(checkpoint)
     try:
         state = torch.load(checkpoint, weights_only=False)

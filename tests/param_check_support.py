@@ -70,7 +70,7 @@ def head_dropping_rank(rank: int, world: int, drop_at: int) -> dict:
         None, [*BASE, "model.id=tests.fault_models:HeadDroppingNet", f"model.kwargs={{drop_at: {drop_at}}}"]
     )
     spaces = synthetic_spaces(False)
-    worker = algorithm_spec("ppo").actor(config, *spaces, rank, world)
+    worker = algorithm_spec("ppo").actor_class()(config, *spaces, rank, world)
     worker.init_distributed("127.0.0.1", 0)
     for iteration in range(3):
         try:

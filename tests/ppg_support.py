@@ -87,7 +87,7 @@ def make_trajectory(config: Config, name: str, iteration: int) -> Trajectory:
 
 def build_worker(name: str, rank: int = 0, world: int = 1, extra: list[str] = ()):
     config = config_for(name, extra)
-    return config, algorithm_spec(config.algorithm.name).actor(config, *spaces(name), rank, world)
+    return config, algorithm_spec(config.algorithm.name).actor_class()(config, *spaces(name), rank, world)
 
 
 def train_reference(name: str, iterations: int | None = None) -> dict:

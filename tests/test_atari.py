@@ -30,7 +30,7 @@ from tests.support import REPO, train
 CONFIG = REPO / "configs" / "ppo_atari.yaml"
 BREAKOUT = EnvConfig(id="BreakoutNoFrameskip-v4", wrappers="atari", num_envs=1)
 BREAKOUT_LIVES = 5
-PPO_ROLLOUT = algorithm_spec("ppo").rollout
+PPO_ROLLOUT = algorithm_spec("ppo").rollout_class()
 RIGHT, LEFT = 2, 3  # Breakout's actions: NOOP, FIRE, RIGHT, LEFT
 # CleanRL ppo_atari.py's Agent on Breakout (4 actions): three convolutions, 3136 → 512, the two heads.
 CLEANRL_AGENT_PARAMETERS = (

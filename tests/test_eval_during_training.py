@@ -98,7 +98,7 @@ def test_every_algorithm_evaluates_its_published_weights_as_its_checkpointed_pol
     config = load_config(f"configs/{name}.yaml")
     worker = EvalWorker(config, episodes=2, seed=3)
     try:
-        actor = algorithm_spec(config.algorithm.name).actor(config, *worker.env.spaces())
+        actor = algorithm_spec(config.algorithm.name).actor_class()(config, *worker.env.spaces())
         env_state = worker.env.state_dict()
         published, saved = (worker.run(w, env_state) for w in (actor.policy_weights(), actor.state_dict()["policy"]))
     finally:

@@ -331,7 +331,7 @@ def test_sac_keeps_image_observations_uint8_in_its_replay_buffer():
     config = load_config(None, overrides)
     env = EnvWorker(config.env, 0.99, seed=0)
     spec = algorithm_spec("sac")
-    rollout, actor = spec.rollout.from_config(config, *env.spaces()), spec.actor(config, *env.spaces())
+    rollout, actor = spec.rollout_class().from_config(config, *env.spaces()), spec.actor_class()(config, *env.spaces())
     trajectory = collect_with(env, rollout, 4)
     metrics = actor.train(trajectory, 0.0)  # stores the steps, then trains on samples of them
     assert metrics["grad_steps"] > 0 and np.isfinite(metrics["q_loss"])

@@ -5,16 +5,19 @@ nothing else in the package names it. An installed package makes its algorithm a
 `fleetrl train` (and to every worker process) by an entry point in the `fleetrl.algorithms` group,
 named like the algorithm: `reinforce = my_package.algos:SPEC` — loaded when the name is first
 asked for. The controller loop, placement and backends are the same
-for every algorithm: they build `spec.actor(config, observation_space, action_space, rank,
-world_size)` (an `ActorBase`) and `spec.rollout(actor.policy)` in one process or
-`spec.rollout.from_config(config, observation_space, action_space)` in its own, and the loader
-builds the `algorithm` section as `spec.config` (through `SECTIONS`, from plan/load.py).
+for every algorithm: they build `spec.actor_class()(config, observation_space, action_space,
+rank, world_size)` (an `ActorBase`) and `spec.rollout_class()(actor.policy)` in one process or
+`spec.rollout_class().from_config(config, observation_space, action_space)` in its own, and the
+loader builds the `algorithm` section as `spec.config` (through `SECTIONS`, from plan/load.py).
 
 The built-in algorithms are the packages of `fleetrl/algos/` (but `common`), each named like its
-algorithm and registering it from its `actor` module, which this module imports on first use
-(`builtin_names`): adding one is adding its package, and this module names none of them. The
-registry imports nothing of the package at import time, so the workers below the algorithms
-(the eval worker builds its algorithm's rollout worker) may use it.
+algorithm and registering it from its `spec` module, which this module imports on first use
+(`builtin_names`): adding one is adding its package, and this module names none of them. A
+built-in's spec names its worker classes by reference ('module:Class'), so reading and checking a
+config — all that `fleetrl train`'s supervisor, the doctor and a dry run do — imports neither
+torch nor the models; the processes that build workers import them. The registry imports
+nothing of the package at import time, so the workers below the algorithms (the eval worker
+builds its algorithm's rollout worker) may use it.
 """
 
 from __future__ import annotations
@@ -49,7 +52,15 @@ def builtin_names() -> tuple[str, ...]:
 
 def builtin_module(name: str) -> str:
     """The module that registers built-in algorithm `name`."""
-    return f"{__package__}.{name}.actor"
+    return f"{__package__}.{name}.spec"
+
+
+def imported(reference: type | str) -> type:
+    """A class, given as itself or as 'package.module:Class' (imported now)."""
+    if isinstance(reference, type):
+        return reference
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def no_rule(*_args: Any) -> None:
@@ -70,8 +81,10 @@ class ConsoleMetric:
 class AlgorithmSpec:
     name: str
     config: type[AlgorithmConfig]  # the `algorithm` section's dataclass (a subclass of AlgorithmConfig)
-    actor: type  # an `ActorBase` subclass
-    rollout: type  # a `RolloutWorker` (sub)class
+    # Its workers: classes, or 'module:Class' references imported where a worker is built (the
+    # built-ins' references keep torch out of the processes that only check a config).
+    actor: type | str  # an `ActorBase` subclass
+    rollout: type | str  # a `RolloutWorker` (sub)class
     console_metrics: tuple[ConsoleMetric, ...] = ()  # shown after the return on the console line
     # Cross-field rules that need only the config (run by `plan.rules.validate`).
     validate: Callable[[Config], None] = no_rule
@@ -82,6 +95,12 @@ class AlgorithmSpec:
     # Which command runs it: 'rl' (`fleetrl train`) or 'sft' (`fleetrl sft`: a supervised stage,
     # such as behaviour cloning on demonstrations).
     stage: str = "rl"
+
+    def actor_class(self) -> type:
+        return imported(self.actor)
+
+    def rollout_class(self) -> type:
+        return imported(self.rollout)
 
 
 REGISTRY: dict[str, AlgorithmSpec] = {}

@@ -75,12 +75,12 @@ class FusedRank:
         return self.calls[component](name, *args)
 
     def build_learner(self, observation_space, action_space) -> None:
-        workers = algorithm_spec(self.config.algorithm.name)
-        actor = workers.actor(self.config, observation_space, action_space, self.rank, self.world_size)
+        spec = algorithm_spec(self.config.algorithm.name)
+        actor = spec.actor_class()(self.config, observation_space, action_space, self.rank, self.world_size)
         if self.world_size > 1:  # the actor drew identical weights from the run's seed; actions need distinct noise
             torch.manual_seed(rollout_seed(self.config.runner.seed, self.rank))
         actor_group = self.inline_group("actor", actor)
-        rollout = self.inline_group("rollout", workers.rollout(actor.policy, dtype=rollout_dtype(self.config)))
+        rollout = self.inline_group("rollout", spec.rollout_class()(actor.policy, dtype=rollout_dtype(self.config)))
         collector = Collector(
             self.env, rollout, self.config.rollout.pipeline_stage_num, self.config.algorithm.num_steps
         )
@@ -130,9 +130,9 @@ class FusedBackend(RayBackend):
             host_class=FusedHost,
             prefix=f"{FUSED}.",
         )
-        workers = plan.spec
         env = fused.view("env", EnvWorker)
-        rollout, actor = fused.view("rollout", workers.rollout), fused.view("actor", workers.actor)
+        rollout = fused.view("rollout", plan.spec.rollout_class())
+        actor = fused.view("actor", plan.spec.actor_class())
         undo.callback(close_envs, env)
         spaces = env.get(env.call(0, EnvWorker.spaces))
         plan.check_spaces(*spaces)

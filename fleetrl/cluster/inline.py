@@ -49,10 +49,9 @@ class InlineBackend(Backend):
         undo.callback(env.close)
         spaces = env.observation_space, env.action_space
         plan.check_spaces(*spaces)
-        workers = plan.spec
-        actor = workers.actor(config, *spaces)
+        actor = plan.spec.actor_class()(config, *spaces)
         env_group, actor_group = group("env", env), group("actor", actor)
-        rollout_group = group("rollout", workers.rollout(actor.policy, dtype=rollout_dtype(config)))
+        rollout_group = group("rollout", plan.spec.rollout_class()(actor.policy, dtype=rollout_dtype(config)))
         collector = Collector(env_group, rollout_group, config.rollout.pipeline_stage_num, config.algorithm.num_steps)
         evaluator = None
         if placement.placed(EVAL):

@@ -58,9 +58,9 @@ class RayBackend(Backend):
         spaces_future = env.call(0, EnvWorker.spaces)
         # Meanwhile the learners' processes start and import (their constructors need the spaces)
         start = partial(cluster.start_processes, watch=spec, interrupt=session.interrupt)
-        workers = plan.spec
-        actor = start(placement.ranks("actor"), workers.actor)
-        rollout = start(placement.ranks("rollout"), workers.rollout, factory=workers.rollout.from_config)
+        actor_class, rollout_class = plan.spec.actor_class(), plan.spec.rollout_class()
+        actor = start(placement.ranks("actor"), actor_class)
+        rollout = start(placement.ranks("rollout"), rollout_class, factory=rollout_class.from_config)
         spaces = env.get(spaces_future)
         plan.check_spaces(
             *spaces

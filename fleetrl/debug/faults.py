@@ -107,7 +107,9 @@ def worker_methods(component: str, algorithm: str) -> list[str]:
     from fleetrl.workers.eval_worker import EvalWorker
 
     spec = algorithm_spec(algorithm)
-    worker = {"env": EnvWorker, "rollout": spec.rollout, "actor": spec.actor, "eval": EvalWorker}[component]
+    worker = {"env": EnvWorker, "rollout": spec.rollout_class(), "actor": spec.actor_class(), "eval": EvalWorker}[
+        component
+    ]
     return sorted(name for name in dir(worker) if not name.startswith("_") and callable(getattr(worker, name)))
 
 

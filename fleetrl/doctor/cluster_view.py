@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fleetrl.plan.layout import detect_devices_per_node
 from fleetrl.plan.placement import Placement, resolve_placement
 
 RAY_DEFAULT_PORT = 6379  # `ray start --head` listens here unless told otherwise
@@ -101,9 +102,7 @@ class ClusterView:
         configured = self.setting("devices_per_node", None)
         if configured:
             return int(configured)
-        import torch
-
-        return torch.cuda.device_count() or os.cpu_count() or 1
+        return detect_devices_per_node()
 
     def placement(self, cpu_count: int | None = None) -> Placement | None:
         """The resolved placement (raises ConfigError when it is wrong); None when none is set."""

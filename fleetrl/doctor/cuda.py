@@ -6,6 +6,7 @@ import os
 
 from fleetrl.doctor.context import Context
 from fleetrl.doctor.result import Check, failed, passed, skipped
+from fleetrl.plan.layout import GPU_DRIVER_PATHS, gpu_driver_loaded
 
 
 def requested_devices(context: Context) -> list[str]:
@@ -17,12 +18,16 @@ def requested_devices(context: Context) -> list[str]:
 
 
 def check_cuda(context: Context) -> list[Check]:
+    name = "cuda"
+    wanted = requested_devices(context)
+    if not wanted and not gpu_driver_loaded():
+        return [
+            skipped(name, f"no GPU driver loaded (none of {', '.join(GPU_DRIVER_PATHS)}), and the config asks for none")
+        ]
     import torch
 
-    name = "cuda"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible_text = "unset" if visible is None else repr(visible)
-    wanted = requested_devices(context)
     available = torch.cuda.is_available()
     count = torch.cuda.device_count() if available else 0
     if not wanted:

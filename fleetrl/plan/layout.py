@@ -49,10 +49,24 @@ class Lane:
     index: int  # position among the lanes of its rollout worker
 
 
-def detect_devices_per_node() -> int:
-    import torch
+# Present when an NVIDIA (/proc/driver/nvidia, /dev/nvidiactl) or ROCm (/dev/kfd) GPU driver is loaded
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
 
-    return torch.cuda.device_count() or os.cpu_count() or 1
+
+def gpu_driver_loaded() -> bool:
+    """Whether torch could see a GPU at all: without a driver it sees none, and a host without
+    one is answered without importing torch (seconds of every supervisor's and doctor's start)."""
+    return any(os.path.exists(path) for path in GPU_DRIVER_PATHS)
+
+
+def detect_devices_per_node() -> int:
+    """The GPUs torch sees, or the CPUs when none."""
+    if gpu_driver_loaded():
+        import torch
+
+        if count := torch.cuda.device_count():
+            return count
+    return os.cpu_count() or 1
 
 
 def place(config: Config) -> Placement:

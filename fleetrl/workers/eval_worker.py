@@ -45,8 +45,10 @@ class EvalWorker:
         self.env = EnvWorker(
             env_config, config.algorithm.gamma, seed, num_envs=num_envs, training=False, chunk=config.model.action_chunk
         )
-        self.rollout: RolloutWorker = algorithm_spec(config.algorithm.name).rollout.from_config(
-            config, self.env.observation_space, self.env.action_space
+        self.rollout: RolloutWorker = (
+            algorithm_spec(config.algorithm.name)
+            .rollout_class()
+            .from_config(config, self.env.observation_space, self.env.action_space)
         )
 
     @classmethod

@@ -14,7 +14,7 @@ demonstrations' discounted returns, on minibatches drawn from the demonstrations
 (`demonstrations.chunked`), its log-likelihood summed over the actions the expert took.
 
 With several ranks each rank draws its share of every minibatch from its own stream; every rank
-takes the same number of steps (DDP's all-reduces line up). This module registers `bc`.
+takes the same number of steps (DDP's all-reduces line up). `spec` registers `bc`.
 """
 
 from __future__ import annotations
@@ -24,14 +24,12 @@ import torch
 
 from fleetrl.algos.common.logprobs import decision_logprob
 from fleetrl.algos.ppo.actor import ActorWorker
-from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
 from fleetrl.config.schema import Config
 from fleetrl.envs import demonstrations
 from fleetrl.observations import map_obs
 from fleetrl.parallel.grad_check import check_every_parameter_has_a_gradient
 from fleetrl.parallel.seeds import ACTOR_SAMPLING, rank_seed
 from fleetrl.trajectory import Trajectory
-from fleetrl.workers.rollout_worker import RolloutWorker
 
 from .config import BCConfig
 
@@ -93,16 +91,3 @@ class BCActor(ActorWorker):
             "demonstration_steps": len(self.actions),
             **({"prediction_error": means[3]} if self.predict_coef is not None else {}),
         }
-
-
-BC = register_algorithm(
-    AlgorithmSpec(
-        name="bc",
-        config=BCConfig,
-        actor=BCActor,
-        rollout=RolloutWorker,
-        stage="sft",
-        validate=lambda config: demonstrations.read_index(config.algorithm.demonstrations, config.env),
-        console_metrics=(ConsoleMetric("bc_loss", "bc", ".3f"),),
-    )
-)

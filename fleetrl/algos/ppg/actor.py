@@ -17,23 +17,21 @@ of the phase in progress (gathered from all ranks into the single-process layout
 `state_dict` is a collective with several ranks) and the iteration count; a resume with another
 `env.num_envs` restarts the phase instead.
 
-This module registers the `ppg` algorithm.
+`spec` registers the `ppg` algorithm.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 
 import gymnasium as gym
 import torch
 
 from fleetrl.algos.ppg.aux_head import add_aux_value_head, forward_aux, policy_forward, without_aux_head
-from fleetrl.algos.ppg.config import PPGConfig, aux_minibatch_size, check_ppg_layout, check_ppg_spaces, validate_ppg
+from fleetrl.algos.ppg.config import aux_minibatch_size
 from fleetrl.algos.ppg.update import aux_update, distribution_inputs, is_aux_iteration
-from fleetrl.algos.ppo.actor import PPO, ActorWorker, policy_optimizer
-from fleetrl.algos.registry import register_algorithm
+from fleetrl.algos.ppo.actor import ActorWorker, policy_optimizer
 from fleetrl.config.schema import Config
 from fleetrl.parallel import state
 from fleetrl.parallel.phases import ddp_phase_path, local_phase_path, unused_parameters
@@ -193,17 +191,3 @@ class PPGActorWorker(ActorWorker):
         columns = slice(self.rank * per_rank, (self.rank + 1) * per_rank)
         self.stored_obs = list(obs[:, columns].clone().chunk(count))
         self.stored_returns = list(returns[:, columns].clone().chunk(count))
-
-
-# PPO's spec with its own section, actor and rules (the rollout worker and console are PPO's)
-register_algorithm(
-    replace(
-        PPO,
-        name="ppg",
-        config=PPGConfig,
-        actor=PPGActorWorker,
-        validate=validate_ppg,
-        check_layout=check_ppg_layout,
-        check_spaces=check_ppg_spaces,
-    )
-)

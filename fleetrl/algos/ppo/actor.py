@@ -11,7 +11,7 @@ Collective methods — every rank must call them, in the same order, or the othe
 `state_dict`, `load_state_dict` and `policy_weights`, which gather or scatter the shards (rank 0
 receives the full state, other ranks an empty dict).
 
-This module registers the `ppo` algorithm.
+`spec` registers the `ppo` algorithm.
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ import torch
 
 from fleetrl.algos.common.gae import compute_gae
 from fleetrl.algos.common.optim import build_optimizer
-from fleetrl.algos.ppo.config import PPOConfig, check_ppo_layout, validate_ppo
 from fleetrl.algos.ppo.grpo import grpo_advantages
 from fleetrl.algos.ppo.update import PPOBatch, ppo_update
-from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
 from fleetrl.config.keys import effective_minibatch_size
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
@@ -37,7 +35,6 @@ from fleetrl.parallel.sharding import EnvShard, Minibatches
 from fleetrl.parallel.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase
-from fleetrl.workers.rollout_worker import RolloutWorker
 
 log = logging.getLogger("fleetrl")
 
@@ -237,16 +234,3 @@ class ActorWorker(ActorBase):
             state.load_model_state(self.policy, saved["policy"], self.sharded)
             state.load_optimizer_state(self.policy, self.optimizer, saved["optimizer"], self.sharded)
         self.generator.set_state(saved["generator"])
-
-
-PPO = register_algorithm(
-    AlgorithmSpec(
-        name="ppo",
-        config=PPOConfig,
-        actor=ActorWorker,
-        rollout=RolloutWorker,
-        validate=validate_ppo,
-        check_layout=check_ppo_layout,
-        console_metrics=(ConsoleMetric("approx_kl", "kl", ".4f"), ConsoleMetric("clip_fraction", "clip", ".3f")),
-    )
-)

@@ -44,11 +44,8 @@ import gymnasium as gym
 import torch
 
 from fleetrl.algos.common.replay import ReplayBuffer
-from fleetrl.algos.registry import AlgorithmSpec, ConsoleMetric, register_algorithm
-from fleetrl.algos.sac.config import SACConfig, check_sac_spaces, validate_sac
 from fleetrl.algos.sac.learner import SACBatch, SACLearner, SACWeights
 from fleetrl.algos.sac.networks import EntropyCoefficient, build_sac_actor, build_twin_q
-from fleetrl.algos.sac.rollout import SACRolloutWorker
 from fleetrl.config.keys import effective_minibatch_size
 from fleetrl.config.schema import Config
 from fleetrl.observations import storage_dtype
@@ -250,11 +247,3 @@ class SACActorWorker(ActorBase):
                 "algorithm.learning_starts=%d transitions",
                 self.config.algorithm.learning_starts,
             )
-
-
-SAC_CONSOLE = (ConsoleMetric("q_loss", "q loss", ".3f"), ConsoleMetric("alpha", "alpha", ".3f"))
-register_algorithm(
-    AlgorithmSpec(
-        "sac", SACConfig, SACActorWorker, SACRolloutWorker, SAC_CONSOLE, validate_sac, check_spaces=check_sac_spaces
-    )
-)
