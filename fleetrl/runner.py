@@ -128,6 +128,13 @@ class Trainer:
                     self.global_step,
                     kept.name,
                 )
+                if self.global_step >= runner.total_env_steps:  # e.g. a config file's total, re-applied
+                    log.warning(
+                        "the resumed run has taken %d env steps and runner.total_env_steps is %d: nothing "
+                        "left to train (raise runner.total_env_steps to train it further)",
+                        self.global_step,
+                        runner.total_env_steps,
+                    )
             else:
                 random.seed(runner.seed)
                 np.random.seed(runner.seed)

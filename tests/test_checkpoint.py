@@ -237,6 +237,21 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path):
 
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")
+def test_resuming_with_a_total_already_reached_says_so_and_trains_nothing(tmp_path):
+    """A resume re-applies its config's runner.total_env_steps (a config file's, not the one the
+    run was extended to): below the steps taken, the run has nothing to do, and says so."""
+    first = run(tmp_path, "done", 4 * STEPS_PER_ITERATION)
+    run_dir = Path(first["run_dir"])
+    again = run(tmp_path, "ignored", 2 * STEPS_PER_ITERATION, f"runner.resume={run_dir}")
+    assert (again["iterations"], again["global_step"]) == (4, 4 * STEPS_PER_ITERATION)
+    assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2, 3, 4]
+    assert (
+        "the resumed run has taken 256 env steps and runner.total_env_steps is 128: nothing left to train "
+        "(raise runner.total_env_steps to train it further)"
+    ) in (run_dir / "train.log").read_text()
+
+
+@pytest.mark.usefixtures("quiet_fleetrl_logging")
 def test_a_run_stopped_and_resumed_is_the_uninterrupted_run_bit_for_bit(tmp_path):
     """Stopped after 4 of 8 iterations and resumed, a run is the uninterrupted one: every number of
     every iteration (losses, KL, entropy, returns, counters; timings aside) and the final weights
