@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -62,11 +64,27 @@ def ray_head(ray_env: dict):
         stderr=subprocess.DEVNULL,
     )
     try:
+        wait_until_listening(head, port)
         yield f"127.0.0.1:{port}"
         assert head.poll() is None, "the Ray instance the run joined is gone"
     finally:
         end([*psutil.Process(head.pid).children(recursive=True), psutil.Process(head.pid)])
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def wait_until_listening(head: subprocess.Popen, port: int, timeout_s: float = 120) -> None:
+    """Until the head's GCS accepts connections, as a user waits for `ray start` to say it has
+    started: a run started before then is rightly refused by the doctor's ray.cluster check
+    (and once was, here, when `fleetrl train` began starting faster than a loaded host's Ray)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert head.poll() is None, f"ray start --head exited with {head.returncode}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"the Ray head's port {port} did not listen within {timeout_s:.0f} s"
+            time.sleep(0.2)
 
 
 def query(address: str) -> dict:
