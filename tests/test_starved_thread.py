@@ -98,14 +98,22 @@ def judged(records: list[dict]) -> Judgement:
 
 
 # A silent process (it never beats after its first record), pinned to the hogs' CPU at SCHED_IDLE:
-# every thread of it ready to run, none running. And the same loop on a CPU of its own: silent as
-# a GIL hang is (the checks cannot tell the two apart by the beats).
+# every thread of it ready to run, none running. And the same loop on the other CPU: silent as a
+# GIL hang is (the checks cannot tell the two apart by the beats). That CPU is where the host's
+# other work goes while the hogs hold theirs (a test suite's other workers: at nice 0 the loop once
+# waited for it 94 % of the time, rightly judged starved), so the loop asks for nice -10 (~3 times
+# a nice-0 thread's share; root, as on CI) for the ~2 s it is watched.
 SILENT = """
 import os, sys
 cpu = int(sys.argv[1])
 os.sched_setaffinity(0, {cpu})
 if sys.argv[2] == "idle":
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+else:
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
+    except PermissionError:
+        pass
 print("ready", flush=True)
 while True: pass
 """
@@ -119,24 +127,31 @@ def test_a_silent_process_starved_of_cpu_is_not_judged_frozen_until_the_busy_all
     `process_frozen` at the heartbeat timeout, the GIL named, as before."""
     hog_cpu, other_cpu = sorted(os.sched_getaffinity(0))[:2]
     config = WatchdogConfig(heartbeat_interval_s=0.25, heartbeat_timeout_s=2.0, busy_allowance_s=5.0)
+    verdicts = {}
     hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(hog_cpu)]) for _ in range(2)]
-    silent = {
-        "starved": subprocess.Popen([sys.executable, "-c", SILENT, str(hog_cpu), "idle"], stdout=subprocess.PIPE),
-        "running": subprocess.Popen([sys.executable, "-c", SILENT, str(other_cpu), "normal"], stdout=subprocess.PIPE),
-    }
     try:
-        for process in silent.values():
-            assert process.stdout.readline() == b"ready\n"
-        verdicts = {name: watch_until_incident(process.pid, config, give_up_s=15.0) for name, process in silent.items()}
+        verdicts["starved"] = watch_silent(hog_cpu, "idle", config)
     finally:
-        for process in [*hogs, *silent.values()]:
-            process.kill()
-            process.wait(timeout=30)
+        for hog in hogs:
+            hog.kill()
+            hog.wait(timeout=30)
+    verdicts["running"] = watch_silent(other_cpu, "high", config)
     (starved_after, starved), (running_after, running) = verdicts["starved"], verdicts["running"]
     assert running.cause == "process_frozen" and "the GIL is held by a C call" in running.summary, running.summary
     assert config.heartbeat_timeout_s < running_after < config.busy_allowance_s, running_after
     assert starved.cause == "process_frozen" and "starved of CPU: a thread of it waited for a CPU" in starved.summary
     assert config.busy_allowance_s < starved_after, (starved_after, starved.summary)
+
+
+def watch_silent(cpu: int, priority: str, config: WatchdogConfig) -> tuple[float, Incident]:
+    """Start `SILENT` on `cpu` at `priority` ('idle' or 'high'), watch it until an incident, end it."""
+    process = subprocess.Popen([sys.executable, "-c", SILENT, str(cpu), priority], stdout=subprocess.PIPE)
+    try:
+        assert process.stdout.readline() == b"ready\n"
+        return watch_until_incident(process.pid, config, give_up_s=15.0)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
 
 
 def watch_until_incident(pid: int, config: WatchdogConfig, give_up_s: float) -> tuple[float, Incident]:
