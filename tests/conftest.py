@@ -24,31 +24,6 @@ def pytest_configure(config):
         generate_and_save_token()
 
 
-# The modules that took longest in a CI rehearsal (worker-seconds, three workers, at 2728e13:
-# 676, 607, 528, 284, 263, 193, 171, 169, 166, 159), collected first: the workers take modules in
-# collection order (pyproject's `--dist loadscope --no-loadscope-reorder`), so these start first
-# and the short ones fill in around them. In alphabetical order the last module to start was a
-# long one: 2,019 s against 1,916 s longest-first, replaying that rehearsal's times.
-LONGEST_FIRST = (
-    "test_freeze_proof.py",
-    "test_isolated_nodes.py",
-    "test_doc_commands.py",
-    "test_fused_ranks.py",
-    "test_watchdog_judgement.py",
-    "test_supervisor.py",
-    "test_vla_pipeline.py",
-    "test_sweep.py",
-    "test_sac.py",
-    "test_eval_during_training.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    """`LONGEST_FIRST` first; every other module, and each module's tests, in collected order."""
-    position = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: position.get(item.path.name, len(position)))
-
-
 @pytest.fixture(autouse=True, scope="session")
 def one_torch_thread():
     """The tests' tensors are tiny; with torch's default of one thread per core, each op pays an
