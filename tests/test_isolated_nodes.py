@@ -153,11 +153,15 @@ def run_pid(run) -> int:
 
 def test_a_killed_remote_worker_is_worker_died_and_its_nodes_are_removed(tmp_path):
     """SIGKILL of node 1's env rank on its first step: the cause names it, and the incident's
-    teardown removes both namespaced nodes."""
+    teardown removes both namespaced nodes. Ray's word of the death is the evidence: with the
+    default 5 s heartbeat timeout, a loaded host's Ray once took longer to give it, and the
+    silent remote worker was reported `process_frozen` (all the watcher can say of a worker on
+    another machine); the timeout is raised so that the death's own report is what is tested."""
     run = train(
         "configs/ppo_cartpole.yaml",
         *TWO_ISOLATED_NODES,
         fault("kill", "env", 1, 1),
+        "watchdog.heartbeat_timeout_s=20",
         "--skip-doctor",
         runs=tmp_path,
         timeout=400,
