@@ -14,7 +14,10 @@ from typing import Any
 from fleetrl.cluster.node_order import in_node_order
 from fleetrl.doctor.result import Check, failed
 
-START_UP_S = 20.0  # a task's worker process may need to start (import torch and all) first
+# A probe's worker process may have to start first. Ray itself gives a starting worker 60 s to
+# register (its worker_register_timeout_seconds) before calling it failed; on a loaded 2-core host
+# two workers once took over 20 s each, and a healthy node was reported unable to run work.
+START_UP_S = 60.0
 
 
 @dataclass(frozen=True)
