@@ -27,6 +27,7 @@ from fleetrl.cli import main
 from fleetrl.config.constraints import Check, Range
 from fleetrl.config.loader import coerce, read_yaml
 from fleetrl.config.schema import SECTION_TYPES
+from fleetrl.debug.faults import DEFAULT_METHOD, worker_methods
 from fleetrl.envs import demonstrations
 from tests.support import FLEETRL, REPO, subprocess_env, train
 
@@ -300,6 +301,14 @@ def test_messages_say_what_is_valid(capsys):
 def test_a_fault_that_can_fire_passes(capsys, fault):
     code, _, err = dry_run(capsys, *TWO_ACTORS, "cluster.component_placement.env=0-1", f"debug.fault={fault}")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("name", algorithm_names())
+def test_each_component_s_main_method_is_one_its_workers_have(name):
+    """A fault without `method` fires on the component's main method, which is not checked
+    against the worker class at start-up (that would import torch into the supervisor)."""
+    for component, method in DEFAULT_METHOD.items():
+        assert method in worker_methods(component, name), (name, component)
 
 
 def test_one_component_placed_keeps_the_others_defaults(capsys):

@@ -127,15 +127,25 @@ def test_the_controller_unpickles_its_plan_before_torch_is_imported():
     assert result.stdout.decode().splitlines() == ["[]", "inline PPOConfig 8"]
 
 
-@pytest.mark.parametrize("config", ["ppo_cartpole.yaml", "ppg_cartpole.yaml", "sac_halfcheetah.yaml"])
-def test_checking_a_config_imports_no_torch(config):
+@pytest.mark.parametrize(
+    "config, overrides",
+    [
+        ("ppo_cartpole.yaml", []),
+        ("ppg_cartpole.yaml", []),
+        ("sac_halfcheetah.yaml", []),
+        # a rehearsed failure on the component's main method (a fault naming another method
+        # imports the worker class, to check that it has the method)
+        ("ppo_cartpole.yaml", ["debug.fault={kind: kill, component: actor, call: 3}"]),
+    ],
+)
+def test_checking_a_config_imports_no_torch(config, overrides):
     """`fleetrl train --dry-run` — the config read, its rules run, its placement resolved, what
     `fleetrl train`'s supervisor does before it starts the controller — and the supervisor's own
     modules import no torch: the algorithms' specs name their workers by reference (seconds of
     CPU at every start, hundreds of starts in this suite)."""
     script = (
         "import runpy, sys\n"
-        "sys.argv = ['fleetrl', 'train', sys.argv[1], 'cluster.devices_per_node=1', '--dry-run']\n"
+        "sys.argv = ['fleetrl', 'train', sys.argv[1], 'cluster.devices_per_node=1', *sys.argv[2:], '--dry-run']\n"
         "try:\n"
         "    runpy.run_module('fleetrl', run_name='__main__')\n"
         "except SystemExit as done:\n"
@@ -144,7 +154,7 @@ def test_checking_a_config_imports_no_torch(config):
         "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'torch'))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script, str(REPO / "configs" / config)],
+        [sys.executable, "-c", script, str(REPO / "configs" / config), *overrides],
         capture_output=True,
         text=True,
         env=subprocess_env(),

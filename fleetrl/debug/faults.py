@@ -89,7 +89,9 @@ def check_fault(fault: dict, algorithm: str) -> None:
         value = fault.get(key, low)
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"debug.fault.{key}", value, f"an integer >= {low}")
-    method = fault.get("method", DEFAULT_METHOD[component])
+    method = fault.get("method")
+    if method is None:  # the component's main method, which each of its workers has; checking it
+        return  # would import the worker (torch and all) into the supervisor for nothing
     methods = worker_methods(component, algorithm)
     if method not in methods:
         raise ConfigError(
