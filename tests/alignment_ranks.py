@@ -25,7 +25,7 @@ from torch import nn
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.parallel import process_group, reduce
-from fleetrl.parallel.recorded import record_fsdp_collectives
+from fleetrl.parallel.recorded_fsdp import record_fsdp_collectives
 from fleetrl.parallel.wrap import ddp
 from fleetrl.probe import flight_recorder
 from fleetrl.probe.flight_recorder import Recorder

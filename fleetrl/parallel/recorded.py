@@ -8,16 +8,14 @@ own: DDP's comm hook, and FSDP2's `set_custom_all_gather` / `set_custom_reduce_s
 subclasses of its default communications (which live in a private torch module; the setters are
 public). Not recorded here: HSDP's replicate-dimension all-reduce, which FSDP2 calls directly
 (torch's own flight recorder, probe/torch_trace.py, has it). Without a recorder installed (a
-process fleetrl does not manage) each one is the library's default, unchanged.
+process fleetrl does not manage) each one is the library's default, unchanged. FSDP2's are in
+recorded_fsdp.py: its module costs ~0.9 CPU-s to import, paid only by a run that shards.
 """
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
 
 from fleetrl.probe import flight_recorder
 from fleetrl.probe.collectives import DEFAULT_GROUP
@@ -62,22 +60,3 @@ def recorded(op: str, launch, input_tensor, group, async_op: bool):
     else:
         log.complete(entry)
     return work
-
-
-class RecordedAllGather(DefaultAllGather):
-    def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
-        launch = partial(super().__call__, output_tensor, input_tensor, group, async_op)
-        return recorded("all_gather (fsdp)", launch, input_tensor, group, async_op)
-
-
-class RecordedReduceScatter(DefaultReduceScatter):
-    def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False):
-        launch = partial(super().__call__, output_tensor, input_tensor, group, op, async_op)
-        return recorded("reduce_scatter (fsdp)", launch, input_tensor, group, async_op)
-
-
-def record_fsdp_collectives(module) -> None:
-    """Record the all-gathers and reduce-scatters of the FSDP2 module `module` (one that
-    `fully_shard` returned)."""
-    module.set_custom_all_gather(RecordedAllGather())
-    module.set_custom_reduce_scatter(RecordedReduceScatter())

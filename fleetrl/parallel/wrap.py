@@ -46,7 +46,7 @@ from torch import nn
 from fleetrl.config.schema import ActorConfig
 from fleetrl.errors import ConfigError
 from fleetrl.parallel.grad_check import check_all_ranks_reach_every_parameter
-from fleetrl.parallel.recorded import record_fsdp_collectives, recorded_allreduce_hook
+from fleetrl.parallel.recorded import recorded_allreduce_hook
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -265,6 +265,8 @@ def device_mesh(config: ActorConfig, device: torch.device):
 
 def shard_with_fsdp2(policy: nn.Module, config: ActorConfig, device: torch.device) -> None:
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    from fleetrl.parallel.recorded_fsdp import record_fsdp_collectives
 
     # Policy.forward returns views (value.squeeze, the Gaussian entropy's expand); FSDP2 warns on
     # every such output that an in-place op on it would skip its hook. The losses never
