@@ -53,6 +53,17 @@ def startup_step(phase: str) -> bool:
     return phase.startswith("startup.") or phase.rsplit(".", 1)[-1] in STARTUP_STEPS
 
 
+def has_ended(pid: int) -> bool:
+    """The process has exited, reaped or not. A killed worker stays a zombie until its parent
+    (Ray's raylet) reaps it, and its peers see their connections reset at once: on a loaded host
+    a survivor's "Connection reset by peer" once reached the controller while the dead rank was
+    still a zombie, and the survivor was named the culprit."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return True
+
+
 class Checks:
     """The checks over `workers`, and what they keep between polls: each worker's beats as seen
     on this clock, and the calls already warned about as slow. `fleetrl top` uses them alone, to
@@ -122,7 +133,7 @@ class Checks:
 
     def check_alive(self, records: dict, now: float) -> Incident | None:
         for key, record in records.items():
-            if record.get("host") == self.hostname and not psutil.pid_exists(record["pid"]):
+            if record.get("host") == self.hostname and has_ended(record["pid"]):
                 words = last_words.from_record(record)
                 return died(key, record, words, f"it was {where(record)}", now - record["heartbeat_age_s"])
         return None
@@ -212,7 +223,7 @@ class Checks:
             return "it is on another machine (no local process check)"
         if stopped:
             return "the process is stopped (SIGSTOP or a debugger)"
-        if not psutil.pid_exists(record["pid"]):
+        if has_ended(record["pid"]):
             return "the process is gone"
         if starved:
             return f"the process is alive but starved of CPU: {starved_text(starved)}"
