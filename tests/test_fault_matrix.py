@@ -26,7 +26,7 @@ def test_an_exception_in_the_first_env_reset_inline_is_named_at_once(tmp_path):
     """Start-up, inline: the env's first reset raises, before the training loop has begun."""
     cell = make_cell("exception", "env", "startup", "inline")
     result = run_cell(tmp_path, cell)
-    assert_named(result, cell, cell.bound_s)
+    assert_named(result, cell, cell.bound_s + MARGIN_S)
     assert "InjectedFault in env.reset" in result.hang_report["summary"]
     # the culprit is a worker of the report, in the one process that hosts every inline worker
     workers = {(w["component"], w["rank"]): w for w in result.hang_report["workers"]}
@@ -77,7 +77,7 @@ def test_an_exception_in_the_rollout_is_named_at_every_moment_inline(tmp_path, w
     cell = make_cell("exception", "rollout", when, "inline")
     assert not cell.infeasible, cell.infeasible
     result = run_cell(tmp_path, cell)
-    assert_named(result, cell, cell.bound_s)
+    assert_named(result, cell, cell.bound_s + MARGIN_S)
     method, _ = METHOD["rollout"][when]
     assert f"InjectedFault in rollout.{method}" in result.hang_report["summary"], result.hang_report["summary"]
 
@@ -97,5 +97,5 @@ def test_a_hang_inside_the_vla_s_forward_on_actor_rank_1_names_rank_1(tmp_path, 
 def test_an_exception_in_the_vla_rollout_s_first_act_is_named_at_once(tmp_path, tiny_paligemma):
     cell = make_cell("exception", "rollout", "first_call", "inline", hf_folder=str(tiny_paligemma))
     result = run_cell(tmp_path, cell)
-    assert_named(result, cell, cell.bound_s)
+    assert_named(result, cell, cell.bound_s + MARGIN_S)
     assert "InjectedFault in rollout.act" in result.hang_report["summary"], result.hang_report["summary"]
