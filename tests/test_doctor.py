@@ -327,8 +327,10 @@ class TestGlooHandshake:
 
     def test_ranks_join_through_the_trainers_process_group_code(self):
         """A Gloo interface that does not exist fails every rank inside
-        process_group.init_process_group at once: its JoinError, naming the doctor's timeout."""
-        result = run_handshake(2, timeout=10, env={"GLOO_SOCKET_IFNAME": "nosuch0"})
+        process_group.init_process_group at once: its JoinError, naming the doctor's timeout. The
+        timeout covers each rank's start-up (torch's import: 8 s on a loaded host, and at 10 s a
+        rank beside a training was once still starting); a rank failing at once never waits it."""
+        result = run_handshake(2, timeout=30, env={"GLOO_SOCKET_IFNAME": "nosuch0"})
         assert not result.ok
         assert not any(outcome.timed_out for outcome in result.outcomes)  # failed, not waited out
         for rank in (0, 1):
