@@ -28,6 +28,7 @@ and an incident only past `busy_allowance_s`. Start-up steps and first calls are
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 
@@ -54,12 +55,15 @@ def startup_step(phase: str) -> bool:
 
 
 def has_ended(pid: int) -> bool:
-    """The process has exited, reaped or not. A killed worker stays a zombie until its parent
-    (Ray's raylet) reaps it, and its peers see their connections reset at once: on a loaded host
-    a survivor's "Connection reset by peer" once reached the controller while the dead rank was
-    still a zombie, and the survivor was named the culprit."""
+    """The process has exited, reaped or not — unless it is this process's own child, whose exit
+    the parent's wait reads, with its status (the supervisor's controller: a zombie between a
+    normal exit and its reaping is not a death). A killed Ray worker stays a zombie until its
+    parent, the raylet, reaps it, while its peers see their connections reset at once: on a
+    loaded host a survivor's "Connection reset by peer" once reached the controller while the
+    dead rank was still a zombie, and the survivor was named the culprit."""
     try:
-        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+        process = psutil.Process(pid)
+        return process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) and process.ppid() != os.getpid()
     except psutil.NoSuchProcess:
         return True
 
