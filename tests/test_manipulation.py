@@ -251,6 +251,12 @@ def test_record_sft_then_train_from_it(tmp_path):
     assert per_task == {"success_rate/reach", "success_rate/push"}
     evaluated = {key for key in rl.metrics[-1] if key.startswith("eval_success_rate")}
     assert evaluated == {"eval_success_rate", "eval_success_rate/reach", "eval_success_rate/push"}
+    # Held-out play as a script reads it: stdout is the JSON alone (PyBullet prints its connect
+    # options from C; they go to stderr)
+    played = fleetrl("eval", str(rl.run_dir), "--episodes", "2", "--seed", "50000", "--json", timeout=120)
+    assert played.code == 0, played.stderr
+    report = json.loads(played.stdout)
+    assert report["episodes"] == 2 and 0 <= report["success_rate"] <= 1, report
 
     # What init_from loads is exactly the SFT checkpoint's policy (weights only).
     assert [path.name for path in write_plots(rl.run_dir)] == [
