@@ -12,6 +12,7 @@ failed (each listed with its exit code and cause) and every other trial finished
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from fleetrl.doctor import add_doctor_arguments, command_doctor, preflight
 from fleetrl.errors import UserError
+from fleetrl.stdout_guard import stdout_to_stderr
 from fleetrl.watch import signals
 from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop
 
@@ -87,7 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
     evaluate.add_argument("--seed", type=int, default=10_000, help="the eval envs' seed (env i gets seed + i)")
     evaluate.add_argument("--video", action="store_true", help="write <run>/video/episode.gif")
-    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object, alone on stdout (what the env prints goes to stderr)",
+    )
 
     report = commands.add_parser("report", help="write PNG plots into the run directory")
     report.add_argument("run_dir", help="the run's directory")
@@ -170,7 +176,10 @@ def command_eval(args) -> int:
     from fleetrl.evaluate import evaluate
 
     run_dir = Path(args.run_dir)
-    result = evaluate(run_dir, args.episodes, not args.stochastic, args.seed, run_dir / "video" if args.video else None)
+    with stdout_to_stderr() if args.json else contextlib.nullcontext():  # stdout: the JSON alone
+        result = evaluate(
+            run_dir, args.episodes, not args.stochastic, args.seed, run_dir / "video" if args.video else None
+        )
     if args.json:
         print(json.dumps(result))
     else:

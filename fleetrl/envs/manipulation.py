@@ -37,11 +37,6 @@ Rewards (`reward`):
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -102,24 +97,6 @@ def time_limits(tasks: list[str], max_steps: int | dict[str, int]) -> list[int]:
     return limits
 
 
-@contextlib.contextmanager
-def c_stdout_to_stderr() -> Iterator[None]:
-    """Send what C code prints to file descriptor 1 to 2 instead, for the duration. PyBullet's
-    client prints the options panda-gym connects with (`argv[0]=--background_color_red=...`) with
-    C's printf: on a pipe they used to land in `fleetrl eval --json`'s output, ahead of the JSON."""
-    sys.stdout.flush()
-    libc = ctypes.CDLL(None)
-    libc.fflush(None)
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        libc.fflush(None)  # C's buffered stdout still holds what it printed: out to fd 2, not to 1
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def make_task(name: str) -> gym.Env:
     """panda-gym's env for task `name`, rendering with the TinyRenderer (CPU, off-screen)."""
     from panda_gym.envs import panda_tasks  # the manipulation extra
@@ -129,8 +106,7 @@ def make_task(name: str) -> gym.Env:
         "push": panda_tasks.PandaPushEnv,
         "pick_and_place": panda_tasks.PandaPickAndPlaceEnv,
     }
-    with c_stdout_to_stderr():
-        env = classes[name](render_mode="rgb_array", renderer="Tiny")
+    env = classes[name](render_mode="rgb_array", renderer="Tiny")
     sim = env.unwrapped.sim
     # panda-gym has no colour setter; it keeps its bodies' PyBullet ids by name in `_bodies_idx`
     sim.physics_client.changeVisualShape(sim._bodies_idx["target"], -1, rgbaColor=TARGET_RGBA)
