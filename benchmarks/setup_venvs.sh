@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Create the isolated comparison venvs used by benchmarks/ppo_cartpole_vs.py.
+# Create the isolated comparison venvs used by benchmarks/compare/ppo_cartpole.py.
 #
 #   benchmarks/.venvs/sb3      stable-baselines3 2.9.2 + gymnasium 1.x + torch 2.13.0 (CPU)
 #   benchmarks/.venvs/cleanrl  cleanrl 1.2.0 (PyPI, --no-deps) + what its ppo.py imports
 #                              (+ with the `atari` target: what its ppo_atari.py imports, for
-#                              benchmarks/atari_vs_cleanrl.py)
+#                              benchmarks/compare/atari_throughput.py)
 #
 # torch is ALWAYS pinned to 2.13.0: that is the CPU wheel lying on local disk
 # (pip's find-links); an unpinned torch would pull a multi-GB CUDA build.
@@ -89,7 +89,7 @@ EOF
 # cleanrl pins; the gym-0.23 API, installed --no-deps: SB3 1.2 asks for gym 0.19) and OpenCV, and
 # makes its envs with gym 0.23. Its Atari extra's ale-py 0.7.4 has no Python 3.11 wheel and
 # fetches ROMs at install time, so the emulator is ale-py 0.12 (ROMs in the wheel) on Gymnasium 1.4, as
-# fleetrl runs it, put behind gym 0.23's API by benchmarks/_cleanrl_atari.py.
+# fleetrl runs it, put behind gym 0.23's API by benchmarks/compare/jobs/cleanrl_atari.py.
 setup_cleanrl_atari() {
     setup_cleanrl
     local v="$VENVS/cleanrl"

@@ -1,6 +1,6 @@
 """What one env step returns: `StepResult`, NumPy only, handed from the env worker to the rollout
 worker. A module of its own, apart from the torch-side types (trajectory.py), so that an env
-worker's process never imports torch (~1.5 s of its start-up here: benchmarks/ray_startup.py).
+worker's process never imports torch (~1.5 s of its start-up here: benchmarks/scaling/ray_startup.py).
 """
 
 from __future__ import annotations

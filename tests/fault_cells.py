@@ -1,4 +1,4 @@
-"""The fault matrix's cells, one source of truth for benchmarks/fault_matrix.py (every cell) and
+"""The fault matrix's cells, one source of truth for benchmarks/diagnosis/fault_matrix.py (every cell) and
 tests/test_fault_matrix.py (a representative few in CI) and tests/test_matrix_slice.py (a slice
 that moves with every commit: `rotation`).
 

@@ -8,7 +8,7 @@ The records are real flight recorders' (probe/flight_recorder.py), driven throug
 calls and their collectives without the work, as fleetrl/debug/fleet.py's simulated workers are;
 what depends on when they ran (each beat's time, when a collective was entered, its call site) is
 set so that findings are exact. tests/test_alignment.py holds the same rules on real Gloo ranks;
-these run in-process in well under a second (the mutation run, benchmarks/mutation.sh)."""
+these run in-process in well under a second (the mutation run, benchmarks/diagnosis/mutation.sh)."""
 
 from __future__ import annotations
 

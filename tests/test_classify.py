@@ -9,7 +9,7 @@ classes, OSError), built in this process; a lost node is a raylet address on whi
 bound and not listening (the connection is refused, as a dead node's is). The Ray runs that
 raise them for real are tests/test_freeze_proof.py, test_param_check.py, test_checkpoint_trust.py,
 test_isolated_nodes.py and test_last_words.py; these run in well under a second (the mutation
-run, benchmarks/mutation.sh)."""
+run, benchmarks/diagnosis/mutation.sh)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A representative few cells of the fault matrix (benchmarks/fault_matrix.py runs them all), from
+"""A representative few cells of the fault matrix (benchmarks/diagnosis/fault_matrix.py runs them all), from
 the same cell table (tests/fault_cells.py): each a real `fleetrl train` with the fault injected,
 whose report must name the cell's cause and culprit within a bound derived from the watchdog's
 thresholds, and leave no process behind (`Fleetrl.finish` fails the test otherwise). The last

@@ -5,7 +5,7 @@ The beats are heartbeat records as a real flight recorder publishes them, with t
 judgement reads set to chosen values (CPU seconds, stack signatures, bytes moved, wait samples),
 judged by the real `Seen`. tests/test_watchdog_judgement.py judges real loops' beats, whose CPU
 shares depend on the host's load; these are exact on any host (and fast enough for the mutation
-run, benchmarks/mutation.sh)."""
+run, benchmarks/diagnosis/mutation.sh)."""
 
 from __future__ import annotations
 

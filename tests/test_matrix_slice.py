@@ -7,7 +7,7 @@ must name the cell's cause and culprit within the cell's bound and a loaded host
 
 A failed cell is named in the test's id; run it again at any commit with
 `FLEETRL_MATRIX_CELLS=hang/env/steady/ray pytest tests/test_matrix_slice.py` (comma-separated
-names; the whole matrix: benchmarks/fault_matrix.py).
+names; the whole matrix: benchmarks/diagnosis/fault_matrix.py).
 """
 
 from __future__ import annotations

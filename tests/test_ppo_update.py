@@ -24,7 +24,7 @@ STEPS, ENVS = 32, 8  # RL-Zoo's CartPole set: one minibatch of 256 = the whole b
 
 
 def cartpole_learner(overrides: list[str] = ()):
-    config = load_config(REPO / "benchmarks/configs/ppo_cartpole_rlzoo.yaml", list(overrides))
+    config = load_config(REPO / "benchmarks/compare/configs/ppo_cartpole_rlzoo.yaml", list(overrides))
     env = gym.make("CartPole-v1")
     torch.manual_seed(3)
     policy = Policy.from_config(config.model, env.observation_space, env.action_space)
@@ -120,7 +120,7 @@ def test_critic_warmup_spans_the_configured_env_steps():
     from the run's progress, so a resumed run knows where it is."""
     env = gym.make("CartPole-v1")
     config = load_config(
-        REPO / "benchmarks/configs/ppo_cartpole_rlzoo.yaml",
+        REPO / "benchmarks/compare/configs/ppo_cartpole_rlzoo.yaml",
         ["algorithm.critic_warmup_steps=512", "runner.total_env_steps=1024"],
     )
     actor = ActorWorker(config, env.observation_space, env.action_space)

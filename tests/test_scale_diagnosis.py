@@ -2,7 +2,7 @@
 no processes): with 256 ranks in one group the rank that skipped a collective is named first and
 the 255 that wait for it are summarised as rank ranges; a 1,024-worker report names the culprit
 and the cause in its first lines, groups the rest, and stays small; the full table stays in the
-JSON. benchmarks/scale_harness.py measures the same through the real store, by process."""
+JSON. benchmarks/diagnosis/scale_harness.py measures the same through the real store, by process."""
 
 from __future__ import annotations
 

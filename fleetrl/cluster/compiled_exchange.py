@@ -19,7 +19,7 @@ MAX_UNROLL (fewer with many lanes: every bound call is a channel of Ray's 1 MB d
 feeding and reading once per step instead (U = 1) puts a barrier through the controller at every
 step, where the queued actor calls it replaces never wait: the workers could not run ahead.
 With 4 CartPole lanes the graph collects in 0.64× the actor calls' time on the 2-core reference
-host at load 4-10, and took 1.2× their time at load 20 (`benchmarks/exchange_overhead.py`).
+host at load 4-10, and took 1.2× their time at load 20 (`benchmarks/scaling/exchange.py`).
 Resets, weight sync, the closing act, trajectories and checkpoints stay ordinary actor calls: they
 run between executions, while the graph's loops wait on their channels.
 

@@ -2,7 +2,7 @@
 
 Starting Ray's daemons (GCS, raylet, their agents: other processes) takes seconds, and so do the
 controller's own imports (torch, the algorithm, the models) and the config checks before the
-backend asks for Ray (benchmarks/ray_startup.py). Started here, the two overlap: by the time
+backend asks for Ray (benchmarks/scaling/ray_startup.py). Started here, the two overlap: by the time
 `RayCluster` wants a new local instance, `take` hands it over, started or still starting (joined
 under RayCluster's start-up deadline, so a start that hangs is still reported as
 `startup_timeout`; one that failed raises its error there, as starting it there would have).

@@ -6,7 +6,7 @@ server (the dashboard process, which with `include_dashboard=False` still loads 
 module) and the autoscaler's monitor, and `ray.init` waits until the API server has come up.
 fleetrl uses neither (no dashboard, no job submission, no state API, no autoscaling: its workers
 are pinned to fixed nodes), and on a busy 2-core machine the two Python processes cost seconds of
-start-up, the wait alone ~2.6 s (benchmarks/ray_startup.py); nor the idle workers Ray prestarts
+start-up, the wait alone ~2.6 s (benchmarks/scaling/ray_startup.py); nor the idle workers Ray prestarts
 (`NO_PRESTARTED_WORKERS`). Everything else is Ray's own start-up (GCS, raylets with their agents,
 the log monitor that forwards worker output to the driver).
 

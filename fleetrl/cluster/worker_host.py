@@ -7,7 +7,7 @@ stack dumps), and the worker class's imports, done as Ray unpickles `factory` �
 builds the worker as the watched start-up step `<component>.construct`. The Ray backend starts
 the actor and rollout processes this way while the env worker answers `spaces` (their
 constructors need the spaces). An env worker's process never imports torch (step_result.py,
-probe/store_client.py): ~1.5 s of CPU less on its start-up path (benchmarks/ray_startup.py).
+probe/store_client.py): ~1.5 s of CPU less on its start-up path (benchmarks/scaling/ray_startup.py).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def pack_step_results() -> None:
     """Send env outcomes between this process and the others as one pickle. Ray serialises a
     dataclass of numpy arrays array by array, each out of band: a `StepResult` of 4 CartPole
     envs (6 arrays) cost ~50 µs to serialise against ~18 µs in one pickle, and as much again to
-    read back, at every env ⇄ rollout exchange (benchmarks/exchange_overhead.py). Registered in
+    read back, at every env ⇄ rollout exchange (benchmarks/scaling/exchange.py). Registered in
     the driver and in every worker process (Ray's serialisers are per process)."""
     import pickle
 

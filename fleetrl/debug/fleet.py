@@ -5,7 +5,7 @@ training step: an actor rank enters `actor.train` and an `all_reduce` of the act
 step, an env worker `env.step`. Its records are the ones a real worker publishes (phases,
 collectives with sequence numbers, call sites, CPU and stack fields), so the watchdog, the
 alignment and the report read them as they read a real fleet's — at 1,024 workers on one machine
-(benchmarks/scale_harness.py, tests/test_scale_diagnosis.py). Faults are what a user's bug does
+(benchmarks/diagnosis/scale_harness.py, tests/test_scale_diagnosis.py). Faults are what a user's bug does
 to a rank: `skip` finishes a call without its collective, `hold` stays in a collective a peer
 never enters; a frozen worker or a lost node is one that stops publishing.
 """

@@ -6,7 +6,7 @@ this one computes: it runs arithmetic, holding the GIL like a simulator written 
 that does not release it, until its thread's CPU clock has advanced by `step_cpu_ms`. The cost is
 CPU time, not wall time, so on a loaded host a step takes longer but never does less work; and
 several of them in one process cannot overlap, exactly as with a real simulator. That is the case
-where distributing env workers pays (benchmarks/parallel_sim.py).
+where distributing env workers pays (benchmarks/scaling/parallel_sim.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ instruction says which. Observations are a Dict:
 
 - `image`: uint8 (size, size, 3), a fixed camera over the table, rendered off-screen on the CPU
   by PyBullet's TinyRenderer (no OpenGL, no display; ~27 ms a frame here, whatever the size up to
-  84: benchmarks/manipulation_render.py). Two changes to panda-gym make every task's goal visible
+  84: benchmarks/robot/render_cost.py). Two changes to panda-gym make every task's goal visible
   in it: the target is drawn opaque red (panda-gym's is a translucent green that the TinyRenderer
   draws as the cube's own green), and reach's target rests on the table (panda-gym floats it in a
   30 cm cube, whose depth one camera cannot see);

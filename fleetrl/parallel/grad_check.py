@@ -10,7 +10,7 @@ synchronises, each rank walks its loss's autograd graph for the parameters it re
 all-gather: one byte per trainable parameter. If any rank misses any, every rank raises the same
 `UnusedParameterError` — naming the ranks, the step and the parameters — before any of them
 enters the mismatched reduction. Cost: the graph walk (~1 us a node) and the all-gather
-(benchmarks/update_step_cost.py). Elsewhere (FSDP, or one rank accumulating micro-batches)
+(benchmarks/costs/update_step.py). Elsewhere (FSDP, or one rank accumulating micro-batches)
 `check_every_parameter_has_a_gradient` looks once, after a backward, for a parameter left
 without a gradient.
 """

@@ -5,7 +5,7 @@
   trainable  the first sync full, every later one a *patch*: the trainable parameters
              (`requires_grad`) and the persistent buffers. With LoRA or any frozen base the
              frozen tensors never change, so the rollout keeps its copy and receives only the
-             adapters and heads — RLinf's "patch" syncer (benchmarks/weight_sync.py: the bytes)
+             adapters and heads — RLinf's "patch" syncer (benchmarks/costs/weight_sync.py: the bytes)
 Where rollout and actor share a process (the inline backend, `cluster.fuse_collocated`), the
 rollout acts with the actor's own module and nothing is sent at all (`Backend.shares_policy`).
 

@@ -12,7 +12,7 @@ The heartbeat carries, per group, the last entered and the last completed number
 collectives in flight (entered, not completed; oldest first) and the last `RECENT` collectives
 (the report's aligned table). Completion may run on another thread (Gloo's, a CUDA callback), and
 the heartbeat thread reads the log: every change and every copy holds `lock`. The cost per
-collective is a few microseconds (benchmarks/collective_log.py): it is paid per gradient bucket.
+collective is a few microseconds (benchmarks/costs/collective_log.py): it is paid per gradient bucket.
 """
 
 from __future__ import annotations

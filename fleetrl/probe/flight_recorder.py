@@ -11,7 +11,7 @@ stopped process, stops beating — which the watchdog reads as frozen.
 
 Each record also says whether the phase's thread is working, for the watchdog to tell a blocked
 call from a busy one: the CPU seconds of that thread and of the process, and a signature of that
-thread's stack (~10 us a beat, benchmarks/heartbeat_fields.py). Ages are published as the
+thread's stack (~10 us a beat, benchmarks/costs/heartbeat_fields.py). Ages are published as the
 worker's own elapsed times (`phase_elapsed_s`) and a beat counter (`beat`), so that the watcher
 never subtracts one machine's clock from another's.
 """

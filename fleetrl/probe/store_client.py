@@ -3,7 +3,7 @@
 The store is a `torch.distributed.TCPStore` server (probe/store.py). A worker only ever sets its
 heartbeat and reads its stack-request counter (`add(key, 0)`), and a torch client would make
 every worker import torch first — ~1.5 s of CPU per process here, paid on the start-up path of
-an env worker that otherwise never needs torch (benchmarks/ray_startup.py). So this client speaks
+an env worker that otherwise never needs torch (benchmarks/scaling/ray_startup.py). So this client speaks
 the store's wire protocol for those two requests itself: a validation message on connect and a
 ping (the same handshake a torch client makes), then SET and ADD. Keys carry the "/" prefix
 every torch client adds, so the server's own `get`/`check`/`multi_get` read them.

@@ -15,7 +15,7 @@ alignment uses (`authoritative`). On Gloo the Future completes when the reductio
 Python log (with call sites and DDP bucket indices) is used; torch's view rides along.
 
 Cost: every heartbeat reads `pg_status` only (a dump without entries: microseconds; with its
-256 entries it costs milliseconds, benchmarks/collective_log.py). A collective in flight is timed
+256 entries it costs milliseconds, benchmarks/costs/collective_log.py). A collective in flight is timed
 from the first beat that saw it (so to within one heartbeat interval); the entries are dumped only
 once one has been in flight for `DETAIL_AFTER_S`, to name its op and sizes.
 """

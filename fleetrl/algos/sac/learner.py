@@ -1,7 +1,7 @@
 """Soft Actor-Critic (Haarnoja et al. 2018, with the automatic temperature of the follow-up paper)
 for Box actions: a tanh-squashed Gaussian actor, twin Q critics with Polyak-averaged targets.
 
-The maths is Stable-Baselines3's SAC (what `benchmarks/sac_pendulum_vs.py` compares against):
+The maths is Stable-Baselines3's SAC (what `benchmarks/compare/sac_pendulum.py` compares against):
 actions live in [-1, 1]^d (the env's Box, rescaled by the rollout worker), log std clamped to
 [-20, 2], critic loss ½·Σᵢ MSE(Qᵢ, y), y = r + γ·(1 - terminated)·(min Q̄(s', a') - α·log π(a'|s')),
 actor loss mean(α·log π(a|s) - min Q(s, a)), temperature loss -mean(log α · (log π + H̄)); the

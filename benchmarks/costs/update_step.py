@@ -1,0 +1,175 @@
+"""CPU time of one training update, tree A against tree B, interleaved: an A/B that holds on a
+loaded host (CPU time, not wall time, and alternating repetitions, so a load change hits both).
+
+Two workloads, each the exact shapes of its comparison with SB3:
+* ppo: one `ppo_update` of RL-Zoo's CartPole set (benchmarks/compare/configs/ppo_cartpole_rlzoo.yaml:
+  8 envs x 32 steps, one minibatch of 256, 20 epochs: 20 gradient steps of the 64x64 tanh MLPs);
+* sac: one SAC gradient step of configs/sac_pendulum.yaml (256x256 ReLU actor and twin critics,
+  batch 256, autotuned temperature).
+
+Each repetition is a fresh process per tree (`PYTHONPATH=<tree>`), one torch thread, warm-up
+first; it reports the median CPU ms per update over its updates, and the aten operators one
+update dispatches (torch.profiler's count: what a loaded host cannot blur). The ratio B/A is taken
+per repetition pair (A and B run back to back, the order alternating), reported as median and
+range.
+
+    python benchmarks/costs/update_step.py --a /tmp/main-tree --b . [--reps 5] [--workloads ppo,sac]
+
+The child side only uses fleetrl's public pieces (config loader, Policy, ppo_update, SACLearner),
+so any two trees with those seams compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ppo_workload(updates: int) -> tuple[list[float], int]:
+    import gymnasium as gym
+    import torch
+
+    from fleetrl.algos.ppo.actor import policy_optimizer
+    from fleetrl.algos.ppo.update import PPOBatch, ppo_update
+    from fleetrl.models.policy import Policy
+    from fleetrl.parallel.sharding import EnvShard, Minibatches
+    from fleetrl.parallel.wrap import local_loss_path
+    from fleetrl.plan.load import load_config
+
+    config = load_config(ROOT / "benchmarks/compare/configs/ppo_cartpole_rlzoo.yaml")
+    env = gym.make("CartPole-v1")
+    policy = Policy.from_config(config.model, env.observation_space, env.action_space)
+    optimizer = policy_optimizer(config, policy)
+    algo = config.algorithm
+    steps, envs = algo.num_steps, config.env.num_envs
+    size = steps * envs
+    generator = torch.Generator().manual_seed(0)
+    obs = torch.randn(size, 4, generator=generator)
+    with torch.no_grad():
+        actions, logprobs, values = policy.act(obs)
+    batch = PPOBatch(obs, actions, logprobs, values, torch.randn(size, generator=generator), values + 1)
+    path = local_loss_path(policy)
+
+    def update() -> None:
+        minibatches = Minibatches(EnvShard(steps, envs), algo.minibatch_size, None, generator)
+        ppo_update(path, optimizer, batch, algo, algo.clip_coef, minibatches, lambda t: t)
+
+    return measure(update, updates)
+
+
+def sac_workload(updates: int) -> tuple[list[float], int]:
+    import copy
+
+    import gymnasium as gym
+    import torch
+
+    from fleetrl.algos.sac.learner import SACBatch, SACLearner
+    from fleetrl.algos.sac.networks import EntropyCoefficient, build_sac_actor, build_twin_q
+    from fleetrl.plan.load import load_config
+
+    config = load_config(ROOT / "configs/sac_pendulum.yaml")
+    env = gym.make("Pendulum-v1")
+    actor = build_sac_actor(config, env.observation_space, env.action_space)
+    critic = build_twin_q(config, env.observation_space, env.action_space)
+    target = copy.deepcopy(critic).requires_grad_(False)
+    entropy = EntropyCoefficient(config.algorithm.alpha, config.algorithm.autotune)
+    learner = SACLearner(config, actor, critic, target, entropy)
+    generator = torch.Generator().manual_seed(0)
+    b = config.algorithm.minibatch_size
+    batch = SACBatch(
+        torch.randn(b, 3, generator=generator),
+        torch.rand(b, 1, generator=generator) * 2 - 1,
+        torch.randn(b, generator=generator),
+        torch.full((b,), 0.99),
+        torch.randn(b, 3, generator=generator),
+        torch.randn(2, b, 1, generator=generator),
+    )
+
+    def update() -> None:
+        learner.update(batch)
+        if len(learner.critic_stats) >= 64:
+            learner.mean_stats().tolist()
+            learner.reset_stats()
+
+    return measure(update, updates)
+
+
+def measure(update, updates: int) -> tuple[list[float], int]:
+    """(CPU ms of each of `updates` updates after a warm-up, aten ops dispatched by one update)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(max(3, updates // 5)):
+        update()
+    times = []
+    for _ in range(updates):
+        start = time.process_time()
+        update()
+        times.append((time.process_time() - start) * 1e3)
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        update()
+    ops = sum(event.count for event in profiler.key_averages() if event.key.startswith("aten::"))
+    return times, ops
+
+
+WORKLOADS = {"ppo": (ppo_workload, 60), "sac": (sac_workload, 400)}
+
+
+def child(workload: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    function, updates = WORKLOADS[workload]
+    times, ops = function(updates)
+    print(json.dumps({"ms": statistics.median(times), "ops": ops}))
+
+
+def run_child(tree: Path, workload: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", workload],
+        env=env,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--a", type=Path, help="baseline tree (e.g. an export of main)")
+    parser.add_argument("--b", type=Path, default=ROOT, help="tree under test")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--workloads", default="ppo,sac")
+    parser.add_argument("--child", choices=sorted(WORKLOADS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return
+    for workload in args.workloads.split(","):
+        a_runs, b_runs = [], []
+        for rep in range(args.reps):
+            order = [(args.a, a_runs), (args.b, b_runs)]
+            for tree, results in order if rep % 2 == 0 else order[::-1]:
+                results.append(run_child(tree.resolve(), workload))
+        a_ms, b_ms = [run["ms"] for run in a_runs], [run["ms"] for run in b_runs]
+        ratios = sorted(b / a for a, b in zip(a_ms, b_ms))
+        print(
+            f"{workload}: CPU ms per update A {statistics.median(a_ms):.3f} ({min(a_ms):.3f}-{max(a_ms):.3f}), "
+            f"B {statistics.median(b_ms):.3f} ({min(b_ms):.3f}-{max(b_ms):.3f}); "
+            f"B/A median {statistics.median(ratios):.3f} (pairs {ratios[0]:.3f}-{ratios[-1]:.3f}, {args.reps} reps); "
+            f"aten ops per update A {a_runs[0]['ops']}, B {b_runs[0]['ops']} ({b_runs[0]['ops'] / a_runs[0]['ops']:.3f})"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""A newcomer's maps match the tree: benchmarks/README.md indexes every benchmark script and names
+none that is gone, and every script's imports of fleetrl, the tests' support modules and the
+benchmark kit name modules and names that exist (read from the source, not imported: a module
+moved in fleetrl/ breaks the benchmark that imports it here, not on its next run)."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+
+from tests.support import REPO
+
+BENCHMARKS = REPO / "benchmarks"
+NOT_SCRIPTS = ("kit", "results", ".venvs", "__pycache__")  # the shared kit, and what runs leave
+
+
+def benchmark_files() -> set[str]:
+    """Every script, job and config under benchmarks/, as paths relative to it."""
+    return {
+        str(path.relative_to(BENCHMARKS))
+        for path in BENCHMARKS.rglob("*")
+        if path.suffix in (".py", ".sh", ".yaml")
+        and not any(part in NOT_SCRIPTS for part in path.relative_to(BENCHMARKS).parts)
+    }
+
+
+def indexed_files() -> list[str]:
+    """The first cell of each row of the README's index table."""
+    text = (BENCHMARKS / "README.md").read_text()
+    index = text.split("\n## Index\n", 1)[1]
+    return re.findall(r"^\| `([^`]+)` \|", index, flags=re.MULTILINE)
+
+
+def test_the_benchmarks_index_lists_every_script_once_and_nothing_else():
+    listed = indexed_files()
+    assert len(listed) == len(set(listed)), f"listed twice: {sorted({p for p in listed if listed.count(p) > 1})}"
+    on_disk = benchmark_files()
+    assert sorted(on_disk - set(listed)) == [], "scripts missing from benchmarks/README.md's index"
+    assert sorted(set(listed) - on_disk) == [], "benchmarks/README.md's index names scripts that are not there"
+
+
+def module_file(module: str):
+    """The source file of a module of this repository (fleetrl.x.y, tests.x, kit.x), or None."""
+    parts = module.split(".")
+    base = BENCHMARKS if parts[0] == "kit" else REPO
+    for candidate in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__init__.py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@functools.cache
+def top_level_names(path) -> set[str]:
+    """What a module defines or imports at its top level (where a `from M import name` finds it)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return names
+
+
+def test_every_benchmark_imports_what_exists():
+    missing = []
+    for script in sorted(BENCHMARKS.rglob("*.py")):
+        if any(part in ("results", ".venvs") for part in script.relative_to(BENCHMARKS).parts):
+            continue
+        for node in ast.walk(ast.parse(script.read_text())):  # lazy imports inside functions too
+            if isinstance(node, ast.Import):
+                wanted = [(alias.name, None) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                wanted = [(node.module, alias.name) for alias in node.names]
+            else:
+                continue
+            for module, name in wanted:
+                if module.split(".")[0] not in ("fleetrl", "tests", "kit"):
+                    continue
+                found = module_file(module)
+                where = f"{script.relative_to(REPO)}:{node.lineno}"
+                if found is None:
+                    missing.append(f"{where}: no module {module}")
+                elif name and name not in top_level_names(found) and module_file(f"{module}.{name}") is None:
+                    missing.append(f"{where}: {module} has no {name}")
+    assert missing == []
