@@ -53,12 +53,16 @@ def record(config: EnvConfig, episodes: int, out: Path, seed: int = 0, max_attem
     """Play the scripted expert of `config`'s env until `episodes` successful episodes are kept
     (reset seeds seed, seed + 1, ...; at most `max_attempts`, default 3 × episodes); the index."""
     from fleetrl.envs.make import env_factory
-    from fleetrl.envs.manipulation import PandaTasks
 
     env = env_factory(config)()
-    if not isinstance(env.unwrapped, PandaTasks):
+    if not callable(getattr(env.unwrapped, "expert_action", None)):
         env.close()
-        raise ConfigError("env.id", config.id, "an env with a scripted expert: fleetrl.envs.manipulation:PandaTasks")
+        raise ConfigError(
+            "env.id",
+            config.id,
+            "an env with a scripted expert (an `expert_action()` method): "
+            "fleetrl.envs.manipulation:PandaTasks, fleetrl.envs.metaworld_tasks:MetaWorldTasks",
+        )
     out = Path(out)
     if (out / INDEX).exists():
         raise UserError(f"{out} already holds demonstrations ({INDEX}): choose another --out")
@@ -80,15 +84,13 @@ def record(config: EnvConfig, episodes: int, out: Path, seed: int = 0, max_attem
 
 def play_expert(env, seed: int, path: Path) -> dict | None:
     """One expert episode from `seed`, written to `path` if it succeeds (its index entry)."""
-    from fleetrl.envs.experts import expert_action
-
-    panda = env.unwrapped
+    simulator = env.unwrapped
     obs, info = env.reset(seed=seed)
     steps: list[dict] = []
     actions, rewards = [], []
     done, success = False, False
     while not done:
-        action = expert_action(panda)
+        action = simulator.expert_action()
         steps.append(obs)
         actions.append(action)
         obs, reward, terminated, truncated, info = env.step(action)
@@ -102,7 +104,7 @@ def play_expert(env, seed: int, path: Path) -> dict | None:
         "file": path.name,
         "seed": seed,
         "task": info["task"],
-        "instruction": panda.observe()["instruction"],
+        "instruction": simulator.instruction,
         "length": len(actions),
         "success": True,
     }

@@ -10,7 +10,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from fleetrl.envs.manipulation import PandaTasks, push_heading, push_point
+PUSH_STANDOFF = 0.05  # metres from the cube's centre to the pushing gripper's: half the cube and a finger
+
+
+def push_heading(cube: np.ndarray, goal: np.ndarray) -> np.ndarray:
+    """The unit vector on the table from the cube towards the target (0 when the cube is on it)."""
+    heading = goal[:2] - cube[:2]
+    return heading / max(float(np.linalg.norm(heading)), 1e-6)
+
+
+def push_point(cube: np.ndarray, goal: np.ndarray) -> np.ndarray:
+    """Where a push starts: behind the cube on the side away from the target, at the cube's height.
+
+    The dense reward pays the gripper for closing on this point, not on the cube: a gripper that
+    comes straight at the cube from the target's side pushes it away, and was paid for coming."""
+    return np.append(cube[:2] - PUSH_STANDOFF * push_heading(cube, goal), cube[2])
+
 
 GAIN = 10.0  # a 10 cm error asks for the largest step
 OPEN, CLOSE = 1.0, -1.0
@@ -53,6 +68,7 @@ def pick_and_place(env) -> np.ndarray:
 EXPERTS = {"reach": reach, "push": push, "pick_and_place": pick_and_place}
 
 
-def expert_action(env: PandaTasks) -> np.ndarray:
-    """The scripted expert's action for the active task of `env` (a `PandaTasks`, unwrapped)."""
+def expert_action(env) -> np.ndarray:
+    """The scripted expert's action for the active task of `env` (a `PandaTasks`, unwrapped: this
+    module is below it, so the type is not imported)."""
     return EXPERTS[env.task_name](env.task)

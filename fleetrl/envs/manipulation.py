@@ -42,6 +42,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from fleetrl.envs.experts import expert_action, push_point
 from fleetrl.errors import ConfigError
 
 INSTRUCTIONS = {
@@ -58,21 +59,6 @@ DENSE_SCALE = 10.0  # reward per metre of progress: 10 cm closer is worth one su
 STATE_SIZE = 7  # end-effector position (3), velocity (3), finger width (1)
 SIM_STATE_SIZE = 6  # the target's position (3), the object's (3)
 ACTION_SIZE = 4
-PUSH_STANDOFF = 0.05  # metres from the cube's centre to the pushing gripper's: half the cube and a finger
-
-
-def push_heading(cube: np.ndarray, goal: np.ndarray) -> np.ndarray:
-    """The unit vector on the table from the cube towards the target (0 when the cube is on it)."""
-    heading = goal[:2] - cube[:2]
-    return heading / max(float(np.linalg.norm(heading)), 1e-6)
-
-
-def push_point(cube: np.ndarray, goal: np.ndarray) -> np.ndarray:
-    """Where a push starts: behind the cube on the side away from the target, at the cube's height.
-
-    The dense reward pays the gripper for closing on this point, not on the cube: a gripper that
-    comes straight at the cube from the target's side pushes it away, and was paid for coming."""
-    return np.append(cube[:2] - PUSH_STANDOFF * push_heading(cube, goal), cube[2])
 
 
 class InstructionSpace(gym.spaces.Text):
@@ -174,6 +160,14 @@ class PandaTasks(gym.Env):
     def task_name(self) -> str:
         return self.task_names[self.active]
 
+    @property
+    def instruction(self) -> str:
+        return INSTRUCTIONS[self.task_name]
+
+    def expert_action(self) -> np.ndarray:
+        """The scripted expert's action for the active task (`envs.experts`): what `fleetrl record` plays."""
+        return expert_action(self)
+
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self.active = int(self.np_random.integers(len(self.envs)))
@@ -209,7 +203,7 @@ class PandaTasks(gym.Env):
         state = np.concatenate([robot.get_ee_position(), robot.get_ee_velocity(), [robot.get_fingers_width()]]).astype(
             np.float32
         )
-        obs = {"image": self.camera(), "instruction": INSTRUCTIONS[self.task_name], "state": state}
+        obs = {"image": self.camera(), "instruction": self.instruction, "state": state}
         if self.sim_state:
             task = self.task.task
             obs["sim_state"] = np.concatenate([task.get_goal(), task.get_achieved_goal()]).astype(np.float32)
