@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import subprocess
+from pathlib import Path
 
 from tests.support import REPO
 
@@ -86,4 +88,54 @@ def test_every_benchmark_imports_what_exists():
                     missing.append(f"{where}: no module {module}")
                 elif name and name not in top_level_names(found) and module_file(f"{module}.{name}") is None:
                     missing.append(f"{where}: {module} has no {name}")
+    assert missing == []
+
+
+def test_the_getting_started_table_lists_every_shipped_config():
+    text = (REPO / "docs" / "getting-started.md").read_text()
+    table = text.split("\n## The shipped configs\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`(configs/[\w.-]+\.yaml)`", table))
+    shipped = {f"configs/{path.name}" for path in (REPO / "configs").glob("*.yaml")}
+    assert sorted(shipped - listed) == [], "configs missing from docs/getting-started.md's table"
+    assert sorted(listed - shipped) == [], "docs/getting-started.md's table names configs that are not shipped"
+
+
+# What the repository's text names as its own files: a path under one of its folders with a file
+# ending, or a capitalised Markdown file (README.md). Placeholders (<run>, *) are not paths.
+CITED_PATH = re.compile(
+    r"(?<![\w./-])((?:fleetrl|tests|docs|benchmarks|configs)/[\w./-]+\.(?:py|md|yaml|sh|json|png|svg))(?![\w/])"
+)
+CITED_NAME = re.compile(r"(?<![\w./<-])([A-Z][A-Z_-]*\.md)\b")
+UNCITABLE = ("benchmarks/results/", "benchmarks/.venvs/")  # what runs make, never in the tree
+GENERATED = ("docs/reference/config.md", "docs/reference/cli.md", "docs/reference/exit-codes.md")  # docs/hooks
+
+
+def tracked_text_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return [
+        REPO / name
+        for name in listed.split()
+        if name.endswith((".py", ".md", ".toml", ".yaml", ".yml", ".sh", ".in")) and (REPO / name).is_file()
+    ]
+
+
+def test_every_file_the_repository_names_is_in_it():
+    """A comment or page naming a file the repository does not hold, or a module since moved,
+    sends its reader nowhere."""
+    files = tracked_text_files()
+    names = {path.name for path in REPO.rglob("*") if ".venv" not in path.parts and ".git" not in path.parts}
+    names |= {Path(g).name for g in GENERATED}
+    missing = []
+    for path in files:
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            where = f"{path.relative_to(REPO)}:{number}"
+            for cited in CITED_PATH.findall(line):
+                if cited.startswith(UNCITABLE) or cited in GENERATED:
+                    continue
+                # a path from the root, or relative to the file (a page's link) or to docs/ (mkdocs.yml)
+                if not any((base / cited).exists() for base in (REPO, path.parent, REPO / "docs")):
+                    missing.append(f"{where}: {cited}")
+            for cited in CITED_NAME.findall(line):
+                if cited not in names:
+                    missing.append(f"{where}: {cited}")
     assert missing == []

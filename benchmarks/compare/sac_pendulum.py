@@ -4,7 +4,7 @@ One invocation runs, one job at a time (the reference machine has 2 cores), per 
   - fleetrl, configs/sac_pendulum.yaml (float32 throughout);
   - fleetrl, the same config with algorithm.matmul_dtype=bfloat16 (the hidden-to-hidden layers'
     matmuls in bfloat16, everything else float32) — unless --no-bf16;
-  - SB3 SAC with RL-Zoo's Pendulum-v1 settings (benchmarks/jobs/sb3_sac.py), which are the
+  - SB3 SAC with RL-Zoo's Pendulum-v1 settings (benchmarks/compare/jobs/sb3_sac.py), which are the
     config's: 256x256 ReLU MLPs, Adam lr 1e-3, batch 256, one gradient step per env step,
     tau 0.005, gamma 0.99, auto entropy from 1.0 to -dim(A), 100 random warm-up steps, 1 env.
 The order of the jobs rotates from seed to seed, so slow phases of the machine hit all of them.

@@ -23,7 +23,7 @@ branches and joins the same collectives.
 
 Why one DDP wrapper per loss path (critics; actor + log α) rather than a manual all-reduce of
 the gradients: DDP overlaps the reduction with the backward pass and keeps the loss path the
-only thing that is wrapped (DESIGN.md); the two wrappers are always called in the same order on
+only thing that is wrapped (parallel/wrap.py); the two wrappers are always called in the same order on
 every rank (critic forward+backward, then policy forward+backward), which is what two DDP
 modules need, and the actor loss evaluates the critics outside their wrapper, with detached
 weights, so the critic reducer never waits for gradients that do not come. The target critics
