@@ -33,12 +33,12 @@ BASE = [
     "algorithm.minibatch_size=32",
     "algorithm.update_epochs=3",
     "algorithm.lr=0.003",
-    "model.hidden_sizes=[32, 32]",
     "algorithm.max_grad_norm=2.0",
     "actor.adam_eps=0.01",
     "runner.seed=3",
     "actor.dist_timeout_s=30",
 ]
+MLP = ["model.hidden_sizes=[32, 32]"]  # the MLP's own key: another kind of model (model.id) has none
 PROGRESS = (0.0, 0.25)  # two iterations: the lr anneals, the generator and Adam carry over
 
 SCENARIOS = {
@@ -78,7 +78,7 @@ PERTURB = {"ddp"}  # rank > 0 starts from other weights: init_distributed must m
 
 
 def config_for(name: str) -> Config:
-    return load_config(None, BASE + SCENARIOS[name])
+    return load_config(None, BASE + MLP + SCENARIOS[name])
 
 
 def synthetic_spaces(continuous: bool) -> tuple[gym.Space, gym.Space]:
@@ -184,7 +184,7 @@ def train_rank(name: str, rank: int, world: int) -> dict:
 
 def lonely_rank(rank: int, world: int, timeout_s: float) -> dict:
     """Rank 0 of 2, but rank 1 never comes: joining must fail after ~timeout_s, not hang."""
-    config = load_config(None, BASE + [f"actor.dist_timeout_s={timeout_s}"])
+    config = load_config(None, BASE + MLP + [f"actor.dist_timeout_s={timeout_s}"])
     worker = ActorWorker(config, *spaces("ddp"), rank=0, world_size=2)
     started = time.perf_counter()
     try:

@@ -27,7 +27,7 @@ from fleetrl.config.schema import Config
 from fleetrl.observations import map_obs
 from fleetrl.plan.load import load_config
 from fleetrl.probe import flight_recorder
-from tests.dist_support import BASE, PROGRESS, synthetic_trajectory
+from tests.dist_support import BASE, MLP, PROGRESS, synthetic_trajectory
 
 VOCABULARY = 9  # mission token ids 1..9, 0 the padding
 SPACES = (
@@ -63,7 +63,7 @@ ITERATIONS = {
 }
 MODELS = {  # the others: TRANSFORMER
     "dict_blocks": ["model.id=tests.fsdp_transformer_ranks:DictBlocksNet"],
-    "mlp_bf16": ["model.id=mlp"],  # the grid CNN on the image, a GRU on the mission, then the MLP
+    "mlp_bf16": ["model.id=mlp", *MLP],  # the grid CNN on the image, a GRU on the mission, then the MLP
 }
 # The units each scenario's network is sharded into, by their names in it (the Policy is the root).
 UNITS = {

@@ -19,7 +19,7 @@ from fleetrl.algos.registry import algorithm_spec
 from fleetrl.config.schema import Config
 from fleetrl.plan.load import load_config
 from fleetrl.trajectory import Trajectory
-from tests.dist_support import BASE, synthetic_spaces, synthetic_trajectory
+from tests.dist_support import BASE, MLP, synthetic_spaces, synthetic_trajectory
 
 PPG = [
     "algorithm.name=ppg",
@@ -69,8 +69,9 @@ PROGRESS = (0.0, 0.1, 0.2, 0.3)  # 4 iterations: two full PPG cycles with n_pi =
 MANY = 36
 
 
-def config_for(name: str, extra: list[str] = ()) -> Config:
-    return load_config(None, BASE + SCENARIOS[name] + list(extra))
+def config_for(name: str, extra: list[str] = (), model: list[str] = MLP) -> Config:
+    """Scenario `name`'s config; `model`: the model section's keys (the MLP of dist_support's)."""
+    return load_config(None, BASE + model + SCENARIOS[name] + list(extra))
 
 
 def progress_for(name: str) -> tuple:
@@ -85,8 +86,8 @@ def make_trajectory(config: Config, name: str, iteration: int) -> Trajectory:
     return synthetic_trajectory(config, spaces(name), iteration, terminate_p=0.1, truncate_p=0.05)
 
 
-def build_worker(name: str, rank: int = 0, world: int = 1, extra: list[str] = ()):
-    config = config_for(name, extra)
+def build_worker(name: str, rank: int = 0, world: int = 1, extra: list[str] = (), model: list[str] = MLP):
+    config = config_for(name, extra, model)
     return config, algorithm_spec(config.algorithm.name).actor_class()(config, *spaces(name), rank, world)
 
 
@@ -157,7 +158,7 @@ def dead_parameter_rank(rank: int, world: int) -> dict:
     """Build a PPG worker whose network has a parameter neither phase uses: it must be named."""
     started = time.perf_counter()
     try:
-        _, worker = build_worker("ppg", rank, world, ["model.id=tests.ppg_support:NetWithDeadParameter"])
+        _, worker = build_worker("ppg", rank, world, model=["model.id=tests.ppg_support:NetWithDeadParameter"])
         worker.init_distributed("127.0.0.1", 0)
         outcome = "built"
     except Exception as error:  # noqa: BLE001 - the test inspects it

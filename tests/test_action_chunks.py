@@ -17,7 +17,8 @@ from fleetrl.algos.common.logprobs import combine
 from fleetrl.algos.ppo.update import PPOBatch, ppo_loss
 from fleetrl.cluster.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.config.schema import EnvConfig, ModelConfig
+from fleetrl.config.model_sections import MlpModelConfig
+from fleetrl.config.schema import EnvConfig
 from fleetrl.errors import ConfigError
 from fleetrl.models.policy import Policy
 from fleetrl.plan.load import load_config
@@ -81,7 +82,9 @@ def test_a_truncation_inside_a_chunk_keeps_its_final_observation():
 
 def test_the_collector_records_one_decision_per_chunk_with_its_steps():
     env = chunk_env(lengths=[5, 100])
-    policy = Policy.from_config(ModelConfig(hidden_sizes=[8], action_chunk=3), env.observation_space, env.action_space)
+    policy = Policy.from_config(
+        MlpModelConfig(hidden_sizes=[8], action_chunk=3), env.observation_space, env.action_space
+    )
     rollout = RolloutWorker(policy)
     rollout.configure_lanes([2], 3, env.observation_space, env.action_space)
     collector = Collector(InlineGroup([], [env]), InlineGroup([], [rollout]), stages=1, steps=3)
@@ -139,7 +142,7 @@ def test_actions_that_never_ran_take_no_part_in_the_loss(level):
     other values there leave the loss as it is."""
     space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     policy = Policy.from_config(
-        ModelConfig(hidden_sizes=[], action_chunk=3, action_bins=5), gym.spaces.Box(-1, 1, (3,)), space
+        MlpModelConfig(hidden_sizes=[], action_chunk=3, action_bins=5), gym.spaces.Box(-1, 1, (3,)), space
     )
     config = load_config(None, [f"algorithm.logprob_type={level}", "model.action_bins=5"]).algorithm
     observations = torch.randn(1, 3)

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fleetrl.algos.ppo.config import PPOConfig
 from fleetrl.cli import main
-from fleetrl.config.loader import save_config
+from fleetrl.config.loader import read_yaml, save_config
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.plan.load import load_config, parsed_algorithm
@@ -25,6 +26,17 @@ QUICK = ["runner.total_env_steps=512", "runner.tensorboard=false", "runner.check
 def train_quick(tmp_path: Path, *args: str, config: str = CARTPOLE) -> Finished:
     """`fleetrl train` in a subprocess, run directories under tmp_path/runs, cwd tmp_path."""
     return train(config, *QUICK, *args, runs=tmp_path / "runs", cwd=tmp_path, timeout=120)
+
+
+def config_for(override: str, folder: Path) -> str:
+    """The CartPole config; for a network of one's own (`model.id=module:attr`) without its MLP
+    keys, which another kind of model does not take."""
+    if not override.startswith("model.id=") or ":" not in override:
+        return CARTPOLE
+    raw = read_yaml(CARTPOLE)
+    del raw["model"]
+    (folder / "custom_model.yaml").write_text(yaml.safe_dump(raw))
+    return str(folder / "custom_model.yaml")
 
 
 BAD_INPUTS = {
@@ -99,7 +111,7 @@ def assert_user_error(result: Finished, fragments: list[str]) -> None:
 
 @pytest.mark.parametrize("override, fragments", BAD_INPUTS.values(), ids=BAD_INPUTS.keys())
 def test_bad_override_is_a_clear_user_error(tmp_path, override, fragments):
-    result = train_quick(tmp_path, override)
+    result = train_quick(tmp_path, override, config=config_for(override, tmp_path))
     assert_user_error(result, fragments)
     runs = tmp_path / "runs"
     assert not runs.exists() or not any(runs.iterdir()), "a run directory was created before the error"
@@ -107,7 +119,7 @@ def test_bad_override_is_a_clear_user_error(tmp_path, override, fragments):
 
 @pytest.mark.parametrize("override, fragments", MORE_BAD_INPUTS.values(), ids=MORE_BAD_INPUTS.keys())
 def test_more_bad_overrides_in_process(tmp_path, capsys, override, fragments):
-    code = main(["train", CARTPOLE, *QUICK, f"runner.run_dir={tmp_path / 'runs'}", override])
+    code = main(["train", config_for(override, tmp_path), *QUICK, f"runner.run_dir={tmp_path / 'runs'}", override])
     captured = capsys.readouterr()
     assert code == 2, captured.err
     message = captured.err.strip()

@@ -26,6 +26,7 @@ from fleetrl.algos.registry import algorithm_names, algorithm_spec
 from fleetrl.cli import main
 from fleetrl.config.constraints import Check, Range
 from fleetrl.config.loader import coerce, read_yaml
+from fleetrl.config.model_sections import MODEL_SECTIONS, CustomModelConfig, MlpModelConfig
 from fleetrl.config.schema import SECTION_TYPES
 from fleetrl.debug.faults import DEFAULT_METHOD, worker_methods
 from fleetrl.envs import demonstrations
@@ -39,7 +40,7 @@ SEMANTIC_BAD = {
     "env.id": ("CartPol-v1", "resolved as a Gymnasium id or entry point"),
     "env.kwargs": ({"no_such_arg": 1}, "checked against the env's signature"),
     "model.id": ("mlpp", "'mlp' or a module:attr entry point"),
-    "model.kwargs": ({"depth": 3}, "{} with the built-in MLP"),
+    "model.kwargs": ({"depth": 3}, "checked against the custom network's signature"),
     "cluster.simulate_clock_skew_s": ({"5": 30}, "node indices below cluster.num_nodes with seconds"),
     "runner.resume": ("/nonexistent/fleetrl-run", "a run directory holding a checkpoint"),
     "runner.init_from": ("/nonexistent/fleetrl-run", "a run directory or a checkpoint file"),
@@ -47,18 +48,14 @@ SEMANTIC_BAD = {
     "cluster.component_placement": ({"actor": "0-99"}, "resolved against the cluster"),
     "cluster.env_vars": ({"NCCL_DEBUG": [1]}, "names with scalar values"),
     "debug.fault": ({"kind": "explode", "component": "actor"}, "watch/faults.check_fault"),
-    # the Hugging Face keys: only with model.id hf (the folder is then checked, the stats against the actions)
-    "model.path": ("/nonexistent/model", "its default unless model.id is hf"),
-    "model.prompt_template": ("Out:", "its default unless model.id is hf"),
-    "model.action_stats": ({"q01": [0.0], "q99": [1.0]}, "its default unless model.id is hf"),
-    "model.lora": ({"rank": 4}, "its default unless model.id is hf"),
+    "model.path": ("/nonexistent/model", "an existing model folder (checked before anything starts)"),
+    "model.lora": ({"rank": 0}, "its own keys' types and ranges"),
 }
 # Keys every value of whose type is valid.
 ANY_VALUE = {
     "runner.run_dir": "any folder; it is created when the run starts",
     "runner.name": "any text; it names the run's folder",
     "cluster.ray_address": "any address ray.init takes; Ray checks it when it connects",
-    "model.shared_trunk": "true, false, or null for the model's own default: each is valid",
 }
 
 
@@ -66,21 +63,30 @@ def hints(section_type: type) -> dict:
     return typing.get_type_hints(section_type, include_extras=True)
 
 
+CUSTOM_MODEL = "fleetrl.models.mlp:ActorCriticMLP"  # a network class as a user's model.id names one
+
+
 def sections() -> list[tuple[str, type, str | None]]:
-    """(prefix, section dataclass, algorithm): every section of the schema, and the `algorithm`
-    section once per registered algorithm (each has its own dataclass; None: the CartPole PPO config)."""
-    found = [(prefix, section_type, None) for prefix, section_type in SECTION_TYPES.items() if prefix != "algorithm"]
-    found += [("algorithm", algorithm_spec(name).config, name) for name in algorithm_names()]
+    """(prefix, section dataclass, the key=value choosing it): every section of the schema, the
+    `algorithm` section once per registered algorithm and the `model` section once per kind of
+    model (each has its own dataclass; None: the CartPole PPO config, whose model is an MLP)."""
+    skip = ("algorithm", "model")
+    found = [(prefix, section_type, None) for prefix, section_type in SECTION_TYPES.items() if prefix not in skip]
+    found += [("algorithm", algorithm_spec(name).config, f"algorithm.name={name}") for name in algorithm_names()]
+    found += [("model", MlpModelConfig, None), ("model", CustomModelConfig, f"model.id={CUSTOM_MODEL}")]
+    found += [("model", section, f"model.id={kind}") for kind, section in MODEL_SECTIONS.items() if kind != "mlp"]
     return found
 
 
-def config_for(algorithm: str | None, folder: Path) -> str:
-    """The shipped CartPole PPO config, or one that names only `algorithm` (other algorithms'
-    sections do not take PPO's keys)."""
-    if algorithm is None:
+def config_for(selection: str | None, folder: Path) -> str:
+    """The shipped CartPole PPO config, or one that names only the selecting key (other algorithms'
+    and models' sections do not take PPO's or the MLP's keys)."""
+    if selection is None:
         return CARTPOLE
-    path = folder / f"{algorithm}.yaml"
-    path.write_text(f"algorithm:\n  name: {algorithm}\n")
+    dotted, value = selection.split("=")
+    section, key = dotted.split(".")
+    path = folder / "selected.yaml"
+    path.write_text(json.dumps({section: {key: value}}))
     return str(path)
 
 
@@ -160,10 +166,10 @@ def assert_rejected(capsys, key: str, *overrides: str, config: str = CARTPOLE) -
 
 
 @pytest.mark.parametrize(
-    "key, value, algorithm", CASES, ids=[f"{a or 'ppo_cartpole'}: {k}={yaml_text(v)}" for k, v, a in CASES]
+    "key, value, selection", CASES, ids=[f"{a or 'ppo_cartpole'}: {k}={yaml_text(v)}" for k, v, a in CASES]
 )
-def test_every_key_rejects_a_bad_value(capsys, tmp_path, key, value, algorithm):
-    err = assert_rejected(capsys, key, f"{key}={yaml_text(value)}", config=config_for(algorithm, tmp_path))
+def test_every_key_rejects_a_bad_value(capsys, tmp_path, key, value, selection):
+    err = assert_rejected(capsys, key, f"{key}={yaml_text(value)}", config=config_for(selection, tmp_path))
     assert "got " in err and "expected " in err
 
 

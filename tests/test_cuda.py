@@ -41,7 +41,10 @@ def test_the_actor_on_the_gpu_trains_what_it_trains_on_the_cpu(model):
     from fleetrl.plan.load import load_config
 
     if model == "mlp":
-        overrides, spaces = dist_support.BASE + dist_support.SCENARIOS["ddp"], dist_support.spaces("ddp")
+        overrides, spaces = (
+            dist_support.BASE + dist_support.MLP + dist_support.SCENARIOS["ddp"],
+            dist_support.spaces("ddp"),
+        )
         make = lambda config, i: dist_support.make_trajectory(config, "ddp", i)  # noqa: E731
     else:
         r = fsdp_transformer_ranks

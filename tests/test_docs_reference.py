@@ -15,6 +15,7 @@ import typing
 
 from fleetrl.algos.registry import algorithm_names, algorithm_spec
 from fleetrl.cli import build_parser
+from fleetrl.config.model_sections import MODEL_SECTIONS, CustomModelConfig
 from fleetrl.config.schema import RESTARTABLE, SECTION_TYPES, Config
 from fleetrl.doctor.command import EXIT_CHECK_FAILED
 from fleetrl.sweep.driver import EXIT_TRIALS_FAILED
@@ -55,10 +56,11 @@ def hook(name: str):
 
 def sections() -> list[tuple[str, type]]:
     """(prefix, dataclass) of every section a config may hold: the `algorithm` section once per
-    registered algorithm, sections nested in a section (`model.lora`), and the top-level Config
+    registered algorithm, the `model` section once per kind of model, sections nested in a section (`model.lora`), and the top-level Config
     (whose fields are the sections)."""
-    found = [(prefix, cls) for prefix, cls in SECTION_TYPES.items() if prefix != "algorithm"]
+    found = [(prefix, cls) for prefix, cls in SECTION_TYPES.items() if prefix not in ("algorithm", "model")]
     found += [("algorithm", algorithm_spec(name).config) for name in algorithm_names()]
+    found += [("model", cls) for cls in (*MODEL_SECTIONS.values(), CustomModelConfig)]
     for prefix, cls in found:  # grows while walked: nested sections' own nested ones too
         for name, hint in typing.get_type_hints(cls).items():
             inner = [t for t in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(t)]

@@ -12,7 +12,8 @@ import torch
 
 from fleetrl.cluster.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
-from fleetrl.config.schema import EnvConfig, ModelConfig
+from fleetrl.config.model_sections import MlpModelConfig
+from fleetrl.config.schema import EnvConfig
 from fleetrl.models.policy import Policy
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
@@ -297,7 +298,7 @@ def test_collector_bootstraps_truncations_from_the_final_obs():
     env = truncating_env()
     try:
         torch.manual_seed(0)
-        policy = Policy.from_config(ModelConfig(), env.observation_space, env.action_space)
+        policy = Policy.from_config(MlpModelConfig(), env.observation_space, env.action_space)
         collector = inline_collector(env, policy, steps=7)
         collector.start(0)
         trajectory = collector.collect()
@@ -339,7 +340,7 @@ def test_pipelined_stages_collect_the_same_trajectory():
         env = truncating_env(stages)
         try:
             torch.manual_seed(0)
-            policy = Policy.from_config(ModelConfig(), env.observation_space, env.action_space)
+            policy = Policy.from_config(MlpModelConfig(), env.observation_space, env.action_space)
             collector = inline_collector(env, policy, steps=7, stages=stages)
             collector.start(0)
             collector.collect()
@@ -359,7 +360,7 @@ def test_truncation_on_the_last_step_of_a_rollout_bootstraps_from_the_final_obs(
     env = truncating_env()
     try:
         torch.manual_seed(0)
-        policy = Policy.from_config(ModelConfig(), env.observation_space, env.action_space)
+        policy = Policy.from_config(MlpModelConfig(), env.observation_space, env.action_space)
         collector = inline_collector(env, policy, steps=3)  # env 1 is truncated at t = 2 = T - 1
         collector.start(0)
         trajectory = collector.collect()

@@ -17,7 +17,8 @@ import yaml
 from fleetrl.algos.registry import algorithm_spec
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
-from fleetrl.config.schema import EnvConfig, ModelConfig
+from fleetrl.config.model_sections import MlpModelConfig, TransformerModelConfig
+from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.text import Vocabulary
 from fleetrl.errors import ConfigError
 from fleetrl.models.encoders import ObservationEncoder, TextEncoder
@@ -36,7 +37,9 @@ LENGTH = 3  # CountingImages' episodes: returns 1 + 2 + 3
 MISSION_SPACE = gym.spaces.Text(12, charset="abcdefghijklmnopqrstuvwxyz ")
 
 
-def collect(env_config: EnvConfig, model: ModelConfig, steps: int) -> tuple[Trajectory, Policy]:
+def collect(
+    env_config: EnvConfig, model: MlpModelConfig | TransformerModelConfig, steps: int
+) -> tuple[Trajectory, Policy]:
     """`steps` steps of a PPO rollout worker and an env worker; the trajectory and the policy."""
     env = EnvWorker(env_config, 0.99, seed=0)
     torch.manual_seed(0)
@@ -66,7 +69,11 @@ def test_observations_reach_the_trajectory_exactly_and_images_stay_uint8(dict_ob
     kwargs = {"dict_obs": dict_obs, "channels_last": not dict_obs}
     env_config = EnvConfig(id="tests.image_envs:CountingImages", kwargs=kwargs, num_envs=2)
     steps = 7
-    trajectory, policy = collect(env_config, ModelConfig(id=model_id, embed_dim=16, num_heads=2), steps)
+    trajectory, policy = collect(
+        env_config,
+        MlpModelConfig(embed_dim=16) if model_id == "mlp" else TransformerModelConfig(embed_dim=16, num_heads=2),
+        steps,
+    )
     image = trajectory.obs["image"] if dict_obs else trajectory.obs
     shape = (3, 7, 7) if dict_obs else (7, 7, 3)
     assert image.dtype == torch.uint8 and image.shape == (steps, 2, *shape)  # no float copy of any image
@@ -115,7 +122,7 @@ def test_the_default_mlp_flattens_uint8_images_to_float_at_the_model_and_learns_
     they are), and a gradient step on it changes the first layer."""
     space = gym.spaces.Box(0, 255, (side, side, 3), np.uint8)
     torch.manual_seed(0)
-    policy = Policy.from_config(ModelConfig(image_encoder="flatten"), space, gym.spaces.Discrete(2))
+    policy = Policy.from_config(MlpModelConfig(image_encoder="flatten"), space, gym.spaces.Discrete(2))
     images = torch.randint(0, 256, (6, side, side, 3), dtype=torch.uint8)
     features = policy.network.encoder(images)
     assert features.dtype == torch.float32 and torch.equal(features, images.flatten(1).float() * scale)
@@ -145,7 +152,7 @@ def test_transformer_log_probs_and_entropies_match_a_direct_computation(bins):
     )
     action_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32) if bins else gym.spaces.Discrete(7)
     torch.manual_seed(0)
-    config = ModelConfig(id="transformer", action_bins=bins, embed_dim=16, num_heads=2, patch_size=1)
+    config = TransformerModelConfig(action_bins=bins, embed_dim=16, num_heads=2, patch_size=1)
     policy = Policy.from_config(config, space, action_space)
     assert isinstance(policy.network.blocks, torch.nn.ModuleList) and len(policy.network.blocks) == 2
     with torch.no_grad():
@@ -178,7 +185,7 @@ def test_transformer_keypoints_are_where_the_image_shows_what_they_detect():
     """`model.keypoints`: each keypoint is the expected (x, y) of its feature map, so a keypoint that
     detects red sits on a red dot and follows it; the policy reads the keypoints as its image."""
     space = gym.spaces.Dict(image=gym.spaces.Box(0, 255, (64, 64, 3), np.uint8))
-    config = ModelConfig(id="transformer", action_bins=5, embed_dim=16, num_heads=2, keypoints=4)
+    config = TransformerModelConfig(action_bins=5, embed_dim=16, num_heads=2, keypoints=4)
     policy = Policy.from_config(config, space, gym.spaces.Box(-1.0, 1.0, (3,), np.float32))
     keypoints = policy.network.inputs["image"]  # the policy's own trunk
     assert keypoints.count == 4 and policy.network.position.shape == (4 + 3 + 1, 16)
@@ -205,14 +212,14 @@ def test_transformer_keypoints_are_where_the_image_shows_what_they_detect():
     assert not torch.allclose(*logits)
 
 
-@pytest.mark.parametrize("shared_trunk", [None, False], ids=["shared", "own_critic"])
+@pytest.mark.parametrize("shared_trunk", [True, False], ids=["shared", "own_critic"])
 def test_transformer_value_gradients_reach_the_policy_only_through_a_shared_trunk(shared_trunk):
     """`model.shared_trunk: false` gives the transformer's value a trunk of its own: the value loss
     then changes no parameter the actions depend on (PPO's critic warm-up leaves the policy alone)."""
     space = gym.spaces.Dict(
         image=gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), state=gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     )
-    config = ModelConfig(id="transformer", action_bins=5, embed_dim=16, num_heads=2, shared_trunk=shared_trunk)
+    config = TransformerModelConfig(action_bins=5, embed_dim=16, num_heads=2, shared_trunk=shared_trunk)
     network = Policy.from_config(config, space, gym.spaces.Box(-1.0, 1.0, (2,), np.float32)).network
     obs = {"image": torch.randint(0, 255, (4, 8, 8, 3), dtype=torch.uint8), "state": torch.randn(4, 3)}
     logits, value = network(obs)
@@ -220,7 +227,7 @@ def test_transformer_value_gradients_reach_the_policy_only_through_a_shared_trun
     policy_side = {name for name, _ in network.named_parameters() if not name.startswith(("critic.", "value_head."))}
     moved = {name for name, p in network.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
     assert logits.shape == (4, 2 * 5)
-    if shared_trunk is None:
+    if shared_trunk:
         assert network.critic is None and {"blocks.0.linear1.weight", "inputs.image.project.weight"} <= moved
     else:
         assert moved & policy_side == set()
@@ -235,8 +242,10 @@ def test_transformer_critic_keys_are_read_by_the_critic_alone():
         image=gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), sim_state=gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
     )
     actions = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    config = ModelConfig(id="transformer", action_bins=5, embed_dim=16, num_heads=2, shared_trunk=False)
-    network = Policy.from_config(ModelConfig(**{**vars(config), "critic_keys": ["sim_state"]}), space, actions).network
+    config = TransformerModelConfig(action_bins=5, embed_dim=16, num_heads=2, shared_trunk=False)
+    network = Policy.from_config(
+        TransformerModelConfig(**{**vars(config), "critic_keys": ["sim_state"]}), space, actions
+    ).network
     assert set(network.inputs) == {"image"} and set(network.critic.inputs) == {"image", "sim_state"}
     obs = {"image": torch.randint(0, 255, (4, 8, 8, 3), dtype=torch.uint8), "sim_state": torch.randn(4, 6)}
     logits, value = network(obs)
@@ -245,16 +254,20 @@ def test_transformer_critic_keys_are_read_by_the_critic_alone():
     for changes, expected in [
         ({"critic_keys": ["target"]}, "unknown: ['target']"),
         ({"critic_keys": ["image", "sim_state"]}, "it lists every key"),
-        ({"critic_keys": ["sim_state"], "shared_trunk": None}, "model.shared_trunk is false"),
+        ({"critic_keys": ["sim_state"], "shared_trunk": True}, "model.shared_trunk is false"),
     ]:
         with pytest.raises(ConfigError, match="model.critic_keys") as error:
-            Policy.from_config(ModelConfig(**{**vars(config), **changes}), space, actions)
+            Policy.from_config(TransformerModelConfig(**{**vars(config), **changes}), space, actions)
         assert expected in str(error.value)
-    # where no model has a second trunk to give the critic: refused as the config loads, before any
-    # worker or model (a VLA's value head reads its own hidden state)
+    # where no model has a second trunk to give the critic the keys are not the model's: refused as
+    # the config loads, before any worker or model (a VLA's value head reads its own hidden state)
     for overrides, key, expected in [
-        (["model.id=mlp", "model.critic_keys=[sim_state]"], "model.critic_keys", "unless model.id is transformer"),
-        (["model.id=hf", "model.shared_trunk=false"], "model.shared_trunk", "null or true with model.id hf"),
+        (["model.id=mlp", "model.critic_keys=[sim_state]"], "model.critic_keys", "of model.id transformer, not of mlp"),
+        (
+            ["model.id=hf", "model.shared_trunk=false"],
+            "model.shared_trunk",
+            "of model.id mlp and transformer, not of hf",
+        ),
     ]:
         with pytest.raises(ConfigError, match=key) as error:
             load_config(None, overrides)
@@ -271,9 +284,9 @@ def test_transformer_predict_keys_teach_the_keypoints_where_things_are():
         image=gym.spaces.Box(0, 255, (16, 16, 3), np.uint8), where=gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     )
     actions = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    config = ModelConfig(id="transformer", action_bins=5, embed_dim=16, num_heads=2, keypoints=4)
+    config = TransformerModelConfig(action_bins=5, embed_dim=16, num_heads=2, keypoints=4)
     torch.manual_seed(0)
-    policy = Policy.from_config(ModelConfig(**{**vars(config), "predict_keys": ["where"]}), space, actions)
+    policy = Policy.from_config(TransformerModelConfig(**{**vars(config), "predict_keys": ["where"]}), space, actions)
     network = policy.network
     assert set(network.inputs) == {"image"} and network.predictor.in_features == 2 * 4
 
@@ -309,12 +322,15 @@ def test_transformer_predict_keys_teach_the_keypoints_where_things_are():
         ({"predict_keys": ["where"], "critic_keys": ["image"], "shared_trunk": False}, "model", "every key"),
     ]:
         with pytest.raises(ConfigError, match=key) as error:
-            Policy.from_config(ModelConfig(**{**vars(config), **changes}), space, actions)
+            Policy.from_config(TransformerModelConfig(**{**vars(config), **changes}), space, actions)
         assert expected in str(error.value)
-    for overrides in (["model.id=transformer"], ["model.id=mlp", "model.keypoints=4"]):
-        with pytest.raises(ConfigError, match="model.predict_keys") as error:
+    for overrides, key, expected in [
+        (["model.id=transformer"], "model.predict_keys", "[] unless model.keypoints is set"),
+        (["model.id=mlp", "model.keypoints=4"], "model.keypoints", "of model.id transformer, not of mlp"),
+    ]:
+        with pytest.raises(ConfigError, match=key) as error:
             load_config(None, [*overrides, "model.predict_keys=[sim_state]"])
-        assert "unless model.id is transformer with model.keypoints" in str(error.value)
+        assert expected in str(error.value)
 
 
 def test_sac_keeps_image_observations_uint8_in_its_replay_buffer():
@@ -374,7 +390,7 @@ def write_config(path: Path, *, dict_obs: bool, **sections) -> Path:
         "runner": {"total_env_steps": 64, "tensorboard": False, "checkpoint_interval": 1},
     }
     for section, keys in sections.items():
-        config[section].update(keys)
+        config[section] = keys if section == "model" else {**config[section], **keys}  # a model is its own keys
     path.write_text(yaml.safe_dump(config))
     return path
 

@@ -311,7 +311,7 @@ BAD_SAC_CONFIGS = {
     "negative learning starts": (["algorithm.learning_starts=-1"], "algorithm.learning_starts"),
     "normalised observations": (["env.normalize_obs=true"], "env.normalize_obs"),
     "fsdp": (["actor.strategy=fsdp"], "actor.strategy"),
-    "custom model": (["model.id=tests.envs:CountingEnv"], "model.id"),
+    "custom model": (["model={id: tests.envs:CountingEnv}"], "model.id"),  # the whole section: no MLP keys
     "accumulation": (["actor.micro_batch_size=8"], "actor.micro_batch_size"),
 }
 

@@ -19,7 +19,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
-from fleetrl.config.schema import LoraConfig, ModelConfig
+from fleetrl.config.model_sections import HfModelConfig, LoraConfig
 from fleetrl.errors import ConfigError
 from fleetrl.metrics_log import read_metrics
 from fleetrl.models.hf.actions import VocabActions
@@ -193,7 +193,7 @@ def test_lora_trains_only_adapters_and_the_value_head_and_checkpoints_them_with_
     other = tmp_path / "other"
     assert main(["init-model", str(other), "--seed", "1"]) == 0
     elsewhere = Policy.from_config(
-        ModelConfig(id="hf", path=str(other), lora=LoraConfig(rank=4)), observation_space, action_space
+        HfModelConfig(path=str(other), lora=LoraConfig(rank=4)), observation_space, action_space
     )
     with pytest.raises(ConfigError, match=f"model.path.*{other}.*the base model the adapters were trained on"):
         elsewhere.load_state_dict(state)

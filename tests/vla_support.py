@@ -8,7 +8,8 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-from fleetrl.config.schema import EnvConfig, ModelConfig
+from fleetrl.config.model_sections import HfModelConfig
+from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.make import make_vector_env
 from fleetrl.models.policy import Policy
 from tests.support import REPO
@@ -30,4 +31,4 @@ def minigrid_batch() -> tuple[gym.spaces.Dict, gym.spaces.Discrete, dict[str, to
 def vla(path: Path | str, observation_space: gym.Space, action_space: gym.Space, **keys) -> Policy:
     """The policy `model: {id: hf, path: PATH, **keys}` makes, its own layers seeded alike every time."""
     torch.manual_seed(0)
-    return Policy.from_config(ModelConfig(id="hf", path=str(path), **keys), observation_space, action_space)
+    return Policy.from_config(HfModelConfig(path=str(path), **keys), observation_space, action_space)

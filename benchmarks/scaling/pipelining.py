@@ -62,7 +62,7 @@ def component_costs(hidden: int, repeats: int = 15) -> dict:
     import numpy as np
     import torch
 
-    from fleetrl.config.schema import ModelConfig
+    from fleetrl.config.model_sections import MlpModelConfig
     from fleetrl.envs.slow import SlowCartPole
     from fleetrl.models.policy import Policy
 
@@ -72,7 +72,7 @@ def component_costs(hidden: int, repeats: int = 15) -> dict:
         costs = {}
         probe = gym.make("CartPole-v1")
         policy = Policy.from_config(
-            ModelConfig(hidden_sizes=[hidden, hidden]), probe.observation_space, probe.action_space
+            MlpModelConfig(hidden_sizes=[hidden, hidden]), probe.observation_space, probe.action_space
         ).requires_grad_(False)
         probe.close()
         for batch in (NUM_ENVS, NUM_ENVS // 2):

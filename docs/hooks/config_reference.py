@@ -20,6 +20,7 @@ import yaml
 
 from fleetrl.algos.registry import algorithm_names, algorithm_spec
 from fleetrl.config.constraints import Check, Note, Range
+from fleetrl.config.model_sections import MODEL_SECTIONS, CustomModelConfig, ModelConfig
 from fleetrl.config.schema import SECTION_TYPES, AlgorithmConfig, Config
 
 PAGE = "reference/config.md"
@@ -57,6 +58,9 @@ def section_keys() -> list[tuple[str, type, list[str]]]:
     own (an algorithm whose config extends another registered one's lists only what it adds)."""
     found = []
     for prefix, section in SECTION_TYPES.items():
+        if prefix == "model":
+            found += model_sections()
+            continue
         if prefix != "algorithm":
             found += with_nested(prefix, section, [f.name for f in dataclasses.fields(section)])
             continue
@@ -72,6 +76,17 @@ def section_keys() -> list[tuple[str, type, list[str]]]:
     return found
 
 
+def model_sections() -> list[tuple[str, type, list[str]]]:
+    """`model` as the keys every kind reads, then each kind's own (`model (hf)`), each followed by
+    the sections nested in it (`model.lora`). A kind's `id` is listed with the common keys only."""
+    common = {f.name for f in dataclasses.fields(ModelConfig)}
+    found = [("model", ModelConfig, [f.name for f in dataclasses.fields(ModelConfig)])]
+    for kind, section in [*MODEL_SECTIONS.items(), ("module:attr", CustomModelConfig)]:
+        own = [f.name for f in dataclasses.fields(section) if f.name not in common or f.name in section.__annotations__]
+        found += with_nested(f"model ({kind})", section, [name for name in own if name != "id"])
+    return found
+
+
 def with_nested(prefix: str, section: type, names: list[str]) -> list[tuple[str, type, list[str]]]:
     """The section, then each dataclass-typed field of it as a section of its own (`model.lora`)."""
     found = [(prefix, section, names)]
@@ -79,7 +94,8 @@ def with_nested(prefix: str, section: type, names: list[str]) -> list[tuple[str,
     for name in names:
         inner, _ = strip_optional(hints[name])
         if dataclasses.is_dataclass(inner):
-            found += with_nested(f"{prefix}.{name}", inner, [f.name for f in dataclasses.fields(inner)])
+            nested = f"{prefix.split()[0]}.{name}"
+            found += with_nested(nested, inner, [f.name for f in dataclasses.fields(inner)])
     return found
 
 
@@ -164,6 +180,8 @@ def section_intro(title: str, section: type) -> str:
     own = "" if own.startswith(f"{section.__name__}(") else inspect.cleandoc(own)  # not dataclass's generated one
     if title.startswith("algorithm ("):
         return f"With `algorithm.name: {title[11:-1]}`. {own}".strip()
+    if title.startswith("model ("):
+        return own
     return own or field_docstring(Config, title) or ""
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import string
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -76,7 +77,7 @@ class Check:
 
     test: Callable[[Any], bool]
     expected: str
-    bad: Any
+    bad: Any = field(compare=False)  # may be a dict: not part of the hash
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,24 @@ def is_torch_device(value: str) -> bool:
     return True
 
 
+def is_prompt_template(value: str) -> bool:
+    """A format string whose only placeholder (if any) is {instruction}."""
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+    except ValueError:
+        return False
+    return fields <= {"instruction"}
+
+
+def is_action_stats(value: dict) -> bool:
+    """OpenVLA's statistics: {q01: [...], q99: [...]}, equally long lists of numbers, q99 > q01."""
+    low, high = value.get("q01"), value.get("q99")
+    if set(value) != {"q01", "q99"} or not (isinstance(low, list) and isinstance(high, list)):
+        return False
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in [*low, *high])
+    return numbers and len(low) == len(high) > 0 and all(h > q for q, h in zip(low, high))
+
+
 Positive = Range(0, low_open=True, name="positive")
 PositiveOrInf = Range(0, low_open=True, finite=False, name="positive")
 NonNegative = Range(0, name="non-negative")
@@ -111,4 +130,10 @@ AtLeastOne = Range(1)
 UnitInterval = Range(0, 1)
 Finite = Range()
 IPAddress = Check(is_ip_address, "an IP address such as 127.0.0.1 (not a host name)", "localhost:6379")
+PromptTemplate = Check(is_prompt_template, "a template whose only placeholder is {instruction}", "{task}")
+ActionStats = Check(
+    is_action_stats,
+    "{q01: [...], q99: [...]}: equally long lists of numbers, each q99 above its q01",
+    {"q01": [1.0], "q99": [0.0]},
+)
 TorchDevice = Check(is_torch_device, "a torch device such as 'cpu', 'cuda' or 'cuda:1'", "gpu0")

@@ -3,7 +3,10 @@
 Every mistake becomes a `ConfigError` naming the dotted key, the bad value and what is valid,
 with a 'did you mean' for typos. Nothing here starts any work. The `algorithm` section is parsed
 with the dataclass its `name` registers, which `AlgorithmSections` (the registry, from the plan
-layer above: plan/load.py) supplies; the rules across sections run there too.
+layer above: plan/load.py) supplies; the rules across sections run there too. The `model` section
+is parsed with its kind's dataclass (`model.id`: config/model_sections.py). A key that moved or
+went is refused saying what replaced it; a run directory's config saved before it went still
+loads (config/retired.py).
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ from typing import Any, Protocol
 import yaml
 
 from fleetrl.config.constraints import Check, Note, Range
+from fleetrl.config.model_sections import BUILTIN_MODELS, ModelConfig, model_section
 from fleetrl.config.redact import redacted
+from fleetrl.config.retired import retired_key_hint, upgrade_saved_section
 from fleetrl.config.schema import SECTION_TYPES, AlgorithmConfig, Config
 from fleetrl.errors import ConfigError, UserError, nearest
 
 DEFAULT_ALGORITHM: str = AlgorithmConfig.name  # `algorithm.name` when the config names none
+DEFAULT_MODEL: str = ModelConfig.id  # `model.id` when the config names none
 
 
 class AlgorithmSections(Protocol):
@@ -89,10 +95,26 @@ def build_config(raw: dict, algorithms: AlgorithmSections) -> Config:
         values = raw.get(name) or {}
         if not isinstance(values, dict):
             raise ConfigError(name, values, "a mapping of keys")
+        values = upgrade_saved_section(name, values)
         if name == "algorithm":  # the section of the algorithm it names
             section_type = algorithms.section(values.get("name", DEFAULT_ALGORITHM))
+        if name == "model":  # the section of the kind of model it names
+            section_type = model_section(model_id(values))
         sections[name] = build_section(name, section_type, values, algorithms)
     return Config(**sections)
+
+
+def model_id(values: dict) -> str:
+    """`model.id`, checked before the section's other keys: they depend on it."""
+    chosen = coerce("model.id", values.get("id", DEFAULT_MODEL), str)
+    if chosen not in BUILTIN_MODELS and ":" not in chosen:
+        raise ConfigError(
+            "model.id",
+            chosen,
+            f"one of {list(BUILTIN_MODELS)}, or module:attr naming a network class",
+            nearest(chosen, BUILTIN_MODELS),
+        )
+    return chosen
 
 
 def build_section(prefix: str, section_type: type, values: dict, algorithms: AlgorithmSections | None = None) -> Any:
@@ -121,18 +143,7 @@ def unknown_key_hint(
         ]
         if owners:
             return f"{key!r} is a key of {' and '.join(owners)}, not of {values.get('name', DEFAULT_ALGORITHM)}"
-    return MOVED_KEYS.get(f"{prefix}.{key}") or nearest(key, names)
-
-
-MOVED_KEYS = {  # an old key: where it went
-    "env.action_chunk": "it is model.action_chunk now",
-    "runner.checkpoint_replay_buffer": (
-        "it is algorithm.checkpoint_replay_buffer now, a key of the algorithm that keeps a replay buffer"
-    ),
-    "model.aux_value_head": (
-        "it was removed: the algorithm that trains an auxiliary value head adds the head to the policy itself"
-    ),
-}
+    return retired_key_hint(prefix, key, values) or nearest(key, names)
 
 
 def coerce(key: str, value: Any, hint: Any) -> Any:

@@ -19,10 +19,10 @@ from fleetrl.config.constraints import (
     Note,
     Positive,
     PositiveOrInf,
-    Range,
     TorchDevice,
     UnitInterval,
 )
+from fleetrl.config.model_sections import MlpModelConfig, ModelConfig
 
 RESUME_AUTO = "auto"  # runner.resume: continue the newest run of this config's name (run_dir.resume_dir)
 TRACKERS = Literal["jsonl", "tensorboard", "wandb", "mlflow"]  # fleetrl/tracking/trackers.py
@@ -96,106 +96,6 @@ class AlgorithmConfig:
         return 1
 
 
-DEFAULT_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"  # OpenVLA's
-
-
-@dataclass
-class LoraConfig:
-    """`model.lora`: LoRA adapters through peft (docs: guides/vla.md); only they and the value head
-    train."""
-
-    rank: Annotated[int, Positive] = 32
-    """r: the adapters' inner dimension (RLinf trains OpenVLA-OFT at 32)."""
-    alpha: Annotated[float, Positive] = 32.0
-    """lora_alpha: the update is scaled by alpha / rank."""
-    dropout: Annotated[float, UnitInterval] = 0.0
-    """lora_dropout (0: acting and the loss path see the same model)."""
-    target_modules: list[str] | None = None
-    """Module names to adapt (null: every linear layer but the output head, peft's `all-linear`)."""
-
-
-@dataclass
-class ModelConfig:
-    """The policy network: fleetrl's MLP or transformer, or one of your own."""
-
-    id: str = "mlp"
-    """`mlp`, `transformer`, `hf` (a Hugging Face VLA folder: `model.path`), or `module:attr` naming an
-    `nn.Module` class of your own (docs: guides/model.md)."""
-    kwargs: dict = field(default_factory=dict)
-    """Passed to a custom model's constructor (empty with the built-in models, which read the keys
-    below)."""
-    hidden_sizes: list[Annotated[int, Positive]] = field(default_factory=lambda: [64, 64])
-    """`mlp`: the trunk's hidden layers (`[]`: the heads read the observation, or its encoder's
-    features, directly)."""
-    activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
-    """The activation between the MLP's hidden layers (and those of the networks an algorithm
-    builds from `hidden_sizes` itself)."""
-    shared_trunk: bool | None = None
-    """One trunk for policy and value, or one each (null: the model's default, one each for `mlp`,
-    one for both for `transformer`; `hf` has only one). One each keeps the value loss's gradients
-    out of the policy."""
-    init_log_std: Annotated[float, Finite] = 0.0
-    """Initial log std of the Gaussian policy (Box actions)."""
-    ortho_init: bool = True
-    """Orthogonal initialisation: hidden layers and encoders with gain √2, the policy head 0.01, the
-    value head 1 (as CleanRL and SB3)."""
-    action_bins: Annotated[int, Range(2)] | None = None
-    """Box actions as tokens: each dimension (of each chunked action) discretised into this many
-    evenly spaced values, one categorical each (null: a Gaussian; docs: guides/model.md, Token-level
-    action policies)."""
-    image_encoder: Literal["auto", "nature_cnn", "grid_cnn", "flatten"] = "auto"
-    """`mlp`: the encoder of image keys (`auto`: `nature_cnn` from 36 pixels a side, `grid_cnn` from 7,
-    `flatten` below; docs: guides/model.md, Images, instructions and the transformer policy)."""
-    embed_dim: Annotated[int, Positive] = 64
-    """Width of token embeddings: the text encoder's, and the transformer's."""
-    num_layers: Annotated[int, Positive] = 2
-    """`transformer`: the number of blocks."""
-    num_heads: Annotated[int, Positive] = 4
-    """`transformer`: attention heads per block (a divisor of `embed_dim`)."""
-    patch_size: Annotated[int, Positive] | None = None
-    """`transformer`: image patch side in pixels (null: about 7×7 patches per image; 1 for a 7×7
-    grid, one token per cell)."""
-    keypoints: Annotated[int, Positive] | None = None
-    """`transformer`: read each image as this many learned keypoints instead of patches: a small
-    CNN's feature maps, each reduced by a softmax over its positions to the expected (x, y) of its
-    activation, one token each (Levine et al. 2016; docs: guides/manipulation.md)."""
-    critic_keys: list[str] = field(default_factory=list)
-    """`transformer` with `shared_trunk: false`: observation keys only the critic's trunk reads, never
-    the policy's: an asymmetric critic (Pinto et al. 2018) that knows the simulator's true state
-    (`PandaTasks`' `sim_state`) while the policy acts from its camera (docs: guides/manipulation.md)."""
-    predict_keys: list[str] = field(default_factory=list)
-    """`transformer` with `keypoints`: observation keys the policy's image keypoints learn to predict
-    (a linear read-out, an auxiliary regression loss in every training step; Levine et al. 2016).
-    The policy never reads them: the simulator's state (`PandaTasks`' `sim_state`) teaches the
-    camera's keypoints where things are (docs: guides/manipulation.md)."""
-    predict_coef: Annotated[float, Positive] = 100.0
-    """Weight of the `predict_keys` loss: the mean squared error of the prediction, in the keys' own
-    units (metres for `sim_state`: an error of 10 cm costs 1)."""
-    path: str | None = None
-    """`hf`: a local model folder (config.json, safetensors, processor, tokenizer); never fetched
-    (docs: guides/vla.md). With `hf`, `action_bins` is the number of action tokens (default 256)."""
-    trust_remote_code: bool = False
-    """`hf`: let the folder run modelling code of its own."""
-    prompt_template: str = DEFAULT_PROMPT
-    """`hf`: the prompt; `{instruction}` is the env's text observation."""
-    action_chunk: Annotated[int, AtLeastOne] = 1
-    """Actions per inference (K), any model: the env executes them as consecutive env steps, stopping
-    at an episode's end; one decision per chunk, its reward discounted within it (docs:
-    guides/action-chunks-and-fsdp.md)."""
-    decode: Literal["parallel", "autoregressive"] = "parallel"
-    """`hf`: all K·D action tokens in one pass (OpenVLA-OFT), or one at a time with the KV cache
-    (OpenVLA)."""
-    action_stats: dict | None = None
-    """`hf`: `{q01: [...], q99: [...]}` per action dimension, normalised to [-1, 1] (null: the action
-    space's bounds)."""
-    lora: LoraConfig | None = None
-    """`hf`: LoRA adapters, `{rank, alpha, dropout, target_modules}` below (null: every parameter
-    trains)."""
-
-
-BUILTIN_MODELS = ("mlp", "transformer", "hf")  # model.id values that are no entry point
-
-
 @dataclass
 class ActorConfig:
     """The trainable model's ranks: optimizer, device, and how several ranks share the model. The
@@ -250,9 +150,6 @@ class RolloutConfig:
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Compute dtype of acting (autocast; weights stay float32): `auto` is bfloat16 on a GPU that has
     it, else float32."""
-    backend: Literal["hf"] = "hf"
-    """How a Hugging Face VLA acts (the seed's key): its own transformers model, batched over env
-    lanes; the only backend so far."""
     pipeline_stage_num: Annotated[int, AtLeastOne] = 1
     """Env stages per env worker: the env steps stage i while the rollout infers stage i+1 (a divisor
     of the envs per env worker)."""
@@ -437,8 +334,8 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     """The algorithm, chosen by `algorithm.name`, and its keys (the common ones until the plan parses
     the section as its algorithm's own: plan/load.py)."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """The policy network."""
+    model: ModelConfig = field(default_factory=MlpModelConfig)
+    """The policy network, chosen by `model.id`, and its keys (config/model_sections.py)."""
     actor: ActorConfig = field(default_factory=ActorConfig)
     """The trainable model's ranks."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -33,7 +33,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from fleetrl.config.schema import ModelConfig
+from fleetrl.config.model_sections import ModelConfig
 from fleetrl.entry_points import resolve_entry_point
 from fleetrl.models.distributions import (
     ActionTokens,
@@ -65,7 +65,7 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
             params,
             config.hidden_sizes,
             config.activation,
-            bool(config.shared_trunk),  # null: one trunk each
+            config.shared_trunk,
             config.ortho_init,
             encoder,
         )
@@ -79,7 +79,7 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
             config.num_heads,
             config.patch_size,
             config.keypoints,
-            config.shared_trunk is not False,  # null: one trunk for both
+            config.shared_trunk,
             tuple(config.critic_keys),
             tuple(config.predict_keys),
         )

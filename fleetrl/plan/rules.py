@@ -20,7 +20,8 @@ import shutil
 
 from fleetrl.algos.registry import algorithm_names, algorithm_spec
 from fleetrl.config.keys import check_split_over_ranks, effective_minibatch_size, minibatch_key
-from fleetrl.config.schema import BUILTIN_MODELS, ClusterConfig, Config
+from fleetrl.config.model_sections import BUILTIN_MODELS
+from fleetrl.config.schema import ClusterConfig, Config
 from fleetrl.debug.faults import check_fault
 from fleetrl.errors import ConfigError
 from fleetrl.plan.placement import EVAL, PLACEMENT_KEY, Placement
@@ -34,14 +35,6 @@ def validate(config: Config) -> None:
     validate_actor(config)
     algorithm_spec(config.algorithm.name).validate(config)
     resume_dir(config)  # raises naming the run directory that cannot be continued
-    if config.model.id in BUILTIN_MODELS and config.model.kwargs:
-        raise ConfigError(
-            "model.kwargs",
-            config.model.kwargs,
-            f"{{}} with model.id {config.model.id!r}",
-            "the built-in models read the model section's own keys (hidden_sizes, embed_dim, ...); kwargs go to a custom model",
-        )
-    validate_hf_keys(config)
     validate_trunk_keys(config)
     validate_cluster(config)
     validate_watchdog(config)
@@ -176,38 +169,16 @@ FSDP_ONLY = (
 )
 
 
-HF_KEYS = ("path", "trust_remote_code", "prompt_template", "decode", "action_stats", "lora")
-
-
-def validate_hf_keys(config: Config) -> None:
-    """The Hugging Face keys (model.path, model.lora, ...) keep their defaults unless model.id is
-    hf: set on another model, they would be silently ignored."""
-    if config.model.id == "hf":
-        return
-    defaults = type(config.model)()
-    for key in HF_KEYS:
-        value = getattr(config.model, key)
-        if value != getattr(defaults, key):
-            raise ConfigError(f"model.{key}", value, f"its default ({getattr(defaults, key)!r}) unless model.id is hf")
-
-
 def validate_trunk_keys(config: Config) -> None:
-    """`model.critic_keys` and `model.shared_trunk: false` only where a model has a second trunk to
-    give the critic, `model.predict_keys` only where it has keypoints to predict them from: set on
-    another model, they would be silently ignored."""
+    """The transformer's `model.predict_keys` only with keypoints to predict them from: set
+    without, they would be silently ignored."""
     model = config.model
-    if model.critic_keys and model.id != "transformer":
-        raise ConfigError("model.critic_keys", model.critic_keys, "[] unless model.id is transformer")
-    if model.predict_keys and (model.id != "transformer" or model.keypoints is None):
+    if model.id == "transformer" and model.predict_keys and model.keypoints is None:
         raise ConfigError(
             "model.predict_keys",
             model.predict_keys,
-            "[] unless model.id is transformer with model.keypoints",
+            "[] unless model.keypoints is set",
             "the keypoints' positions are what predicts them",
-        )
-    if model.id == "hf" and model.shared_trunk is False:
-        raise ConfigError(
-            "model.shared_trunk", False, "null or true with model.id hf", "the VLA's value head reads its hidden state"
         )
 
 
@@ -300,8 +271,7 @@ def check_spaces(config: Config, observation_space, action_space) -> None:
 
         model = config.model
         observation_keys(observation_space, model.prompt_template)
-        bins = model.action_bins or 256
-        VocabActions(action_space, bins, bins, model.action_chunk, model.action_stats)
+        VocabActions(action_space, model.action_bins, model.action_bins, model.action_chunk, model.action_stats)
     if config.model.id in ("mlp", "transformer"):
         import torch
 

@@ -57,7 +57,7 @@ class ActorWorker(ActorBase):
         self.generator = torch.Generator().manual_seed(config.runner.seed)
         self.minibatch_size = effective_minibatch_size(config)
         # the weight of the policy's auxiliary prediction error (model.predict_keys); None: none
-        self.predict_coef = config.model.predict_coef if config.model.predict_keys else None
+        self.predict_coef = config.model.prediction_weight
         # One rank: the policy itself. Several ranks get theirs (DDP or FSDP) in init_distributed.
         self.loss_path: LossPath = local_loss_path(self.policy)
         if world_size == 1 and config.actor.strategy == "fsdp":

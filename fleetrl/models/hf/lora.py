@@ -20,7 +20,7 @@ import warnings
 import torch
 from torch import nn
 
-from fleetrl.config.schema import LoraConfig, ModelConfig
+from fleetrl.config.model_sections import LoraConfig, ModelConfig
 from fleetrl.errors import ConfigError
 from fleetrl.models.hf.folder import base_hash
 

@@ -33,7 +33,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from fleetrl.config.schema import ModelConfig
+from fleetrl.config.model_sections import HfModelConfig
 from fleetrl.models.distributions import Categorical
 from fleetrl.models.hf.actions import VocabActions
 from fleetrl.models.hf.folder import VALUE_HEAD_FILE, check_folder, load_folder
@@ -83,11 +83,11 @@ class VLAPolicy(nn.Module):
             hf.get_input_embeddings().register_forward_hook(self.zero_placeholders)
 
     @classmethod
-    def from_config(cls, config: ModelConfig, observation_space: gym.Space, action_space: gym.Space) -> VLAPolicy:
+    def from_config(cls, config: HfModelConfig, observation_space: gym.Space, action_space: gym.Space) -> VLAPolicy:
         model, processor = load_folder(config.path, config.trust_remote_code)
         prompts = Prompts(processor, model.config.model_type, observation_space, config.prompt_template)
         vocab = len(processor.tokenizer)
-        actions = VocabActions(action_space, config.action_bins or 256, vocab, config.action_chunk, config.action_stats)
+        actions = VocabActions(action_space, config.action_bins, vocab, config.action_chunk, config.action_stats)
         network = VLANetwork(model, model.config.get_text_config().hidden_size)
         head = check_folder(config.path) / VALUE_HEAD_FILE
         if head.is_file():  # a folder fleetrl exported: its critic too
