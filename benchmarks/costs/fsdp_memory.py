@@ -39,11 +39,9 @@ MODELS = {  # row → model overrides of the config
     "embed 256, 4 blocks": ["model.embed_dim=256", "model.num_layers=4", "model.num_heads=8"],
     "embed 512, 8 blocks": ["model.embed_dim=512", "model.num_layers=8", "model.num_heads=8"],
     # a Hugging Face PaliGemma (SigLIP + Gemma, random weights; units: its _no_split_modules)
-    "PaliGemma tiny (width 16, 2+2 layers)": ["model.id=tests.hf_models:PaliGemmaNet"],
-    "PaliGemma width 256, 4+4 layers": [
-        "model.id=tests.hf_models:PaliGemmaNet",
-        "model.kwargs={width: 256, layers: 4}",
-    ],
+    # (the whole model section: the transformer's keys in the config are no keys of a custom network)
+    "PaliGemma tiny (width 16, 2+2 layers)": ["model={id: tests.hf_models:PaliGemmaNet}"],
+    "PaliGemma width 256, 4+4 layers": ["model={id: tests.hf_models:PaliGemmaNet, kwargs: {width: 256, layers: 4}}"],
 }
 BATCH = 32  # samples in the one optimizer step
 
