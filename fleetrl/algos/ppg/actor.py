@@ -83,8 +83,8 @@ class PPGActorWorker(ActorWorker):
         self.aux_path = ddp_phase_path(self.policy, forward_aux, self.unused["aux"], self.device)
         return ddp_phase_path(self.policy, policy_forward, self.unused["policy"], self.device)
 
-    def advantages(self, trajectory: Trajectory):
-        advantages, returns = super().advantages(trajectory)
+    def advantages(self, trajectory: Trajectory, proximal=None):
+        advantages, returns = super().advantages(trajectory, proximal)
         self.pending = (trajectory.obs, returns)  # stored once the policy phase has trained on it
         return advantages, returns
 

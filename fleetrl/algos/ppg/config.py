@@ -39,6 +39,14 @@ def aux_minibatch_size(config: Config) -> int:
 def validate_ppg(config: Config) -> None:
     validate_ppo(config)
     algo, model = config.algorithm, config.model
+    if algo.adv_type == "vtrace" or algo.off_policy_correction == "decoupled":
+        key = "algorithm.adv_type" if algo.adv_type == "vtrace" else "algorithm.off_policy_correction"
+        raise ConfigError(
+            key,
+            algo.adv_type if algo.adv_type == "vtrace" else "decoupled",
+            "'gae' and 'auto' or 'none' with algorithm.name ppg",
+            "PPG's auxiliary phase has no correction for samples an older policy acted",
+        )
     if model.id in ("transformer", "hf"):
         raise ConfigError(
             "model.id",

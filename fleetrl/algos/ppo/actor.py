@@ -24,6 +24,14 @@ import torch
 
 from fleetrl.algos.common.gae import compute_gae
 from fleetrl.algos.common.optim import build_optimizer
+from fleetrl.algos.ppo.config import decoupled, needs_proximal_pass
+from fleetrl.algos.ppo.correction import (
+    Proximal,
+    importance_metrics,
+    importance_weights,
+    proximal_pass,
+    vtrace_targets,
+)
 from fleetrl.algos.ppo.grpo import grpo_advantages
 from fleetrl.algos.ppo.update import PPOBatch, ppo_update
 from fleetrl.config.keys import effective_minibatch_size
@@ -97,15 +105,27 @@ class ActorWorker(ActorBase):
         ranks — and return metrics reduced over all ranks: identical on every rank. A
         collective with several ranks: all train together, with the same `progress`."""
         self.require_distributed()
-        advantages, returns = self.advantages(trajectory)
+        algo = self.config.algorithm
+        proximal = None
+        if needs_proximal_pass(self.config):
+            piece = self.config.actor.micro_batch_size or max(1, self.minibatch_size // self.world_size)
+            proximal = proximal_pass(self.loss_path.module, trajectory, piece, self.device)
+        advantages, returns = self.advantages(trajectory, proximal)
+        logprobs, values, importance = trajectory.logprobs, trajectory.values, None
+        if proximal is not None and algo.adv_type == "vtrace":  # the targets' critic: the clip's and the metric's
+            values = proximal.values
+        if proximal is not None and decoupled(self.config):  # the ratio to the proximal policy, weighed
+            logprobs = proximal.logprobs
+            importance = importance_weights(proximal, trajectory, algo.logprob_type, algo.importance_cap)
         batch = PPOBatch(
             map_obs(lambda x: x.flatten(0, 1), trajectory.obs),
             trajectory.actions.flatten(0, 1),
-            trajectory.logprobs.flatten(0, 1),
-            trajectory.values.flatten(),
+            logprobs.flatten(0, 1),
+            values.flatten(),
             advantages.flatten(),
             returns.flatten(),
             None if trajectory.steps is None else trajectory.steps.flatten(),
+            None if importance is None else importance.flatten(0, 1),
         ).to(self.device)
         lr, clip = self.schedule(progress)
         for group in self.optimizer.param_groups:
@@ -131,6 +151,8 @@ class ActorWorker(ActorBase):
             explained_variance=self.explained_variance(batch.values, batch.returns),
             policy_trained=int(train_policy),  # 0 in the critic warm-up
         )
+        if proximal is not None:
+            metrics.update(importance_metrics(proximal, trajectory, algo.importance_cap, self.all_reduce))
         return metrics
 
     def critic_warmup(self, progress: float) -> bool:
@@ -139,11 +161,14 @@ class ActorWorker(ActorBase):
         steps_before = round(progress * self.config.runner.total_env_steps)
         return steps_before < self.config.algorithm.critic_warmup_steps
 
-    def advantages(self, trajectory: Trajectory) -> tuple[torch.Tensor, torch.Tensor]:
-        """(advantages, value targets), both (T, N). The value targets are GAE's returns;
-        the advantages GAE's, or with `algorithm.adv_type: grpo` group-relative episode returns
+    def advantages(self, trajectory: Trajectory, proximal: Proximal | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, value targets), both (T, N). The value targets are GAE's returns, or with
+        `algorithm.adv_type: vtrace` V-trace's from the `proximal` policy and critic; the advantages
+        GAE's, V-trace's, or with `grpo` group-relative episode returns
         (`fleetrl.algos.ppo.grpo.grpo_advantages`: groups lie within one rank's env columns)."""
         algo = self.config.algorithm
+        if algo.adv_type == "vtrace":
+            return vtrace_targets(trajectory, proximal, algo)
         advantages, returns = compute_gae(
             trajectory.rewards,
             trajectory.values,

@@ -46,9 +46,23 @@ class PPOConfig(AlgorithmConfig):
     moves its policy a little through them: `approx_kl` shows how much."""
     target_kl: Annotated[float, Positive] | None = None
     """Stop the epoch loop once the approximate KL exceeds this (agreed across ranks; null: never)."""
-    adv_type: Literal["gae", "grpo"] = "gae"
-    """`gae`, or `grpo`: an episode's (return − group mean) / group std over episodes that started from
-    one state (docs: concepts/algorithms.md, GRPO advantages)."""
+    adv_type: Literal["gae", "grpo", "vtrace"] = "gae"
+    """`gae`; `grpo`: an episode's (return − group mean) / group std over episodes that started from
+    one state (docs: concepts/algorithms.md, GRPO advantages); `vtrace`: IMPALA's V-trace targets and
+    advantages, from the actor's policy and critic at the update's start, corrected for the policy
+    that acted (docs: concepts/algorithms.md, Samples an older policy acted)."""
+    off_policy_correction: Literal["none", "decoupled"] = "none"
+    """`decoupled`: the clipped ratio is to the proximal policy (the actor's weights at the update's
+    start, one extra forward pass over the batch), and each sample's term is weighed by the truncated
+    importance weight min(`importance_cap`, π_proximal / π_acting) (Hilton et al. 2021), for samples
+    an older policy acted (`runner.weight_sync_interval` > 1); `none`: PPO's ratio to the acting
+    policy (docs: concepts/algorithms.md, Samples an older policy acted)."""
+    importance_cap: Annotated[float, Positive] = 1.0
+    """ρ̄: the truncation of the importance weight π_proximal / π_acting, in the decoupled objective and
+    in V-trace's targets."""
+    trace_cap: Annotated[float, Positive] = 1.0
+    """c̄ of V-trace (`adv_type: vtrace`): the traces λ·min(c̄, π_proximal / π_acting) that carry
+    corrections back through time."""
     group_size: Annotated[int, AtLeastOne] = 8
     """`grpo`: envs i … i+g−1 (consecutive, g = group_size) are reset with one seed each iteration and
     form a group (at least 2, a divisor of the envs per actor rank)."""
@@ -67,6 +81,18 @@ class PPOConfig(AlgorithmConfig):
     @property
     def reset_group_size(self) -> int:
         return self.group_size if self.adv_type == "grpo" else 1
+
+
+def decoupled(config: Config) -> bool:
+    """Whether PPO's ratio is to the proximal policy, weighed by the truncated importance weight
+    (`algorithm.off_policy_correction`)."""
+    return config.algorithm.off_policy_correction == "decoupled"
+
+
+def needs_proximal_pass(config: Config) -> bool:
+    """Whether an update starts with a forward pass over its batch at the actor's current weights:
+    for the decoupled objective's proximal log-probs, or V-trace's log-probs and values."""
+    return decoupled(config) or config.algorithm.adv_type == "vtrace"
 
 
 def validate_ppo(config: Config) -> None:

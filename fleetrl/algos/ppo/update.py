@@ -27,7 +27,7 @@ of the update (or of an epoch, where `target_kl` reads the KL).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
@@ -44,7 +44,9 @@ from fleetrl.parallel.wrap import LossPath
 
 @dataclass
 class PPOBatch:
-    """Flat (B, ...) training data of one iteration."""
+    """Flat (B, ...) training data of one iteration. `logprobs` are the ratio's denominator: the
+    acting policy's, or with the decoupled objective the proximal policy's (the actor's weights
+    at the update's start), the acting policy's then entering through `importance`."""
 
     obs: Observation  # a tensor, or a dict of tensors (Dict observations)
     actions: torch.Tensor
@@ -53,31 +55,21 @@ class PPOBatch:
     advantages: torch.Tensor
     returns: torch.Tensor
     steps: torch.Tensor | None = None  # (B,) env steps each decision executed (action chunks)
+    # The decoupled objective's truncated importance weight min(ρ̄, π_prox/π_behaviour), at the
+    # ratio's level ((B,), or (B, M) per piece: fleetrl.algos.common.logprobs); None: on-policy.
+    importance: torch.Tensor | None = None
 
     def __getitem__(self, index: torch.Tensor) -> PPOBatch:
-        return PPOBatch(
-            map_obs(lambda x: x[index], self.obs),
-            self.actions[index],
-            self.logprobs[index],
-            self.values[index],
-            self.advantages[index],
-            self.returns[index],
-            None if self.steps is None else self.steps[index],
-        )
+        return PPOBatch(*(None if x is None else map_obs(lambda v: v[index], x) for x in self.columns()))
 
     def __len__(self) -> int:
         return self.actions.shape[0]
 
     def to(self, device: torch.device) -> PPOBatch:
-        return PPOBatch(
-            map_obs(lambda x: x.to(device), self.obs),
-            self.actions.to(device),
-            self.logprobs.to(device),
-            self.values.to(device),
-            self.advantages.to(device),
-            self.returns.to(device),
-            None if self.steps is None else self.steps.to(device),
-        )
+        return PPOBatch(*(None if x is None else map_obs(lambda v: v.to(device), x) for x in self.columns()))
+
+    def columns(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))
 
 
 @dataclass
@@ -102,14 +94,23 @@ def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_co
 
 
 def policy_objective(
-    log_ratio: torch.Tensor, advantages: torch.Tensor, clip_coef: float, weights: torch.Tensor | None = None
+    log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_coef: float,
+    weights: torch.Tensor | None = None,
+    importance: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-sample clipped policy loss (B,). With per-piece log-ratios (B, M) — tokens or chunk
     actions (`fleetrl.algos.common.logprobs`) — each piece's ratio is clipped on its own against the
-    sample's advantage, and the sample's loss is their (weighted) mean."""
+    sample's advantage, and the sample's loss is their (weighted) mean. With `importance` (the
+    decoupled objective, Hilton et al. 2021: the ratio is to the proximal policy) each piece's term
+    is weighed by its truncated behaviour → proximal importance weight."""
     if log_ratio.dim() > 1:
-        return per_sample(clipped_surrogate(log_ratio, advantages.unsqueeze(-1), clip_coef), weights)
-    return clipped_surrogate(log_ratio, advantages, clip_coef)
+        advantages = advantages.unsqueeze(-1)
+    loss = clipped_surrogate(log_ratio, advantages, clip_coef)
+    if importance is not None:
+        loss = loss * importance
+    return per_sample(loss, weights) if log_ratio.dim() > 1 else loss
 
 
 def value_error(values: torch.Tensor, batch: PPOBatch, config: PPOConfig, clip_coef: float) -> torch.Tensor:
@@ -145,7 +146,7 @@ def ppo_loss(
         outputs.logprobs, batch.logprobs, outputs.entropy, batch.steps, config.logprob_type, config.entropy_type
     )
     log_ratio = logprobs - old_logprobs
-    policy_loss = policy_objective(log_ratio, advantages, clip_coef, weights).sum() / divisor
+    policy_loss = policy_objective(log_ratio, advantages, clip_coef, weights, batch.importance).sum() / divisor
     value_loss = value_error(values, batch, config, clip_coef).sum() / divisor * constant(0.5)
     entropy = entropy.sum() / divisor
     loss = (policy_loss if train_policy else policy_loss * constant(0.0)) + value_loss * constant(config.vf_coef)

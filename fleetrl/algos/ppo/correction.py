@@ -1,0 +1,102 @@
+"""PPO on samples that an older policy acted: the proximal pass, the decoupled objective's
+importance weights and V-trace's targets (`algorithm.off_policy_correction`, `algorithm.adv_type:
+vtrace`; docs/concepts/algorithms.md, Samples an older policy acted).
+
+Three policies meet in an update on stale samples: the *acting* (behaviour) policy μ, whose
+log-probs the rollout recorded; the *proximal* policy π_prox, the actor's weights at the update's
+start; and the policy π_θ being trained. The decoupled objective (Hilton et al. 2021) clips the
+ratio π_θ / π_prox — the trust region is around the weights the update starts from, however old
+the samples — and weighs each sample's term by min(ρ̄, π_prox / μ): the importance weight that
+makes the expectation over μ's samples one over π_prox's, truncated at ρ̄ so that one unlikely
+action cannot dominate the batch. V-trace uses the same ratio for its targets. On-policy
+(π_prox = μ) the weights are 1 and both reduce to PPO with GAE(λ).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from fleetrl.algos.common.logprobs import combine
+from fleetrl.algos.common.vtrace import compute_vtrace
+from fleetrl.algos.ppo.config import PPOConfig
+from fleetrl.observations import map_obs
+from fleetrl.trajectory import Trajectory
+
+
+class Proximal(NamedTuple):
+    """The actor's policy at an update's start, on that update's batch (`proximal_pass`)."""
+
+    logprobs: torch.Tensor  # the taken actions' log-probs, shaped as Trajectory.logprobs
+    values: torch.Tensor  # (T, N)
+
+
+def proximal_pass(module: nn.Module, trajectory: Trajectory, piece: int, device: torch.device) -> Proximal:
+    """`module`'s (the loss path's: DDP, FSDP or the policy) log-probs of the taken actions and
+    its values, before any step of the update: one forward pass without gradients, `piece` rows
+    at a time. Every rank holds an equal shard, so every rank runs as many pieces, in the same
+    order: a sharded module's all-gathers line up."""
+    steps, envs = trajectory.rewards.shape
+    obs = map_obs(lambda x: x.flatten(0, 1), trajectory.obs)
+    actions = trajectory.actions.flatten(0, 1)
+    logprobs, values = [], []
+    with torch.no_grad():
+        for start in range(0, steps * envs, piece):
+            rows = slice(start, start + piece)
+            outputs = module(map_obs(lambda x, rows=rows: x[rows].to(device), obs), actions[rows].to(device))
+            logprobs.append(outputs.logprobs.float().cpu())
+            values.append(outputs.value.float().cpu())
+    return Proximal(torch.cat(logprobs).reshape(trajectory.logprobs.shape), torch.cat(values).reshape(steps, envs))
+
+
+def log_ratio(proximal: Proximal, trajectory: Trajectory, level: str) -> torch.Tensor:
+    """log π_prox − log μ of the executed actions at `level` (`algorithm.logprob_type`'s
+    levels: fleetrl/algos/common/logprobs.py), shaped (T, N), or (T, N, M) per piece."""
+    steps, envs = trajectory.rewards.shape
+    executed = None if trajectory.steps is None else trajectory.steps.flatten()
+    prox, acting = proximal.logprobs.flatten(0, 1), trajectory.logprobs.flatten(0, 1)
+    new, old, _, _ = combine(prox, acting, prox, executed, level, level)
+    return (new - old).reshape(steps, envs, *new.shape[1:])
+
+
+def importance_weights(proximal: Proximal, trajectory: Trajectory, level: str, cap: float) -> torch.Tensor:
+    """min(ρ̄, π_prox / μ) at the clipped ratio's `level`: what the decoupled objective weighs
+    each term by (`policy_objective`'s `importance`)."""
+    return log_ratio(proximal, trajectory, level).exp().clamp(max=cap)
+
+
+def vtrace_targets(trajectory: Trajectory, proximal: Proximal, algo: PPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace's (advantages, value targets) with the proximal critic and ratios of whole
+    decisions. V(x_{t+1}) is the proximal critic's value of the next step's observation within
+    the window; across a truncation and past the window's end it is the acting critic's (the
+    final and the last observations are not kept: a stale bootstrap there)."""
+    values = proximal.values
+    following = torch.where(trajectory.dones[:-1], trajectory.next_values[:-1], values[1:])
+    next_values = torch.cat([following, trajectory.next_values[-1:]])
+    return compute_vtrace(
+        trajectory.rewards,
+        values,
+        next_values,
+        trajectory.terminated,
+        trajectory.dones,
+        log_ratio(proximal, trajectory, "chunk_level"),
+        algo.gamma,
+        algo.gae_lambda,
+        algo.importance_cap,
+        algo.trace_cap,
+        trajectory.steps,
+    )
+
+
+def importance_metrics(
+    proximal: Proximal, trajectory: Trajectory, cap: float, all_reduce: Callable[[torch.Tensor], torch.Tensor]
+) -> dict:
+    """Over every rank's decisions (one all-reduce): the mean π_prox / μ (1 on-policy) and the
+    share of decisions truncated at `cap` — how far the samples lag the actor."""
+    ratio = log_ratio(proximal, trajectory, "chunk_level").double().exp()
+    count = torch.tensor(float(ratio.numel()), dtype=torch.float64)
+    total, truncated, count = all_reduce(torch.stack([ratio.sum(), (ratio > cap).double().sum(), count])).tolist()
+    return {"importance_weight_mean": total / count, "importance_truncated": truncated / count}

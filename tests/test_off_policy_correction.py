@@ -1,0 +1,191 @@
+"""The corrections for samples an older policy version acted, checked by hand on a two-version
+batch: V-trace's targets and advantages (`algorithm.adv_type: vtrace`), the decoupled objective's
+truncated importance weights and its per-sample loss (`algorithm.off_policy_correction`), and
+what they reduce to on-policy (GAE(λ)'s returns; PPO's update)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import gymnasium as gym
+import pytest
+import torch
+
+from fleetrl.algos.common.gae import compute_gae
+from fleetrl.algos.common.vtrace import compute_vtrace
+from fleetrl.algos.ppo.actor import ActorWorker
+from fleetrl.algos.ppo.correction import Proximal, importance_weights
+from fleetrl.algos.ppo.update import policy_objective
+from fleetrl.plan.load import load_config
+from fleetrl.trajectory import Trajectory
+from tests.support import REPO
+
+GAMMA = 0.9
+
+# A batch of 3 steps × 2 envs. Env 0 was acted by version v-1: the proximal policy (version v)
+# finds its actions 2, 0.5 and 0.25 times as likely as the acting policy did. Env 1 was acted
+# by version v itself (ratios 1) and its episode terminated at step 1.
+REWARDS = [[1.0, 1.0], [0.0, 1.0], [2.0, 1.0]]
+VALUES = [[0.5, 2.0], [1.0, 1.0], [1.5, 3.0]]  # the proximal critic's V(x_t)
+NEXT_VALUES = [[1.0, 1.0], [1.5, 7.0], [2.0, 2.0]]  # V(x_{t+1}); 7.0 follows a termination: unused
+TERMINATED = [[False, False], [False, True], [False, False]]
+RATIOS = [[2.0, 1.0], [0.5, 1.0], [0.25, 1.0]]  # π_proximal / π_acting
+
+
+def tensor(rows, dtype=torch.float32) -> torch.Tensor:
+    return torch.tensor(rows, dtype=dtype)
+
+
+def two_version_vtrace(lam: float = 1.0):
+    terminated = tensor(TERMINATED, torch.bool)
+    return compute_vtrace(
+        tensor(REWARDS),
+        tensor(VALUES),
+        tensor(NEXT_VALUES),
+        terminated,
+        terminated,
+        tensor(RATIOS).log(),
+        GAMMA,
+        lam,
+        rho_bar=1.0,
+        c_bar=1.0,
+    )
+
+
+def test_vtrace_on_a_two_version_batch_matches_the_hand_computation():
+    """Env 0, ρ = c = [1, 0.5, 0.25]: δ = ρ(r + γV' − V) = [1.4, 0.175, 0.575], then
+    v − V = δ_t + γ c_t (v − V)_{t+1} = [1.790375, 0.43375, 0.575] and the advantage
+    r_t + γ v_{t+1} − V_t = [1.790375, 0.8675, 2.3]. Env 1 (on-policy, terminated at step 1):
+    δ = [−0.1, 0, −0.2], no correction across the termination: v − V = [−0.1, 0, −0.2]."""
+    advantages, targets = two_version_vtrace()
+    expected_targets = [[0.5 + 1.790375, 2.0 - 0.1], [1.0 + 0.43375, 1.0], [1.5 + 0.575, 3.0 - 0.2]]
+    expected_advantages = [[1.790375, -0.1], [0.8675, 0.0], [2.3, -0.2]]
+    torch.testing.assert_close(targets, tensor(expected_targets))
+    torch.testing.assert_close(advantages, tensor(expected_advantages))
+
+
+def test_vtrace_with_lambda_cuts_the_traces():
+    """λ = 0.5 halves every c: env 0's v − V = [1.4 + 0.45·(0.175 + 0.225·0.575), ...]."""
+    _, targets = two_version_vtrace(lam=0.5)
+    step_1 = 0.175 + GAMMA * 0.5 * 0.5 * 0.575
+    step_0 = 1.4 + GAMMA * 0.5 * 1.0 * step_1
+    torch.testing.assert_close(targets[:, 0], tensor([0.5 + step_0, 1.0 + step_1, 1.5 + 0.575]))
+
+
+def test_a_truncation_bootstraps_from_the_final_value_and_stops_the_correction():
+    """Env 0 truncated at step 0 (not terminated): its bootstrap is V(final obs) = next_values[0]
+    and step 1's correction does not flow back to it."""
+    terminated = torch.zeros(3, 1, dtype=torch.bool)
+    dones = tensor([[True], [False], [False]], torch.bool)
+    advantages, targets = compute_vtrace(
+        tensor([[1.0], [0.0], [2.0]]),
+        tensor([[0.5], [1.0], [1.5]]),
+        tensor([[4.0], [1.5], [2.0]]),
+        terminated,
+        dones,
+        tensor([[0.0], [math.log(0.5)], [0.0]]),
+        GAMMA,
+        1.0,
+        1.0,
+        1.0,
+    )
+    assert targets[0, 0].item() == pytest.approx(0.5 + 1 + GAMMA * 4.0 - 0.5)
+    assert advantages[0, 0].item() == pytest.approx(1 + GAMMA * 4.0 - 0.5)
+
+
+def test_on_policy_vtrace_targets_are_gae_returns():
+    """π = μ, ρ̄ = c̄ = 1: V-trace's targets are GAE(λ)'s returns, episode ends included."""
+    generator = torch.Generator().manual_seed(0)
+    rewards, values, next_values = (torch.randn(16, 4, generator=generator) for _ in range(3))
+    terminated = torch.rand(16, 4, generator=generator) < 0.1
+    dones = terminated | (torch.rand(16, 4, generator=generator) < 0.1)
+    _, returns = compute_gae(rewards, values, next_values, terminated, dones, 0.99, 0.95)
+    _, targets = compute_vtrace(
+        rewards, values, next_values, terminated, dones, torch.zeros(16, 4), 0.99, 0.95, 1.0, 1.0
+    )
+    torch.testing.assert_close(targets, returns)
+
+
+def test_the_decoupled_objective_of_a_two_version_batch_matches_the_hand_computation():
+    """Samples 0, 1 were acted by version v−1 (π_prox/μ = 2 and 0.5: weights min(1, ·) = 1, 0.5),
+    samples 2, 3 by version v (weights 1). With r = π_θ/π_prox = [1.3, 0.7, 1.1, 0.9], A = [1, −1,
+    2, −2] and ε = 0.2 the per-sample loss −w·min(rA, clip(r)A) is [−1.2, 0.4, −2.2, 1.8]."""
+    prox = tensor([[-1.0, -1.0], [-2.0, -2.0]])  # (T=2, N=2): sample i = (t, n) in step-major order
+    acting = prox - tensor([[math.log(2.0), math.log(0.5)], [0.0, 0.0]])
+    trajectory = Trajectory(
+        obs=torch.zeros(2, 2, 1),
+        actions=torch.zeros(2, 2, dtype=torch.long),
+        logprobs=acting,
+        values=torch.zeros(2, 2),
+        rewards=torch.zeros(2, 2),
+        terminated=torch.zeros(2, 2, dtype=torch.bool),
+        dones=torch.zeros(2, 2, dtype=torch.bool),
+        next_values=torch.zeros(2, 2),
+    )
+    weights = importance_weights(Proximal(prox, torch.zeros(2, 2)), trajectory, "action_level", cap=1.0)
+    torch.testing.assert_close(weights, tensor([[1.0, 0.5], [1.0, 1.0]]))
+    log_ratio = tensor([1.3, 0.7, 1.1, 0.9]).log()
+    loss = policy_objective(log_ratio, tensor([1.0, -1.0, 2.0, -2.0]), 0.2, importance=weights.flatten())
+    torch.testing.assert_close(loss, tensor([-1.2, 0.4, -2.2, 1.8]))
+
+
+def cartpole_actor(*overrides: str) -> ActorWorker:
+    config = load_config(
+        REPO / "configs/ppo_cartpole.yaml",
+        ["env.num_envs=4", "algorithm.num_steps=8", "algorithm.minibatch_size=16", *overrides],
+    )
+    env = gym.make("CartPole-v1")
+    return ActorWorker(config, env.observation_space, env.action_space)
+
+
+def acted_trajectory(actor: ActorWorker) -> Trajectory:
+    """8 steps × 4 envs acted by `actor`'s own policy (on-policy), with an episode end."""
+    generator = torch.Generator().manual_seed(1)
+    obs = torch.randn(8, 4, 4, generator=generator)
+    with torch.no_grad():
+        actions, logprobs, values = actor.policy.act(obs.flatten(0, 1))
+    dones = torch.zeros(8, 4, dtype=torch.bool)
+    dones[3, 1] = True
+    return Trajectory(
+        obs=obs,
+        actions=actions.reshape(8, 4),
+        logprobs=logprobs.reshape(8, 4),
+        values=values.reshape(8, 4),
+        rewards=torch.ones(8, 4),
+        terminated=dones.clone(),
+        dones=dones,
+        next_values=torch.cat([values.reshape(8, 4)[1:], torch.zeros(1, 4)]),
+    )
+
+
+def test_on_policy_the_decoupled_objective_trains_as_ppo_does():
+    """Samples the actor's own weights acted: every importance weight is 1, the proximal policy
+    is the acting one, and the update ends where PPO's does (to float rounding: the proximal
+    log-probs are recomputed)."""
+    ppo, decoupled = cartpole_actor(), cartpole_actor("algorithm.off_policy_correction=decoupled")
+    trajectory = acted_trajectory(ppo)
+    plain = ppo.train(copy.deepcopy(trajectory), 0.0)
+    corrected = decoupled.train(copy.deepcopy(trajectory), 0.0)
+    assert corrected["importance_weight_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert corrected["importance_truncated"] == 0.0
+    assert "importance_weight_mean" not in plain  # no proximal pass without a correction
+    for mine, theirs in zip(decoupled.policy.parameters(), ppo.policy.parameters()):
+        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-4)
+
+
+def test_stale_samples_are_weighed_by_how_far_the_acting_policy_lags():
+    """Samples acted by the version before the actor's: the update's importance metrics are
+    π_proximal / μ of the actor's weights at the update's start against the acting policy's
+    recorded log-probs, averaged, and the share of them above the cap."""
+    actor = cartpole_actor("algorithm.off_policy_correction=decoupled", "algorithm.update_epochs=1")
+    trajectory = acted_trajectory(actor)
+    old = copy.deepcopy(trajectory)
+    actor.train(trajectory, 0.0)  # the actor moves on: `old` is now one version behind
+    with torch.no_grad():
+        proximal = actor.policy(old.obs.flatten(0, 1), old.actions.flatten(0, 1)).logprobs
+    ratio = (proximal - old.logprobs.flatten()).double().exp()
+    metrics = actor.train(old, 0.0)
+    assert metrics["importance_weight_mean"] == pytest.approx(ratio.mean().item(), rel=1e-5)
+    assert metrics["importance_truncated"] == pytest.approx((ratio > 1.0).double().mean().item())
+    assert metrics["importance_weight_mean"] != pytest.approx(1.0, abs=1e-4)
