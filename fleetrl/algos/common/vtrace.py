@@ -14,7 +14,7 @@ unweighted here: the policy objective weighs each sample by its own truncated im
 Where the episode ended at step t no correction flows back across the boundary; where it was
 terminated the bootstrap is 0, where it was truncated it is V(final observation), its correction 0
 (the episode's continuation lies outside the window). On-policy (π = μ, ρ̄ and c̄ ≥ 1) the targets
-are GAE(λ)'s returns (tests/test_vtrace.py checks both by hand).
+are GAE(λ)'s returns (tests/test_off_policy_correction.py checks both by hand).
 
 Action chunks: step t is a decision that executed k_t env steps, its reward Σ_j γ^j r_{t+j};
 γ_t = γ^{k_t}, as in GAE (algos/common/gae.py).
