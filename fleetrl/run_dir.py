@@ -104,8 +104,10 @@ class Redacting(logging.Formatter):
 
 
 def setup_logging(run_dir: Path) -> None:
-    """'fleetrl' logs to stderr and train.log; 'fleetrl.iterations' to train.log only (the live
-    progress line already shows those on the terminal). No secret is logged (`Redacting`)."""
+    """'fleetrl' logs to stderr and train.log; 'fleetrl.iterations' to train.log only (progress
+    lines the console does not show: a live progress line shows them on a terminal, and off one
+    the console shows one every few seconds, progress.py); 'fleetrl.console' to stderr only (a
+    progress line already in train.log, shown at last). No secret is logged (`Redacting`)."""
     file_handler = logging.FileHandler(run_dir / LOG_FILE)
     file_handler.setFormatter(Redacting("%(asctime)s %(levelname)s %(message)s"))
     console = logging.StreamHandler(sys.stderr)
@@ -118,8 +120,9 @@ def setup_logging(run_dir: Path) -> None:
     root.propagate = False
     root.addHandler(console)
     root.addHandler(file_handler)
-    iterations = logging.getLogger("fleetrl.iterations")
-    for handler in list(iterations.handlers):
-        iterations.removeHandler(handler)
-    iterations.propagate = False
-    iterations.addHandler(file_handler)
+    for name, handler in (("fleetrl.iterations", file_handler), ("fleetrl.console", console)):
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+        logger.propagate = False
+        logger.addHandler(handler)

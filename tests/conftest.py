@@ -84,7 +84,7 @@ def quiet_fleetrl_logging():
     """`Trainer` attaches handlers to the 'fleetrl' loggers (stderr and the run's train.log);
     close them after an in-process training test so no file stays open into the next test."""
     yield
-    for name in ("fleetrl", "fleetrl.iterations"):
+    for name in ("fleetrl", "fleetrl.iterations", "fleetrl.console"):
         logger = logging.getLogger(name)
         for handler in list(logger.handlers):
             logger.removeHandler(handler)

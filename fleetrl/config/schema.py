@@ -228,7 +228,9 @@ class RunnerConfig:
     keep_checkpoints: Annotated[int, AtLeastOne] = 3
     """How many of the newest checkpoints to keep."""
     log_interval: Annotated[int, AtLeastOne] = 1
-    """Iterations between console lines."""
+    """Iterations between progress lines, each written to train.log. On a terminal the live line
+    shows each; off one (a log file, CI) the console shows at most one every 5 seconds, and the
+    last."""
     resume: str | None = None
     """A run directory to continue (it must hold an intact checkpoint), or `auto`: the newest run of
     this config's name in `run_dir`, a new run if there is none (docs: guides/recover.md)."""
