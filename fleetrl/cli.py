@@ -1,12 +1,7 @@
 """The `fleetrl` command: train | sft | record | sweep | eval | report | doctor | diagnose | top | stack.
 
-Exit codes: 0 success; 1 an unexpected error (traceback shown); 2 a user error (bad config,
-missing file: one message, no traceback); 3 a preflight (doctor) check failed; 4 an incident (a
-stall, death or desync: hang_report.txt in the run directory; with runner.max_restarts, once no
-restart is left); 130 / 143 stopped by SIGINT / SIGTERM (the controller checkpointed within
-watchdog.stop_grace_s, or was reported as `interrupted` and killed; a second signal stops at
-once). `train` runs under a supervisor (supervise/supervisor.py), which returns these codes. `fleetrl sweep` exits 5 when a trial
-failed (each listed with its exit code and cause) and every other trial finished.
+Exit codes: fleetrl/exit_codes.py (what each means: its `MEANINGS`). `train` runs under a
+supervisor (supervise/supervisor.py), which returns them for the whole run.
 """
 
 from __future__ import annotations
@@ -15,17 +10,15 @@ import argparse
 import contextlib
 import importlib.metadata
 import json
-import signal
 import sys
 from pathlib import Path
 
+from fleetrl import exit_codes
 from fleetrl.doctor import add_doctor_arguments, command_doctor, preflight
 from fleetrl.errors import UserError
 from fleetrl.stdout_guard import stdout_to_stderr
 from fleetrl.watch import signals
-from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop
-
-EXIT_USER_ERROR = 2
+from fleetrl.watch.respond import IncidentStop
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +125,7 @@ def command_train(args) -> int:
         initial_weights(config.runner.init_from)  # a bad path: exit 2 now, naming it
     if args.dry_run:
         print(dry_run_text(plan.layout))
-        return 0
+        return exit_codes.OK
     if not args.skip_doctor and (code := preflight(config)):
         return code
     from fleetrl.supervise.janitor import start_janitor
@@ -157,7 +150,7 @@ def command_record(args) -> int:
     tasks = sorted({entry["task"] for entry in kept})
     counts = ", ".join(f"{task} {sum(entry['task'] == task for entry in kept)}" for task in tasks)
     print(f"{len(kept)} successful episodes of {index['attempted']} attempted ({counts}) in {args.out}")
-    return 0
+    return exit_codes.OK
 
 
 def command_sweep(args) -> int:
@@ -187,21 +180,21 @@ def command_eval(args) -> int:
             f"{result['episodes']} {result['unit']}s: return {result['mean']:.2f} ± {result['std']:.2f} "
             f"(min {result['min']:.2f}, max {result['max']:.2f})"
         )
-    return 0
+    return exit_codes.OK
 
 
 def command_init_model(args) -> int:
     from fleetrl.models.hf.init_model import init_model
 
     print(f"wrote {init_model(args.family, args.size, Path(args.out), args.action_bins, args.seed)}")
-    return 0
+    return exit_codes.OK
 
 
 def command_export(args) -> int:
     from fleetrl.export import export_run
 
     print(f"wrote {export_run(Path(args.run_dir), Path(args.out))}")
-    return 0
+    return exit_codes.OK
 
 
 def command_report(args) -> int:
@@ -209,7 +202,7 @@ def command_report(args) -> int:
 
     for path in write_plots(Path(args.run_dir)):
         print(f"wrote {path}")
-    return 0
+    return exit_codes.OK
 
 
 def command_diagnose(args) -> int:
@@ -221,7 +214,7 @@ def command_diagnose(args) -> int:
             f"{args.run_dir} has no {REPORT_TEXT}: the run had no incident (or is not a fleetrl run directory)"
         )
     print(path.read_text())
-    return 0
+    return exit_codes.OK
 
 
 def command_top(args) -> int:
@@ -265,12 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except UserError as error:
         print(f"fleetrl: {error}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return exit_codes.USER_ERROR
     except IncidentStop:  # the report is written and printed; every worker is gone
-        return EXIT_INCIDENT
+        return exit_codes.INCIDENT
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (watch/signals.py)
         code = signals.exit_code(interrupt)
-        print(f"fleetrl: stopped by {signal.Signals(code - 128).name}", file=sys.stderr)
+        print(f"fleetrl: stopped by {exit_codes.stop_signal(code).name}", file=sys.stderr)
         return code
 
 

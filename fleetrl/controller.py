@@ -3,8 +3,8 @@
 
 It runs the training loop (`runner.Trainer`) and nothing else: it beats into the supervisor's
 store from its first instant, dies with the supervisor (parent-death signal), and exits 0 when
-training is done, 2 on a user error (the message printed), 130 / 143 once a stop signal the
-supervisor forwarded has been honoured (checkpoint saved). Incidents go to the supervisor, which
+training is done, `USER_ERROR` (the message printed), `stopped_by` the stop signal the supervisor
+forwarded once it has been honoured (checkpoint saved): fleetrl/exit_codes.py. Incidents go to the supervisor, which
 reports them and ends this process.
 """
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from fleetrl import exit_codes
 from fleetrl.cluster.early_ray import close_early, start_early
 from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.host import WatchSpec, start_watching
@@ -47,7 +48,7 @@ def die_with(parent_pid: int) -> None:
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent_pid:  # it died before the signal was armed
-        os._exit(1)
+        os._exit(exit_codes.ERROR)
 
 
 def main() -> int:
@@ -78,14 +79,14 @@ def main() -> int:
             session = SupervisedSession(config, Path(orders.run_dir), store, spec, recorder)
             trainer = Trainer(orders.plan, run_dir=Path(orders.run_dir), session=session, restart=orders.restart)
         trainer.train()
-        return 0
+        return exit_codes.OK
     except UserError as error:
         print(f"fleetrl: {error}", file=sys.stderr)
-        return 2
+        return exit_codes.USER_ERROR
     except KeyboardInterrupt as interrupt:  # the supervisor forwarded Ctrl-C / SIGTERM: checkpoint saved
         return signals.exit_code(interrupt)
     except IncidentStop:
-        return 4
+        return exit_codes.INCIDENT
     finally:
         close_early()  # a config error stopped the run before its backend took the instance
         recorder.stop()

@@ -20,8 +20,6 @@ import psutil
 import pytest
 
 from fleetrl.doctor import (
-    EXIT_CHECK_FAILED,
-    EXIT_OK,
     Check,
     DoctorOptions,
     Status,
@@ -36,6 +34,7 @@ from fleetrl.doctor.disk import check_directory
 from fleetrl.doctor.handshake import run_handshake
 from fleetrl.doctor.interfaces import interfaces
 from fleetrl.doctor.processes import RESULT
+from fleetrl.exit_codes import CHECK_FAILED, OK
 from fleetrl.net import free_port
 from fleetrl.plan.load import load_config
 from tests.support import LOADED_HOST_MARGIN_S, fill, fleetrl, mounted_tmpfs, own_children
@@ -146,7 +145,7 @@ class TestDisk:
         fill(tiny_fs)
         monkeypatch.setenv("RAY_TMPDIR", str(tiny_fs))
         code, document = doctor_json(make_config(tmp_path), only=["disk"], min_free_bytes=0)
-        assert code == EXIT_CHECK_FAILED and document["ok"] is False
+        assert code == CHECK_FAILED and document["ok"] is False
         (ray_temp,) = checks_named(document, "disk.ray_temp")
         assert ray_temp["status"] == "fail"
         assert f"{tiny_fs}/ray (on {tiny_fs})" in ray_temp["detail"]  # not created yet: its parent
@@ -160,7 +159,7 @@ class TestDisk:
         monkeypatch.setenv("RAY_object_spilling_config", spill)
         config = load_config(None, [f"runner.run_dir={tiny_fs}/runs"])
         code, text = doctor(config, only=["disk"], min_free_bytes=0)
-        assert code == EXIT_CHECK_FAILED
+        assert code == CHECK_FAILED
         failures = [line for line in text.splitlines() if line.startswith("FAIL")]
         assert [line.split()[1] for line in failures] == ["disk.run_dir", "disk.ray_spill"]
 
@@ -260,7 +259,7 @@ class TestReachability:
         with closed_port() as holder:
             port = holder.getsockname()[1]
             code, text = doctor(make_config(tmp_path), only=["reachability"], peers=(f"127.0.0.1:{port}",))
-        assert code == EXIT_CHECK_FAILED
+        assert code == CHECK_FAILED
         failure = next(line for line in text.splitlines() if line.startswith("FAIL"))
         assert f"127.0.0.1:{port}" in failure and "connection refused" in failure and "timed out" not in failure
         assert "fix:" in text
@@ -271,7 +270,7 @@ class TestReachability:
             listener.listen()
             port = listener.getsockname()[1]
             code, document = doctor_json(make_config(tmp_path), only=["reachability"], peers=(f"127.0.0.1:{port}",))
-        assert code == EXIT_OK
+        assert code == OK
         self_check, peer = checks_named(document, "network.reachability")
         assert "itself at 127.0.0.1:" in self_check["detail"]
         assert f"127.0.0.1:{port}: connected" in peer["detail"]
@@ -292,7 +291,7 @@ class TestGlooHandshake:
     def test_two_ranks_rendezvous_and_all_reduce(self, tmp_path):
         code, document = doctor_json(make_config(tmp_path), only=["gloo"])
         (check,) = checks_named(document, "gloo.handshake")
-        assert code == EXIT_OK and check["status"] == "pass", check
+        assert code == OK and check["status"] == "pass", check
         assert "2 ranks rendezvoused at 127.0.0.1:" in check["detail"]
         assert "all_reduce took" in check["detail"]
         assert not own_children()
@@ -442,7 +441,7 @@ class TestLiveRay:
 
         config = make_config(tmp_path, "cluster.devices_per_node=1")
         code, document = doctor_json(config, only=["ray", "placement", "mesh"])
-        assert code == EXIT_OK, document
+        assert code == OK, document
         (cluster,) = checks_named(document, "ray.cluster")
         assert "1 live node(s): node 0 127.0.0.1 (1 CPU, 0 GPU)" in cluster["detail"]
         (placement,) = checks_named(document, "placement")
@@ -554,7 +553,7 @@ class TestEnv:
 class TestOutput:
     def test_fast_json_shape_and_exit_code(self, tmp_path):
         code, document = doctor_json(make_config(tmp_path), fast=True, **LENIENT_DISK)
-        assert code == EXIT_OK == document["exit_code"] and document["ok"] is True
+        assert code == OK == document["exit_code"] and document["ok"] is True
         assert document["fast"] is True
         assert set(document["counts"]) == {"pass", "fail", "warn", "skip"}
         names = [check["name"] for check in document["checks"]]
@@ -569,7 +568,7 @@ class TestOutput:
         monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
         code, text = doctor(make_config(tmp_path, *TWO_ACTOR_RANKS), only=["network"])
         lines = text.splitlines()
-        assert code == EXIT_CHECK_FAILED
+        assert code == CHECK_FAILED
         failure = lines.index(next(line for line in lines if line.startswith("FAIL")))
         assert lines[failure].split()[:2] == ["FAIL", "network.GLOO_SOCKET_IFNAME"]
         assert lines[failure + 1].startswith("      fix: ")
@@ -579,7 +578,7 @@ class TestOutput:
         broken = make_config(tmp_path)
         broken.env = None  # the env check cannot even read env.id
         code, document = doctor_json(broken, only=["env"])
-        assert code == EXIT_CHECK_FAILED
+        assert code == CHECK_FAILED
         (check,) = document["checks"]
         assert check["status"] == "fail" and "the env check crashed" in check["detail"]
 
@@ -601,18 +600,18 @@ class TestOutput:
                     "0.5",
                 ]
             )
-            assert command_doctor(args) == EXIT_CHECK_FAILED
+            assert command_doctor(args) == CHECK_FAILED
         document = json.loads(capsys.readouterr().out)
         assert [check["status"] for check in document["checks"]] == ["pass", "fail"]
 
     def test_preflight_is_quiet_when_ready_and_refuses_when_not(self, tmp_path, capsys, monkeypatch):
         lenient = DoctorOptions(**LENIENT_DISK)
         config = make_config(tmp_path, *TWO_ACTOR_RANKS)
-        assert preflight(config, lenient) == EXIT_OK
+        assert preflight(config, lenient) == OK
         captured = capsys.readouterr()
         assert captured.out == "" and captured.err == ""
         monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
-        assert preflight(config, lenient) == EXIT_CHECK_FAILED
+        assert preflight(config, lenient) == CHECK_FAILED
         err = capsys.readouterr().err
         assert "FAIL  network.GLOO_SOCKET_IFNAME" in err and "--skip-doctor" in err
 
@@ -631,9 +630,9 @@ def test_fleetrl_doctor_exit_codes(tmp_path):
     with closed_port() as holder:
         port = holder.getsockname()[1]
         result = fleetrl("doctor", "--json", "--only", "reachability", "--peer", f"127.0.0.1:{port}", timeout=120)
-    assert result.code == EXIT_CHECK_FAILED, result.stderr[-2000:]
+    assert result.code == CHECK_FAILED, result.stderr[-2000:]
     document = json.loads(result.stdout)
-    assert document["ok"] is False and document["exit_code"] == EXIT_CHECK_FAILED
-    assert fleetrl("doctor", "--only", "network", timeout=120).code == EXIT_OK
+    assert document["ok"] is False and document["exit_code"] == CHECK_FAILED
+    assert fleetrl("doctor", "--only", "network", timeout=120).code == OK
     missing = fleetrl("doctor", str(tmp_path / "missing.yaml"), timeout=120)
     assert missing.code == 2 and "config file not found" in missing.stderr

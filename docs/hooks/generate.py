@@ -1,6 +1,6 @@
 """MkDocs hook (mkdocs.yml `hooks:`): adds the pages generated from the code to the site, so the
-config and CLI references are rebuilt from the schema and the parser on every build and cannot
-drift from them. Cross-references in field docstrings, `(docs: guides/model.md, Section)`, become
+config, CLI and exit-code references are rebuilt from the schema, the parser and
+fleetrl/exit_codes.py on every build and cannot drift from them. Cross-references in field docstrings, `(docs: guides/model.md, Section)`, become
 links to that page and section."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ os.environ["COLUMNS"] = "100"  # argparse wraps usage lines to the terminal: the
 
 import cli_reference  # noqa: E402 (mkdocs puts this folder on sys.path while it loads the hook)
 import config_reference  # noqa: E402
+import exit_codes_reference  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
 
 DOCS_REF = re.compile(r"docs: ([\w/.-]+\.md)(?:, ([^;)]+))?")
@@ -37,7 +38,7 @@ def link_docs_refs(text: str, page: str) -> str:
 
 
 def on_files(files, config):
-    for module in (config_reference, cli_reference):
+    for module in (config_reference, cli_reference, exit_codes_reference):
         content = link_docs_refs(module.page(), module.PAGE)
         files.append(File.generated(config, module.PAGE, content=content))
     return files

@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
+from fleetrl import exit_codes
 from fleetrl.cluster.early_ray import take_early
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.isolated_nodes import IsolatedNodes
@@ -30,7 +31,6 @@ from fleetrl.plan.placement import Assignment
 from fleetrl.probe.flight_recorder import RAYLET_VARIABLE
 from fleetrl.probe.host import WatchSpec
 from fleetrl.watch.last_words import LastWords, node_name, on_this_node
-from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children
 
@@ -201,7 +201,7 @@ class RayCluster:
         def expire() -> None:
             log.error("stopping Ray after the incident did not finish within 30 s; stopping now")
             kill_own_children()
-            os._exit(EXIT_INCIDENT)
+            os._exit(exit_codes.INCIDENT)
 
         if not isinstance(self.started, IsolatedNodes):  # isolated nodes go in shutdown(), after the driver
             self.kill_remote_workers()

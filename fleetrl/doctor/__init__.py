@@ -7,8 +7,6 @@ Importing this package is cheap (no torch, no Ray): the CLI imports it at start-
 """
 
 from fleetrl.doctor.command import (
-    EXIT_CHECK_FAILED,
-    EXIT_OK,
     add_doctor_arguments,
     command_doctor,
     preflight,
@@ -22,8 +20,6 @@ __all__ = [
     "CHECKS",
     "Check",
     "DoctorOptions",
-    "EXIT_CHECK_FAILED",
-    "EXIT_OK",
     "Status",
     "add_doctor_arguments",
     "command_doctor",

@@ -11,14 +11,12 @@ import time
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from fleetrl import exit_codes
 from fleetrl.doctor.context import Context
 from fleetrl.doctor.options import GIB, DoctorOptions
 from fleetrl.doctor.output import as_json, check_line, summary_line, write_json
 from fleetrl.doctor.registry import CHECK_NAMES, CHECKS, run_checks
 from fleetrl.doctor.result import Status
-
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 3
 
 
 def add_doctor_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -101,7 +99,7 @@ def run_doctor(
     quiet: bool = False,
     stream: TextIO | None = None,
 ) -> int:
-    """Run the checks (the fast subset when `fast`), print them, return 0 or 3 (a FAIL).
+    """Run the checks (the fast subset when `fast`), print them, return OK or CHECK_FAILED (a FAIL).
 
     Text output prints each line as its check finishes; `quiet` prints only FAIL and WARN lines
     and, when something failed, the summary.
@@ -116,7 +114,7 @@ def run_doctor(
 
     checks = run_checks(context, fast=fast, only=only, on_result=show)
     seconds = time.monotonic() - start
-    code = EXIT_CHECK_FAILED if any(check.failed for check in checks) else EXIT_OK
+    code = exit_codes.CHECK_FAILED if any(check.failed for check in checks) else exit_codes.OK
     if json_output:
         write_json(stream, as_json(checks, fast, seconds, code))
     elif not quiet or code:

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from fleetrl import exit_codes
 from fleetrl.doctor.cluster_view import ClusterView
 from fleetrl.doctor.context import Context
 from fleetrl.doctor.live import ray_connected
@@ -155,7 +156,7 @@ def main() -> int:
     except Exception as error:  # reported with the phase it happened in
         first_line = (str(error).strip().splitlines() or [""])[0]
         report_result({"ok": False, "error": f"{type(error).__name__}: {first_line}"})
-        return 1
+        return exit_codes.ERROR
     report_result(
         {
             "ok": True,
@@ -166,7 +167,7 @@ def main() -> int:
             "action_space": summarize_space(env.action_space),
         }
     )
-    return 0
+    return exit_codes.OK
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+from fleetrl import exit_codes
 from fleetrl.doctor.context import Context
 from fleetrl.doctor.peer_failure import PeerWatch
 from fleetrl.doctor.processes import Outcome, read_payload, report_phase, report_result, run_probes
@@ -253,9 +254,9 @@ def main() -> int:
         first_line = (str(error).strip().splitlines() or [""])[0]
         report_result({"ok": False, "rank": rank, "error": f"{type(error).__name__}: {first_line}"})
         peers.failed()
-        return 1
+        return exit_codes.ERROR
     report_result({"ok": True, "rank": rank, "init_s": init_s, "all_reduce_s": all_reduce_s})
-    return 0
+    return exit_codes.OK
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 
+from fleetrl import exit_codes
 from fleetrl.doctor.processes import report_result
 
 FAILED_KEY = "fleetrl-doctor/failed"
@@ -73,7 +74,7 @@ class PeerWatch:
                 why = f"the rendezvous store at {self.address} went away (the process hosting it ended)"
             if not self.settled.wait(GRACE_S):
                 report_result({"ok": False, "rank": self.rank, "error": f"stopped waiting: {why}"})
-                os._exit(1)
+                os._exit(exit_codes.ERROR)
             return
 
     def failed(self) -> None:

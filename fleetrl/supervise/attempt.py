@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from fleetrl import exit_codes
 from fleetrl.checkpoint import list_checkpoints, newest_intact
 from fleetrl.cluster.bridge import bridge_name, remove_bridge
 from fleetrl.cluster.isolated_nodes import sweep_stale
@@ -34,7 +35,7 @@ from fleetrl.watch.last_words import LastWords, how_it_ended, node_name
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.naming import describe, where
 from fleetrl.watch.node_loss import lost_node
-from fleetrl.watch.respond import EXIT_INCIDENT, IncidentStop, Responder
+from fleetrl.watch.respond import IncidentStop, Responder
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Watchdog, readable
@@ -50,10 +51,6 @@ def is_readable(record) -> bool:
     except TypeError:
         return False
     return True
-
-
-def signal_name(code: int) -> str:
-    return signal.Signals(code - 128).name
 
 
 def kill_run_tree(config: Config, controller_pid: int | None = None) -> None:
@@ -126,7 +123,7 @@ class Attempt:
                 if self.supervisor.signals:
                     return self.stop(self.supervisor.signals[0]), None
                 code = self.controller.poll()
-                if code in (0, 2):
+                if code in (exit_codes.OK, exit_codes.USER_ERROR):
                     return code, None
                 incident = self.next_incident(code)
                 if incident is not None:
@@ -258,7 +255,7 @@ class Attempt:
         dead.detail = f"seen by the others as: {incident.summary}"
         return dead
 
-    def respond(self, incident: Incident, code: int = EXIT_INCIDENT) -> int:
+    def respond(self, incident: Incident, code: int = exit_codes.INCIDENT) -> int:
         """Stacks, report (the trackers attach it in the controller), whole-tree kill; `code`."""
         if self.watchdog is not None:
             self.watchdog.stop()
@@ -297,7 +294,7 @@ class Attempt:
     def stop(self, signum: int) -> int:
         """The first stop signal: the controller checkpoints and stops within the grace, or is
         reported (`interrupted`, naming who was stuck where) and killed."""
-        code, grace = 128 + signum, self.config.watchdog.stop_grace_s
+        code, grace = exit_codes.stopped_by(signum), self.config.watchdog.stop_grace_s
         with_signal = signal.Signals(signum).name
         print(
             f"fleetrl: {with_signal}: asking the controller to checkpoint and stop (within {grace:g} s)",
@@ -333,4 +330,4 @@ class Attempt:
 def closing_message(run_dir: Path, code: int) -> str:
     checkpoint = newest_intact(run_dir)
     kept = f"the newest intact checkpoint is {checkpoint}" if checkpoint else "there is no checkpoint (none was saved)"
-    return f"fleetrl: stopped by {signal_name(code)}; {kept}"
+    return f"fleetrl: stopped by {exit_codes.stop_signal(code).name}; {kept}"

@@ -10,8 +10,8 @@ in. Every incident — seen by its watchdog, sent by the controller, or the cont
 is reported here (watch/respond.py) and ends the whole tree; with `runner.max_restarts` the
 controller is then started again from the newest intact checkpoint (watch/restarts.py).
 
-Exit codes (cli.py): the controller's 0 or 2; 4 after an incident that does not restart; 130 /
-143 after Ctrl-C / SIGTERM (the first asks the controller to checkpoint and stop within
+Exit codes (fleetrl/exit_codes.py): the controller's OK or USER_ERROR; INCIDENT after an incident that
+does not restart; `stopped_by` the signal after Ctrl-C / SIGTERM (the first asks the controller to checkpoint and stop within
 `watchdog.stop_grace_s`, a second kills everything at once).
 """
 
@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fleetrl import exit_codes
 from fleetrl.checkpoint import newest_intact
 from fleetrl.probe.seal import new_run_secret
 from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
@@ -76,8 +77,9 @@ class Supervisor:
         if len(self.signals) > 1:
             print(f"fleetrl: second {signal.Signals(signum).name}: stopping now", file=sys.stderr, flush=True)
             kill_run_tree(self.config)  # (an isolated simulation's namespaces too: none left for the next start)
-            print(closing_message(self.run_dir, 128 + self.signals[0]), file=sys.stderr, flush=True)
-            os._exit(128 + self.signals[0])
+            code = exit_codes.stopped_by(self.signals[0])
+            print(closing_message(self.run_dir, code), file=sys.stderr, flush=True)
+            os._exit(code)
 
     def keep_report_and_restart(self, incident: Incident) -> dict:
         number = len(self.policy.done) + 1
@@ -132,6 +134,6 @@ def supervise(plan: RunPlan) -> int:
     # garbage collections walk every object the imports made (torch's) — 1.5-4 s measured on a
     # loaded host after an incident, added to its teardown. Frozen, they are skipped.
     gc.freeze()
-    if code == 0:
+    if code == exit_codes.OK:
         print(f"run directory: {run_dir}")
     return code

@@ -27,6 +27,7 @@ from pathlib import Path
 import psutil
 from ray import tune
 
+from fleetrl import exit_codes
 from fleetrl.run_dir import create_run_dir
 from fleetrl.sweep.grid import SweepPlan
 from fleetrl.sweep.lifetime import become_subreaper
@@ -36,7 +37,6 @@ from fleetrl.sweep.trial import Launch, run_trial
 from fleetrl.watch.teardown import kill_own_children
 
 SWEEP_FILE = "sweep.json"
-EXIT_TRIALS_FAILED = 5
 STOP_GRACE_S = 30.0  # for the trials' clean stop (checkpoint, teardown) after Ray is gone
 _stop_requested = threading.Event()  # module-level: Tune pickles its stopper and callbacks
 _signals: list[int] = []
@@ -169,8 +169,8 @@ def run_sweep(
     if _signals:
         finished = sum(r["status"] == "finished" for r in records)
         say(f"stopped by {signal.Signals(_signals[0]).name}: {finished} of {len(records)} trials had finished")
-        return 128 + _signals[0]
-    return EXIT_TRIALS_FAILED if any(r["status"] == "failed" for r in records) else 0
+        return exit_codes.stopped_by(_signals[0])
+    return exit_codes.TRIALS_FAILED if any(r["status"] == "failed" for r in records) else exit_codes.OK
 
 
 def start_ray(address: str | None) -> None:
@@ -201,7 +201,7 @@ def install_stop_handlers() -> None:
         if len(_signals) > 1:
             say(f"second {signal.Signals(signum).name}: killing every trial now")
             kill_own_children()
-            os._exit(128 + _signals[0])
+            os._exit(exit_codes.stopped_by(_signals[0]))
         say(f"{signal.Signals(signum).name}: stopping every trial (each saves a checkpoint); again to kill them now")
         _stop_requested.set()
 

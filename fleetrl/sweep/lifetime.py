@@ -19,6 +19,8 @@ import os
 import signal
 import sys
 
+from fleetrl import exit_codes
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -36,7 +38,7 @@ def main(argv: list[str]) -> None:
     parent, *arguments = argv
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != int(parent):  # the parent died before the signal was set
-        sys.exit(128 + signal.SIGTERM)
+        sys.exit(exit_codes.stopped_by(signal.SIGTERM))
     os.execv(sys.executable, [sys.executable, *arguments])
 
 

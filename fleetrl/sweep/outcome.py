@@ -13,6 +13,7 @@ import json
 import signal
 from pathlib import Path
 
+from fleetrl import exit_codes
 from fleetrl.metrics_log import read_metrics
 from fleetrl.runner import SUMMARY_FILE
 from fleetrl.sweep.trial import TrialSpec
@@ -35,7 +36,7 @@ def ended_record(spec: TrialSpec, result: dict) -> dict:
     returns = [value for value in returns if value is not None]
     code = result["exit_code"]
     record.update(
-        status="finished" if code == 0 else "failed",
+        status="finished" if code == exit_codes.OK else "failed",
         exit_code=code,
         cause=None,
         hang_report=None,
@@ -48,7 +49,7 @@ def ended_record(spec: TrialSpec, result: dict) -> dict:
         target_step=summary.get("target_reached_step"),
         target_s=summary.get("target_reached_s"),
     )
-    if code != 0:
+    if code != exit_codes.OK:
         record["cause"], record["hang_report"] = failure_cause(code, run_dir, Path(result["log"]))
     return record
 

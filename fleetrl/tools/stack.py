@@ -7,6 +7,7 @@ where it lives on this machine (probe/stacks.py), and named as not answering oth
 
 from __future__ import annotations
 
+from fleetrl import exit_codes
 from fleetrl.probe.stack_requests import stack_asker
 from fleetrl.probe.stacks import capture_stacks
 from fleetrl.watch.live import attach
@@ -21,4 +22,4 @@ def stack(run_dir: str | None) -> int:
         key = (worker["component"], worker["rank"])
         where = f"pid {worker.get('pid', '?')} on {worker.get('host', '?')}, node {worker['node']}"
         print(f"=== {key[0]} rank {key[1]} ({where}) ===\n{stacks.get(key, '(no stack)')}\n")
-    return 0
+    return exit_codes.OK

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from fleetrl import exit_codes
 from fleetrl.probe.flight_recorder import machine_identity
 from fleetrl.watch.checks import Checks
 from fleetrl.watch.live import LiveRun, attach
@@ -126,14 +127,14 @@ def top(run_dir: str | None, once: bool) -> int:
         rows(run, sampler, judge)  # a first sample, so that CPU % covers an interval
         time.sleep(REFRESH_S / 2)
         console.print(table(run, sampler, judge))
-        return 0
+        return exit_codes.OK
     try:
         with Live(table(run, sampler, judge), console=console, auto_refresh=False) as live:
             while True:
                 time.sleep(REFRESH_S)
                 live.update(table(run, sampler, judge), refresh=True)
     except KeyboardInterrupt:
-        return 0
+        return exit_codes.OK
     except RuntimeError:  # the store went away with the run
         console.print(f"{run.run_dir}: the run has ended")
-        return 0
+        return exit_codes.OK

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from fleetrl import exit_codes
 from fleetrl.probe.stack_requests import StackAsker
 from fleetrl.probe.stacks import capture_stacks
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT, build_hang_report, write_hang_report
@@ -22,12 +23,11 @@ from fleetrl.watch.incident import Incident
 from fleetrl.watch.teardown import kill_own_children
 
 log = logging.getLogger("fleetrl")
-EXIT_INCIDENT = 4
 
 
 class IncidentStop(Exception):
     """Raised in the main thread once an incident is reported and every worker is gone; the CLI
-    turns it into exit code 4."""
+    turns it into `exit_codes.INCIDENT`."""
 
     def __init__(self, report: dict):
         super().__init__(f"{report['cause']}: {report['summary']}")
@@ -40,7 +40,7 @@ class Responder:
     Whichever thread gets here first (the watchdog's, or the main thread with a worker's error)
     writes hang_report.{json,txt}, prints the text and ends every worker process tree. Then the
     main thread raises IncidentStop; the watchdog's thread (`exit_process`: the main thread may
-    be stuck for good) ends this process with exit code 4. A second caller waits on `done`: it
+    be stuck for good) ends this process with `exit_codes.INCIDENT`. A second caller waits on `done`: it
     raises the same IncidentStop once the first has finished, or the process ends under it.
 
     Report hooks (`add_report_hook`: the trackers attaching the report to their runs) run once the
@@ -94,6 +94,6 @@ class Responder:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 logging.shutdown()
-                os._exit(EXIT_INCIDENT)
+                os._exit(exit_codes.INCIDENT)
             self.done.set()
         raise IncidentStop(self.report)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn, Protocol
 
+from fleetrl import exit_codes
 from fleetrl.config.schema import Config, WatchdogConfig
 from fleetrl.probe import flight_recorder
 from fleetrl.probe.flight_recorder import Recorder
@@ -41,7 +42,7 @@ from fleetrl.watch.classify import incident_from_error
 from fleetrl.watch.incident import Incident
 from fleetrl.watch.last_words import LastWords
 from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
-from fleetrl.watch.respond import EXIT_INCIDENT, Responder
+from fleetrl.watch.respond import Responder
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Watchdog
 
@@ -152,7 +153,7 @@ class WatchSession:
             with contextlib.suppress(Exception):
                 kill_own_children()
             sys.stderr.flush()
-            os._exit(EXIT_INCIDENT)
+            os._exit(exit_codes.INCIDENT)
 
         return expire_after(bound, give_up)
 

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from fleetrl import exit_codes
 from fleetrl.watch.teardown import kill_own_children
 
 
@@ -25,9 +26,9 @@ deferred: list[int] = []  # the stop that arrived while held
 
 
 def exit_code(interrupt: KeyboardInterrupt) -> int:
-    """128 + the signal that stopped us (Ray's waits may re-raise our Stop as a plain
-    KeyboardInterrupt, so the signal is remembered here rather than read off the exception)."""
-    return 128 + received[0] if received else 128 + signal.SIGINT
+    """`exit_codes.stopped_by` the signal that stopped us (Ray's waits may re-raise our Stop as a
+    plain KeyboardInterrupt, so the signal is remembered here rather than read off the exception)."""
+    return exit_codes.stopped_by(received[0] if received else signal.SIGINT)
 
 
 def install_stop_handlers() -> None:
@@ -36,7 +37,7 @@ def install_stop_handlers() -> None:
         if len(received) > 1:
             print(f"fleetrl: second {signal.Signals(signum).name}: stopping now", file=sys.stderr, flush=True)
             kill_own_children()
-            os._exit(128 + received[0])
+            os._exit(exit_codes.stopped_by(received[0]))
         if held[0]:
             deferred.append(signum)
             return

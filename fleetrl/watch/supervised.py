@@ -21,13 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
+from fleetrl import exit_codes
 from fleetrl.config.schema import Config
 from fleetrl.probe.flight_recorder import Recorder, join_unless_current
 from fleetrl.probe.host import WatchSpec
 from fleetrl.watch import link
 from fleetrl.watch.classify import incident_from_error
 from fleetrl.watch.incident import Incident
-from fleetrl.watch.respond import EXIT_INCIDENT
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, WatchSession, expire_after
 
 log = logging.getLogger("fleetrl")
@@ -83,7 +83,7 @@ class SupervisedSession(WatchSession):
         link.put(self.link, link.FAILURE, link.incident_fields(incident))
         time.sleep(RESPONSE_BOUND_S + sum(timeout_s for _, timeout_s in self.responder.report_hooks))
         log.error("the supervisor did not end this controller after %s: exiting", incident.cause)
-        os._exit(EXIT_INCIDENT)
+        os._exit(exit_codes.INCIDENT)
 
     def attach_report_when_written(self) -> None:
         while not self.listening.wait(LISTEN_INTERVAL_S):
