@@ -13,11 +13,10 @@ import json
 import sys
 from pathlib import Path
 
-from fleetrl import exit_codes
+from fleetrl import exit_codes, signals
 from fleetrl.doctor import add_doctor_arguments, command_doctor, preflight
 from fleetrl.errors import UserError
 from fleetrl.stdout_guard import stdout_to_stderr
-from fleetrl.watch import signals
 from fleetrl.watch.respond import IncidentStop
 
 
@@ -261,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         return exit_codes.USER_ERROR
     except IncidentStop:  # the report is written and printed; every worker is gone
         return exit_codes.INCIDENT
-    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (watch/signals.py)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (signals.py)
         code = signals.exit_code(interrupt)
         print(f"fleetrl: stopped by {exit_codes.stop_signal(code).name}", file=sys.stderr)
         return code

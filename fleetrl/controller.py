@@ -24,7 +24,7 @@ from pathlib import Path
 from fleetrl import exit_codes
 from fleetrl.cluster.early_ray import close_early, start_early
 from fleetrl.plan.run_plan import RunPlan
-from fleetrl.probe.host import WatchSpec, start_watching
+from fleetrl.probe.recorded_calls import WatchSpec, start_watching
 
 PR_SET_PDEATHSIG = 1
 
@@ -58,10 +58,10 @@ def main() -> int:
     start_early(orders.plan.config.cluster)  # Ray's daemons start while this process imports and checks
     from torch.distributed import TCPStore
 
+    from fleetrl import signals
     from fleetrl.errors import UserError
     from fleetrl.probe.seal import Seal, SealedStore, run_secret
     from fleetrl.runner import Trainer
-    from fleetrl.watch import signals
     from fleetrl.watch.respond import IncidentStop
     from fleetrl.watch.supervised import SupervisedSession
 

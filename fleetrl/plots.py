@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from fleetrl.errors import UserError
-from fleetrl.metrics_log import METRICS_FILE, read_metrics
+from fleetrl.tracking.jsonl import METRICS_FILE, read_metrics
 from fleetrl.watch.hang_report import REPORT_JSON
 
 

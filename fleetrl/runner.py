@@ -29,10 +29,10 @@ from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.flight_recorder import beat_soon, phase
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import CONFIG_FILE, create_run_dir, owner_only, resume_dir, setup_logging
+from fleetrl.signals import hold_stops, install_stop_handlers, stop_gate
 from fleetrl.tracking.trackers import Trackers
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
-from fleetrl.watch.signals import hold_stops, install_stop_handlers, stop_gate
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker, success_metrics
 from fleetrl.workers.rollout_worker import RolloutWorker

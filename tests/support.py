@@ -27,8 +27,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fleetrl.metrics_log import read_metrics
 from fleetrl.runner import SUMMARY_FILE
+from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.watch.hang_report import REPORT_JSON
 
 REPO = Path(__file__).resolve().parent.parent

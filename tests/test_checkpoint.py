@@ -17,9 +17,9 @@ import torch
 
 from fleetrl.checkpoint import checkpoint_dir, list_checkpoints, load_latest, save_checkpoint
 from fleetrl.errors import ConfigError, UserError
-from fleetrl.metrics_log import read_metrics
 from fleetrl.plan.load import load_config
 from fleetrl.runner import Trainer
+from fleetrl.tracking.jsonl import read_metrics
 from tests.support import REPO, TIMING_METRICS, Fleetrl, fleetrl, own_children, subprocess_env
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")

@@ -22,7 +22,7 @@ import traceback
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from fleetrl.parallel.grad_check import UnusedParameterError
-from fleetrl.probe.host import WorkerError
+from fleetrl.probe.recorded_calls import WorkerError
 from fleetrl.watch.classify import DISK_FULL_HINT, incident_from_error, ray_pid, worker_error
 from fleetrl.watch.incident import Incident
 

@@ -13,7 +13,7 @@ from fleetrl.cluster.direct_channels import Channel, ChannelLost, DirectChannels
 from fleetrl.errors import ConfigError
 from fleetrl.plan.load import load_config
 from fleetrl.plan.resolve import resolve
-from fleetrl.probe.host import WorkerError
+from fleetrl.probe.recorded_calls import WorkerError
 from tests.incidents import assert_incident, detection_bound, fault, run_fault
 from tests.support import DIRECT_LINE, refusing_port
 from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES

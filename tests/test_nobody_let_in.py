@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from fleetrl.cluster.direct_channels import DirectChannels
-from fleetrl.probe.host import WorkerError
+from fleetrl.probe.recorded_calls import WorkerError
 from fleetrl.probe.seal import Seal, SealedStore, new_run_secret
 from fleetrl.probe.store import HeartbeatStore, connect_publisher
 from fleetrl.probe.store_client import StoreClient

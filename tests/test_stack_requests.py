@@ -20,7 +20,7 @@ from tests.support import REPO, subprocess_env
 
 WORKER = """
 import re, sys, time
-from fleetrl.probe.host import WatchSpec, start_watching
+from fleetrl.probe.recorded_calls import WatchSpec, start_watching
 from fleetrl.probe.seal import run_secret
 recorder = start_watching("env", 0, 0, WatchSpec("127.0.0.1", int(sys.argv[1]), 0.1, sys.argv[2], {}, run_secret()))
 

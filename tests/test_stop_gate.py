@@ -1,5 +1,5 @@
 """A stop signal that arrives once an iteration has trained waits for its metrics to be logged
-(fleetrl/watch/signals.py `stop_gate`): a real SIGINT to a real process, before and after
+(fleetrl/signals.py `stop_gate`): a real SIGINT to a real process, before and after
 `hold_stops()`, and a second signal still stopping at once."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from tests.support import subprocess_env
 
 GATED = """
 import os, signal, sys
-from fleetrl.watch.signals import Stop, hold_stops, install_stop_handlers, stop_gate
+from fleetrl.signals import Stop, hold_stops, install_stop_handlers, stop_gate
 
 install_stop_handlers()
 steps = []

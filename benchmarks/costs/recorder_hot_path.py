@@ -1,7 +1,7 @@
 """What the flight recorder costs each worker call, before (a base commit) and after (this tree).
 
 Every call the controller makes to a worker (inline: `rollout.act` and `env.step`, twice per vector
-step) runs through `fleetrl.probe.host.RecordedCalls`, which marks it as a phase of the recorder.
+step) runs through `fleetrl.probe.recorded_calls.RecordedCalls`, which marks it as a phase of the recorder.
 Measured in a child process per tree (the base commit's `fleetrl` from `git archive`), alternating,
 `--rounds` times, as CPU microseconds per call (robust to a loaded host):
 
@@ -36,7 +36,7 @@ def measure(calls: int) -> dict:
     """In the child: each measure once."""
     from fleetrl.debug.faults import FaultPlan
     from fleetrl.probe.flight_recorder import Recorder
-    from fleetrl.probe.host import RecordedCalls
+    from fleetrl.probe.recorded_calls import RecordedCalls
 
     worker, recorder = Worker(), Recorder("env", 0, 0)
     recorded = RecordedCalls(worker, "env", 0, recorder, FaultPlan({}, "env", 0))

@@ -5,7 +5,7 @@ seconds after --warmup iterations) and the on/off ratio.
 
 `watchdog.enabled=false` only skips the controller's watchdog thread (fleetrl/watch/session.py,
 `WatchSession.start`): every worker still runs each call as a recorded phase
-(fleetrl/probe/host.py `RecordedCalls`), still marks every collective (DDP gradient buckets included,
+(fleetrl/probe/recorded_calls.py `RecordedCalls`), still marks every collective (DDP gradient buckets included,
 with a call-site stack walk), and still publishes a heartbeat every 0.5 s. So the run-level
 comparison measures the watchdog thread alone; the rest is measured with micro-benchmarks in this
 process: RecordedCalls vs a plain getattr call, `Recorder.in_collective` vs nothing, one heartbeat
@@ -140,7 +140,7 @@ def micro(rounds: int = 7) -> dict:
     from fleetrl.config.schema import WatchdogConfig
     from fleetrl.debug.faults import FaultPlan
     from fleetrl.probe.flight_recorder import Recorder
-    from fleetrl.probe.host import RecordedCalls
+    from fleetrl.probe.recorded_calls import RecordedCalls
     from fleetrl.probe.store import HeartbeatStore, connect_publisher
     from fleetrl.watch.watchdog import Watchdog
 

@@ -72,7 +72,7 @@ def node_main(
     raylet.bind(("127.0.0.1", 0))
     raylet.listen(64)
     address = f"127.0.0.1:{raylet.getsockname()[1]}"
-    workers, clients = [], []  # a publish function per worker, as probe/host.py makes it
+    workers, clients = [], []  # a publish function per worker, as probe/recorded_calls.py makes it
     for component, rank, node in members:
         worker = SimulatedWorker(component, rank, node, host=f"sim-node-{node}")
         worker.recorder.identity["raylet"] = address

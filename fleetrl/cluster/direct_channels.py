@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from fleetrl.cluster.peer_proof import admit, prove
 from fleetrl.net import listening_socket
-from fleetrl.probe.host import WorkerError
+from fleetrl.probe.recorded_calls import WorkerError
 
 log = logging.getLogger("fleetrl")
 PROOF_TIMEOUT_S = 5.0  # a connection that says nothing is refused after this long

@@ -38,7 +38,7 @@ from fleetrl.debug.faults import FaultPlan
 from fleetrl.plan.layout import FUSED, env_worker_args, fused_assignments
 from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.flight_recorder import Recorder
-from fleetrl.probe.host import RecordedCalls
+from fleetrl.probe.recorded_calls import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import rollout_dtype, rollout_seed

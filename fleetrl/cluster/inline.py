@@ -21,7 +21,7 @@ from fleetrl.debug.faults import FaultPlan
 from fleetrl.plan.layout import env_worker_args
 from fleetrl.plan.placement import EVAL
 from fleetrl.plan.run_plan import RunPlan
-from fleetrl.probe.host import RecordedCalls
+from fleetrl.probe.recorded_calls import RecordedCalls
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EvalWorker

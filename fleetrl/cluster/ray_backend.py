@@ -28,7 +28,7 @@ from fleetrl.cluster.ray_cluster import RayCluster, build_workers
 from fleetrl.plan.layout import env_worker_args
 from fleetrl.plan.placement import EVAL, Assignment, Placement
 from fleetrl.plan.run_plan import RunPlan
-from fleetrl.probe.host import WatchSpec
+from fleetrl.probe.recorded_calls import WatchSpec
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker

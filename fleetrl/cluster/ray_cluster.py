@@ -29,7 +29,7 @@ from fleetrl.errors import ConfigError
 from fleetrl.net import is_loopback
 from fleetrl.plan.placement import Assignment
 from fleetrl.probe.flight_recorder import RAYLET_VARIABLE
-from fleetrl.probe.host import WatchSpec
+from fleetrl.probe.recorded_calls import WatchSpec
 from fleetrl.watch.last_words import LastWords, node_name, on_this_node
 from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children

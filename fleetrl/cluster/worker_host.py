@@ -19,7 +19,7 @@ from fleetrl.cluster.direct_channels import DirectChannels
 from fleetrl.debug.faults import FaultPlan
 from fleetrl.net import free_port
 from fleetrl.plan.placement import Assignment
-from fleetrl.probe.host import RecordedCalls, WatchSpec, WorkerError, start_watching
+from fleetrl.probe.recorded_calls import RecordedCalls, WatchSpec, WorkerError, start_watching
 
 
 class WorkerHost:

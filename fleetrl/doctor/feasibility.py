@@ -9,7 +9,7 @@ slots than cores only runs slowly (workers ask Ray for no CPUs, so none waits fo
 from __future__ import annotations
 
 from fleetrl.doctor.context import Context
-from fleetrl.doctor.live import LiveCluster, live_cluster
+from fleetrl.doctor.resources import LiveCluster, live_cluster
 from fleetrl.doctor.result import Check, failed, passed, skipped, warned
 from fleetrl.errors import ConfigError
 from fleetrl.plan.placement import Placement

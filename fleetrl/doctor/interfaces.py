@@ -16,9 +16,9 @@ from typing import Any
 import psutil
 
 from fleetrl.doctor.context import Context
-from fleetrl.doctor.live import ray_connected
 from fleetrl.doctor.on_nodes import START_UP_S, live_nodes, on_every_node
 from fleetrl.doctor.options import DoctorOptions
+from fleetrl.doctor.resources import ray_connected
 from fleetrl.doctor.result import Check, failed, passed, skipped, warned
 from fleetrl.net import free_port, is_loopback
 

@@ -9,9 +9,9 @@ failing pair is reported by name and address.
 from __future__ import annotations
 
 from fleetrl.doctor.context import Context
-from fleetrl.doctor.live import ray_connected
 from fleetrl.doctor.on_nodes import START_UP_S, live_nodes, on_every_node
 from fleetrl.doctor.reachability import probe
+from fleetrl.doctor.resources import ray_connected
 from fleetrl.doctor.result import Check, failed, passed, skipped
 
 NAME = "network.mesh"

@@ -17,9 +17,9 @@ from typing import Any
 from fleetrl.doctor.cluster_view import ClusterView
 from fleetrl.doctor.context import Context
 from fleetrl.doctor.handshake import MODULE, check_gloo_here, rank_payloads, summarize
-from fleetrl.doctor.live import ray_connected
 from fleetrl.doctor.on_nodes import START_UP_S, live_nodes, on_every_node
 from fleetrl.doctor.processes import Outcome, run_probes
+from fleetrl.doctor.resources import ray_connected
 from fleetrl.doctor.result import Check, failed, passed
 from fleetrl.net import free_port
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 from fleetrl.doctor.context import Context
-from fleetrl.doctor.live import live_cluster, ray_connected
 from fleetrl.doctor.reachability import probe
+from fleetrl.doctor.resources import live_cluster, ray_connected
 from fleetrl.doctor.result import Check, failed, passed, skipped
 
 NAME = "ray.cluster"

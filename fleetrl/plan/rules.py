@@ -23,10 +23,10 @@ from fleetrl.config.keys import check_split_over_ranks, effective_minibatch_size
 from fleetrl.config.model_sections import BUILTIN_MODELS
 from fleetrl.config.schema import ClusterConfig, Config
 from fleetrl.debug.faults import check_fault
-from fleetrl.errors import ConfigError
+from fleetrl.errors import ConfigError, nearest
 from fleetrl.plan.placement import EVAL, PLACEMENT_KEY, Placement
 from fleetrl.run_dir import resume_dir
-from fleetrl.watch.restarts import check_restart_on
+from fleetrl.watch.incident import CAUSES, NEVER_RESTART
 
 ISOLATION_TOOLS = ("ip", "unshare")  # what cluster/isolated_nodes.py runs
 
@@ -279,3 +279,19 @@ def check_spaces(config: Config, observation_space, action_space) -> None:
 
         with torch.random.fork_rng():  # its ConfigErrors now, before any worker; no draw from the seeded RNG
             build_network(config.model, observation_space, action_space)
+
+
+def check_restart_on(causes: list) -> None:
+    """Every entry of runner.restart_on is a cause a restart can help with."""
+    allowed = [cause for cause in CAUSES if cause not in NEVER_RESTART]
+    if not isinstance(causes, list):
+        raise ConfigError("runner.restart_on", causes, f"a list of incident causes, from {allowed}")
+    for cause in causes:
+        if cause not in allowed:
+            why = f"{cause!r} never restarts (it would come back at once)" if cause in NEVER_RESTART else ""
+            raise ConfigError(
+                "runner.restart_on",
+                causes,
+                f"a list of incident causes, from {allowed}",
+                why or nearest(str(cause), allowed),
+            )

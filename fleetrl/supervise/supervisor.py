@@ -8,7 +8,7 @@ supervisor) and watches it from its first instant, then the workers the controll
 its children, so its teardown (`attempt.kill_run_tree`) is complete whatever state the controller is
 in. Every incident — seen by its watchdog, sent by the controller, or the controller's own death —
 is reported here (watch/respond.py) and ends the whole tree; with `runner.max_restarts` the
-controller is then started again from the newest intact checkpoint (watch/restarts.py).
+controller is then started again from the newest intact checkpoint (supervise/restarts.py).
 
 Exit codes (fleetrl/exit_codes.py): the controller's OK or USER_ERROR; INCIDENT after an incident that
 does not restart; `stopped_by` the signal after Ctrl-C / SIGTERM (the first asks the controller to checkpoint and stop within
@@ -32,9 +32,9 @@ from fleetrl import exit_codes
 from fleetrl.checkpoint import newest_intact
 from fleetrl.probe.seal import new_run_secret
 from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
+from fleetrl.supervise.restarts import Restart, RestartPolicy
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
 from fleetrl.watch.incident import Incident
-from fleetrl.watch.restarts import Restart, RestartPolicy
 
 if TYPE_CHECKING:
     from fleetrl.plan.run_plan import RunPlan
@@ -103,7 +103,7 @@ class Supervisor:
     def record_restarts_in_summary(self) -> None:
         """summary.json (written by the last controller, if it finished) gets the restarts: how
         many, their causes, and what each cost (from the metrics of the iteration after it)."""
-        from fleetrl.metrics_log import read_metrics
+        from fleetrl.tracking.jsonl import read_metrics
 
         path = self.run_dir / "summary.json"  # runner.SUMMARY_FILE (the runner is too heavy to import here)
         if not self.policy.done or not path.is_file():

@@ -14,9 +14,9 @@ import signal
 from pathlib import Path
 
 from fleetrl import exit_codes
-from fleetrl.metrics_log import read_metrics
 from fleetrl.runner import SUMMARY_FILE
 from fleetrl.sweep.trial import TrialSpec
+from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
 
 RETURN_KEY = "episode_return_last100"

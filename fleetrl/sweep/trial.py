@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetrl.metrics_log import METRICS_FILE
+from fleetrl.tracking.jsonl import METRICS_FILE
 
 POLL_S = 1.0
 SEED_KEY = "runner.seed"

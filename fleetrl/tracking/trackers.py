@@ -17,8 +17,8 @@ from pathlib import Path
 
 from fleetrl.checkpoint import full_disk
 from fleetrl.config.schema import Config
-from fleetrl.metrics_log import JsonlTracker
 from fleetrl.tracking.base import Tracker
+from fleetrl.tracking.jsonl import JsonlTracker
 from fleetrl.tracking.mlflow_run import MlflowTracker
 from fleetrl.tracking.tensorboard import TensorBoardTracker
 from fleetrl.tracking.wandb_run import WandbTracker

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetrl.checkpoint import causes, full_disk
-from fleetrl.probe.host import WorkerError
+from fleetrl.probe.recorded_calls import WorkerError
 from fleetrl.watch.incident import Incident, died
 from fleetrl.watch.judgement import on_watcher_clock
 from fleetrl.watch.naming import describe

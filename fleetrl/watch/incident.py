@@ -26,6 +26,9 @@ CAUSES = (
     "startup_timeout",
     "watchdog_error",
 )
+# Causes a restart cannot help with: an interruption (the user asked to stop), a full disk (it
+# would fill again) and a failed watchdog (the run would go on unwatched).
+NEVER_RESTART = ("interrupted", "disk_full", "watchdog_error")
 
 
 @dataclass

@@ -33,7 +33,7 @@ from fleetrl import exit_codes
 from fleetrl.config.schema import Config, WatchdogConfig
 from fleetrl.probe import flight_recorder
 from fleetrl.probe.flight_recorder import Recorder
-from fleetrl.probe.host import WatchSpec
+from fleetrl.probe.recorded_calls import WatchSpec
 from fleetrl.probe.seal import run_secret
 from fleetrl.probe.stack_requests import StackAnswerer, stack_asker
 from fleetrl.probe.stacks import register_stack_dump, stack_file

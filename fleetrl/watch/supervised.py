@@ -24,7 +24,7 @@ from typing import NoReturn
 from fleetrl import exit_codes
 from fleetrl.config.schema import Config
 from fleetrl.probe.flight_recorder import Recorder, join_unless_current
-from fleetrl.probe.host import WatchSpec
+from fleetrl.probe.recorded_calls import WatchSpec
 from fleetrl.watch import link
 from fleetrl.watch.classify import incident_from_error
 from fleetrl.watch.incident import Incident

@@ -2,9 +2,8 @@
 `runner.restart_on`, `runner.restart_window_s`), and the record of each restart.
 
 A restart continues the same run directory from its newest intact checkpoint. Causes a restart
-cannot help with never restart: an interruption (the user asked to stop), a full disk (it would
-fill again) and a failed watchdog (the run would go on unwatched); user and config errors are not
-incidents at all (exit 2). At most `max_restarts` restarts fall within any `restart_window_s`: a
+cannot help with never restart (`watch.incident.NEVER_RESTART`, checked in plan/rules.py); user
+and config errors are not incidents at all (exit 2). At most `max_restarts` restarts fall within any `restart_window_s`: a
 fault that comes back at once ends the run instead of looping.
 """
 
@@ -13,26 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fleetrl.config.schema import RunnerConfig
-from fleetrl.errors import ConfigError, nearest
-from fleetrl.watch.incident import CAUSES
-
-NEVER_RESTART = ("interrupted", "disk_full", "watchdog_error")
-
-
-def check_restart_on(causes: list) -> None:
-    """Every entry of runner.restart_on is a cause a restart can help with."""
-    allowed = [cause for cause in CAUSES if cause not in NEVER_RESTART]
-    if not isinstance(causes, list):
-        raise ConfigError("runner.restart_on", causes, f"a list of incident causes, from {allowed}")
-    for cause in causes:
-        if cause not in allowed:
-            why = f"{cause!r} never restarts (it would come back at once)" if cause in NEVER_RESTART else ""
-            raise ConfigError(
-                "runner.restart_on",
-                causes,
-                f"a list of incident causes, from {allowed}",
-                why or nearest(str(cause), allowed),
-            )
 
 
 @dataclass
