@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from fleetrl import exit_codes
-from fleetrl.cluster.early_ray import close_early, start_early
+from fleetrl.cluster.ray.early_start import close_early, start_early
 from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.recorded_calls import WatchSpec, start_watching
 

@@ -36,7 +36,7 @@ from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EVAL_SEED, EvalWorker, save_gif
 
 if TYPE_CHECKING:
-    from fleetrl.cluster.backend import Backend
+    from fleetrl.cluster.backends.base import Backend
 
 log = logging.getLogger("fleetrl")
 VIDEO_DIR = "video"

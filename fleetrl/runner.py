@@ -1,5 +1,5 @@
 """The controller loop: sync weights → collect → train → log → checkpoint, until the env-step
-budget is spent. The same loop drives every backend (cluster/backend.py: where the components run);
+budget is spent. The same loop drives every backend (cluster/backends/base.py: where the components run);
 every call to a worker names the worker class's own method (`ActorBase.state_dict`).
 """
 
@@ -17,7 +17,7 @@ import psutil
 import torch
 
 from fleetrl.checkpoint import NoIntactCheckpoint, initial_weights, load_latest, save_checkpoint, staging_dir
-from fleetrl.cluster.backend import Backend
+from fleetrl.cluster.backends.base import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.start import start_backend
 from fleetrl.config.loader import save_config

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fleetrl.cluster.isolated_nodes import CLUSTER_MARK, LINK_PATTERN, NETNS_PATTERN, WORK_DIR_PATTERN, WORK_ROOT
+from fleetrl.cluster.isolation.nodes import CLUSTER_MARK, LINK_PATTERN, NETNS_PATTERN, WORK_DIR_PATTERN, WORK_ROOT
 from fleetrl.plan.rules import why_not_isolated
 
 needs_isolation = pytest.mark.skipif(why_not_isolated() is not None, reason=f"needs {why_not_isolated()}")

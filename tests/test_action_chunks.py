@@ -15,7 +15,7 @@ import torch
 from fleetrl.algos.common.gae import compute_gae
 from fleetrl.algos.common.logprobs import combine
 from fleetrl.algos.ppo.update import PPOBatch, ppo_loss
-from fleetrl.cluster.collect import Collector
+from fleetrl.cluster.exchange.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.config.model_sections import MlpModelConfig
 from fleetrl.config.schema import EnvConfig

@@ -1,11 +1,11 @@
-"""Env ⇄ rollout through a Ray Compiled Graph (cluster/compiled_exchange.py), for real: local Ray,
+"""Env ⇄ rollout through a Ray Compiled Graph (cluster/exchange/compiled.py), for real: local Ray,
 2 env workers in 2 pipeline stages each (4 lanes) served by one rollout worker, real CartPole."""
 
 from __future__ import annotations
 
 import pytest
 
-from fleetrl.cluster.compiled_exchange import unroll_for
+from fleetrl.cluster.exchange.compiled import unroll_for
 from fleetrl.errors import ConfigError
 from fleetrl.plan.load import load_config
 from fleetrl.plan.resolve import resolve
@@ -35,7 +35,7 @@ def test_env_worker_killed_on_its_first_step_inside_the_graph_is_named(tmp_path)
     """Env rank 1's process is killed (SIGKILL) as its very first `env.step` starts, inside the
     graph's loop: the controller's wait for the outcomes ends (no freeze) and the report names
     env rank 1 as `worker_died`, not the controller (Ray's failure monitor used to abort the
-    controller when it closed the outcome channels, cluster/compiled_exchange.py
+    controller when it closed the outcome channels, cluster/exchange/compiled.py
     `register_outcome_reads`), and the run ends with no process left (`Fleetrl.finish`)."""
     result = run_fault(
         tmp_path, *FOUR_LANES, "cluster.exchange=compiled", fault("kill", "env", 1, 1), checkpointed=False

@@ -1,4 +1,4 @@
-"""Env ⇄ rollout through direct worker-to-worker channels (cluster/direct_exchange.py), for real:
+"""Env ⇄ rollout through direct worker-to-worker channels (cluster/exchange/direct.py), for real:
 local Ray, 2 env workers in 2 pipeline stages each (4 lanes) served by one rollout worker, real
 CartPole; and the channels themselves between two real sockets."""
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from fleetrl.cluster.direct_channels import Channel, ChannelLost, DirectChannels
+from fleetrl.cluster.exchange.direct_channels import Channel, ChannelLost, DirectChannels
 from fleetrl.errors import ConfigError
 from fleetrl.plan.load import load_config
 from fleetrl.plan.resolve import resolve

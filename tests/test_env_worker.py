@@ -10,7 +10,7 @@ import psutil
 import pytest
 import torch
 
-from fleetrl.cluster.collect import Collector
+from fleetrl.cluster.exchange.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.config.model_sections import MlpModelConfig
 from fleetrl.config.schema import EnvConfig

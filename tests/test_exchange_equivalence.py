@@ -1,5 +1,5 @@
 """The env ⇄ rollout exchanges train alike, bit for bit (README's claim): a Ray Compiled Graph
-(cluster/compiled_exchange.py), direct worker-to-worker channels (cluster/direct_exchange.py) and
+(cluster/exchange/compiled.py), direct worker-to-worker channels (cluster/exchange/direct.py) and
 the classic actor calls, on local Ray with 2 env workers in 2 pipeline stages each (4 lanes)
 served by one rollout worker, real CartPole. The three runs go side by side."""
 

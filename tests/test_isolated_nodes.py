@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fleetrl.cluster.bridge import SUBNET_PREFIX
-from fleetrl.cluster.isolated_nodes import IsolatedNodes, sweep_stale
+from fleetrl.cluster.isolation.bridge import SUBNET_PREFIX
+from fleetrl.cluster.isolation.nodes import IsolatedNodes, sweep_stale
 from tests.incidents import assert_incident, fault
 from tests.isolation import (
     TWO_ISOLATED_NODES,

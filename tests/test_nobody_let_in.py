@@ -26,7 +26,7 @@ from datetime import timedelta
 import psutil
 import pytest
 
-from fleetrl.cluster.direct_channels import DirectChannels
+from fleetrl.cluster.exchange.direct_channels import DirectChannels
 from fleetrl.probe.recorded_calls import WorkerError
 from fleetrl.probe.seal import Seal, SealedStore, new_run_secret
 from fleetrl.probe.store import HeartbeatStore, connect_publisher
@@ -210,7 +210,7 @@ def test_a_hostile_listener_is_not_sent_anything_by_a_rollout_worker(tmp_path):
 
 LISTENER = """
 import os, socket
-from fleetrl.cluster.peer_proof import admit
+from fleetrl.cluster.exchange.peer_proof import admit
 listener = socket.create_server(("127.0.0.1", 0))
 print(listener.getsockname()[1], flush=True)
 sock, _ = listener.accept()

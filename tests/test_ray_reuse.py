@@ -23,7 +23,7 @@ from tests.support import Fleetrl, end, first_iteration, fleetrl, held_cartpole,
 
 RAY = str(Path(sys.executable).parent / "ray")
 # Ray's token authentication, explicitly (as every driver of a cluster that uses it must say), and
-# 127.0.0.1 kept as the node's address (fleetrl/cluster/ray_cluster.py set_ray_loopback).
+# 127.0.0.1 kept as the node's address (fleetrl/cluster/ray/cluster.py set_ray_loopback).
 RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 # Runs in a fresh interpreter against the instance: (name, state) of every actor it has known, and
 # proof that it still runs work.

@@ -23,7 +23,7 @@ from fleetrl.algos.sac.actor import SACActorWorker
 from fleetrl.algos.sac.learner import polyak_
 from fleetrl.algos.sac.networks import SquashedGaussianActor
 from fleetrl.algos.sac.rollout import SACRolloutWorker
-from fleetrl.cluster.collect import Collector
+from fleetrl.cluster.exchange.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.config.schema import EnvConfig
 from fleetrl.errors import ConfigError

@@ -10,11 +10,11 @@ one lane driven T steps per epoch the three ways fleetrl can:
   Ray plain, waited the same two calls, each step's outcome waited for (a round trip per step);
   Ray compiled, U   one Ray Compiled Graph of U chained act → step pairs, executed T/U times, the
                     outcome read after each execution: U = 1 (a controller barrier every step) and
-                    U = 8 (what cluster/compiled_exchange.py compiles for T = 32, 1 lane);
+                    U = 8 (what cluster/exchange/compiled.py compiles for T = 32, 1 lane);
                     and U = 8 exchanging what fleetrl's workers do (a StepResult, an action
                     array) instead of one array: what serialisation adds, with Ray's default
                     serialisation and with fleetrl's (`pack_step_results`);
-  Ray direct        fleetrl's direct channels (cluster/direct_channels.py): one `serve` call to
+  Ray direct        fleetrl's direct channels (cluster/exchange/direct_channels.py): one `serve` call to
                     the env actor and one `drive` call to the rollout actor per epoch, the steps
                     exchanged over a TCP socket between them; with a no-op payload and with
                     fleetrl's (a StepResult one way, an action array the other).
@@ -93,10 +93,10 @@ class RealPayload(NoOp):
 
 class PackedPayload(RealPayload):
     """The same, with the StepResult sent as one pickle, as fleetrl's processes do
-    (cluster/worker_host.py `pack_step_results`)."""
+    (cluster/ray/worker_host.py `pack_step_results`)."""
 
     def __init__(self):
-        from fleetrl.cluster.worker_host import pack_step_results
+        from fleetrl.cluster.ray.worker_host import pack_step_results
 
         pack_step_results()
 
@@ -106,7 +106,7 @@ def direct_host(payload: type) -> type:
 
     class Direct(payload):
         def __init__(self, rank: int):
-            from fleetrl.cluster.direct_channels import DirectChannels
+            from fleetrl.cluster.exchange.direct_channels import DirectChannels
 
             super().__init__()
             self.channels = DirectChannels(self.call, ("benchmark", rank), b"benchmark secret")
@@ -128,7 +128,7 @@ def exchange_costs(reps: int, steps: int) -> dict[str, list[float]]:
     import ray
     from ray.dag import InputNode
 
-    from fleetrl.cluster.worker_host import pack_step_results
+    from fleetrl.cluster.ray.worker_host import pack_step_results
     from fleetrl.step_result import StepResult
 
     outcome = np.zeros((4, 4), np.float32)  # 4 CartPole observations

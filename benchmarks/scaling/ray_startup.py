@@ -2,7 +2,7 @@
 
   inline                          everything in the controller's process;
   Ray, new instance               a Ray instance of the run's own (1 node: actor, rollout and env
-                                  each a Ray actor), as fleetrl starts it (cluster/local_ray.py);
+                                  each a Ray actor), as fleetrl starts it (cluster/ray/local.py);
   Ray, joining a running one      the same workers in a Ray instance already running on this
                                   machine (`ray start --head --block`, started once by this script):
                                   `cluster.ray_address=127.0.0.1:<port>`;
@@ -48,7 +48,7 @@ ONE_NODE = [
     "cluster.component_placement={actor: 0, rollout: 0, env: 0}",
 ]
 # Ray's token authentication stated, as a driver of a running instance that uses it must; 127.0.0.1
-# kept as the instance's address (fleetrl/cluster/ray_cluster.py set_ray_loopback).
+# kept as the instance's address (fleetrl/cluster/ray/cluster.py set_ray_loopback).
 RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 INIT_CHILD = """
@@ -58,7 +58,7 @@ import ray
 if sys.argv[1] == "ray.init(local)":
     ray.init(address="local", num_cpus=1, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
 else:
-    from fleetrl.cluster.local_ray import LocalRay
+    from fleetrl.cluster.ray.local import LocalRay
     local = LocalRay(1, 1, "127.0.0.1")
     ray.init(address=local.address, _node_ip_address="127.0.0.1", log_to_driver=False)
 probe = ray.remote(num_cpus=0)(type("Probe", (), {"pid": lambda self: os.getpid()}))

@@ -10,11 +10,11 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from fleetrl.cluster.backend import Backend
-from fleetrl.cluster.fused import FusedBackend
+from fleetrl.cluster.backends.base import Backend
+from fleetrl.cluster.backends.fused import FusedBackend
+from fleetrl.cluster.backends.inline import InlineBackend
+from fleetrl.cluster.backends.ray import RayBackend
 from fleetrl.cluster.groups import NotAWorkerMethod
-from fleetrl.cluster.inline import InlineBackend
-from fleetrl.cluster.ray_backend import RayBackend
 from fleetrl.errors import UserError
 from fleetrl.plan.layout import lane_sizes
 from fleetrl.plan.run_plan import RunPlan

@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from fleetrl.cluster.node_order import in_node_order
+from fleetrl.cluster.ray.nodes import in_node_order
 from fleetrl.doctor.result import Check, failed
 
 # A probe's worker process may have to start first. Ray itself gives a starting worker 60 s to
@@ -41,7 +41,7 @@ class NodeOutcome:
 
 
 def live_nodes() -> list[dict]:
-    """Ray's alive nodes in fleetrl's node order (`cluster/node_order.py`)."""
+    """Ray's alive nodes in fleetrl's node order (`cluster/ray/nodes.py`)."""
     import ray
 
     return in_node_order(ray.nodes())

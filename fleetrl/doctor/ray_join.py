@@ -45,7 +45,7 @@ def check_ray(context: Context) -> list[Check]:
                     f"or fix cluster.ray_address / RAY_ADDRESS",
                 )
             ]
-    from fleetrl.cluster.ray_loopback import joins_loopback, set_ray_loopback
+    from fleetrl.cluster.ray.nodes import joins_loopback, set_ray_loopback
 
     set_ray_loopback(joins_loopback(view.ray_address))  # before Ray is imported: else it rewrites 127.0.0.1
     import ray

@@ -10,7 +10,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from fleetrl.cluster.node_order import in_node_order
+from fleetrl.cluster.ray.nodes import in_node_order
 
 
 @dataclass(frozen=True)

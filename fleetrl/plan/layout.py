@@ -7,7 +7,7 @@ controller unpickles a `Layout` before it imports torch). `plan.resolve` places 
 (`choose_backend`), so `--dry-run`, the benchmarks and the backends all see the same plan, and
 every layout error surfaces before a single process exists.
 
-Backends (cluster/backend.py): `inline` (every component in this process), `ray` (one Ray actor
+Backends (cluster/backends/base.py): `inline` (every component in this process), `ray` (one Ray actor
 per rank of each component), `fused` (on Ray, one process per rank holding its env, rollout and
 actor; `cluster.fuse_collocated`). The eval worker (`runner.eval_interval` > 0) is placed like
 the other components; inline it is an object of this process, on Ray a Ray actor of its own (never

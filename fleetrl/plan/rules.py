@@ -28,7 +28,7 @@ from fleetrl.plan.placement import EVAL, PLACEMENT_KEY, Placement
 from fleetrl.run_dir import resume_dir
 from fleetrl.watch.incident import CAUSES, NEVER_RESTART
 
-ISOLATION_TOOLS = ("ip", "unshare")  # what cluster/isolated_nodes.py runs
+ISOLATION_TOOLS = ("ip", "unshare")  # what cluster/isolation/nodes.py runs
 
 
 def validate(config: Config) -> None:

@@ -21,8 +21,8 @@ import psutil
 
 from fleetrl import exit_codes
 from fleetrl.checkpoint import list_checkpoints, newest_intact
-from fleetrl.cluster.bridge import bridge_name, remove_bridge
-from fleetrl.cluster.isolated_nodes import sweep_stale
+from fleetrl.cluster.isolation.bridge import bridge_name, remove_bridge
+from fleetrl.cluster.isolation.nodes import sweep_stale
 from fleetrl.config.schema import Config
 from fleetrl.controller import Orders
 from fleetrl.probe.stack_requests import stack_asker

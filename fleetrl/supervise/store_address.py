@@ -3,8 +3,8 @@ on every interface (docs/concepts/security.md)."""
 
 from __future__ import annotations
 
-from fleetrl.cluster.bridge import build_bridge
-from fleetrl.cluster.ray_loopback import joins_loopback
+from fleetrl.cluster.isolation.bridge import build_bridge
+from fleetrl.cluster.ray.nodes import joins_loopback
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.net import is_loopback, route_address
 
@@ -16,7 +16,7 @@ def store_address(cluster: ClusterConfig, inline: bool, controller_pid: int) -> 
     Ray started here on another address; this machine's address towards the head of a Ray cluster
     it joins; for isolated simulated nodes, the controller's address on the bridge they are
     joined over — built here, before the store listens on it, for the controller to adopt
-    (cluster/bridge.py)."""
+    (cluster/isolation/bridge.py)."""
     if inline:
         return "127.0.0.1"
     if cluster.ray_address is not None:

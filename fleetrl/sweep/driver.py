@@ -179,7 +179,7 @@ def start_ray(address: str | None) -> None:
     if address is not None:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         return
-    from fleetrl.cluster.ray_loopback import set_ray_loopback
+    from fleetrl.cluster.ray.nodes import set_ray_loopback
 
     set_ray_loopback(True)
     # Ray would SIGKILL a stopped Tune worker's children at once; a trial gets SIGTERM instead

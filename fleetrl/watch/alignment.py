@@ -36,7 +36,7 @@ from fleetrl.probe.collectives import DEFAULT_GROUP, JOIN_GROUP
 from fleetrl.watch.naming import collective_name, collective_text, describe, describe_many, where
 
 # Components whose ranks form the actor process group: actor workers, or fused ranks
-# (cluster/fused.py) that host an actor rank with its env and rollout.
+# (cluster/backends/fused.py) that host an actor rank with its env and rollout.
 PROCESS_GROUP_MEMBERS = ("actor", "fused")
 
 Key = tuple[str, int]

@@ -6,7 +6,7 @@ worker) the Python stack of the crash, Gloo and NCCL their abort message. Ray ke
 stderr in `logs/worker-<worker id>-<job id>-<pid>.err` of its session directory, on the worker's
 own node — so the tail is read there: where the worker's published stderr path is on this
 machine, directly; elsewhere by a Ray task pinned to the worker's node
-(cluster/ray_cluster.py `RayCluster.last_words`), which works alike on simulated, isolated and
+(cluster/ray/cluster.py `RayCluster.last_words`), which works alike on simulated, isolated and
 real clusters.
 """
 

@@ -1,5 +1,5 @@
 """The Ray actor around one worker, on the worker's side: all a worker process imports of fleetrl's
-cluster code (ray_cluster.py, the driver's side, imports the watchdog's session and torch).
+cluster code (ray/cluster.py, the driver's side, imports the watchdog's session and torch).
 
 Its start-up is two steps, so that the controller can start a worker's process before it can
 build the worker: `WorkerHost(...)` sets up the process — thread count, watching (heartbeats,
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from fleetrl.cluster.direct_channels import DirectChannels
+from fleetrl.cluster.exchange.direct_channels import DirectChannels
 from fleetrl.debug.faults import FaultPlan
 from fleetrl.net import free_port
 from fleetrl.plan.placement import Assignment
@@ -62,7 +62,7 @@ class WorkerHost:
         return self.run(method_name, *args)
 
     def direct(self, operation: str, *args):
-        """Run `operation` of this worker's direct env⇄rollout channels (cluster/direct_channels.py)."""
+        """Run `operation` of this worker's direct env⇄rollout channels (cluster/exchange/direct_channels.py)."""
         return getattr(self.channels, operation)(*args)
 
     def free_port(self, address: str) -> int:
@@ -71,7 +71,7 @@ class WorkerHost:
 
 
 class FusedHost(WorkerHost):
-    """The Ray actor around one fused rank (cluster/fused.py): `factory(*args, recorder,
+    """The Ray actor around one fused rank (cluster/backends/fused.py): `factory(*args, recorder,
     fault_spec)` builds it, and it runs each call under its component's own RecordedCalls."""
 
     @staticmethod
@@ -81,8 +81,8 @@ class FusedHost(WorkerHost):
 
 def nothing(worker_host: WorkerHost) -> None:
     """A call that does nothing, queued behind earlier calls: it returns once they have run
-    (compiled_exchange.py `finish_earlier_calls`). Here, not there: Ray sends it by reference, and
-    the worker imports its module — compiled_exchange.py would bring torch into an env worker."""
+    (exchange/compiled.py `finish_earlier_calls`). Here, not there: Ray sends it by reference, and
+    the worker imports its module — exchange/compiled.py would bring torch into an env worker."""
 
 
 def limit_threads(threads: int) -> None:

@@ -1,9 +1,9 @@
 """Env ⇄ rollout on Ray through direct worker-to-worker channels: a step costs one TCP round trip.
 
-`cluster.exchange: direct`. Where the compiled graph (cluster/compiled_exchange.py) pays two
+`cluster.exchange: direct`. Where the compiled graph (cluster/exchange/compiled.py) pays two
 wake-ups through Ray's shared-memory channels per exchange, here a rollout worker sends a lane's
 actions straight to its env worker over a socket and reads the outcome back
-(cluster/direct_channels.py). Per `run(pending, steps)` the controller sends ONE ordinary actor
+(cluster/exchange/direct_channels.py). Per `run(pending, steps)` the controller sends ONE ordinary actor
 call to each worker — `serve` to every env worker, `drive` (with its lanes' last outcomes) to
 every rollout worker — and waits for all of them; the loops inside call the workers' own `act`
 and `step` through `WorkerHost.call`: the same recorded phases, faults and order as the classic
@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 
-from fleetrl.cluster.direct_channels import ChannelLost
+from fleetrl.cluster.exchange.direct_channels import ChannelLost
 from fleetrl.cluster.groups import Interrupted, RayGroup
 from fleetrl.plan.layout import Lane
 from fleetrl.watch.classify import worker_error

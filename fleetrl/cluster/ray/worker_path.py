@@ -6,7 +6,7 @@ PYTHONPATH of its own (most nodes started by `ray start`): an empty entry, which
 the worker's current directory, placed before the standard library — any `json.py` or `torch/`
 there would be imported instead. So what a node adds comes from a variable that carries its own
 leading separator (`NODE_PATHS_VARIABLE`, e.g. `:/opt/node-site`): a node without it adds nothing.
-An isolated simulated node sets it to its skewed clock's folder (`isolated_nodes.py`).
+An isolated simulated node sets it to its skewed clock's folder (`cluster/isolation/nodes.py`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ travel is the collector's *exchange*: by default (`QueuedCalls`) the controller 
 passing futures rather than waiting for results; each worker runs its calls in order as inputs
 arrive, so while an env worker steps stage i, its rollout worker is already inferring stage i+1.
 On the inline backend the same calls simply run one after another. On Ray the backend may
-exchange through a compiled graph instead (cluster/compiled_exchange.py): same calls, same order.
+exchange through a compiled graph instead (cluster/exchange/compiled.py): same calls, same order.
 
 `CollectThenTrain` is one iteration — collect, then train the actor group on it — wherever the
 collecting process is: the controller (inline and Ray backends) or a fused rank's own process.

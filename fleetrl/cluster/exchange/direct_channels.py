@@ -1,9 +1,9 @@
-"""Env ⇄ rollout over direct TCP channels: the workers' end (cluster/direct_exchange.py drives it).
+"""Env ⇄ rollout over direct TCP channels: the workers' end (cluster/exchange/direct.py drives it).
 
 Each env worker listens on its node's address (never 0.0.0.0) for the one rollout worker that
 serves its lanes (`layout.plan_lanes` gives an env worker's lanes to one rollout worker); each
 rollout worker connects to the env workers of its lanes. Both ends prove the run's secret before
-anything is unpickled (cluster/peer_proof.py): a connection that does not is closed and logged,
+anything is unpickled (cluster/exchange/peer_proof.py): a connection that does not is closed and logged,
 naming its address, and the env worker goes on waiting for its rollout worker. A message is one length-prefixed pickle
 (TCP_NODELAY: an outcome leaves at once): actions one way, the env's outcome back. Both ends run
 the worker's own `act`/`step` through `WorkerHost.call`, so every step is a recorded phase with
@@ -29,7 +29,7 @@ import struct
 import time
 from collections.abc import Callable
 
-from fleetrl.cluster.peer_proof import admit, prove
+from fleetrl.cluster.exchange.peer_proof import admit, prove
 from fleetrl.net import listening_socket
 from fleetrl.probe.recorded_calls import WorkerError
 

@@ -39,7 +39,7 @@ SIMULATED_OBJECT_STORE_BYTES = 150 * 1024 * 1024  # per simulated node, as `ray.
 class NodeWithoutSignalHandler(Node):
     """A node that leaves signals to fleetrl. Ray's sets a SIGTERM handler that ends the node's
     processes and exits 1, replacing the controller's own (fleetrl/signals.py: a SIGTERM asks for a
-    checkpoint first), and a handler can only be set on the main thread (cluster/early_ray.py
+    checkpoint first), and a handler can only be set on the main thread (cluster/ray/early_start.py
     starts the nodes on another). Ray's cleanup at interpreter exit stays."""
 
     def _register_shutdown_hooks(self) -> None:

@@ -26,7 +26,7 @@ run between executions, while the graph's loops wait on their channels.
 `cluster.exchange` chooses: `auto` (the default: the graph, or the classic calls with the reason
 logged when it cannot be compiled; `direct` when env and rollout workers are on different nodes),
 `compiled` (an error where no graph can be built), `classic`, or `direct` (worker-to-worker
-sockets: cluster/direct_exchange.py). Between nodes the graph's channels go through Ray's object
+sockets: cluster/exchange/direct.py). Between nodes the graph's channels go through Ray's object
 transfer: on two isolated simulated nodes the seed layout collected at 0.03× inline through them
 against 0.61× direct, and an env worker waiting in the channel's read (`get_objects`, in Ray's core
 worker) kept its heartbeat thread from running for 5 s: a false `process_frozen`
@@ -43,10 +43,10 @@ import queue
 import threading
 from collections.abc import Callable
 
-from fleetrl.cluster.collect import Exchange, QueuedCalls
-from fleetrl.cluster.direct_exchange import DirectExchange
+from fleetrl.cluster.exchange.collect import Exchange, QueuedCalls
+from fleetrl.cluster.exchange.direct import DirectExchange
 from fleetrl.cluster.groups import Interrupted, RayGroup
-from fleetrl.cluster.worker_host import nothing
+from fleetrl.cluster.ray.worker_host import nothing
 from fleetrl.errors import ConfigError
 from fleetrl.plan.layout import Lane
 from fleetrl.workers.env_worker import EnvWorker

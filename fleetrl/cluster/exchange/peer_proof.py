@@ -1,6 +1,6 @@
 """A peer proves the run's secret before a byte it sends is unpickled.
 
-The direct env ⇄ rollout channels (cluster/direct_channels.py) carry pickles, and unpickling runs
+The direct env ⇄ rollout channels (cluster/exchange/direct_channels.py) carry pickles, and unpickling runs
 code: whoever connects first to an env worker's port must not be believed. So, as
 `multiprocessing.connection` does with its `authkey`, each connection starts with an HMAC
 challenge in both directions, in raw bytes: the listening end sends a random nonce, the connecting

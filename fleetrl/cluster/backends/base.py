@@ -1,6 +1,6 @@
 """What the runner sees of where the workers run: three worker groups, a collector, one flag.
 
-Every backend (cluster/inline.py, cluster/ray_backend.py, cluster/fused.py) presents the same
+Every backend (cluster/backends/: inline.py, ray.py, fused.py) presents the same
 `Backend`: the env, rollout and actor groups (called with the worker classes' methods), the
 `collector` that runs one collect-then-train iteration, `shares_policy` (the rollout workers act
 with the actor's own policy object: no weight sync), `evaluator` (the eval worker's group when the
@@ -17,7 +17,7 @@ from typing import NoReturn
 
 import gymnasium as gym
 
-from fleetrl.cluster.collect import Iterations
+from fleetrl.cluster.exchange.collect import Iterations
 from fleetrl.cluster.groups import WorkerGroup
 from fleetrl.plan.run_plan import RunPlan
 from fleetrl.watch.session import WatchSession

@@ -7,7 +7,7 @@ namespace (a private tmpfs on /tmp and /dev/shm, its own /etc/hosts), its own UT
 optionally a wall clock offset (`skewed_clock`: every Python process of the node, Ray's and
 fleetrl's, reads a wall clock that far off). The Ray head runs in the root namespace on the bridge's own address with no CPUs: the
 controller's node, reached by the workers the way a real cluster reaches its head. The bridge is
-the one the supervisor built for this controller, where there is one (cluster/bridge.py: the
+the one the supervisor built for this controller, where there is one (cluster/isolation/bridge.py: the
 run's heartbeat store listens on it too, and outlives these nodes), else one built here.
 
 Traffic stays on one private /24 that only this bridge holds. Everything made here carries the
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import psutil
 
-from fleetrl.cluster.bridge import build_bridge, existing_bridge, ip, remove_bridge
-from fleetrl.cluster.worker_path import NODE_PATHS_VARIABLE, node_paths
+from fleetrl.cluster.isolation.bridge import build_bridge, existing_bridge, ip, remove_bridge
+from fleetrl.cluster.ray.worker_path import NODE_PATHS_VARIABLE, node_paths
 from fleetrl.net import free_port
 from fleetrl.watch.teardown import kill_tree, wait_ended
 

@@ -5,12 +5,12 @@ first, over every worker the layout places (each one's start-up steps — its co
 spaces, the process-group join — are watched phases, so a constructor that hangs is reported);
 then env workers, so the env's spaces are checked (`RunPlan.check_spaces`) before any learner is built;
 while the env worker answers `spaces`, the actor and rollout workers' processes start and import
-(cluster/worker_host.py: the processes first, the workers once the spaces are checked — their
+(cluster/ray/worker_host.py: the processes first, the workers once the spaces are checked — their
 start-up no longer waits behind the env's); then the actor and rollout workers (and the eval
 worker, when the run evaluates: a Ray actor of its own, so that its episodes run while training
 goes on); then the actor ranks' process group; last
-the env ⇄ rollout exchange (a compiled graph where one can be built: cluster/compiled_exchange.py). `connect`,
-`start_evaluator` and `join_actor_ranks` are shared with the fused backend (cluster/fused.py).
+the env ⇄ rollout exchange (a compiled graph where one can be built: cluster/exchange/compiled.py). `connect`,
+`start_evaluator` and `join_actor_ranks` are shared with the fused backend (cluster/backends/fused.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import logging
 from collections.abc import Callable
 from functools import partial
 
-from fleetrl.cluster.backend import Backend, Workers, close_envs, close_evaluator
-from fleetrl.cluster.collect import Collector, CollectThenTrain, Iterations
-from fleetrl.cluster.compiled_exchange import choose_exchange
+from fleetrl.cluster.backends.base import Backend, Workers, close_envs, close_evaluator
+from fleetrl.cluster.exchange.collect import Collector, CollectThenTrain, Iterations
+from fleetrl.cluster.exchange.compiled import choose_exchange
 from fleetrl.cluster.groups import RayGroup
-from fleetrl.cluster.ray_cluster import RayCluster, build_workers
+from fleetrl.cluster.ray.cluster import RayCluster, build_workers
 from fleetrl.plan.layout import env_worker_args
 from fleetrl.plan.placement import EVAL, Assignment, Placement
 from fleetrl.plan.run_plan import RunPlan

@@ -1,4 +1,4 @@
-"""The private bridge that isolated simulated nodes are joined over (cluster/isolated_nodes.py),
+"""The private bridge that isolated simulated nodes are joined over (cluster/isolation/nodes.py),
 and who builds it.
 
 The bridge holds the controller's address on the nodes' own /24 (`host_address`): the Ray head

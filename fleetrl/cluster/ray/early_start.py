@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 
-from fleetrl.cluster.ray_loopback import set_ray_loopback
+from fleetrl.cluster.ray.nodes import set_ray_loopback
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.net import is_loopback
 
@@ -38,7 +38,7 @@ class EarlyRay:
     def start(self) -> None:
         try:
             set_ray_loopback(is_loopback(self.shape[2]))  # as RayCluster sets it: before Ray's import
-            from fleetrl.cluster.local_ray import LocalRay
+            from fleetrl.cluster.ray.local import LocalRay
 
             self.started = LocalRay(*self.shape)
         except BaseException as error:  # raised where the backend takes the instance

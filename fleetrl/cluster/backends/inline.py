@@ -14,8 +14,8 @@ import contextlib
 
 import torch
 
-from fleetrl.cluster.backend import Backend, Workers, close_evaluator
-from fleetrl.cluster.collect import Collector, CollectThenTrain
+from fleetrl.cluster.backends.base import Backend, Workers, close_evaluator
+from fleetrl.cluster.exchange.collect import Collector, CollectThenTrain
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.debug.faults import FaultPlan
 from fleetrl.plan.layout import env_worker_args

@@ -1,7 +1,11 @@
-"""Whether Ray resolves 'this node' to the loopback address: one switch, set before Ray is
-imported, that every way of starting or joining Ray (the run's cluster, the controller's early
-start, the doctor's join, a sweep) goes through. A module of its own so that it imports nothing
-of Ray's and nothing of fleetrl's that does."""
+"""Ray's nodes as fleetrl names them: whether Ray resolves 'this node' to the loopback address,
+and which Ray node is fleetrl's node i.
+
+`set_ray_loopback` is one switch, set before Ray is imported, that every way of starting or
+joining Ray (the run's cluster, the controller's early start, the doctor's join, a sweep) goes
+through; `in_node_order` orders the entries of `ray.nodes()` on a cluster fleetrl joined
+(`cluster.ray_address`), for the backend and the doctor alike. A module of its own, torch- and
+Ray-free, so that it imports nothing of Ray's and nothing of fleetrl's that does."""
 
 from __future__ import annotations
 
@@ -32,3 +36,12 @@ def set_ray_loopback(on: bool) -> None:
 def joins_loopback(ray_address: str) -> bool:
     """Whether `cluster.ray_address` (host:port) is a Ray instance on this machine's loopback."""
     return is_loopback(ray_address.rpartition(":")[0].strip("[]"))
+
+
+def in_node_order(nodes: list[dict]) -> list[dict]:
+    """The alive nodes in fleetrl's node order: the head first, then the others by address. A
+    node offering neither CPU nor GPU (a head started with `--num-cpus=0`, as is common, or an
+    isolated simulation's) can hold no rank, so it gets no index."""
+    usable = [n for n in nodes if n.get("Alive") and (n["Resources"].get("CPU", 0) or n["Resources"].get("GPU", 0))]
+    usable.sort(key=lambda n: ("node:__internal_head__" not in n["Resources"], n["NodeManagerAddress"], n["NodeID"]))
+    return usable

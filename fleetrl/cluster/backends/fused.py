@@ -28,11 +28,11 @@ from functools import partial
 import torch
 
 from fleetrl.algos.registry import algorithm_spec
-from fleetrl.cluster.backend import Workers, close_envs
-from fleetrl.cluster.collect import Collector, CollectThenTrain
+from fleetrl.cluster.backends.base import Workers, close_envs
+from fleetrl.cluster.backends.ray import RayBackend, connect, join_actor_ranks, start_evaluator, watched
+from fleetrl.cluster.exchange.collect import Collector, CollectThenTrain
 from fleetrl.cluster.groups import InlineGroup, RayGroup
-from fleetrl.cluster.ray_backend import RayBackend, connect, join_actor_ranks, start_evaluator, watched
-from fleetrl.cluster.worker_host import FusedHost
+from fleetrl.cluster.ray.worker_host import FusedHost
 from fleetrl.config.schema import Config
 from fleetrl.debug.faults import FaultPlan
 from fleetrl.plan.layout import FUSED, env_worker_args, fused_assignments

@@ -1,8 +1,8 @@
-"""The Ray backend: connect to (or start) a Ray cluster and run each worker as a pinned Ray actor.
+"""Ray for a run: connect to (or start) a Ray cluster and run each worker as a pinned Ray actor.
 
 `cluster.simulate_nodes: N` starts N raylets on this machine (`ray.cluster_utils.Cluster`), all on
 `cluster.node_ip` (127.0.0.1 by default), so a multi-node placement can be rehearsed on a laptop;
-with `cluster.simulate_isolation: namespaces` each in namespaces of its own (`isolated_nodes.py`).
+with `cluster.simulate_isolation: namespaces` each in namespaces of its own (`cluster/isolation/nodes.py`).
 Every worker process gets `FLEETRL_COMPONENT`, `FLEETRL_RANK`, `FLEETRL_WORLD_SIZE`,
 `FLEETRL_NODE_RANK`, its `CUDA_VISIBLE_DEVICES`, its thread count and `cluster.env_vars`.
 """
@@ -17,13 +17,12 @@ import threading
 from collections.abc import Callable, Sequence
 
 from fleetrl import exit_codes
-from fleetrl.cluster.early_ray import take_early
 from fleetrl.cluster.groups import RayGroup
-from fleetrl.cluster.isolated_nodes import IsolatedNodes
-from fleetrl.cluster.node_order import in_node_order
-from fleetrl.cluster.ray_loopback import joins_loopback, set_ray_loopback
-from fleetrl.cluster.worker_host import WorkerHost, pack_step_results
-from fleetrl.cluster.worker_path import worker_python_path
+from fleetrl.cluster.isolation.nodes import IsolatedNodes
+from fleetrl.cluster.ray.early_start import take_early
+from fleetrl.cluster.ray.nodes import in_node_order, joins_loopback, set_ray_loopback
+from fleetrl.cluster.ray.worker_host import WorkerHost, pack_step_results
+from fleetrl.cluster.ray.worker_path import worker_python_path
 from fleetrl.config.schema import ClusterConfig
 from fleetrl.errors import ConfigError
 from fleetrl.net import is_loopback
@@ -105,7 +104,7 @@ class RayCluster:
     ) -> RayGroup:
         """One `host_class` Ray actor per assignment, set up and watched, with the worker class's
         imports done, but no worker yet: `build_workers` builds each, `factory(*args)` (by
-        default `worker_class(*args)`), once the arguments are known (cluster/worker_host.py)."""
+        default `worker_class(*args)`), once the arguments are known (cluster/ray/worker_host.py)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -227,12 +226,12 @@ def build_workers(group: RayGroup, args_for_rank: Callable[[int], tuple]) -> Non
 
 
 def start_local_ray(num_nodes: int, cpus_per_node: int, node_ip: str):
-    """A new local instance: the one the controller started at its start (cluster/early_ray.py),
+    """A new local instance: the one the controller started at its start (cluster/ray/early_start.py),
     if it has this shape, else one started now."""
     early = take_early(num_nodes, cpus_per_node, node_ip)
     if early is not None:
         return early
-    from fleetrl.cluster.local_ray import LocalRay  # imports Ray: after set_ray_loopback
+    from fleetrl.cluster.ray.local import LocalRay  # imports Ray: after set_ray_loopback
 
     if num_nodes > 1:
         log.info("starting a simulated %d-node Ray cluster on %s", num_nodes, node_ip)
@@ -253,7 +252,7 @@ def raylet_addresses(node_ids: list[str]) -> list[str]:
 
 def ordered_node_ids(started) -> list[str]:
     """Node index → Ray node id: the nodes this process started, in the order it added them; on a real
-    cluster the head first, then the others by address (`node_order.py`)."""
+    cluster the head first, then the others by address (`nodes.py`)."""
     if isinstance(started, IsolatedNodes):
         return started.node_ids()
     if started is not None:

@@ -1,0 +1,2 @@
+"""The env ⇄ rollout exchange: how actions and outcomes travel between env and rollout workers
+every step (`cluster.exchange`)."""
