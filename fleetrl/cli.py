@@ -205,7 +205,7 @@ def command_report(args) -> int:
 
 
 def command_diagnose(args) -> int:
-    from fleetrl.watch.hang_report import REPORT_TEXT
+    from fleetrl.watch.reporting.hang_report import REPORT_TEXT
 
     path = Path(args.run_dir) / REPORT_TEXT
     if not path.is_file():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fleetrl.errors import UserError
 from fleetrl.tracking.jsonl import METRICS_FILE, read_metrics
-from fleetrl.watch.hang_report import REPORT_JSON
+from fleetrl.watch.reporting.hang_report import REPORT_JSON
 
 
 def write_plots(run_dir: Path) -> list[Path]:

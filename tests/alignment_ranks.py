@@ -29,9 +29,9 @@ from fleetrl.parallel.recorded_fsdp import record_fsdp_collectives
 from fleetrl.parallel.wrap import ddp
 from fleetrl.probe import flight_recorder
 from fleetrl.probe.flight_recorder import Recorder
-from fleetrl.watch import alignment
-from fleetrl.watch.hang_report import build_hang_report, render_text
 from fleetrl.watch.incident import Incident
+from fleetrl.watch.judging import alignment
+from fleetrl.watch.reporting.hang_report import build_hang_report, render_text
 from fleetrl.watch.watchdog import Watchdog
 
 WAIT_S = 60  # a record not showing the expected state by then fails the test (a bound, not a timing)

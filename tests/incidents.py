@@ -6,7 +6,7 @@ checkpoint intact)."""
 from __future__ import annotations
 
 from fleetrl.checkpoint import load_latest
-from fleetrl.watch.hang_report import REPORT_TEXT
+from fleetrl.watch.reporting.hang_report import REPORT_TEXT
 from tests.support import LOADED_HOST_MARGIN_S, Finished, train
 
 # SMALL's: a worker that stops beating is frozen or gone after this long. 4, not 3: with two test

@@ -29,7 +29,7 @@ import pytest
 
 from fleetrl.runner import SUMMARY_FILE
 from fleetrl.tracking.jsonl import read_metrics
-from fleetrl.watch.hang_report import REPORT_JSON
+from fleetrl.watch.reporting.hang_report import REPORT_JSON
 
 REPO = Path(__file__).resolve().parent.parent
 FLEETRL = [sys.executable, "-m", "fleetrl"]

@@ -1,4 +1,4 @@
-"""The alignment's rules one at a time (watch/alignment.py), with exact findings: rule 1 (a peer
+"""The alignment's rules one at a time (watch/judging/alignment.py), with exact findings: rule 1 (a peer
 still in its call never entered the collective), rule 2 on each count it reads (a skip, an extra
 collective, a first call by majority, a tie, a minority, a peer not yet in the call), rule 3 (another
 op or shapes), the join and its own timeout, a sub-mesh group, torch's recorder where it is
@@ -15,7 +15,7 @@ from __future__ import annotations
 from fleetrl.debug.fleet import Shaped
 from fleetrl.probe.collectives import DEFAULT_GROUP, JOIN_GROUP
 from fleetrl.probe.flight_recorder import Recorder
-from fleetrl.watch.alignment import Finding, behind_peers, collectives, diagnose, entered, held_up_by, waits_for
+from fleetrl.watch.judging.alignment import Finding, behind_peers, collectives, diagnose, entered, held_up_by, waits_for
 
 TRAIN = "actor.train"
 CLOCK = 1000.0  # each rank's own clock when it published the record judged

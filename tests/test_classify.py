@@ -1,4 +1,4 @@
-"""An exception that reached the controller → the incident it stands for (watch/classify.py), each
+"""An exception that reached the controller → the incident it stands for (watch/judging/classify.py), each
 kind exactly: a worker's exception and when it began on the watcher's clock, a rank that could not
 reach its peers, a rank that diverged, a full disk (a worker's or the controller's own, with the
 file and the free bytes), the controller's own exception, a Ray worker that died, and any of these
@@ -23,8 +23,8 @@ from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from fleetrl.parallel.grad_check import UnusedParameterError
 from fleetrl.probe.recorded_calls import WorkerError
-from fleetrl.watch.classify import DISK_FULL_HINT, incident_from_error, ray_pid, worker_error
 from fleetrl.watch.incident import Incident
+from fleetrl.watch.judging.classify import DISK_FULL_HINT, incident_from_error, ray_pid, worker_error
 
 TRACE = 'Traceback (most recent call last):\n  File "env.py", line 9, in step\nInjectedFault: injected at step 40\n'
 RAISED_AT = 1000.0  # on the raiser's clock

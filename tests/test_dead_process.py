@@ -1,5 +1,5 @@
 """A worker killed on this machine is dead to the watchdog from the moment it exits, reaped by its
-parent or not (watch/checks.py `has_ended`). A Ray worker's parent is the raylet, which on a
+parent or not (watch/judging/verdict.py `has_ended`). A Ray worker's parent is the raylet, which on a
 loaded host reaps it late, while its peers' connections to it are reset at once: the survivor's
 "Connection reset by peer" must not be named the culprit while the dead rank is a zombie. The
 watcher's own child is the exception: its exit is read by the watcher's wait, with its status (the
@@ -18,7 +18,7 @@ import time
 import psutil
 
 from fleetrl.config.schema import WatchdogConfig
-from fleetrl.watch.checks import Checks, has_ended
+from fleetrl.watch.judging.verdict import Checks, has_ended
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 # A parent that kills its child and does not reap it: the child is a zombie of another process

@@ -1,7 +1,7 @@
 """The controller's heartbeat store: workers publish through their store client (plain Python, on the
 TCPStore wire protocol: probe/store_client.py) into a real TCPStore server; the
 controller reads whoever has published, before and after every worker has. A worker whose own
-records turn malformed is counted, and judged for that (watch/rejected.py), not as frozen."""
+records turn malformed is counted, and judged for that (watch/judging/rejected_records.py), not as frozen."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def beat(worker: tuple[str, int], phase: str, n: int) -> dict:
 
 def test_a_run_delay_is_optional_and_when_present_a_number_or_null():
     """Records of workers older than the field carry no run delay (no evidence of starvation,
-    watch/judgement.py); a present one that is not a number is rejected before it is judged."""
+    watch/judging/judgement.py); a present one that is not a number is rejected before it is judged."""
     worker = ("env", 0)
     for delay in ({}, {"thread_run_delay_s": 1.5}, {"thread_run_delay_s": 2}, {"thread_run_delay_s": None}):
         record = {**beat(worker, "env.step", 1), **delay}

@@ -1,5 +1,5 @@
 """The watchdog's judgement of a call from its beats, rule by rule and at each rule's threshold:
-blocked, busy or spinning (watch/judgement.py), and what the watcher keeps of a worker's beats.
+blocked, busy or spinning (watch/judging/judgement.py), and what the watcher keeps of a worker's beats.
 
 The beats are heartbeat records as a real flight recorder publishes them, with the fields the
 judgement reads set to chosen values (CPU seconds, stack signatures, bytes moved, wait samples),
@@ -15,7 +15,7 @@ from functools import cache
 import pytest
 
 from fleetrl.probe.flight_recorder import Recorder
-from fleetrl.watch.judgement import BLOCKED, BUSY, SPINNING, Judgement, Sample, Seen, on_watcher_clock
+from fleetrl.watch.judging.judgement import BLOCKED, BUSY, SPINNING, Judgement, Sample, Seen, on_watcher_clock
 
 CALL = 50.0  # the judged call's start on the worker's clock (`phase_started`: one call of the phase)
 IN_A_COLLECTIVE = {"entered": {"actor": 1}, "in_flight": [{"group": "actor", "seq": 1}], "recent": []}

@@ -1,5 +1,5 @@
 """A dead worker's last words in its report: how it ended, its node by index and name, and the
-tail of its own stderr, read on its node (watch/last_words.py). Real crashes in real Ray workers."""
+tail of its own stderr, read on its node (watch/judging/last_words.py). Real crashes in real Ray workers."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import time
 
 from fleetrl.probe.stack_requests import ask_stacks
 from fleetrl.supervise.janitor import processes_of_run
-from fleetrl.watch.live import attach
+from fleetrl.watch.attach import attach
 from tests.support import Fleetrl, first_iteration, fleetrl, held_cartpole, run_janitor
 
 

@@ -10,8 +10,8 @@ import time
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.debug.fleet import SimulatedWorker, fleet_layout
-from fleetrl.watch import alignment
-from fleetrl.watch.hang_report import build_hang_report, render_text
+from fleetrl.watch.judging import alignment
+from fleetrl.watch.reporting.hang_report import build_hang_report, render_text
 from fleetrl.watch.watchdog import Watchdog
 
 CULPRIT = ("actor", 128)

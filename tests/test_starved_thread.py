@@ -2,9 +2,9 @@
 thread computes while pinned to one CPU at the lowest priority (`SCHED_IDLE`), beside busy loops
 at the normal one, publishes through its real heartbeat that it waited for a CPU most of the wall
 time (its run delay, and samples that find it ready to run: probe/thread_activity.py) — the
-evidence the watchdog judges it busy (starved) on (watch/judgement.py), where its few % of CPU
+evidence the watchdog judges it busy (starved) on (watch/judging/judgement.py), where its few % of CPU
 alone would read as blocked. And a process starved so that it never beats is not judged frozen
-before the busy allowance (watch/starved_process.py)."""
+before the busy allowance (watch/judging/starved_process.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from collections import Counter
 import pytest
 
 from fleetrl.config.schema import WatchdogConfig
-from fleetrl.watch.checks import Checks
 from fleetrl.watch.incident import Incident
-from fleetrl.watch.judgement import BLOCKED, BUSY, MIN_SAMPLES, STARVED_SHARE, Judgement, Seen
+from fleetrl.watch.judging.judgement import BLOCKED, BUSY, MIN_SAMPLES, STARVED_SHARE, Judgement, Seen
+from fleetrl.watch.judging.verdict import Checks
 from tests.support import subprocess_env
 
 # The starved process: its heartbeat thread (normal priority, any CPU) publishes every 0.25 s;

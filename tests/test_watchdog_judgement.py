@@ -26,7 +26,7 @@ from fleetrl.probe.flight_recorder import Recorder
 from fleetrl.probe.seal import run_secret
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.attempt import RUN_MARK
-from fleetrl.watch.judgement import Seen
+from fleetrl.watch.judging.judgement import Seen
 from fleetrl.watch.watchdog import Watchdog
 from tests.incidents import SMALL, assert_incident, detection_bound, fault, run_fault
 from tests.support import REPO, TWO_ACTOR_RANKS_ON_RAY, subprocess_env, train

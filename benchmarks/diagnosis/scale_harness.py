@@ -5,9 +5,9 @@ process group, the rest env workers), 64 to a simulated node, each node one proc
 its workers and publishes each one's real heartbeat record, sealed, through its own real store
 client (probe/store.py's connect_publisher, as a worker host does) every `heartbeat_interval_s`. This process is the supervisor's side: the
 real heartbeat store (probe/store.py, a TCPStore server) and the real watchdog thread
-(watch/watchdog.py, default settings), then the real report (watch/hang_report.py). Each node
+(watch/watchdog.py, default settings), then the real report (watch/reporting/hang_report.py). Each node
 names a "raylet" address of its own (a socket its process listens on), so a killed node process
-is a lost node as watch/node_loss.py tells one; its host name is its own, so no local pid checks.
+is a lost node as watch/judging/node_loss.py tells one; its host name is its own, so no local pid checks.
 
 One fault per run, injected after a steady window:
   freeze  one worker (the last) stops publishing;            threshold heartbeat_timeout_s
@@ -46,7 +46,7 @@ from fleetrl.config.schema import WatchdogConfig
 from fleetrl.debug.fleet import SimulatedWorker, fleet_layout
 from fleetrl.probe.seal import new_run_secret
 from fleetrl.probe.store import HeartbeatStore, connect_publisher
-from fleetrl.watch.hang_report import build_hang_report, write_hang_report
+from fleetrl.watch.reporting.hang_report import build_hang_report, write_hang_report
 from fleetrl.watch.watchdog import Watchdog
 
 PER_NODE = 64

@@ -1,5 +1,5 @@
 """The CPU of the processes this process waits on: a call that waits for its own subprocesses is
-working while they compute (watch/judgement.py).
+working while they compute (watch/judging/judgement.py).
 
 A vector env with `env.vectorization: async` (gymnasium's `AsyncVectorEnv`), or a simulator with a
 pool of its own, runs its envs in subprocesses; the caller's thread sits in a pipe read

@@ -2,7 +2,7 @@
 
 Each process group has its own sequence: the n-th collective a rank enters on group `g` is `g`
 #n on every rank that runs the same program, so the watchdog can line the ranks up by number and
-name the one that is behind (watch/alignment.py). A collective is *entered* when the rank calls
+name the one that is behind (watch/judging/alignment.py). A collective is *entered* when the rank calls
 it and *completed* when it has finished: a synchronous call when it returns, an asynchronous one
 (DDP's gradient buckets, which Gloo runs on its own threads and NCCL on a stream) when its Future
 completes (parallel/recorded.py). Without the completion a rank blocked in DDP's backward, waiting
@@ -30,7 +30,7 @@ RECENT = 12  # collectives kept for the report's table (all groups)
 DEFAULT_GROUP = "actor"  # the actor ranks' default process group
 # The join of that group (rendezvous, then the connections: parallel/process_group.py), recorded as
 # a collective of its own sequence, so that the training collectives' numbers stay the same: a rank
-# waiting in the join waits for every actor rank that has not entered it (watch/alignment.py).
+# waiting in the join waits for every actor rank that has not entered it (watch/judging/alignment.py).
 JOIN_GROUP = "join"
 
 

@@ -68,8 +68,8 @@ class Recorder:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "machine": machine_identity(),
-            "raylet": os.environ.get(RAYLET_VARIABLE),  # watch/node_loss.py
-            "stderr": stderr_file(),  # a dead worker's last words are read from it (watch/last_words.py)
+            "raylet": os.environ.get(RAYLET_VARIABLE),  # watch/judging/node_loss.py
+            "stderr": stderr_file(),  # a dead worker's last words are read from it (watch/judging/last_words.py)
         }
         self.current: PhaseStats | None = None  # the phase running now
         self.phase_started: float | None = None
@@ -162,8 +162,8 @@ class Recorder:
             "thread_cpu_s": thread_cpu_s(thread),
             "stack_signature": stack_signature(thread),
             "thread_io_bytes": thread_io_bytes(native),
-            "thread_run_delay_s": thread_run_delay_s(native),  # evidence of starvation (watch/judgement.py)
-            **self.waits.fields((phase_started, thread)),  # a spinning wait's evidence (watch/judgement.py)
+            "thread_run_delay_s": thread_run_delay_s(native),  # evidence of starvation (watch/judging/judgement.py)
+            **self.waits.fields((phase_started, thread)),  # a spinning wait's evidence (watch/judging/judgement.py)
             **subprocess_cpu(),  # subprocesses it may wait on, computing (probe/child_activity.py)
             **gpu_use(),  # gpu_util_pct, gpu_memory_mib where this process computes on a GPU
             "phase_counts": {stats.name: stats.calls for stats in phases},

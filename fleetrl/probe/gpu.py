@@ -2,10 +2,10 @@
 
 A call that waits on its GPU (a synchronising copy, `torch.cuda.synchronize()` with blocking
 sync) sits at one line using no CPU: blocked, by its stack and CPU alone. The GPU's utilisation
-says whether kernels run meanwhile (watch/judgement.py). One wait keeps a GPU busy for nothing: an
+says whether kernels run meanwhile (watch/judging/judgement.py). One wait keeps a GPU busy for nothing: an
 NCCL collective whose peer never comes spins in its kernel. So utilisation counts as a busy sign
 only while the process has no collective in flight; a collective held up is the alignment's to
-judge (watch/alignment.py).
+judge (watch/judging/alignment.py).
 
 Read only in a process that has initialised CUDA (a worker that computes on a GPU): nothing is
 read, and nothing is initialised, in one that has not — every process of a machine without a

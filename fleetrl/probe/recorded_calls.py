@@ -51,7 +51,7 @@ class WorkerError(RuntimeError):
     traceback as text — it survives pickling through Ray and being passed along as another call's
     argument. `raised_at` is on the clock of the watched process that raised it, `clock`
     (component, rank: `inline rank 0` for an inline worker, `fused rank r` for a fused one); the
-    watcher moves it onto its own clock through that process's heartbeats (watch/judgement.py
+    watcher moves it onto its own clock through that process's heartbeats (watch/judging/judgement.py
     `on_watcher_clock`): machines' clocks differ."""
 
     def __init__(

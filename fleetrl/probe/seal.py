@@ -14,7 +14,7 @@ The secret is 32 random bytes made once per run by whoever starts it — the sup
 train`, or a `Trainer` watching itself — and handed down in the environment variable
 `FLEETRL_RUN_SECRET` (hex) to the controller, and in each worker's `WatchSpec` (its constructor's
 arguments, over Ray's own connections) to Ray workers. On disk it is only in `<run>/watch.json`,
-owner-only, for `fleetrl top` and `fleetrl stack` (watch/live.py).
+owner-only, for `fleetrl top` and `fleetrl stack` (watch/attach.py).
 """
 
 from __future__ import annotations

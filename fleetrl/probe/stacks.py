@@ -70,7 +70,7 @@ def may_answer(worker: dict, here: str, within_s: float) -> bool:
     dump from outside. A worker elsewhere can only be asked."""
     if worker.get("machine", here) != here:
         return True
-    if worker.get("heartbeat_age_s", 0.0) > within_s:  # the watcher's measure (watch/judgement.py)
+    if worker.get("heartbeat_age_s", 0.0) > within_s:  # the watcher's measure (watch/judging/judgement.py)
         return False
     try:
         return bool(worker.get("pid")) and psutil.Process(worker["pid"]).status() not in STOPPED_OR_GONE

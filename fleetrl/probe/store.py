@@ -11,7 +11,7 @@ is sealed with the run's secret (probe/seal.py); a record that is forged or malf
 and logged, and the worker's last good record stands. A worker's own records (sealed with the
 secret) that turn malformed are counted: its last good record carries `rejected` — how many, why,
 since when — for the watchdog, to which they are evidence the worker still publishes
-(watch/rejected.py).
+(watch/judging/rejected_records.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ FIELDS = (
     ("time", NUMBER, "a number"),
     ("phase", (str, NONE), "a string or null"),
     ("phase_started", (*NUMBER, NONE), "a number or null"),
-    # optional (absent in older workers' records: no evidence of starvation, watch/judgement.py)
+    # optional (absent in older workers' records: no evidence of starvation, watch/judging/judgement.py)
     ("thread_run_delay_s", (*NUMBER, NONE), "a number or null"),
 )
 

@@ -1,5 +1,5 @@
 """What a thread sits in, sampled: the evidence that tells a wait that polls from a computation
-(watch/judgement.py).
+(watch/judging/judgement.py).
 
 A spin-wait — `select` with a zero timeout in a loop, `os.sched_yield()` or `time.sleep(0)` in a
 loop, a non-blocking socket read until data comes — uses CPU at one line, as a long computation
@@ -132,7 +132,7 @@ class WaitSampler:
 def sample(ident: int, native_id: int | None) -> tuple[str | None, bool]:
     """(the wait thread `ident` (a `threading.get_ident()`, its kernel id `native_id`) sits in now
     — "select.select", "clock_nanosleep" — or None: it runs; whether the kernel has it ready to
-    run or running, in no system call that sleeps: the evidence of starvation, watch/judgement.py)."""
+    run or running, in no system call that sleeps: the evidence of starvation, watch/judging/judgement.py)."""
     view = kernel_view(native_id)
     return kernel_wait(view) or frame_wait(sys._current_frames().get(ident)), view == "running"
 
@@ -237,7 +237,7 @@ def thread_run_delay_s(native_id: int | None) -> float | None:
     scheduler's run delay, the second field of `/proc/self/task/<tid>/schedstat`); None where it
     cannot be read. A thread that uses little CPU because the host's other processes take the
     cores has a run delay growing with the wall clock; one asleep on a lock or a socket has none
-    (watch/judgement.py: `starved_share`). One small file read: ~20 us of CPU a beat on a loaded host."""
+    (watch/judging/judgement.py: `starved_share`). One small file read: ~20 us of CPU a beat on a loaded host."""
     if native_id is None:
         return None
     try:

@@ -29,12 +29,12 @@ from fleetrl.probe.stack_requests import stack_asker
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.store_address import store_address
 from fleetrl.watch import link
+from fleetrl.watch.attach import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.incident import Incident
-from fleetrl.watch.judgement import on_watcher_clock
-from fleetrl.watch.last_words import LastWords, how_it_ended, node_name
-from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
+from fleetrl.watch.judging.judgement import on_watcher_clock
+from fleetrl.watch.judging.last_words import LastWords, how_it_ended, node_name
+from fleetrl.watch.judging.node_loss import lost_node
 from fleetrl.watch.naming import describe, where
-from fleetrl.watch.node_loss import lost_node
 from fleetrl.watch.respond import IncidentStop, Responder
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
 from fleetrl.watch.teardown import kill_own_children

@@ -33,8 +33,8 @@ from fleetrl.checkpoint import newest_intact
 from fleetrl.probe.seal import new_run_secret
 from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
 from fleetrl.supervise.restarts import Restart, RestartPolicy
-from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
 from fleetrl.watch.incident import Incident
+from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT
 
 if TYPE_CHECKING:
     from fleetrl.plan.run_plan import RunPlan

@@ -17,7 +17,7 @@ from fleetrl import exit_codes
 from fleetrl.runner import SUMMARY_FILE
 from fleetrl.sweep.trial import TrialSpec
 from fleetrl.tracking.jsonl import read_metrics
-from fleetrl.watch.hang_report import REPORT_JSON, REPORT_TEXT
+from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT
 
 RETURN_KEY = "episode_return_last100"
 

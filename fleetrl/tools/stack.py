@@ -10,7 +10,7 @@ from __future__ import annotations
 from fleetrl import exit_codes
 from fleetrl.probe.stack_requests import stack_asker
 from fleetrl.probe.stacks import capture_stacks
-from fleetrl.watch.live import attach
+from fleetrl.watch.attach import attach
 
 
 def stack(run_dir: str | None) -> int:

@@ -1,6 +1,6 @@
 """`fleetrl top`: every worker of a running job, one row each, refreshed about once a second.
 
-Everything comes from the run's heartbeat store (watch/live.py) — what each worker says it is
+Everything comes from the run's heartbeat store (watch/attach.py) — what each worker says it is
 doing (its GPU's utilisation and memory too, where it computes on one: probe/gpu.py), measured
 ages on this side — plus, for workers on this machine, their CPU and memory from psutil. The
 deadline is the watchdog's own (`Checks.deadline`, from the run's settings), so the table shows
@@ -20,8 +20,8 @@ from rich.table import Table
 
 from fleetrl import exit_codes
 from fleetrl.probe.flight_recorder import machine_identity
-from fleetrl.watch.checks import Checks
-from fleetrl.watch.live import LiveRun, attach
+from fleetrl.watch.attach import LiveRun, attach
+from fleetrl.watch.judging.verdict import Checks
 
 COLUMNS = (
     "component",
@@ -76,7 +76,7 @@ def collective(record: dict) -> str:
 
 
 def rows(run: LiveRun, sampler: Sampler, judge: Checks) -> list[tuple[str, ...]]:
-    records = judge.observe(run.records())  # ages on this clock, never a worker's (watch/judgement.py)
+    records = judge.observe(run.records())  # ages on this clock, never a worker's (watch/judging/judgement.py)
     found = []
     for worker in run.workers:
         record = records.get((worker["component"], worker["rank"]))

@@ -48,7 +48,7 @@ class Incident:
     # exception names `env rank 0`, which runs in `inline rank 0`): the report lists the culprit
     # as a worker of its own, with that process's pid, phase and stack
     host: tuple[str, int] | None = None
-    # A dead worker's last words (watch/last_words.py LastWords.as_dict): how it ended, its node,
+    # A dead worker's last words (watch/judging/last_words.py LastWords.as_dict): how it ended, its node,
     # the tail of its own stderr
     last_words: dict | None = None
 

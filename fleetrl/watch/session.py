@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import NoReturn
 
 from fleetrl import exit_codes
 from fleetrl.config.schema import Config, WatchdogConfig
@@ -38,10 +38,9 @@ from fleetrl.probe.seal import run_secret
 from fleetrl.probe.stack_requests import StackAnswerer, stack_asker
 from fleetrl.probe.stacks import register_stack_dump, stack_file
 from fleetrl.probe.store import HeartbeatStore
-from fleetrl.watch.classify import incident_from_error
+from fleetrl.watch.attach import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.incident import Incident
-from fleetrl.watch.last_words import LastWords
-from fleetrl.watch.live import WATCH_FILE, advertise, publish_run
+from fleetrl.watch.judging.classify import RemoteWorkers, incident_from_error
 from fleetrl.watch.respond import Responder
 from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Watchdog
@@ -51,22 +50,6 @@ log = logging.getLogger("fleetrl")
 # the report hooks' own bounds, the response is stuck and this process ends without it.
 RESPONSE_BOUND_S = 60.0
 DEADLINE_HINT = "Check the address and that the network interface it names is reachable from here (`fleetrl doctor`)."
-
-
-class RemoteWorkers(Protocol):
-    """Workers in processes this one did not fork (Ray actors), as the incident response sees them."""
-
-    def kill_remote_workers(self) -> None:
-        """End them now, from any thread (the watchdog's: this process exits right after)."""
-
-    def stop_after_incident(self) -> None:
-        """End them and disconnect, from the main thread, which carries on to exit cleanly."""
-
-    def actor_ids(self) -> dict:
-        """Ray actor id (hex) → (component, rank), to name the worker behind a RayActorError."""
-
-    def last_words(self, key: tuple[str, int], pid: int | None) -> LastWords | None:
-        """How dead worker `key` (process `pid`) ended, its node, its stderr's tail, read on its node."""
 
 
 class WatchSession:

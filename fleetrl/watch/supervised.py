@@ -26,8 +26,8 @@ from fleetrl.config.schema import Config
 from fleetrl.probe.flight_recorder import Recorder, join_unless_current
 from fleetrl.probe.recorded_calls import WatchSpec
 from fleetrl.watch import link
-from fleetrl.watch.classify import incident_from_error
 from fleetrl.watch.incident import Incident
+from fleetrl.watch.judging.classify import incident_from_error
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, WatchSession, expire_after
 
 log = logging.getLogger("fleetrl")

@@ -1,5 +1,5 @@
 """The watchdog: a thread that polls every worker's heartbeat and raises the first incident the
-records show (watch/checks.py judges them; watch/incident.py says what an incident is).
+records show (watch/judging/verdict.py judges them; watch/incident.py says what an incident is).
 
 It runs in the supervisor (and in a `Trainer` that watches itself), polling the heartbeat store
 every `poll_interval_s`; the incident goes to `on_incident`, with the last minute's timeline of
@@ -16,8 +16,8 @@ from collections import deque
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.probe.flight_recorder import join_unless_current
-from fleetrl.watch.checks import Checks
 from fleetrl.watch.incident import Incident
+from fleetrl.watch.judging.verdict import Checks
 from fleetrl.watch.naming import describe
 
 

@@ -31,7 +31,7 @@ import time
 from fleetrl.cluster.exchange.direct_channels import ChannelLost
 from fleetrl.cluster.groups import Interrupted, RayGroup
 from fleetrl.plan.layout import Lane
-from fleetrl.watch.classify import worker_error
+from fleetrl.watch.judging.classify import worker_error
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 

@@ -29,7 +29,7 @@ from fleetrl.net import is_loopback
 from fleetrl.plan.placement import Assignment
 from fleetrl.probe.flight_recorder import RAYLET_VARIABLE
 from fleetrl.probe.recorded_calls import WatchSpec
-from fleetrl.watch.last_words import LastWords, node_name, on_this_node
+from fleetrl.watch.judging.last_words import LastWords, node_name, on_this_node
 from fleetrl.watch.session import expire_after
 from fleetrl.watch.teardown import kill_own_children
 
@@ -40,7 +40,7 @@ Deadline = Callable[[float, str], contextlib.AbstractContextManager]  # WatchSes
 
 class RayCluster:
     """The driver's connection to Ray and the worker processes it created there; what the
-    incident response needs to end them (`watch.session.RemoteWorkers`)."""
+    incident response needs to end them (`watch.judging.classify.RemoteWorkers`)."""
 
     def __init__(self, config: ClusterConfig, devices_per_node: int, deadline: Deadline, connect_timeout_s: float = 60):
         isolated = config.simulate_nodes > 1 and config.simulate_isolation == "namespaces"
@@ -161,7 +161,7 @@ class RayCluster:
 
     def last_words(self, key: tuple[str, int], pid: int | None) -> LastWords | None:
         """The last words of worker `key` (process `pid`, dead), read on its node by a Ray task
-        pinned there (watch/last_words.py); None for a worker this cluster did not start."""
+        pinned there (watch/judging/last_words.py); None for a worker this cluster did not start."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -243,7 +243,7 @@ def skews(config: ClusterConfig) -> dict[int, float]:
 
 
 def raylet_addresses(node_ids: list[str]) -> list[str]:
-    """host:port of each node's raylet, by node index: what tells a lost node (watch/node_loss.py)."""
+    """host:port of each node's raylet, by node index: what tells a lost node (watch/judging/node_loss.py)."""
     import ray
 
     by_id = {n["NodeID"]: f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}" for n in ray.nodes()}

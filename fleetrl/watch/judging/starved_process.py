@@ -1,6 +1,6 @@
 """A silent worker whose threads wait for a CPU is starved, not frozen.
 
-A worker that stops publishing heartbeats is judged frozen (watch/checks.py): stopped (SIGSTOP),
+A worker that stops publishing heartbeats is judged frozen (watch/judging/verdict.py): stopped (SIGSTOP),
 gone, or — alive and not stopped — its Python threads not running, which the watchdog reads as the
 GIL held by a C call. One more reason looks the same from the heartbeats: the process's threads
 are ready to run but get no CPU — the host's other work at a higher priority (a job at nice 19,
@@ -16,7 +16,7 @@ ready, less the share of a core it used, is the share of the time it waited for 
 when the thread next runs: read from outside, a thread starved since its last turn shows none.) In
 a real GIL hang the thread that holds the GIL runs and the others sleep on its lock: no thread
 waits but what the host's load makes the holder wait. The share is high (4/5, where the judgement
-of a stalled call uses 1/2: watch/judgement.py) so that a GIL hang on a host loaded with work of
+of a stalled call uses 1/2: watch/judging/judgement.py) so that a GIL hang on a host loaded with work of
 equal priority — its holder running half the time — is still named at the heartbeat timeout; a
 false kill is avoided where a thread got at most a fifth of a CPU.
 

@@ -4,9 +4,9 @@ the rank that is behind, or the one that made an extra collective, shows at a gl
 
 from __future__ import annotations
 
-from fleetrl.watch.alignment import PROCESS_GROUP_MEMBERS, collectives, entered, waited_s
+from fleetrl.watch.judging.alignment import PROCESS_GROUP_MEMBERS, collectives, entered, waited_s
 from fleetrl.watch.naming import describe
-from fleetrl.watch.report_groups import GROUPED, grouped_columns
+from fleetrl.watch.reporting.report_groups import GROUPED, grouped_columns
 
 
 def cell(record: dict, group: str, seq: int, found: dict | None) -> dict:
@@ -42,7 +42,7 @@ def aligned_collectives(records: dict) -> dict:
 def render_table(table: dict, now: float) -> list[str]:
     """The table as text lines (none when no actor rank made a collective). Past `GROUPED` ranks,
     one column per set of ranks whose cells read the same, without the seconds waited
-    (watch/report_groups.py)."""
+    (watch/reporting/report_groups.py)."""
     if not table["rows"]:
         return []
     grouped = len(table["ranks"]) > GROUPED

@@ -2,7 +2,7 @@
 
 The text names the culprit first, in one sentence a person can act on, then one line per worker,
 then every worker's Python stack; past `report_groups.GROUPED` workers, the workers grouped by
-state with the outliers spelled out, and each distinct stack once (watch/report_groups.py).
+state with the outliers spelled out, and each distinct stack once (watch/reporting/report_groups.py).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import tempfile
 from pathlib import Path
 
 from fleetrl.config.redact import redact_text
-from fleetrl.watch.alignment import waits_for
-from fleetrl.watch.collective_table import aligned_collectives, render_table, render_torch_traces
 from fleetrl.watch.incident import Incident
+from fleetrl.watch.judging.alignment import waits_for
 from fleetrl.watch.naming import collective_text, describe, where
-from fleetrl.watch.report_groups import GROUPED, grouped_stacks, grouped_worker_lines
+from fleetrl.watch.reporting.collective_table import aligned_collectives, render_table, render_torch_traces
+from fleetrl.watch.reporting.report_groups import GROUPED, grouped_stacks, grouped_worker_lines
 
 REPORT_JSON = "hang_report.json"
 REPORT_TEXT = "hang_report.txt"

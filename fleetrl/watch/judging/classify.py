@@ -12,22 +12,36 @@ import shutil
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fleetrl.checkpoint import causes, full_disk
 from fleetrl.probe.recorded_calls import WorkerError
 from fleetrl.watch.incident import Incident, died
-from fleetrl.watch.judgement import on_watcher_clock
+from fleetrl.watch.judging.judgement import on_watcher_clock
+from fleetrl.watch.judging.last_words import LastWords
+from fleetrl.watch.judging.node_loss import lost_node
 from fleetrl.watch.naming import describe
-from fleetrl.watch.node_loss import lost_node
-
-if TYPE_CHECKING:
-    from fleetrl.watch.session import RemoteWorkers
 
 DISK_FULL_HINT = (
     "Free space on that file system or point runner.run_dir at a larger disk, then resume "
     "(runner.resume=<run dir>): the last complete checkpoint is intact, a failed save never replaces it."
 )
+
+
+class RemoteWorkers(Protocol):
+    """Workers in processes this one did not fork (Ray actors), as the incident response sees them."""
+
+    def kill_remote_workers(self) -> None:
+        """End them now, from any thread (the watchdog's: this process exits right after)."""
+
+    def stop_after_incident(self) -> None:
+        """End them and disconnect, from the main thread, which carries on to exit cleanly."""
+
+    def actor_ids(self) -> dict:
+        """Ray actor id (hex) → (component, rank), to name the worker behind a RayActorError."""
+
+    def last_words(self, key: tuple[str, int], pid: int | None) -> LastWords | None:
+        """How dead worker `key` (process `pid`) ended, its node, its stderr's tail, read on its node."""
 
 
 def incident_from_error(

@@ -10,7 +10,7 @@ What a rejected record still proves: it arrived, so the worker's publishing thre
 process is neither stopped nor holding the GIL, and is alive. Judging it frozen would kill a
 process that may be training well, and a false kill of a healthy run costs more than a late
 report. So while its rejected records keep arriving (within `heartbeat_timeout_s`), it is not
-judged frozen, nor is the stale phase's deadline judged (no fresh beats: watch/judgement.py);
+judged frozen, nor is the stale phase's deadline judged (no fresh beats: watch/judging/judgement.py);
 an error in the log says it cannot be watched. Unwatched, though, it could hang unseen; so the run
 is stopped only once this has lasted `busy_allowance_s` — the bound a computing call gets before
 it is an incident — as `watchdog_error` (the run can no longer be watched), naming the worker and

@@ -41,7 +41,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from fleetrl.watch.alignment import oldest_in_flight
+from fleetrl.watch.judging.alignment import oldest_in_flight
 
 BLOCKED, BUSY, SPINNING = "blocked", "busy", "spinning"
 # The phase's thread used at least this share of a core: it computes. A blocked thread uses ~0; a

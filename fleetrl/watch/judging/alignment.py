@@ -23,7 +23,7 @@ it waits for every actor rank that has not entered it, judged after the start-up
 rank that is past its own deadline while a peer waits for it in a collective is named by rule 1
 too (`held_up_by`): the fault is the same whichever of the two deadlines falls first.
 
-How long a rank has waited is measured as the watcher measures heartbeat ages (watch/judgement.py),
+How long a rank has waited is measured as the watcher measures heartbeat ages (watch/judging/judgement.py),
 never by subtracting the rank's clock from the watcher's: the rank's own elapsed time from entering
 the collective to its last beat, plus the age of that beat on the watcher's clock.
 """

@@ -3,18 +3,18 @@
 In order of precedence: a worker that never published a heartbeat within `startup_allowance_s`
 of the start of watching (`startup_timeout`); a worker process that is gone (`worker_died`); a
 worker that stopped beating (`process_frozen`: SIGSTOP, or the GIL held by a C call that never
-returns; `node_lost` when its whole node no longer runs Ray, watch/node_loss.py; one whose threads
-wait for a CPU is starved, not frozen, until `busy_allowance_s`: watch/starved_process.py); actor ranks
+returns; `node_lost` when its whole node no longer runs Ray, watch/judging/node_loss.py; one whose threads
+wait for a CPU is starved, not frozen, until `busy_allowance_s`: watch/judging/starved_process.py); actor ranks
 waiting in a collective that another rank entered differently (`collective_mismatch`) or never
 entered (`rank_missing_from_collective`) — the ranks lined up by collective sequence number, so
-the rank that is behind is named and not the ones waiting for it (watch/alignment.py; the
+the rank that is behind is named and not the ones waiting for it (watch/judging/alignment.py; the
 process-group join is such a collective, waited in for the start-up step allowance); a phase
 over its deadline (`phase_timeout`), never blamed on a rank that waits for a peer behind it, and
 named as the collective miss when a peer waits for it in a collective. A worker whose own records
 the store has rejected is not judged frozen while they arrive; past `busy_allowance_s` it is a
-`watchdog_error` naming it (watch/rejected.py).
+`watchdog_error` naming it (watch/judging/rejected_records.py).
 
-Heartbeat and phase ages are the watcher's own (`observe`, watch/judgement.py): a worker's clock
+Heartbeat and phase ages are the watcher's own (`observe`, watch/judging/judgement.py): a worker's clock
 is never compared with this one. Deadlines are learned: a phase may take `deadline_factor` × the
 longest time it has taken before, clamped to [min_deadline_s, max_deadline_s]. A phase never seen
 finishing gets `startup_step_allowance_s` if it is a start-up step (`STARTUP_STEPS`: its stall is
@@ -35,12 +35,12 @@ import time
 import psutil
 
 from fleetrl.config.schema import WatchdogConfig
-from fleetrl.watch import alignment, last_words, rejected
 from fleetrl.watch.incident import Incident, died
-from fleetrl.watch.judgement import BUSY, Judgement, Seen
+from fleetrl.watch.judging import alignment, last_words, rejected_records
+from fleetrl.watch.judging.judgement import BUSY, Judgement, Seen
+from fleetrl.watch.judging.node_loss import node_lost
+from fleetrl.watch.judging.starved_process import STARVED_SHARE, SilentWorkers
 from fleetrl.watch.naming import describe, where
-from fleetrl.watch.node_loss import node_lost
-from fleetrl.watch.starved_process import STARVED_SHARE, SilentWorkers
 
 log = logging.getLogger("fleetrl")
 
@@ -80,7 +80,7 @@ class Checks:
     seen: dict[tuple[str, int], Seen]
     warned_slow: set  # (worker, phase, its start): one "slow" warning per call
     warned_unwatched: set  # workers whose records are rejected: one error each
-    silent: SilentWorkers  # the run delays of this machine's silent workers (watch/starved_process.py)
+    silent: SilentWorkers  # the run delays of this machine's silent workers (watch/judging/starved_process.py)
     warned_starved: set  # silent workers found starved of CPU: one warning each
 
     def __init__(self, config: WatchdogConfig, workers: list[tuple[str, int]]):
@@ -147,10 +147,14 @@ class Checks:
             age = record["heartbeat_age_s"]
             if age <= self.config.heartbeat_timeout_s:
                 continue
-            if rejected.arriving(record, self.config.heartbeat_timeout_s):  # alive but unreadable: watch/rejected.py
-                summary = rejected.past_allowance(key, record, self.config.busy_allowance_s, self.warned_unwatched)
+            if rejected_records.arriving(
+                record, self.config.heartbeat_timeout_s
+            ):  # alive but unreadable: watch/judging/rejected_records.py
+                summary = rejected_records.past_allowance(
+                    key, record, self.config.busy_allowance_s, self.warned_unwatched
+                )
                 if summary is not None:
-                    return Incident("watchdog_error", summary, now - rejected.unwatched_s(record), key)
+                    return Incident("watchdog_error", summary, now - rejected_records.unwatched_s(record), key)
                 continue
             lost = node_lost(records, key, now)
             if lost is not None:
@@ -165,7 +169,7 @@ class Checks:
             return Incident(
                 "process_frozen",
                 f"{describe(key)} (pid {record['pid']}) stopped publishing "
-                f"heartbeats {age:.1f} s ago: {state}; last seen {where(record)}{rejected.note(record)}",
+                f"heartbeats {age:.1f} s ago: {state}; last seen {where(record)}{rejected_records.note(record)}",
                 now - age,
                 key,
             )
@@ -236,7 +240,7 @@ class Checks:
     def check_collectives(self, records: dict, now: float) -> Incident | None:
         """Actor ranks aligned by collective sequence number: the rank holding up a collective
         waited in for longer than collective_timeout_s, the join for longer than
-        startup_step_allowance_s (watch/alignment.py)."""
+        startup_step_allowance_s (watch/judging/alignment.py)."""
         config = self.config
         finding = alignment.diagnose(records, now, config.collective_timeout_s, config.startup_step_allowance_s)
         if finding is None:
