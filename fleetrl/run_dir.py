@@ -20,6 +20,7 @@ from fleetrl.config.schema import RESUME_AUTO, Config
 from fleetrl.errors import ConfigError
 
 CONFIG_FILE = "config.yaml"
+SUMMARY_FILE = "summary.json"  # what a run did, written as it ends (controller/loop.py `write_summary`)
 LOG_FILE = "train.log"
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
 

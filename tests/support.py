@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fleetrl.runner import SUMMARY_FILE
+from fleetrl.run_dir import SUMMARY_FILE
 from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.watch.reporting.hang_report import REPORT_JSON
 

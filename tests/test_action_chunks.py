@@ -19,11 +19,11 @@ from fleetrl.cluster.exchange.collect import Collector
 from fleetrl.cluster.groups import InlineGroup
 from fleetrl.config.model_sections import MlpModelConfig
 from fleetrl.config.schema import EnvConfig
+from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError
 from fleetrl.models.policy import Policy
 from fleetrl.plan.load import load_config
 from fleetrl.probe import flight_recorder
-from fleetrl.runner import Trainer
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 from tests.envs import obs

@@ -11,11 +11,11 @@ import os
 import pytest
 
 from fleetrl.algos.registry import algorithm_names, algorithm_spec, register_algorithm, unregister_algorithm
+from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError
 from fleetrl.plan.load import load_config
 from fleetrl.progress import summary_line
 from fleetrl.run_dir import LOG_FILE
-from fleetrl.runner import Trainer
 from fleetrl.tracking.jsonl import read_metrics
 from tests.reinforce_algorithm import SPEC, ReinforceActor, ReinforceConfig
 from tests.support import subprocess_env, train

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from fleetrl.checkpoint import checkpoint_dir, list_checkpoints, load_latest, save_checkpoint
+from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.plan.load import load_config
-from fleetrl.runner import Trainer
 from fleetrl.tracking.jsonl import read_metrics
 from tests.support import REPO, TIMING_METRICS, Fleetrl, fleetrl, own_children, subprocess_env
 

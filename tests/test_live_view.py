@@ -50,7 +50,9 @@ def test_top_and_stack_show_a_live_ray_job_that_then_finishes(tmp_path):
             assert '"fleetrl-heartbeat" (taking these stacks)' in text, text  # it answered itself
             if not title.startswith("controller"):
                 assert '"MainThread"' in text and "in main_loop" in text, text  # the Ray worker's task loop
-        assert "runner.py" in sections[next(t for t in sections if t.startswith("controller"))]  # the training loop
+        assert (
+            "controller/loop.py" in sections[next(t for t in sections if t.startswith("controller"))]
+        )  # the training loop
 
         # mid-step, the env worker's stack shows the step (it spends all but the gaps between
         # steps there: ask until an answer lands inside one)

@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 from fleetrl.checkpoint import checkpoint_dir, load_latest, save_checkpoint, shards_dir, staging_dir
+from fleetrl.controller.loop import Trainer
 from fleetrl.evaluate import evaluate
 from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
-from fleetrl.runner import Trainer
 
 
 def sharded(run_dir, iteration: int, keep: int = 3):

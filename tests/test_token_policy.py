@@ -15,12 +15,12 @@ import torch
 from fleetrl.algos.common.logprobs import combine
 from fleetrl.algos.ppo.grpo import grpo_advantages
 from fleetrl.algos.ppo.update import PPOBatch, policy_objective, ppo_loss
+from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError
 from fleetrl.evaluate import evaluate
 from fleetrl.models.distributions import ActionTokens
 from fleetrl.models.policy import Policy
 from fleetrl.plan.load import load_config
-from fleetrl.runner import Trainer
 from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.workers.env_worker import EnvWorker
 from tests import ppg_support

@@ -13,10 +13,10 @@ import pytest
 
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
+from fleetrl.controller.loop import Trainer
 from fleetrl.evaluate import evaluate
 from fleetrl.models.policy import Policy
 from fleetrl.plan.load import load_config
-from fleetrl.runner import Trainer
 from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import play

@@ -20,6 +20,7 @@ from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
 from fleetrl.config.model_sections import HfModelConfig, LoraConfig
+from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError
 from fleetrl.models.hf.actions import VocabActions
 from fleetrl.models.hf.init_model import build_model
@@ -27,7 +28,6 @@ from fleetrl.models.policy import Policy
 from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
 from fleetrl.plan.rules import check_spaces
-from fleetrl.runner import Trainer
 from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.workers.rollout_worker import RolloutWorker
 from tests.vla_support import VLA_CONFIG, minigrid_batch, vla

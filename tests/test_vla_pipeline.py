@@ -23,12 +23,12 @@ import torch
 from transformers import AutoModelForImageTextToText
 
 from fleetrl.checkpoint import load_latest
+from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError
 from fleetrl.models.policy import Policy
 from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
 from fleetrl.run_dir import CONFIG_FILE
-from fleetrl.runner import Trainer
 from tests.support import fleetrl, train
 from tests.vla_support import VLA_CONFIG, minigrid_batch
 

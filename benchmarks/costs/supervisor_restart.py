@@ -45,7 +45,7 @@ FAULTS = {
 IN_PROCESS = (
     "import sys\n"
     "from fleetrl.plan.load import load_config\n"
-    "from fleetrl.runner import Trainer\n"
+    "from fleetrl.controller.loop import Trainer\n"
     "Trainer(load_config(sys.argv[1], sys.argv[2:]), live_progress=False).train()\n"
 )
 

@@ -24,7 +24,7 @@ from fleetrl.checkpoint import list_checkpoints, newest_intact
 from fleetrl.cluster.isolation.bridge import bridge_name, remove_bridge
 from fleetrl.cluster.isolation.nodes import sweep_stale
 from fleetrl.config.schema import Config
-from fleetrl.controller import Orders
+from fleetrl.controller.orders import Orders
 from fleetrl.probe.stack_requests import stack_asker
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.store_address import store_address

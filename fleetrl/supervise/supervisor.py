@@ -2,7 +2,7 @@
 a model or a file system does can freeze it.
 
 It decides the run directory, hosts the heartbeat store, starts the controller (fleetrl/
-controller.py) as its child in a process group of its own (a terminal's Ctrl-C reaches only the
+controller/) as its child in a process group of its own (a terminal's Ctrl-C reaches only the
 supervisor) and watches it from its first instant, then the workers the controller publishes
 (watch/link.py). It is a child subreaper: Ray's daemons orphaned by a killed controller become
 its children, so its teardown (`attempt.kill_run_tree`) is complete whatever state the controller is
@@ -103,9 +103,10 @@ class Supervisor:
     def record_restarts_in_summary(self) -> None:
         """summary.json (written by the last controller, if it finished) gets the restarts: how
         many, their causes, and what each cost (from the metrics of the iteration after it)."""
+        from fleetrl.run_dir import SUMMARY_FILE
         from fleetrl.tracking.jsonl import read_metrics
 
-        path = self.run_dir / "summary.json"  # runner.SUMMARY_FILE (the runner is too heavy to import here)
+        path = self.run_dir / SUMMARY_FILE
         if not self.policy.done or not path.is_file():
             return
         summary = json.loads(path.read_text())

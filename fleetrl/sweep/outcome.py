@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 from fleetrl import exit_codes
-from fleetrl.runner import SUMMARY_FILE
+from fleetrl.run_dir import SUMMARY_FILE
 from fleetrl.sweep.trial import TrialSpec
 from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT

@@ -20,7 +20,7 @@ import json
 
 from fleetrl.watch.incident import Incident
 
-# The controller's phases that wait on its workers (runner.py): with workers of their own
+# The controller's phases that wait on its workers (controller/loop.py): with workers of their own
 # (Ray, fused), those are watched, and the wait is not judged by a deadline of its own.
 CONTROLLER_WAITS = ("startup.backend", "startup.load_state", "weight_sync", "collect_and_train", "evaluation")
 WORKERS = "fleetrl/link/workers"

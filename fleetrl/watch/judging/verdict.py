@@ -46,7 +46,7 @@ log = logging.getLogger("fleetrl")
 
 # Methods that are steps of a worker's start-up (the `construct` phase is the worker host's):
 # never seen finishing, they get `startup_step_allowance_s`, and a stall in one is `startup_timeout`.
-# The controller's own start-up phases (`startup.backend`, `startup.resume`, ...: runner.py) too.
+# The controller's own start-up phases (`startup.backend`, `startup.resume`, ...: controller/loop.py) too.
 STARTUP_STEPS = ("construct", "spaces", "reset", "init_distributed", "build_learner")
 
 

@@ -1,11 +1,11 @@
 """The controller process of a supervised run: `python -m fleetrl.controller`, started by
-`fleetrl train`'s supervisor (supervise/supervisor.py) with its `Orders` pickled on stdin.
+`fleetrl train`'s supervisor (supervise/supervisor.py) with its `Orders` (orders.py) pickled on stdin.
 
-It runs the training loop (`runner.Trainer`) and nothing else: it beats into the supervisor's
-store from its first instant, dies with the supervisor (parent-death signal), and exits 0 when
-training is done, `USER_ERROR` (the message printed), `stopped_by` the stop signal the supervisor
-forwarded once it has been honoured (checkpoint saved): fleetrl/exit_codes.py. Incidents go to the supervisor, which
-reports them and ends this process.
+It runs the training loop (loop.py, `Trainer`) and nothing else: it beats into the supervisor's
+store from its first instant, dies with the supervisor (parent-death signal), and exits (fleetrl/
+exit_codes.py) OK when training is done, USER_ERROR on a user error (the message printed), or
+`stopped_by` the stop signal the supervisor forwarded once it has been honoured (checkpoint
+saved). Incidents go to the supervisor, which reports them and ends this process.
 """
 
 from __future__ import annotations
@@ -17,29 +17,15 @@ import os
 import pickle
 import signal
 import sys
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 from fleetrl import exit_codes
 from fleetrl.cluster.ray.early_start import close_early, start_early
-from fleetrl.plan.run_plan import RunPlan
+from fleetrl.controller.orders import Orders
 from fleetrl.probe.recorded_calls import WatchSpec, start_watching
 
 PR_SET_PDEATHSIG = 1
-
-
-@dataclass(frozen=True)
-class Orders:
-    """Everything the controller is told, explicitly."""
-
-    plan: RunPlan  # resolved once, by `fleetrl train`; runner.resume names the run directory when it continues one
-    run_dir: str
-    store_host: str  # the supervisor's heartbeat store: where it listens (supervise/store_address.py)
-    store_port: int
-    component: str  # the controller's name in heartbeats and reports: 'inline' or 'controller'
-    supervisor_pid: int
-    restart: dict | None = None  # {number, cause, incident_at} when this controller is a restart
 
 
 def die_with(parent_pid: int) -> None:
@@ -59,9 +45,9 @@ def main() -> int:
     from torch.distributed import TCPStore
 
     from fleetrl import signals
+    from fleetrl.controller.loop import Trainer
     from fleetrl.errors import UserError
     from fleetrl.probe.seal import Seal, SealedStore, run_secret
-    from fleetrl.runner import Trainer
     from fleetrl.watch.respond import IncidentStop
     from fleetrl.watch.supervised import SupervisedSession
 

@@ -1,4 +1,4 @@
-"""The controller loop: sync weights → collect → train → log → checkpoint, until the env-step
+"""The training loop (`Trainer`): sync weights → collect → train → log → checkpoint, until the env-step
 budget is spent. The same loop drives every backend (cluster/backends/base.py: where the components run);
 every call to a worker names the worker class's own method (`ActorBase.state_dict`).
 """
@@ -28,7 +28,7 @@ from fleetrl.plan.resolve import resolve
 from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.flight_recorder import beat_soon, phase
 from fleetrl.progress import ConsoleProgress
-from fleetrl.run_dir import CONFIG_FILE, create_run_dir, owner_only, resume_dir, setup_logging
+from fleetrl.run_dir import CONFIG_FILE, SUMMARY_FILE, create_run_dir, owner_only, resume_dir, setup_logging
 from fleetrl.signals import hold_stops, install_stop_handlers, stop_gate
 from fleetrl.tracking.trackers import Trackers
 from fleetrl.watch.respond import IncidentStop
@@ -38,7 +38,6 @@ from fleetrl.workers.env_worker import EnvWorker, success_metrics
 from fleetrl.workers.rollout_worker import RolloutWorker
 
 log = logging.getLogger("fleetrl")
-SUMMARY_FILE = "summary.json"
 
 
 def load_resumed(run_dir: Path, resume: str) -> dict:
