@@ -301,7 +301,7 @@ def test_resume_restores_the_trained_state(tmp_path):
     )
     trainer = Trainer(config, live_progress=False)
     try:
-        restored = trainer.state_dict()
+        restored = trainer.state.state_dict(trainer.backend)
     finally:
         trainer.backend.shutdown()
     assert restored["iteration"] == saved["iteration"] == 2

@@ -9,26 +9,26 @@ import json
 import logging
 import random
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
 import psutil
 import torch
 
-from fleetrl.checkpoint import NoIntactCheckpoint, initial_weights, load_latest, save_checkpoint, staging_dir
+from fleetrl.checkpoint import initial_weights
 from fleetrl.cluster.backends.base import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.start import start_backend
 from fleetrl.config.loader import save_config
 from fleetrl.config.schema import Config
-from fleetrl.errors import ConfigError, UserError
+from fleetrl.errors import UserError
 from fleetrl.evaluate import EvalSchedule
 from fleetrl.plan.resolve import resolve
 from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.flight_recorder import beat_soon, phase
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import CONFIG_FILE, SUMMARY_FILE, create_run_dir, owner_only, resume_dir, setup_logging
+from fleetrl.run_state import RunState, load_resumed, save_resume_config
 from fleetrl.signals import hold_stops, install_stop_handlers, stop_gate
 from fleetrl.tracking.trackers import Trackers
 from fleetrl.watch.respond import IncidentStop
@@ -38,31 +38,6 @@ from fleetrl.workers.env_worker import EnvWorker, success_metrics
 from fleetrl.workers.rollout_worker import RolloutWorker
 
 log = logging.getLogger("fleetrl")
-
-
-def load_resumed(run_dir: Path, resume: str) -> dict:
-    """The newest intact checkpoint of the run to continue; none intact is a config error on
-    runner.resume naming each file and what is wrong with it (before anything has started)."""
-    try:
-        return load_latest(run_dir)
-    except NoIntactCheckpoint as error:
-        raise ConfigError(
-            "runner.resume",
-            resume,
-            "a run directory holding an intact checkpoint",
-            f"{error}. Name another run (runner.resume=<run dir>) or move {run_dir} away to start a new run",
-        ) from None
-
-
-def save_resume_config(config: Config, run_dir: Path) -> Path:
-    """Keep a resume's resolved config as config-resume-<n>.yaml, once its checkpoint has loaded:
-    config.yaml stays the one the run started with, and no failed resume changes the record."""
-    n = 1
-    while (run_dir / f"config-resume-{n}.yaml").exists():
-        n += 1
-    path = run_dir / f"config-resume-{n}.yaml"
-    save_config(config, path)
-    return path
 
 
 class Trainer:
@@ -102,14 +77,8 @@ class Trainer:
                 # a sharded checkpoint's .pt holds no policy: the fingerprint is read from its shards
                 policy = saved["actor"].get("policy") or dcp.model_tensors(Path(saved["shards_path"]), HASH_KEY)
                 check_resumed_base(config.model, policy)
-        self.iteration = 0
+        self.state = RunState()  # its counters and recent episodes (run_state.py): what a checkpoint saves
         self.synced = False  # the rollout workers hold a full copy of the weights (this process's)
-        self.train_s = 0.0
-        self.global_step = 0
-        self.episodes = 0
-        self.env_counters: list[dict] = []  # per env rank, as of the last finished iteration
-        self.recent_returns: deque[float] = deque(maxlen=100)
-        self.recent_lengths: deque[int] = deque(maxlen=100)
         self.target_reached_at: tuple[int, float] | None = None
         self.live_progress = live_progress
         self.evaluations = EvalSchedule(runner.eval_interval, self.run_dir)
@@ -118,20 +87,20 @@ class Trainer:
         try:
             if saved is not None:
                 with phase("startup.load_state"):
-                    self.load_state(saved)
+                    self.state.load(self.backend, saved)
                 kept = save_resume_config(config, self.run_dir)
                 log.info(
                     "resumed %s at iteration %d, %d env steps (this resume's config: %s)",
                     self.run_dir,
-                    self.iteration,
-                    self.global_step,
+                    self.state.iteration,
+                    self.state.global_step,
                     kept.name,
                 )
-                if self.global_step >= runner.total_env_steps:  # e.g. a config file's total, re-applied
+                if self.state.global_step >= runner.total_env_steps:  # e.g. a config file's total, re-applied
                     log.warning(
                         "the resumed run has taken %d env steps and runner.total_env_steps is %d: nothing "
                         "left to train (raise runner.total_env_steps to train it further)",
-                        self.global_step,
+                        self.state.global_step,
                         runner.total_env_steps,
                     )
             else:
@@ -169,26 +138,28 @@ class Trainer:
         trackers = self.start_trackers()
         progress = ConsoleProgress(
             total,
-            self.global_step,
+            self.state.global_step,
             config.runner.log_interval,
             self.live_progress,
             self.plan.spec.console_metrics,
         )
         beat_soon()  # start-up is over: the watcher's view of this process must not still say so
         try:
-            self.backend.collector.start(self.iteration)  # the first resets: a worker's error here is an incident too
-            while self.global_step < total and not self.stop_for_target():
+            self.backend.collector.start(
+                self.state.iteration
+            )  # the first resets: a worker's error here is an incident too
+            while self.state.global_step < total and not self.stop_for_target():
                 with stop_gate():  # a stop once the iteration has trained waits for its record (run_iteration)
                     record = self.run_iteration()
                     trackers.log_metrics(record, record["global_step"])
                 if record.get("eval_video"):  # an evaluation's film, uploaded where the trackers keep files
                     trackers.log_file(Path(record["eval_video"]), f"video/{Path(record['eval_video']).name}")
                 progress.update(record)
-                if self.iteration % config.runner.checkpoint_interval == 0:
+                if self.state.iteration % config.runner.checkpoint_interval == 0:
                     self.checkpoint()
             self.checkpoint()
         except KeyboardInterrupt:
-            log.warning("interrupted at iteration %d: saving a checkpoint", self.iteration)
+            log.warning("interrupted at iteration %d: saving a checkpoint", self.state.iteration)
             self.checkpoint()
             raise
         except (UserError, IncidentStop, NotAWorkerMethod):
@@ -216,12 +187,12 @@ class Trainer:
 
     def run_iteration(self) -> dict:
         started = time.perf_counter()
-        steps_before = self.global_step
+        steps_before = self.state.global_step
         with phase("weight_sync"):
             weight_syncs = self.sync_weights()
         synced = time.perf_counter()
         if self.config.algorithm.resets_envs_each_iteration:  # group-seeded resets (reset_group_size)
-            self.backend.collector.start(self.iteration)
+            self.backend.collector.start(self.state.iteration)
         # The schedule position is taken before this iteration's steps, so the last iteration
         # still learns (lr > 0) rather than running with an annealed-to-zero rate.
         with phase("collect_and_train"):
@@ -230,23 +201,23 @@ class Trainer:
             )
         updated = time.perf_counter()
         hold_stops()  # trained: the checkpoint a stop takes must have this iteration's record beside it
-        self.iteration += 1
-        self.train_s += updated - started
+        self.state.iteration += 1
+        self.state.train_s += updated - started
         interval = self.config.runner.param_check_interval
-        if interval and self.iteration % interval == 0:  # raises ReplicaDivergenceError naming tensors and ranks
+        if interval and self.state.iteration % interval == 0:  # raises ReplicaDivergenceError naming tensors and ranks
             self.backend.actor.get(self.backend.actor.call_all(ActorBase.verify_replicas))
         returns, lengths, games, successes = self.gather_env_reports()
         record = {
-            "iteration": self.iteration,
-            "global_step": self.global_step,
-            "episodes": self.episodes,
-            "wall_s": self.train_s,
+            "iteration": self.state.iteration,
+            "global_step": self.state.global_step,
+            "episodes": self.state.episodes,
+            "wall_s": self.state.train_s,
             "episode_return_mean": float(np.mean(returns)) if returns else None,
-            "episode_return_last100": self.mean_recent_return(),
-            "episode_length_last100": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
+            "episode_return_last100": self.state.mean_recent_return(),
+            "episode_length_last100": float(np.mean(self.state.recent_lengths)) if self.state.recent_lengths else None,
             **({"game_return_mean": float(np.mean(games)), "games": len(games)} if games else {}),
             **success_metrics(successes),  # of this iteration's episodes, where the env reports success
-            "steps_per_s": (self.global_step - steps_before) / (updated - started),
+            "steps_per_s": (self.state.global_step - steps_before) / (updated - started),
             "time_weight_sync_s": synced - started,
             "weight_syncs": weight_syncs,
             "time_collect_s": collect_s,
@@ -254,10 +225,12 @@ class Trainer:
             **metrics,
         }
         if self.target_reached_at is None and self.target_met():
-            self.target_reached_at = (self.global_step, self.train_s)
-        last = self.global_step >= self.config.runner.total_env_steps or self.target_reached_at is not None
+            self.target_reached_at = (self.state.global_step, self.state.train_s)
+        last = self.state.global_step >= self.config.runner.total_env_steps or self.target_reached_at is not None
         with phase("evaluation"):
-            record.update(self.evaluations.after_iteration(self.backend, self.iteration, self.global_step, last))
+            record.update(
+                self.evaluations.after_iteration(self.backend, self.state.iteration, self.state.global_step, last)
+            )
         if self.restart is not None:  # the first iteration trained after a restart: what it cost
             record.update(restarts=self.restart["number"], restart_s=time.time() - self.restart["incident_at"])
             self.restart = None
@@ -270,7 +243,7 @@ class Trainer:
         rank 0's copy by reference, and run the load before their next `act` (call order).
         Returns how many rollout workers were sent weights (0: none needed them this iteration)."""
         backend = self.backend
-        if backend.shares_policy or self.iteration % self.config.runner.weight_sync_interval:
+        if backend.shares_policy or self.state.iteration % self.config.runner.weight_sync_interval:
             return 0
         if self.config.runner.weight_sync == "trainable" and self.synced:  # frozen tensors are there already
             patch = backend.actor.call_all(ActorBase.trainable_weights)[0]
@@ -287,25 +260,22 @@ class Trainer:
         each episode's (task, success) where the env reports success (robot manipulation)."""
         env = self.backend.env
         reports = env.get(env.call_all(EnvWorker.report))
-        self.env_counters = [{"env_steps": r["env_steps"], "episodes": r["episodes"]} for r in reports]
-        self.global_step = sum(r["env_steps"] for r in reports)
-        self.episodes = sum(r["episodes"] for r in reports)
+        self.state.env_counters = [{"env_steps": r["env_steps"], "episodes": r["episodes"]} for r in reports]
+        self.state.global_step = sum(r["env_steps"] for r in reports)
+        self.state.episodes = sum(r["episodes"] for r in reports)
         returns = [x for r in reports for x in r["returns"]]
         lengths = [x for r in reports for x in r["lengths"]]
-        self.recent_returns.extend(returns)
-        self.recent_lengths.extend(lengths)
+        self.state.recent_returns.extend(returns)
+        self.state.recent_lengths.extend(lengths)
         games = [x for r in reports for x in r["game_returns"]]
         return returns, lengths, games, [tuple(x) for r in reports for x in r["successes"]]
-
-    def mean_recent_return(self) -> float | None:
-        return float(np.mean(self.recent_returns)) if self.recent_returns else None
 
     def target_met(self) -> bool:
         target = self.config.runner.target_return
         return (
             target is not None
-            and len(self.recent_returns) == self.recent_returns.maxlen
-            and self.mean_recent_return() >= target
+            and len(self.state.recent_returns) == self.state.recent_returns.maxlen
+            and self.state.mean_recent_return() >= target
         )
 
     def stop_for_target(self) -> bool:
@@ -313,90 +283,25 @@ class Trainer:
             return False
         log.info(
             "last-100-episode mean return %.1f reached runner.target_return=%s at %d env steps",
-            self.mean_recent_return(),
+            self.state.mean_recent_return(),
             self.config.runner.target_return,
-            self.global_step,
+            self.state.global_step,
         )
         return True
 
     def checkpoint(self) -> None:
-        """The run's state as checkpoint `iteration`; with `actor.checkpoint_format: sharded`
-        the actor ranks first write their shards (phase `checkpoint.dcp_save`)."""
-        shards = None
-        with phase("checkpoint.save"):
-            if self.config.actor.checkpoint_format == "sharded":
-                shards = staging_dir(self.run_dir, self.iteration)
-                with phase("checkpoint.dcp_save"):
-                    actor = self.backend.actor
-                    actor_state = actor.get(actor.call_all(ActorBase.save_sharded, str(shards)))[0]
-            else:
-                actor_state = self.actor_state()
-            state = self.state_dict(actor_state)
-            save_checkpoint(self.run_dir, self.iteration, state, self.config.runner.keep_checkpoints, shards)
-
-    def actor_state(self) -> dict:
-        actor = self.backend.actor
-        return actor.get(actor.call_all(ActorBase.state_dict))[0]
-
-    def state_dict(self, actor_state: dict | None = None) -> dict:
-        return {
-            "iteration": self.iteration,
-            "train_s": self.train_s,
-            "global_step": self.global_step,
-            "episodes": self.episodes,
-            "actor": self.actor_state() if actor_state is None else actor_state,
-            "env": self.env_states(),
-            "recent_returns": list(self.recent_returns),
-            "recent_lengths": list(self.recent_lengths),
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-        }
-
-    def env_states(self) -> list[dict]:
-        """One state per env rank, with the counters of the last finished iteration: steps of an
-        iteration cut short (Ctrl-C) were never trained on and must not count."""
-        env = self.backend.env
-        states = env.get(env.call_all(EnvWorker.state_dict))
-        if self.env_counters:
-            states = [{**state, **counters} for state, counters in zip(states, self.env_counters)]
-        return states
-
-    def load_state(self, state: dict) -> None:
-        actor, env = self.backend.actor, self.backend.env
-        self.iteration, self.train_s = state["iteration"], state["train_s"]
-        self.global_step, self.episodes = state["global_step"], state["episodes"]
-        saved_actor = state["actor"]
-        if "shards_path" in state:  # a sharded checkpoint: every rank reads the shards it needs
-            saved_actor = {**saved_actor, "shards_path": state["shards_path"]}
-        with phase("checkpoint.dcp_load" if "shards_path" in state else "checkpoint.load_actor"):
-            actor.get(actor.call_all(ActorBase.load_state_dict, saved_actor))
-        if len(state["env"]) != env.world_size:
-            log.warning(
-                "checkpoint has %d env worker states, this run %d: normaliser statistics start from env rank 0's",
-                len(state["env"]),
-                env.world_size,
-            )
-        env.get(
-            [
-                env.call(rank, EnvWorker.load_state_dict, state["env"][min(rank, len(state["env"]) - 1)])
-                for rank in range(env.world_size)
-            ]
-        )
-        self.recent_returns.extend(state["recent_returns"])
-        self.recent_lengths.extend(state["recent_lengths"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
+        self.state.save(self.backend, self.run_dir, self.config)
 
     def write_summary(self, startup_s: float) -> dict:
         reached = self.target_reached_at
         summary = {
             "run_dir": str(self.run_dir),
-            "iterations": self.iteration,
-            "global_step": self.global_step,
-            "episodes": self.episodes,
+            "iterations": self.state.iteration,
+            "global_step": self.state.global_step,
+            "episodes": self.state.episodes,
             "startup_s": startup_s,
-            "train_s": self.train_s,
-            "episode_return_last100": self.mean_recent_return(),
+            "train_s": self.state.train_s,
+            "episode_return_last100": self.state.mean_recent_return(),
             "target_return": self.config.runner.target_return,
             "target_reached": reached is not None,
             "target_reached_step": reached[0] if reached else None,
