@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from fleetrl.checkpoint import checkpoint_dir, list_checkpoints
+from fleetrl.config.loader import save_config
 from fleetrl.config.redact import redact_text
 from fleetrl.config.schema import RESUME_AUTO, Config
 from fleetrl.errors import ConfigError
@@ -23,6 +24,7 @@ CONFIG_FILE = "config.yaml"
 SUMMARY_FILE = "summary.json"  # what a run did, written as it ends (controller/loop.py `write_summary`)
 LOG_FILE = "train.log"
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
+log = logging.getLogger("fleetrl")
 
 
 def run_name(config: Config) -> str:
@@ -94,6 +96,21 @@ def resume_dir(config: Config) -> Path | None:
         f"{runs[-1]} has none in {checkpoint_dir(runs[-1])} (it stopped before its first checkpoint){older}. "
         f"Name the run to continue (runner.resume=<run dir>), or move {runs[-1]} away to start a new run",
     )
+
+
+def open_run(config: Config) -> tuple[Path, bool]:
+    """Open the run `config` asks for — the one way both `fleetrl train`'s supervisor and a
+    `Trainer` used alone do it: the run directory `runner.resume` names or finds (True: the run
+    continues there), else a new one with the config saved in it. This process logs into it from
+    here on."""
+    resumed = resume_dir(config)
+    run_dir = owner_only(resumed) if resumed else create_run_dir(config)
+    if resumed is None:
+        save_config(config, run_dir / CONFIG_FILE)
+    setup_logging(run_dir)
+    if config.runner.resume is not None and resumed is None:
+        log.info("runner.resume=auto: no run of this name in %s yet, starting %s", config.runner.run_dir, run_dir)
+    return run_dir, resumed is not None
 
 
 class Redacting(logging.Formatter):

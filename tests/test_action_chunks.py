@@ -23,6 +23,7 @@ from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError
 from fleetrl.models.policy import Policy
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from fleetrl.probe import flight_recorder
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
@@ -166,7 +167,7 @@ def test_actions_that_never_ran_take_no_part_in_the_loss(level):
 
 def run(tmp_path, *overrides: str) -> dict:
     config = load_config(None, ["runner.tensorboard=false", f"runner.run_dir={tmp_path}", *overrides])
-    return Trainer(config, live_progress=False).train()
+    return Trainer(resolve(config), live_progress=False).train()
 
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")

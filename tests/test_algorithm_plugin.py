@@ -14,6 +14,7 @@ from fleetrl.algos.registry import algorithm_names, algorithm_spec, register_alg
 from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from fleetrl.progress import summary_line
 from fleetrl.run_dir import LOG_FILE
 from fleetrl.tracking.jsonl import read_metrics
@@ -44,7 +45,7 @@ def test_the_plugged_in_algorithm_trains_through_the_trainer(tmp_path):
         ],
     )
     assert type(config.algorithm) is ReinforceConfig and config.algorithm.baseline_coef == 0.25
-    summary = Trainer(config, live_progress=False).train()
+    summary = Trainer(resolve(config), live_progress=False).train()
     assert summary["iterations"] == 4  # 512 steps / (32 steps × 4 envs)
     records = read_metrics(summary["run_dir"])
     assert len(records) == 4

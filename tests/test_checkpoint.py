@@ -19,6 +19,7 @@ from fleetrl.checkpoint import checkpoint_dir, list_checkpoints, load_latest, sa
 from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from fleetrl.tracking.jsonl import read_metrics
 from tests.support import REPO, TIMING_METRICS, Fleetrl, fleetrl, own_children, subprocess_env
 
@@ -200,7 +201,7 @@ def run(tmp_path: Path, name: str, total: int, *extra: str) -> dict:
         CARTPOLE,
         [*SMALL, f"runner.total_env_steps={total}", f"runner.run_dir={tmp_path}", f"runner.name={name}", *extra],
     )
-    return Trainer(config, live_progress=False).train()
+    return Trainer(resolve(config), live_progress=False).train()
 
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")
@@ -299,7 +300,7 @@ def test_resume_restores_the_trained_state(tmp_path):
             f"runner.resume={run_dir}",
         ],
     )
-    trainer = Trainer(config, live_progress=False)
+    trainer = Trainer(resolve(config), live_progress=False)
     try:
         restored = trainer.state.state_dict(trainer.backend)
     finally:
@@ -339,14 +340,16 @@ def test_failed_resume_leaves_no_process_behind(tmp_path):
     env) rather than leaving them running."""
     runs = tmp_path / "runs"
     three_iterations = "runner.total_env_steps=192"  # 4 envs x 16 steps each: a checkpoint at the third
-    Trainer(load_config(CARTPOLE, [*SMALL, three_iterations, f"runner.run_dir={runs}"]), live_progress=False).train()
+    Trainer(
+        resolve(load_config(CARTPOLE, [*SMALL, three_iterations, f"runner.run_dir={runs}"])), live_progress=False
+    ).train()
     (run_dir,) = runs.iterdir()
     assert list_checkpoints(run_dir)
     config = load_config(CARTPOLE, [*SMALL, "env.vectorization=async", f"runner.resume={run_dir}"])
     for checkpoint in list_checkpoints(run_dir):
         checkpoint.unlink()
     with pytest.raises(UserError, match="no checkpoint") as caught:
-        Trainer(config, live_progress=False)
+        Trainer(resolve(config), live_progress=False)
     # While the caller still holds the error (its traceback references the half-built trainer,
     # so garbage collection has not closed anything), no simulator may be running.
     try:

@@ -16,6 +16,7 @@ from fleetrl.controller.loop import Trainer
 from fleetrl.evaluate import evaluate
 from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 
 
 def sharded(run_dir, iteration: int, keep: int = 3):
@@ -61,10 +62,10 @@ def test_a_run_resumes_from_its_sharded_checkpoint_and_evaluates(tmp_path):
         "algorithm.minibatch_size=32",
         "actor.checkpoint_format=sharded",
     ]
-    first = Trainer(load_config(None, [*base, "runner.total_env_steps=128"]), live_progress=False).train()
+    first = Trainer(resolve(load_config(None, [*base, "runner.total_env_steps=128"])), live_progress=False).train()
     assert "shards" in load_latest(first["run_dir"])
     resumed = Trainer(
-        load_config(None, [*base, "runner.total_env_steps=192", f"runner.resume={first['run_dir']}"]),
+        resolve(load_config(None, [*base, "runner.total_env_steps=192", f"runner.resume={first['run_dir']}"])),
         live_progress=False,
     ).train()
     assert (resumed["iterations"], resumed["global_step"]) == (3, 192)

@@ -21,6 +21,7 @@ from fleetrl.evaluate import evaluate
 from fleetrl.models.distributions import ActionTokens
 from fleetrl.models.policy import Policy
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.workers.env_worker import EnvWorker
 from tests import ppg_support
@@ -211,7 +212,7 @@ def test_two_ddp_ranks_equal_one_process(ranks, name):
 
 def run(tmp_path, *overrides: str) -> tuple[dict, list[dict]]:
     config = load_config(None, ["runner.tensorboard=false", f"runner.run_dir={tmp_path}", *overrides])
-    summary = Trainer(config, live_progress=False).train()
+    summary = Trainer(resolve(config), live_progress=False).train()
     return summary, read_metrics(summary["run_dir"])
 
 

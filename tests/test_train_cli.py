@@ -17,6 +17,7 @@ from fleetrl.controller.loop import Trainer
 from fleetrl.evaluate import evaluate
 from fleetrl.models.policy import Policy
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import play
@@ -134,7 +135,7 @@ def test_pendulum_with_normalisation_trains_checkpoints_and_evaluates(tmp_path):
             f"runner.run_dir={tmp_path}",
         ],
     )
-    summary = Trainer(config, live_progress=False).train()
+    summary = Trainer(resolve(config), live_progress=False).train()
     run_dir = Path(summary["run_dir"])
     assert (summary["iterations"], summary["global_step"]) == (2, 256)
     records = read_metrics(run_dir)

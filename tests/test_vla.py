@@ -27,6 +27,7 @@ from fleetrl.models.hf.init_model import build_model
 from fleetrl.models.policy import Policy
 from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from fleetrl.plan.rules import check_spaces
 from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.workers.rollout_worker import RolloutWorker
@@ -224,7 +225,7 @@ def test_the_minigrid_vla_config_trains_with_lora_and_exports_a_folder_that_acts
         f"runner.run_dir={tmp_path / 'runs'}",
     ]
     config = load_config(CONFIG, overrides)
-    summary = Trainer(config, live_progress=False).train()
+    summary = Trainer(resolve(config), live_progress=False).train()
     records = read_metrics(summary["run_dir"])
     assert len(records) == 2 and all(math.isfinite(r[key]) for r in records for key in ("policy_loss", "value_loss"))
     before = vla(tiny_paligemma, observation_space, action_space)
@@ -251,7 +252,7 @@ def test_the_minigrid_vla_config_trains_with_lora_and_exports_a_folder_that_acts
         assert main(["init-model", str(other), "--seed", "1"]) == 0
         resume = load_config(CONFIG, [*overrides, f"model.path={other}", f"runner.resume={summary['run_dir']}"])
         with pytest.raises(ConfigError, match=f"model.path.*{other}.*the base model the adapters were trained on"):
-            Trainer(resume, live_progress=False)
+            Trainer(resolve(resume), live_progress=False)
 
 
 def test_the_second_family_smolvlm_loads_and_acts_through_the_same_adapter(minigrid, tmp_path):

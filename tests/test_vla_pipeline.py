@@ -28,6 +28,7 @@ from fleetrl.errors import ConfigError
 from fleetrl.models.policy import Policy
 from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from fleetrl.run_dir import CONFIG_FILE
 from tests.support import fleetrl, train
 from tests.vla_support import VLA_CONFIG, minigrid_batch
@@ -87,7 +88,7 @@ def test_a_tiny_vla_trains_on_two_fsdp_ranks_resumes_at_one_and_exports_a_folder
     overrides = [o for o in job if not o.startswith("--")]
     elsewhere = load_config(VLA_CONFIG, [*overrides, f"model.path={other}", f"runner.resume={run_dir}"])
     with pytest.raises(ConfigError, match=f"model.path.*{other}.*the base model the adapters were trained on"):
-        Trainer(elsewhere, live_progress=False)
+        Trainer(resolve(elsewhere), live_progress=False)
 
     resumed = train(VLA_CONFIG, *job, f"runner.resume={run_dir}", "runner.total_env_steps=96", runs=runs)
     assert resumed.succeeded().run_dir == run_dir and "resumed " in resumed.stderr

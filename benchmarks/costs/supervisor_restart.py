@@ -1,7 +1,7 @@
 """What the supervisor costs and what a restart costs (issue 10), measured side by side in one run.
 
 1. Cost: the same inline PPO CartPole job run by `fleetrl train` (supervisor + controller child)
-   and in-process, the way `fleetrl train` ran before the supervisor (`Trainer(config).train()`
+   and in-process, the way `fleetrl train` ran before the supervisor (`Trainer(resolve(config)).train()`
    in one process, which is still the library path), variants alternating. Throughput is env
    steps per training second (summary.json's `train_s`); start-up and teardown are the wall time
    of the whole command minus `train_s`.
@@ -46,7 +46,8 @@ IN_PROCESS = (
     "import sys\n"
     "from fleetrl.plan.load import load_config\n"
     "from fleetrl.controller.loop import Trainer\n"
-    "Trainer(load_config(sys.argv[1], sys.argv[2:]), live_progress=False).train()\n"
+    "from fleetrl.plan.resolve import resolve\n"
+    "Trainer(resolve(load_config(sys.argv[1], sys.argv[2:])), live_progress=False).train()\n"
 )
 
 

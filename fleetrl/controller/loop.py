@@ -19,15 +19,12 @@ from fleetrl.checkpoint import initial_weights
 from fleetrl.cluster.backends.base import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.start import start_backend
-from fleetrl.config.loader import save_config
-from fleetrl.config.schema import Config
 from fleetrl.errors import UserError
 from fleetrl.evaluate import EvalSchedule
-from fleetrl.plan.resolve import resolve
 from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.flight_recorder import beat_soon, phase
 from fleetrl.progress import ConsoleProgress
-from fleetrl.run_dir import CONFIG_FILE, SUMMARY_FILE, create_run_dir, owner_only, resume_dir, setup_logging
+from fleetrl.run_dir import SUMMARY_FILE, open_run, owner_only, resume_dir, setup_logging
 from fleetrl.run_state import RunState, load_resumed, save_resume_config
 from fleetrl.signals import hold_stops, install_stop_handlers, stop_gate
 from fleetrl.tracking.trackers import Trackers
@@ -41,35 +38,37 @@ log = logging.getLogger("fleetrl")
 
 
 class Trainer:
-    """The training loop of a checked `RunPlan` (a `Config` is resolved first: plan/resolve.py).
-    Alone (a test, a library user) it makes or finds its run directory and watches itself
-    in-process; under `fleetrl train` the supervisor gives it the plan `fleetrl train` resolved,
-    `run_dir` (made, its config saved), the `session` linking it to the supervisor's watchdog, and
-    `restart` when it continues after an incident (recorded with the first iteration it trains)."""
+    """The training loop of a checked `RunPlan`, resolved where the run was asked for:
+    `Trainer(resolve(config))` (plan/resolve.py) for a test or a library user, which it then
+    opens (`run_dir.open_run`: the same step as the supervisor's) and watches in-process. Under
+    `fleetrl train` the supervisor gives it the plan `fleetrl train` resolved, `run_dir` (opened
+    there), the `session` linking it to the supervisor's watchdog, and `restart` when it
+    continues after an incident (recorded with the first iteration it trains)."""
 
     def __init__(
         self,
-        plan: RunPlan | Config,
+        plan: RunPlan,
         live_progress: bool | None = None,
         run_dir: Path | None = None,
         session: WatchSession | None = None,
         restart: dict | None = None,
     ):
-        self.plan: RunPlan = plan if isinstance(plan, RunPlan) else resolve(plan)
-        self.config = config = self.plan.config
+        if not isinstance(plan, RunPlan):  # a Config: resolving it is the caller's, where the run is asked for
+            raise TypeError(f"Trainer takes a RunPlan, not {type(plan).__name__}: Trainer(resolve(config))")
+        self.plan = plan
+        self.config = config = plan.config
         runner = config.runner
-        resumed = resume_dir(config)  # runner.resume: a run directory, 'auto' (the newest of this name) or None
-        self.run_dir = owner_only(Path(resumed or run_dir)) if resumed or run_dir else create_run_dir(config)
-        if resumed is None and run_dir is None:
-            save_config(config, self.run_dir / CONFIG_FILE)
+        if run_dir is None:  # alone: this process opens the run
+            self.run_dir, resumed = open_run(config)
+        else:  # under the supervisor, which opened it (runner.resume names it when it continues)
+            resumed = resume_dir(config) is not None
+            self.run_dir = owner_only(Path(run_dir))
+            setup_logging(self.run_dir)
         self.restart = restart
-        setup_logging(self.run_dir)
-        if runner.resume is not None and resumed is None:
-            log.info("runner.resume=auto: no run of this name in %s yet, starting %s", runner.run_dir, self.run_dir)
         if runner.torch_threads:
             torch.set_num_threads(runner.torch_threads)
         with phase("startup.resume"):
-            saved = load_resumed(resumed, runner.resume) if resumed else None
+            saved = load_resumed(self.run_dir, runner.resume) if resumed else None
             if saved is not None and config.model.id == "hf":  # adapters on another base: exit 2 before any worker
                 from fleetrl.models.hf.lora import HASH_KEY, check_resumed_base
                 from fleetrl.parallel import dcp

@@ -117,19 +117,11 @@ class Supervisor:
 
 
 def supervise(plan: RunPlan) -> int:
-    """Run `plan` under a supervisor: decide the run directory (a new one, its config saved; or
-    the one runner.resume names), then supervise its controller; the exit code."""
-    from fleetrl.config.loader import save_config
-    from fleetrl.run_dir import CONFIG_FILE, create_run_dir, owner_only, resume_dir, setup_logging
+    """Run `plan` under a supervisor: open the run (run_dir.open_run: a new run directory, its
+    config saved; or the one runner.resume names), then supervise its controller; the exit code."""
+    from fleetrl.run_dir import open_run
 
-    config = plan.config
-    resumed = resume_dir(config)
-    run_dir = owner_only(resumed) if resumed else create_run_dir(config)
-    if resumed is None:
-        save_config(config, run_dir / CONFIG_FILE)
-    setup_logging(run_dir)
-    if config.runner.resume is not None and resumed is None:
-        log.info("runner.resume=auto: no run of this name in %s yet, starting %s", config.runner.run_dir, run_dir)
+    run_dir, _ = open_run(plan.config)
     code = Supervisor(plan, run_dir, "inline" if plan.layout.backend == "inline" else "controller").run()
     # Every process of the run is gone: what is left is this interpreter's exit, whose final
     # garbage collections walk every object the imports made (torch's) — 1.5-4 s measured on a
