@@ -1,7 +1,9 @@
-"""A newcomer's maps match the tree: benchmarks/README.md indexes every benchmark script and names
-none that is gone, and every script's imports of fleetrl, the tests' support modules and the
-benchmark kit name modules and names that exist (read from the source, not imported: a module
-moved in fleetrl/ breaks the benchmark that imports it here, not on its next run)."""
+"""A newcomer's maps match the tree: the architecture page names every package of fleetrl/ and no
+other; benchmarks/README.md indexes every benchmark script and names none that is gone, and every
+script's imports of fleetrl, the tests' support modules and the benchmark kit name modules and
+names that exist (read from the source, not imported: a module moved in fleetrl/ breaks the
+benchmark that imports it here, not on its next run); the getting-started table lists every
+shipped config; and no text in the repository names a file it does not hold."""
 
 from __future__ import annotations
 
@@ -139,3 +141,17 @@ def test_every_file_the_repository_names_is_in_it():
                 if cited not in names:
                     missing.append(f"{where}: {cited}")
     assert missing == []
+
+
+def test_the_architecture_page_names_every_package_and_no_other():
+    text = (REPO / "docs" / "concepts" / "architecture.md").read_text()
+    table = text.split("\n### The packages\n", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"^\| `fleetrl/([\w/]+)/` \|", table, flags=re.MULTILINE)
+    assert len(named) == len(set(named)), "a package is named twice"
+    packages = {
+        str(folder.relative_to(REPO / "fleetrl"))
+        for folder in (REPO / "fleetrl").rglob("*")
+        if folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.py"))
+    }
+    assert sorted(packages - set(named)) == [], "packages missing from docs/concepts/architecture.md"
+    assert sorted(set(named) - packages) == [], "docs/concepts/architecture.md names packages that are not there"
