@@ -75,8 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("run_dir", help="the run directory")
     export.add_argument("out", help="the folder to write")
 
-    evaluate = commands.add_parser("eval", help="mean return of a run's saved policy")
+    evaluate = commands.add_parser(
+        "eval", help="mean return (and success per task) of a run's saved policy, written to <run>/eval/"
+    )
     evaluate.add_argument("run_dir", help="the run's directory (its newest intact checkpoint is played)")
+    evaluate.add_argument(
+        "overrides", nargs="*", help="env keys changed for the evaluation, e.g. env.kwargs.instructions=held_out"
+    )
     evaluate.add_argument("--episodes", type=int, default=10, help="episodes to play (Atari: whole games)")
     evaluate.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
     evaluate.add_argument("--seed", type=int, default=10_000, help="the eval envs' seed (env i gets seed + i)")
@@ -165,12 +170,17 @@ def command_sweep(args) -> int:
 
 
 def command_eval(args) -> int:
-    from fleetrl.evaluate import evaluate
+    from fleetrl.evaluate import evaluate, task_table
 
     run_dir = Path(args.run_dir)
     with stdout_to_stderr() if args.json else contextlib.nullcontext():  # stdout: the JSON alone
         result = evaluate(
-            run_dir, args.episodes, not args.stochastic, args.seed, run_dir / "video" if args.video else None
+            run_dir,
+            args.episodes,
+            not args.stochastic,
+            args.seed,
+            run_dir / "video" if args.video else None,
+            args.overrides,
         )
     if args.json:
         print(json.dumps(result))
@@ -179,6 +189,11 @@ def command_eval(args) -> int:
             f"{result['episodes']} {result['unit']}s: return {result['mean']:.2f} ± {result['std']:.2f} "
             f"(min {result['min']:.2f}, max {result['max']:.2f})"
         )
+        if "success_rate" in result:
+            print(f"success {result['success_rate']:.3f}")
+        if table := task_table(result):
+            print(table)
+    print(f"fleetrl: wrote {result['written']}", file=sys.stderr)
     return exit_codes.OK
 
 

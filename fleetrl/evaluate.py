@@ -19,7 +19,9 @@ weights it evaluated):
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,19 +42,33 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fleetrl")
 VIDEO_DIR = "video"
+EVAL_DIR = "eval"  # fleetrl eval's results, one JSON file per evaluation (`evaluation_name`)
 
 
 def evaluate(
-    run_dir: Path, episodes: int, deterministic: bool = True, seed: int = EVAL_SEED, video_dir: Path | None = None
+    run_dir: Path,
+    episodes: int,
+    deterministic: bool = True,
+    seed: int = EVAL_SEED,
+    video_dir: Path | None = None,
+    overrides: list[str] = (),
 ) -> dict:
     """`fleetrl eval`: the latest checkpoint's policy over `episodes` episodes; with `video_dir`,
-    the first one filmed as `<video_dir>/episode.gif`."""
+    the first one filmed as `<video_dir>/episode.gif`. `overrides`: `env.` keys of the run's
+    config changed for the evaluation only (`env.kwargs.instructions=held_out`); the policy's
+    keys are the checkpoint's."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise UserError(f"{run_dir} is not a fleetrl run directory (no {CONFIG_FILE})")
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
-    config = load_config(run_dir / CONFIG_FILE)
+    foreign = [item for item in overrides if not item.startswith("env.")]
+    if foreign:
+        raise UserError(
+            f"fleetrl eval overrides only env keys (env.kwargs.instructions=held_out), got {foreign}: "
+            "the policy is the checkpoint's"
+        )
+    config = load_config(run_dir / CONFIG_FILE, list(overrides))
     if config.runner.torch_threads:
         torch.set_num_threads(config.runner.torch_threads)
     state = load_latest(run_dir)
@@ -67,7 +83,7 @@ def evaluate(
         worker.close()
     if result["gif"] is not None:
         save_gif(result["gif"], Path(video_dir) / "episode.gif")
-    return {
+    evaluation = {
         "run_dir": str(run_dir),
         "episodes": result["episodes"],
         "unit": result["unit"],
@@ -77,8 +93,38 @@ def evaluate(
         "max": result["return_max"],
         "deterministic": deterministic,
         "eval_s": result["eval_s"],
+        "seed": seed,
+        "overrides": list(overrides),
         **{key: value for key, value in result.items() if key.startswith("success_rate")},
+        "per_episode": result["per_episode"],
     }
+    path = run_dir / EVAL_DIR / evaluation_name(episodes, deterministic, seed, overrides)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(evaluation, indent=1))
+    return {**evaluation, "written": str(path)}
+
+
+def evaluation_name(episodes: int, deterministic: bool, seed: int, overrides: list[str]) -> str:
+    """The file an evaluation is written to in `<run>/eval/`: its seed, episodes, mode and overrides
+    (`seed50000_episodes500_instructions-held_out.json`), so different evaluations keep their own."""
+    parts = [f"seed{seed}", f"episodes{episodes}", *([] if deterministic else ["stochastic"])]
+    parts += [
+        re.sub(r"[^A-Za-z0-9_.=-]+", "-", item.removeprefix("env.kwargs.")).replace("=", "-") for item in overrides
+    ]
+    return "_".join(parts) + ".json"
+
+
+def task_table(result: dict) -> str:
+    """Per-task success rates and their mean over tasks (Meta-World's figure), one line each; ''
+    when the env reports no tasks."""
+    tasks = {key.split("/", 1)[1]: rate for key, rate in result.items() if key.startswith("success_rate/")}
+    if not tasks:
+        return ""
+    counts = {task: sum(1 for e in result["per_episode"] if e.get("task") == task) for task in tasks}
+    width = max(map(len, tasks))
+    lines = [f"  {task:<{width}}  {rate:.3f}  ({counts[task]} episodes)" for task, rate in sorted(tasks.items())]
+    lines.append(f"  {'mean over tasks':<{width}}  {result['success_rate_task_mean']:.3f}")
+    return "success per task:\n" + "\n".join(lines)
 
 
 @dataclass

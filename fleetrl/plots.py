@@ -52,6 +52,8 @@ def write_plots(run_dir: Path) -> list[Path]:
     plt.close(figure)
     if any("success_rate" in r or "eval_success_rate" in r for r in records):
         paths.append(draw_success_rates(run_dir, records, plt))
+        if len(task_names(records)) > 1:
+            paths.append(draw_success_per_task(run_dir, records, plt))
     if (run_dir / REPORT_JSON).is_file():
         paths.append(draw_incident_timeline(run_dir, plt))
     return paths
@@ -61,7 +63,7 @@ def draw_success_rates(run_dir: Path, records: list[dict], plt) -> Path:
     """success_rate.png: each iteration's training episodes (stochastic policy) and each
     evaluation (deterministic, at the env steps of the weights it evaluated), overall and per task."""
     figure, axis = plt.subplots(figsize=(7, 4))
-    tasks = sorted({key.split("/", 1)[1] for r in records for key in r if key.startswith("success_rate/")})
+    tasks = task_names(records)
     for prefix, step_key, style in (("", "global_step", "-"), ("eval_", "eval_global_step", "o-")):
         kind = "evaluation" if prefix else "training"
         for key, label, width in [("success_rate", "all tasks", 2.0)] + [
@@ -74,6 +76,52 @@ def draw_success_rates(run_dir: Path, records: list[dict], plt) -> Path:
     axis.legend(fontsize="small")
     figure.tight_layout()
     path = run_dir / "success_rate.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def task_names(records: list[dict]) -> list[str]:
+    return sorted({key.split("/", 1)[1] for r in records for key in r if key.startswith("success_rate/")})
+
+
+SMOOTHING = 10  # iterations in the training curve's moving mean: a task ends a few episodes an iteration
+
+
+def draw_success_per_task(run_dir: Path, records: list[dict], plt) -> Path:
+    """success_per_task.png: one panel per task (Meta-World's MT10: ten), its training success rate
+    (the stochastic policy's episodes, a moving mean over `SMOOTHING` iterations that ended one)
+    and its evaluations (deterministic) against env steps."""
+    tasks = task_names(records)
+    columns = min(5, len(tasks))
+    rows = -(-len(tasks) // columns)
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(3 * columns, 2.4 * rows), sharex=True, sharey=True, squeeze=False
+    )
+    for axis, task in zip(axes.flat, tasks):
+        points = [(r["global_step"], r[f"success_rate/{task}"]) for r in records if f"success_rate/{task}" in r]
+        if points:
+            steps, rates = zip(*points)
+            smooth = [
+                sum(rates[max(0, i - SMOOTHING + 1) : i + 1]) / len(rates[max(0, i - SMOOTHING + 1) : i + 1])
+                for i in range(len(rates))
+            ]
+            axis.plot(steps, smooth, ".-", linewidth=1.2, markersize=2, label="training")
+        evaluated = [
+            (r["eval_global_step"], r[f"eval_success_rate/{task}"]) for r in records if f"eval_success_rate/{task}" in r
+        ]
+        if evaluated:
+            axis.plot(*zip(*evaluated), "o-", markersize=3, label="evaluation")
+        axis.set_title(task, fontsize="small")
+        axis.set_ylim(-0.02, 1.02)
+    for axis in axes.flat[len(tasks) :]:
+        axis.set_visible(False)
+    axes.flat[0].legend(fontsize="x-small")
+    figure.supxlabel("env steps")
+    figure.supylabel("success rate")
+    figure.suptitle(f"success per task — {run_dir.name}", fontsize="medium")
+    figure.tight_layout()
+    path = run_dir / "success_per_task.png"
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path

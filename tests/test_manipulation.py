@@ -204,6 +204,7 @@ def test_success_metrics_per_task_and_overall():
         "eval_success_rate": 0.5,
         "eval_success_rate/push": 0.0,
         "eval_success_rate/reach": 2 / 3,
+        "eval_success_rate_task_mean": 1 / 3,  # each task weighs the same: Meta-World's mean
     }
     assert success_metrics([("all", True), ("all", False)]) == {"success_rate": 0.5}
     assert success_metrics([]) == {}
@@ -250,7 +251,12 @@ def test_record_sft_then_train_from_it(tmp_path):
     per_task = {key for record in rl.metrics for key in record if key.startswith("success_rate/")}
     assert per_task == {"success_rate/reach", "success_rate/push"}
     evaluated = {key for key in rl.metrics[-1] if key.startswith("eval_success_rate")}
-    assert evaluated == {"eval_success_rate", "eval_success_rate/reach", "eval_success_rate/push"}
+    assert evaluated == {
+        "eval_success_rate",
+        "eval_success_rate/reach",
+        "eval_success_rate/push",
+        "eval_success_rate_task_mean",
+    }
     # Held-out play as a script reads it: stdout is the JSON alone (PyBullet prints its connect
     # options from C; they go to stderr)
     played = fleetrl("eval", str(rl.run_dir), "--episodes", "2", "--seed", "50000", "--json", timeout=120)
@@ -263,6 +269,7 @@ def test_record_sft_then_train_from_it(tmp_path):
         "learning_curve.png",
         "time_per_phase.png",
         "success_rate.png",
+        "success_per_task.png",
     ]
     assert (rl.run_dir / "success_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

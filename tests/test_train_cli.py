@@ -68,6 +68,13 @@ def test_eval_json(cartpole_run):
     assert report["min"] <= report["mean"] <= report["max"] <= 500
     assert report["deterministic"] is True
     assert report["run_dir"] == str(cartpole_run)
+    # every episode listed (no success or task: CartPole reports none), and the whole result written
+    episodes = report["per_episode"]
+    assert sorted((e["env"], e["episode"]) for e in episodes) == [(env, 0) for env in range(5)]
+    assert min(e["return"] for e in episodes) == report["min"] and max(e["return"] for e in episodes) == report["max"]
+    assert all(set(e) == {"env", "episode", "return", "length"} for e in episodes)
+    written = cartpole_run / "eval" / "seed10000_episodes5.json"
+    assert report["written"] == str(written) and json.loads(written.read_text())["per_episode"] == episodes
 
 
 def test_report_writes_two_pngs(cartpole_run):
@@ -165,7 +172,7 @@ def test_pendulum_with_normalisation_trains_checkpoints_and_evaluates(tmp_path):
                 env.load_state_dict(env_state)
             policy = Policy.from_config(config.model, env.observation_space, env.action_space)
             policy.load_state_dict(state["actor"]["policy"])
-            returns, _, _, _ = play(env, RolloutWorker(policy), 2, True, False)
+            returns = play(env, RolloutWorker(policy), 2, True, False).returns
             if restore:
                 assert env.obs_norm.stats.count == env_state["obs_norm"]["count"], "stats moved in eval"
             return returns

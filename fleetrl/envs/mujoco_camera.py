@@ -2,8 +2,8 @@
 
 On a machine without a GPU, MuJoCo renders through Mesa's software EGL (llvmpipe): a 64×64
 Meta-World frame through gymnasium's renderer costs ~100× the physics step. What costs, and what
-this module leaves out (a robot benchmark is to measure each choice against gymnasium's renderer,
-side by side; benchmarks/README.md indexes them):
+this module leaves out (`benchmarks/robot/metaworld_render.py` measures each choice against
+Meta-World's own render path, side by side):
 
 - **one GL context per process**, made current once: every model (each Meta-World task is its
   own model) gets its own `MjrContext` (its textures and buffers) inside it. gymnasium's renderer

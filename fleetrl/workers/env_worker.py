@@ -29,14 +29,18 @@ ALL_TASKS = "all"  # the task name of episodes whose env names none
 
 
 def success_metrics(successes: list[tuple[str, bool]], prefix: str = "") -> dict:
-    """`<prefix>success_rate` over all `(task, success)` episodes and `<prefix>success_rate/<task>`
-    per task (of a multi-task env), for a metrics record; {} when there are none."""
+    """`<prefix>success_rate` over all `(task, success)` episodes and, for a multi-task env,
+    `<prefix>success_rate/<task>` per task and `<prefix>success_rate_task_mean`, the mean of the
+    tasks' rates (Meta-World's multi-task figure: each task weighs the same, however many of its
+    episodes ended), for a metrics record; {} when there are none."""
     if not successes:
         return {}
     record = {f"{prefix}success_rate": float(np.mean([flag for _, flag in successes]))}
     tasks = sorted({task for task, _ in successes} - {ALL_TASKS})
     for task in tasks:
         record[f"{prefix}success_rate/{task}"] = float(np.mean([flag for name, flag in successes if name == task]))
+    if tasks:
+        record[f"{prefix}success_rate_task_mean"] = float(np.mean([record[f"{prefix}success_rate/{t}"] for t in tasks]))
     return record
 
 

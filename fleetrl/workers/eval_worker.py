@@ -22,6 +22,7 @@ import io
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class EvalWorker:
         started = time.perf_counter()
         self.env.load_state_dict(env_state)
         self.rollout.load_weights(weights)
-        returns, lengths, frames, successes = play(
+        returns, lengths, frames, successes, episodes = play(
             self.env, self.rollout, self.episodes, deterministic, self.video, self.whole_games
         )
         return {
@@ -77,20 +78,34 @@ class EvalWorker:
             "gif": encode_gif(frames) if frames else None,
             "eval_s": time.perf_counter() - started,
             **success_metrics(successes),  # where the env reports success
+            "per_episode": episodes,
         }
 
     def close(self) -> None:
         self.env.close()
 
 
+class Played(NamedTuple):
+    """What `play` played: the episodes' returns and lengths, env 0's first episode's frames (with
+    `film`), the (task, success) of the episodes where the env reports success, and one record
+    per episode, in the order they ended: `env` (its index: env i was reset with seed + i),
+    `episode` (its number on that env), `return`, `length`, and `task`, `success` where the env
+    says (what `fleetrl eval --json` lists, so that every rate can be recomputed from it)."""
+
+    returns: list[float]
+    lengths: list[int]
+    frames: list[np.ndarray]
+    successes: list[tuple[str, bool]]
+    episodes: list[dict]
+
+
 def play(
     env: EnvWorker, rollout: RolloutWorker, episodes: int, deterministic: bool, film: bool, whole_games: bool = False
-) -> tuple[list[float], list[int], list[np.ndarray], list[tuple[str, bool]]]:
-    """Returns and lengths of `episodes` episodes (raw, unnormalised), each env playing its quota;
-    with `film`, the frames of env 0's first one; the (task, success) of those episodes where the
-    env reports success. With `whole_games` (`env.wrappers: atari`, where
-    an episode is one life and its reward clipped) an episode here is a whole game: its raw score
-    (`EnvWorker.drain_games`) and its env steps over every life."""
+) -> Played:
+    """`episodes` episodes (returns raw, unnormalised), each env playing its quota (`Played`).
+    With `whole_games` (`env.wrappers: atari`, where an episode is one life and its reward
+    clipped) an episode here is a whole game: its raw score (`EnvWorker.drain_games`) and its env
+    steps over every life."""
     quota = np.full(env.num_envs, episodes // env.num_envs)
     quota[: episodes % env.num_envs] += 1
     done_count = np.zeros(env.num_envs, np.int64)
@@ -99,6 +114,7 @@ def play(
     lengths: list[int] = []
     frames: list[np.ndarray] = []
     successes: list[tuple[str, bool]] = []
+    records: list[dict] = []
     obs = env.reset()
     env.drain_episodes(), env.drain_games(), env.drain_successes()  # earlier plays' leftovers are not this play's
     while (done_count < quota).any():
@@ -108,9 +124,8 @@ def play(
         step = env.step(actions.numpy())
         ended = np.flatnonzero(step.terminated | step.truncated)
         finished, finished_lengths = env.drain_episodes()  # in env order
-        successes.extend(
-            (task, flag) for index, task, flag in env.drain_successes() if done_count[index] < quota[index]
-        )
+        outcomes = {index: (task, flag) for index, task, flag in env.drain_successes()}
+        successes.extend(outcome for index, outcome in outcomes.items() if done_count[index] < quota[index])
         if whole_games:
             game_length[ended] += np.asarray(finished_lengths, np.int64)
             ends = [(index, score, int(game_length[index])) for index, score in env.drain_games()]
@@ -121,9 +136,14 @@ def play(
             if done_count[index] < quota[index]:
                 returns.append(episode_return)
                 lengths.append(length)
+                record = {"env": int(index), "episode": int(done_count[index]), "return": float(episode_return)}
+                record["length"] = int(length)
+                if index in outcomes:
+                    record["task"], record["success"] = outcomes[index]
+                records.append(record)
             done_count[index] += 1
         obs = step.obs
-    return returns, lengths, frames, successes
+    return Played(returns, lengths, frames, successes, records)
 
 
 def encode_gif(frames: list[np.ndarray], fps: int = 30) -> bytes:
