@@ -42,6 +42,9 @@ class Command:
 
     def __init__(self, command: list[str], out: Path):
         self.line = "fleetrl " + " ".join(command[1:])
+        self.commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         self.out, self.started = out, time.monotonic()
         log(self.line)
         # files, not pipes: a command left running beside another must never block on a full pipe
@@ -51,9 +54,10 @@ class Command:
     def wait(self) -> subprocess.CompletedProcess:
         code = self.process.wait()
         stdout, stderr = (file.seek(0) or file.read() for file in (self.stdout, self.stderr))
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         with open(self.out / "commands.txt", "a") as commands:
-            commands.write(f"{self.line}  # commit {commit}, {time.monotonic() - self.started:.0f} s, exit {code}\n")
+            commands.write(
+                f"{self.line}  # commit {self.commit}, {time.monotonic() - self.started:.0f} s, exit {code}\n"
+            )
         if code:
             raise SystemExit(f"failed ({code}): {self.line}\n{stderr[-3000:]}")
         return subprocess.CompletedProcess(self.process.args, code, stdout, stderr)
