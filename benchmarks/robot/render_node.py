@@ -3,8 +3,10 @@ node of their own, the rollout and the actor on the other, pipelined — env ste
 same job inline, as a ratio of one run (issue 24, must-have 5).
 
 The job is `configs/ppo_manipulation.yaml` (panda-gym's arm, 64×64 TinyRenderer images, the small
-transformer policy) with evaluation off and a fixed number of iterations. Two variants, rotating
-order each repetition (`kit.run_interleaved`), ratios of medians:
+transformer policy), or with `--suite metaworld` `configs/ppo_metaworld.yaml` on 64×64 `corner`
+images (`env.kwargs.observation=pixels`: MuJoCo through EGL, `fleetrl.envs.mujoco_camera`), with
+evaluation off and a fixed number of iterations. Two variants, rotating order each repetition
+(`kit.run_interleaved`), ratios of medians:
 
 - inline: one process steps the 8 envs, infers and trains, one after another;
 - render node: `cluster.simulate_nodes: 2` — node 1 holds `--env-workers` env workers (the
@@ -16,7 +18,7 @@ order each repetition (`kit.run_interleaved`), ratios of medians:
 Throughput is env steps / training seconds after --warmup iterations (`kit.steady`);
 "collect" is env steps / collect seconds alone.
 
-    .venv/bin/python benchmarks/robot/render_node.py [--reps 2] [--iterations 5] [--warmup 1] [--env-workers 2]
+    .venv/bin/python benchmarks/robot/render_node.py [--suite panda|metaworld] [--reps 2] [--iterations 5] [--warmup 1] [--env-workers 2]
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the kit
 import kit  # noqa: E402
 
-CONFIG = "configs/ppo_manipulation.yaml"
+SUITES = {  # the config and what makes it a camera job
+    "panda": ("configs/ppo_manipulation.yaml", []),
+    "metaworld": ("configs/ppo_metaworld.yaml", ["env.kwargs.observation=pixels", "env.kwargs.image_size=64"]),
+}
 ENVS, STEPS = 8, 32  # as measured on 2026-11-28 (the config then had 8 sync envs): 256 env steps an iteration
 COMMON = [
     *kit.FIXED_WORK,
@@ -60,22 +65,25 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=5, help="training iterations per run, warm-up included")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--env-workers", type=int, default=2, choices=(1, 2))
+    parser.add_argument("--suite", choices=sorted(SUITES), default="panda")
     args = parser.parse_args()
     info = kit.machine()
-    out = kit.results_dir("render_node")
-    job = [*COMMON, f"runner.total_env_steps={args.iterations * ENVS * STEPS}"]
+    out = kit.results_dir("render_node" if args.suite == "panda" else f"render_node_{args.suite}")
+    config, camera = SUITES[args.suite]
+    job = [*COMMON, *camera, f"runner.total_env_steps={args.iterations * ENVS * STEPS}"]
     variants = {
         "inline": [*job, *INLINE],
         f"render node ({args.env_workers} env workers on node 1), pipelined": [*job, *render_node(args.env_workers)],
     }
-    threads = {name: kit.placement_threads(CONFIG, overrides) for name, overrides in variants.items()}
-    runs = kit.run_interleaved(CONFIG, variants, args.reps, out, args.warmup, timeout=1800)
+    threads = {name: kit.placement_threads(config, overrides) for name, overrides in variants.items()}
+    runs = kit.run_interleaved(config, variants, args.reps, out, args.warmup, timeout=1800)
     kit.write_json(out / "results.json", {"machine": info, "args": vars(args), "threads": threads, "runs": runs})
 
     print(f"Machine: {kit.machine_line(info)}\n")
     print(
-        f"Command: `.venv/bin/python benchmarks/robot/render_node.py --reps {args.reps} --iterations {args.iterations} "
-        f"--warmup {args.warmup} --env-workers {args.env_workers}`; each run is `fleetrl train {CONFIG} "
+        f"Command: `.venv/bin/python benchmarks/robot/render_node.py --suite {args.suite} --reps {args.reps} "
+        f"--iterations {args.iterations} --warmup {args.warmup} --env-workers {args.env_workers}`; each run is "
+        f"`fleetrl train {config} "
         f"{' '.join(job)} <variant> --skip-doctor`; raw: `{out.relative_to(kit.ROOT)}/results.json`\n"
     )
     collect = {"collect env steps/s": lambda rs: f"{kit.median(kit.collect_rate(r) for r in rs):.1f}"}
