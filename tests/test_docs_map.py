@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -16,17 +17,23 @@ from pathlib import Path
 from tests.support import REPO
 
 BENCHMARKS = REPO / "benchmarks"
-NOT_SCRIPTS = ("kit", "results", ".venvs", "__pycache__")  # the shared kit, and what runs leave
+RUN_LEFTOVERS = ("results", ".venvs", "__pycache__")  # what runs leave in benchmarks/ (git-ignored)
+
+
+def benchmark_paths(suffixes: tuple[str, ...]) -> list[Path]:
+    """The files under benchmarks/ with these endings, tracked or new, never walking into what
+    runs leave there (a comparison library's venv holds thousands of files)."""
+    found = []
+    for folder, subfolders, names in os.walk(BENCHMARKS):
+        subfolders[:] = sorted(name for name in subfolders if name not in RUN_LEFTOVERS)
+        found += [Path(folder) / name for name in sorted(names) if name.endswith(suffixes)]
+    return found
 
 
 def benchmark_files() -> set[str]:
-    """Every script, job and config under benchmarks/, as paths relative to it."""
-    return {
-        str(path.relative_to(BENCHMARKS))
-        for path in BENCHMARKS.rglob("*")
-        if path.suffix in (".py", ".sh", ".yaml")
-        and not any(part in NOT_SCRIPTS for part in path.relative_to(BENCHMARKS).parts)
-    }
+    """Every script, job and config under benchmarks/ but the shared kit, relative to it."""
+    paths = (path.relative_to(BENCHMARKS) for path in benchmark_paths((".py", ".sh", ".yaml")))
+    return {str(path) for path in paths if path.parts[0] != "kit"}
 
 
 def indexed_files() -> list[str]:
@@ -71,9 +78,7 @@ def top_level_names(path) -> set[str]:
 
 def test_every_benchmark_imports_what_exists():
     missing = []
-    for script in sorted(BENCHMARKS.rglob("*.py")):
-        if any(part in ("results", ".venvs") for part in script.relative_to(BENCHMARKS).parts):
-            continue
+    for script in benchmark_paths((".py",)):
         for node in ast.walk(ast.parse(script.read_text())):  # lazy imports inside functions too
             if isinstance(node, ast.Import):
                 wanted = [(alias.name, None) for alias in node.names]
@@ -112,21 +117,17 @@ UNCITABLE = ("benchmarks/results/", "benchmarks/.venvs/")  # what runs make, nev
 GENERATED = ("docs/reference/config.md", "docs/reference/cli.md", "docs/reference/exit-codes.md")  # docs/hooks
 
 
-def tracked_text_files() -> list[Path]:
+def tracked_files() -> list[Path]:
     listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    return [
-        REPO / name
-        for name in listed.split()
-        if name.endswith((".py", ".md", ".toml", ".yaml", ".yml", ".sh", ".in")) and (REPO / name).is_file()
-    ]
+    return [REPO / name for name in listed.split() if (REPO / name).is_file()]
 
 
 def test_every_file_the_repository_names_is_in_it():
     """A comment or page naming a file the repository does not hold, or a module since moved,
     sends its reader nowhere."""
-    files = tracked_text_files()
-    names = {path.name for path in REPO.rglob("*") if ".venv" not in path.parts and ".git" not in path.parts}
-    names |= {Path(g).name for g in GENERATED}
+    tracked = tracked_files()
+    files = [path for path in tracked if path.suffix in (".py", ".md", ".toml", ".yaml", ".yml", ".sh", ".in")]
+    names = {path.name for path in tracked} | {Path(g).name for g in GENERATED}
     missing = []
     for path in files:
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
