@@ -5,6 +5,9 @@
 #   benchmarks/.venvs/cleanrl  cleanrl 1.2.0 (PyPI, --no-deps) + what its ppo.py imports
 #                              (+ with the `atari` target: what its ppo_atari.py imports, for
 #                              benchmarks/compare/atari_throughput.py)
+#   benchmarks/.venvs/lerobot  lerobot 0.4.4 on its own pins, and lerobot 0.3.3 unpacked beside it
+#                              (`lerobot` target only: LeRobot's own dataset readers and writers,
+#                              v3.0 and v2.1, for benchmarks/compare/lerobot_datasets.py)
 #
 # torch is ALWAYS pinned to 2.13.0: that is the CPU wheel lying on local disk
 # (pip's find-links); an unpinned torch would pull a multi-GB CUDA build.
@@ -23,7 +26,7 @@
 #     so the first release with one, >=2.1.3, is used). No gymnasium / tyro
 #     are needed by ppo.py.
 #
-# Usage: bash benchmarks/setup_venvs.sh [sb3|cleanrl|atari ...]   (default: sb3 cleanrl)
+# Usage: bash benchmarks/setup_venvs.sh [sb3|cleanrl|atari|lerobot ...]   (default: sb3 cleanrl)
 # Re-running is idempotent (existing venvs are reused, pins re-applied).
 set -euo pipefail
 
@@ -106,6 +109,31 @@ print("cleanrl atari ok: stable-baselines3", stable_baselines3.__version__, "| a
 EOF
 }
 
+# lerobot 0.4.4 (the newest release this PyPI serves) reads and writes LeRobotDataset v3.0. It
+# pins torch<2.11, so its venv is its own and its torch is PyPI's (a CUDA build of a few GB,
+# downloaded once), not the local 2.13.0. Version 2.1, which most published datasets still use,
+# is written by lerobot 0.3.3's LeRobotDataset: its wheel goes, without dependencies, into
+# lerobot-0.3.3/ beside the venv, which the scripts that need it put first on PYTHONPATH over
+# the 0.4.4 venv's packages (0.3.3's own pins, torch<2.8 and gymnasium<1, would take a second
+# CUDA torch; its dataset writer runs on the newer packages, as benchmarks/compare/lerobot_datasets.py checks).
+setup_lerobot() {
+    local v="$VENVS/lerobot"
+    echo "== lerobot venv: $v"
+    mkvenv "$v"
+    pipi "$v/bin/python" "lerobot==0.4.4"
+    rm -rf "$v/lerobot-0.3.3"
+    # with the `datasets` release it was made for (<=3.6: its reader stacks columns that 4.x returns
+    # as Column objects) and the jsonlines it writes v2.1's tables with
+    pipi "$v/bin/python" --no-deps --target "$v/lerobot-0.3.3" "lerobot==0.3.3" "datasets==3.6.0" "jsonlines>=4,<5"
+    "$v/bin/python" - <<'EOF'
+import av, datasets, torch
+from importlib.metadata import version
+print("lerobot venv ok: lerobot", version("lerobot"), "| torch", torch.__version__, "| datasets",
+      datasets.__version__, "| av", av.__version__)
+assert version("lerobot") == "0.4.4", version("lerobot")
+EOF
+}
+
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(sb3 cleanrl)
 for t in "${targets[@]}"; do
@@ -113,6 +141,7 @@ for t in "${targets[@]}"; do
         sb3) setup_sb3 ;;
         cleanrl) setup_cleanrl ;;
         atari) setup_cleanrl_atari ;;
-        *) echo "unknown venv: $t (expected sb3, cleanrl or atari)" >&2; exit 2 ;;
+        lerobot) setup_lerobot ;;
+        *) echo "unknown venv: $t (expected sb3, cleanrl, atari or lerobot)" >&2; exit 2 ;;
     esac
 done

@@ -37,12 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
         )
         train.add_argument("--skip-doctor", action="store_true", help="start even if a preflight check fails")
 
-    record = commands.add_parser("record", help="record a scripted expert's demonstrations of a config's env")
+    record = commands.add_parser(
+        "record", help="record a scripted expert's demonstrations of a config's env as a LeRobotDataset (v3.0)"
+    )
     record.add_argument("config", help="YAML config file (its env section)")
     record.add_argument("overrides", nargs="*", help="dotted overrides, e.g. env.kwargs.tasks=[reach]")
     record.add_argument("--episodes", type=int, required=True, help="successful episodes to keep")
-    record.add_argument("--out", required=True, help="a new folder: index.json and one .npz per episode")
+    record.add_argument("--out", required=True, help="a new folder: the LeRobotDataset v3.0 (meta/, data/)")
     record.add_argument("--seed", type=int, default=0, help="the first reset seed (then seed + 1, ...)")
+    record.add_argument(
+        "--per-task", action="store_true", help="keep --episodes episodes of each of the env's tasks (task_names)"
+    )
 
     sweep = commands.add_parser(
         "sweep",
@@ -142,18 +147,17 @@ def command_train(args) -> int:
 def command_record(args) -> int:
     from fleetrl.algos.registry import SECTIONS
     from fleetrl.config.loader import build_config, read_config
-    from fleetrl.envs.demonstrations import record
+    from fleetrl.envs.recorder import record
 
     if args.episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {args.episodes}")
     # Only the env section is used, type-checked as it is built: the algorithm's rules (a
     # supervised stage's demonstrations folder, which this command is about to write) are not checked.
     config = build_config(read_config(args.config, args.overrides), SECTIONS)
-    index = record(config.env, args.episodes, Path(args.out), args.seed)
-    kept = index["episodes"]
-    tasks = sorted({entry["task"] for entry in kept})
-    counts = ", ".join(f"{task} {sum(entry['task'] == task for entry in kept)}" for task in tasks)
-    print(f"{len(kept)} successful episodes of {index['attempted']} attempted ({counts}) in {args.out}")
+    recording = record(
+        config.env, args.episodes, Path(args.out), args.seed, args.per_task, lambda line: print(line, file=sys.stderr)
+    )
+    print(f"{recording.summary(args.episodes, args.per_task)} in {args.out}")
     return exit_codes.OK
 
 

@@ -32,6 +32,8 @@ from fleetrl.tracking.jsonl import read_metrics
 from fleetrl.watch.reporting.hang_report import REPORT_JSON
 
 REPO = Path(__file__).resolve().parent.parent
+# LeRobotDatasets written and read back by LeRobot's own code (benchmarks/compare/lerobot_datasets.py)
+LEROBOT_DATASETS = REPO / "tests" / "data" / "lerobot"
 FLEETRL = [sys.executable, "-m", "fleetrl"]
 # 2 DDP actor ranks and one rollout and one env rank as Ray workers, on one simulated 2-slot node
 TWO_ACTOR_RANKS_ON_RAY = [

@@ -25,12 +25,11 @@ import pytest
 from fleetrl.algos.registry import algorithm_names, algorithm_spec
 from fleetrl.cli import main
 from fleetrl.config.constraints import Check, Range
-from fleetrl.config.loader import coerce, read_yaml
+from fleetrl.config.loader import coerce
 from fleetrl.config.model_sections import MODEL_SECTIONS, CustomModelConfig, MlpModelConfig
 from fleetrl.config.schema import SECTION_TYPES
 from fleetrl.debug.faults import DEFAULT_METHOD, worker_methods
-from fleetrl.envs import demonstrations
-from tests.support import FLEETRL, REPO, subprocess_env, train
+from tests.support import FLEETRL, LEROBOT_DATASETS, REPO, subprocess_env, train
 
 CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
 
@@ -44,7 +43,7 @@ SEMANTIC_BAD = {
     "cluster.simulate_clock_skew_s": ({"5": 30}, "node indices below cluster.num_nodes with seconds"),
     "runner.resume": ("/nonexistent/fleetrl-run", "a run directory holding a checkpoint"),
     "runner.init_from": ("/nonexistent/fleetrl-run", "a run directory or a checkpoint file"),
-    "algorithm.demonstrations": ("/nonexistent/demos", "a folder holding a demonstrations index.json"),
+    "algorithm.demonstrations": ("/nonexistent/demos", "a LeRobotDataset folder holding meta/info.json"),
     "cluster.component_placement": ({"actor": "0-99"}, "resolved against the cluster"),
     "cluster.env_vars": ({"NCCL_DEBUG": [1]}, "names with scalar values"),
     "debug.fault": ({"kind": "explode", "component": "actor"}, "watch/faults.check_fault"),
@@ -120,6 +119,8 @@ def bad_values(hint) -> list:
         return ["not-a-choice"]
     if origin is list and args:
         return [[value] for value in [wrong_type(args[0]), *bad_values(args[0])]]
+    if origin is dict and args:
+        return [{"key": value} for value in [wrong_type(args[1]), *bad_values(args[1])]]
     return []
 
 
@@ -199,16 +200,13 @@ def test_defaults_satisfy_their_own_annotations():
 
 @pytest.mark.parametrize("config", sorted(p.name for p in (REPO / "configs").glob("*.yaml")))
 def test_every_shipped_config_passes_the_dry_run(capsys, request, tmp_path, config):
-    """`fleetrl train`'s configs, and `fleetrl sft`'s (sft_*.yaml) with an index of
-    demonstrations standing in for the folder `fleetrl record` would write."""
+    """`fleetrl train`'s configs, and `fleetrl sft`'s (sft_*.yaml) with a LeRobot dataset standing
+    in for the folder `fleetrl record` would write."""
     path = REPO / "configs" / config
     # a VLA config names a folder the user makes with fleetrl init-model: here, a tiny one
     overrides = [f"model.path={request.getfixturevalue('tiny_paligemma')}"] if "vla" in config else []
     if config.startswith("sft_"):
-        env = read_yaml(path)["env"]
-        index = {"format": demonstrations.FORMAT, "env": {"id": env["id"], "kwargs": env["kwargs"]}, "episodes": [{}]}
-        (tmp_path / demonstrations.INDEX).write_text(json.dumps(index))
-        overrides.append(f"algorithm.demonstrations={tmp_path}")
+        overrides.append(f"algorithm.demonstrations={LEROBOT_DATASETS / 'v3.0' / 'dataset'}")
     code = main(["sft" if config.startswith("sft_") else "train", str(path), *overrides, "--dry-run"])
     captured = capsys.readouterr()
     assert code == 0, captured.err

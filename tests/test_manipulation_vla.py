@@ -12,6 +12,9 @@ import torch
 from fleetrl.algos.common.logprobs import decision_logprob
 from fleetrl.config.schema import EnvConfig
 from fleetrl.envs import demonstrations
+from fleetrl.envs.make import env_factory
+from fleetrl.envs.recorder import record
+from fleetrl.lerobot.reader import read_frames
 from tests.support import sft_then_train
 
 ENV_ID = "fleetrl.envs.manipulation:PandaTasks"
@@ -32,15 +35,17 @@ RL_ENV = "env.kwargs={tasks: [reach, push], image_size: 32, max_steps: 6}"
 def demos(tmp_path_factory):
     """Two of the scripted expert's episodes, recorded as `fleetrl record` does."""
     out = tmp_path_factory.mktemp("demos") / "panda"
-    demonstrations.record(EnvConfig(id=ENV_ID, kwargs=SFT_ENV), 2, out)
+    record(EnvConfig(id=ENV_ID, kwargs=SFT_ENV), 2, out)
     return out
 
 
 def test_demonstrations_as_chunks_cut_short_at_the_episode_end(demos):
-    config = EnvConfig(id=ENV_ID, kwargs=SFT_ENV)
-    single = demonstrations.load(demos, config, 0.9)
-    chunked = demonstrations.load(demos, config, 0.9, chunk=4)
-    lengths = [entry["length"] for entry in demonstrations.read_index(demos, config)["episodes"]]
+    env = env_factory(EnvConfig(id=ENV_ID, kwargs=SFT_ENV))()
+    spaces = env.observation_space, env.action_space
+    env.close()
+    single = demonstrations.load(str(demos), {}, "action", *spaces, 0.9)
+    chunked = demonstrations.load(str(demos), {}, "action", *spaces, 0.9, chunk=4)
+    lengths = np.diff(read_frames(demos, ["action"], "demos").episode_starts())
     assert single.steps is None and chunked.actions.shape == (sum(lengths), 4, 4)
     start = 0
     for length in lengths:  # row t: the expert's actions t … t+3 of its episode, zeros past its end

@@ -70,7 +70,7 @@ def main() -> None:
     if sft_dir is None:
         demos = out / f"demos-{args.demos}"
         results["demonstrations"] = args.demos
-        if not (demos / "index.json").is_file():
+        if not (demos / "meta" / "info.json").is_file():
             output, results["record_s"] = run(
                 [
                     *FLEETRL,

@@ -130,6 +130,11 @@ def describe(hint) -> tuple[str, list[str]]:
         element, element_valid = describe(typing.get_args(hint)[0])
         kind = f"list of {element}"
         valid[:0] = [f"each {text}" for text in element_valid]
+    elif origin is dict and typing.get_args(hint):
+        names, _ = describe(typing.get_args(hint)[0])
+        element, element_valid = describe(typing.get_args(hint)[1])
+        kind = f"mapping of {names} to {element}"
+        valid[:0] = [f"each value {text}" for text in element_valid]
     else:
         kind = (
             "mapping"

@@ -197,6 +197,11 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
     if expected is list and typing.get_args(hint):
         (element,) = typing.get_args(hint)
         return [coerce(f"{key}[{index}]", item, element) for index, item in enumerate(value)]
+    if expected is dict and typing.get_args(hint):
+        names, element = typing.get_args(hint)
+        return {
+            coerce(f"{key}.{name}", name, names): coerce(f"{key}.{name}", item, element) for name, item in value.items()
+        }
     return value
 
 

@@ -1,34 +1,41 @@
-"""Demonstrations: a scripted expert's episodes on disk, for the supervised stage (`fleetrl sft`).
+"""Demonstrations for the supervised stage (`fleetrl sft`): a LeRobotDataset folder's frames as the
+policy's observations and actions.
 
-The format is a folder anyone can read with NumPy and a text editor — no fleetrl needed:
+The dataset's features are matched to the env's observation keys by name (`feature_names`): an
+instruction (a text observation) is LeRobot's `task`, a camera `image` is `observation.images.image`,
+any other array `state` is `observation.state` — the names `fleetrl record` writes (`envs.recorder`),
+so its folders need no mapping. A folder written elsewhere (LeRobot's own recorders, a published
+dataset) names its features as its robot had them; `algorithm.features` maps the env's keys that
+differ, e.g. `{image: observation.images.top}`, and `algorithm.action_feature` names its action.
 
-    index.json            {"format", "env": {"id", "kwargs"}, "attempted", "episodes": [...]}
-    episode_00000.npz     obs.<key> (T, ...) for each observation key, actions (T, A), rewards (T,)
-
-Each `episodes` entry names its file, reset seed, task, instruction, length and success. The
-observations are stored as the policy sees them (`envs.text.ArrayObservations`: the instruction
-as word ids, the image uint8), so the ids are valid only for the env they were recorded on: the
-index keeps `env` and loading checks it against the run's `env` section. Only successful
-episodes are kept (`attempted` counts the others too): behaviour cloning copies what works.
-
-Why .npz plus JSON rather than Parquet or HDF5: per-episode files append without rewriting a
-table, the arrays keep their dtype and shape (images stay uint8 (T, H, W, 3)), and nothing beyond
-NumPy is needed to read them, in fleetrl or elsewhere.
+Every mapped feature must have the shape the env's space has (a camera's frames (H, W, 3) as the
+env renders them; a task's words are given ids by the env's own vocabulary, `envs.text`); what does
+not fit is a `ConfigError` naming the key, what the dataset has and what the env needs — checked
+against the folder's `info.json` before anything starts, and against the env's spaces as soon as
+they are known (`check_spaces`), before any actor is built.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 from dataclasses import dataclass
-from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 
-from fleetrl.config.schema import EnvConfig
-from fleetrl.errors import ConfigError, UserError
+from fleetrl.envs.text import UNKNOWN, TextIds, is_text
+from fleetrl.errors import ConfigError, nearest
+from fleetrl.lerobot import layout
+from fleetrl.lerobot.features import CAMERA_DTYPES
+from fleetrl.lerobot.reader import TASK, read_frames
+from fleetrl.observations import is_image, storage_dtype
 
-FORMAT = "fleetrl-demonstrations/1"
-INDEX = "index.json"
+log = logging.getLogger("fleetrl")
+KEY = "algorithm.demonstrations"
+FEATURES_KEY = "algorithm.features"
+ACTION_KEY = "algorithm.action_feature"
+REWARD = "next.reward"  # LeRobot's name for the reward that followed a frame's action
+WHOLE = "observation"  # the env key `algorithm.features` names a non-Dict observation by
 
 
 @dataclass
@@ -45,117 +52,159 @@ class Demonstrations:
         return len(self.actions)
 
 
-def env_record(config: EnvConfig) -> dict:
-    return {"id": config.id, "kwargs": config.kwargs}
+def feature_names(space: gym.Space) -> dict[str | None, str]:
+    """env observation key → the dataset feature it is recorded as (None: a non-Dict observation):
+    text → `task`; a camera (uint8, 3 axes) → `observation.images.<key>`; another array →
+    `observation.<key>`. A whole observation that is one array is `observation.state` (a camera:
+    `observation.image`), as in LeRobot's single-camera and state-only datasets."""
+    if not isinstance(space, gym.spaces.Dict):
+        return {None: "observation.image" if is_image(space) else "observation.state"}
+    names = {}
+    for key, leaf in space.spaces.items():
+        if is_text(leaf) or isinstance(leaf, TextIds):
+            names[key] = TASK
+        elif is_image(leaf):
+            names[key] = f"observation.images.{key}"
+        else:
+            names[key] = f"observation.{key}"
+    return names
 
 
-def record(config: EnvConfig, episodes: int, out: Path, seed: int = 0, max_attempts: int | None = None) -> dict:
-    """Play the scripted expert of `config`'s env until `episodes` successful episodes are kept
-    (reset seeds seed, seed + 1, ...; at most `max_attempts`, default 3 × episodes); the index."""
-    from fleetrl.envs.make import env_factory
+def leaves_of(space: gym.Space) -> dict[str | None, gym.Space]:
+    """A Dict observation's leaves by key; a whole observation that is one space under None."""
+    return dict(space.spaces) if isinstance(space, gym.spaces.Dict) else {None: space}
 
-    env = env_factory(config)()
-    if not callable(getattr(env.unwrapped, "expert_action", None)):
-        env.close()
+
+def mapping(features: dict[str, str], space: gym.Space) -> dict[str | None, str]:
+    """The env's observation keys → dataset features: `feature_names`, with `algorithm.features`'
+    entries (`features`) in place of the defaults they name."""
+    names = feature_names(space)
+    env_keys = {WHOLE if key is None else key: key for key in names}
+    for key, feature in features.items():
+        if key not in env_keys:
+            raise ConfigError(
+                f"{FEATURES_KEY}.{key}",
+                feature,
+                f"entries for the env's observation keys {sorted(env_keys)}",
+                nearest(key, env_keys),
+            )
+        names[env_keys[key]] = feature
+    return names
+
+
+def check_folder(path: str, features: dict[str, str], action_feature: str) -> dict:
+    """The dataset in `path` readable, with the features `algorithm.features` and
+    `algorithm.action_feature` name (the config alone: before anything starts); its info."""
+    info = layout.read_info(path, KEY)
+    for key, feature in features.items():
+        require_feature(f"{FEATURES_KEY}.{key}", feature, path, info["features"])
+    require_feature(ACTION_KEY, action_feature, path, info["features"])
+    return info
+
+
+def require_feature(config_key: str, feature: str, path: str, declared: dict) -> None:
+    if feature != TASK and feature not in declared:
         raise ConfigError(
-            "env.id",
-            config.id,
-            "an env with a scripted expert (an `expert_action()` method): "
-            "fleetrl.envs.manipulation:PandaTasks, fleetrl.envs.metaworld_tasks:MetaWorldTasks",
+            config_key,
+            feature,
+            f"a feature of the dataset in {path}: one of {sorted(declared)}",
+            nearest(feature, declared),
         )
-    out = Path(out)
-    if (out / INDEX).exists():
-        raise UserError(f"{out} already holds demonstrations ({INDEX}): choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    index = {"format": FORMAT, "env": env_record(config), "attempted": 0, "episodes": []}
-    try:
-        for attempt_seed in range(seed, seed + (max_attempts or 3 * episodes)):
-            if len(index["episodes"]) == episodes:
-                break
-            index["attempted"] += 1
-            entry = play_expert(env, attempt_seed, out / f"episode_{len(index['episodes']):05d}.npz")
-            if entry is not None:
-                index["episodes"].append(entry)
-    finally:
-        env.close()
-    (out / INDEX).write_text(json.dumps(index, indent=1))
-    return index
 
 
-def play_expert(env, seed: int, path: Path) -> dict | None:
-    """One expert episode from `seed`, written to `path` if it succeeds (its index entry)."""
-    simulator = env.unwrapped
-    obs, info = env.reset(seed=seed)
-    steps: list[dict] = []
-    actions, rewards = [], []
-    done, success = False, False
-    while not done:
-        action = simulator.expert_action()
-        steps.append(obs)
-        actions.append(action)
-        obs, reward, terminated, truncated, info = env.step(action)
-        rewards.append(reward)
-        done, success = terminated or truncated, info["success"]
-    if not success:
-        return None
-    arrays = {f"obs.{key}": np.stack([step[key] for step in steps]) for key in steps[0]}
-    np.savez_compressed(path, **arrays, actions=np.stack(actions), rewards=np.asarray(rewards, np.float32))
-    return {
-        "file": path.name,
-        "seed": seed,
-        "task": info["task"],
-        "instruction": simulator.instruction,
-        "length": len(actions),
-        "success": True,
-    }
-
-
-def read_index(path: str | Path, config: EnvConfig, key: str = "algorithm.demonstrations") -> dict:
-    """The index of the demonstrations in folder `path`, checked against the run's env section:
-    a missing folder, a foreign format, another env or no episode is a `ConfigError` at `key`."""
-    folder = Path(path)
-    if not (folder / INDEX).is_file():
-        raise ConfigError(key, str(path), f"a folder of demonstrations holding {INDEX} (fleetrl record)")
-    index = json.loads((folder / INDEX).read_text())
-    if index.get("format") != FORMAT:
-        raise ConfigError(key, str(path), f"demonstrations in the format {FORMAT}", f"it says {index.get('format')}")
-    if index["env"] != env_record(config):
+def check_spaces(
+    path: str,
+    features: dict[str, str],
+    action_feature: str,
+    vf_coef: float,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+) -> dict[str | None, str]:
+    """Every env observation key mapped to a dataset feature of its shape, the action of the
+    action space's shape, and rewards when the value loss needs them; the mapping."""
+    info = check_folder(path, features, action_feature)
+    declared = info["features"]
+    names = mapping(features, observation_space)
+    leaves = leaves_of(observation_space)
+    for key, feature in names.items():
+        config_key = f"{FEATURES_KEY}.{WHOLE if key is None else key}"
+        leaf = leaves[key]
+        if feature == TASK:
+            if not isinstance(leaf, TextIds):
+                raise ConfigError(config_key, feature, f"a feature of the env's shape {leaf.shape}: task is text")
+            continue
+        require_feature(config_key, feature, path, declared)
+        shape = tuple(declared[feature]["shape"])
+        if shape != tuple(leaf.shape) and not (shape == (1,) and leaf.shape == ()):
+            camera = (
+                " (a camera's frames: height, width, channels)" if declared[feature]["dtype"] in CAMERA_DTYPES else ""
+            )
+            raise ConfigError(
+                config_key,
+                feature,
+                f"a feature of the env's shape {tuple(leaf.shape)}{camera}",
+                f"the dataset's is {shape}",
+            )
+    step_shape = tuple(action_space.shape)
+    if tuple(declared[action_feature]["shape"]) != step_shape:
         raise ConfigError(
-            key,
-            str(path),
-            f"demonstrations recorded on this run's env {env_record(config)}",
-            f"they were recorded on {index['env']}",
+            ACTION_KEY,
+            action_feature,
+            f"a feature of the env's action shape {step_shape}",
+            f"the dataset's is {tuple(declared[action_feature]['shape'])}",
         )
-    if not index["episodes"]:
-        raise ConfigError(key, str(path), "at least one successful episode", "the index lists none")
-    return index
+    if vf_coef > 0 and REWARD not in declared:
+        raise ConfigError(
+            KEY,
+            path,
+            f"a dataset with {REWARD} (the value loss learns its returns)",
+            "it has none: set algorithm.vf_coef=0 to clone its actions without a critic",
+        )
+    return names
 
 
-def load(path: str | Path, config: EnvConfig, gamma: float, chunk: int = 1) -> Demonstrations:
-    """The demonstrations in folder `path` (checked: `read_index`), their returns discounted with
-    `gamma`; with `chunk` K > 1 (`model.action_chunk`) each step's action is the chunk of the K
-    actions the expert took from it on (`chunked`)."""
-    folder = Path(path)
-    index = read_index(path, config)
-    obs: dict[str, list] = {}
-    actions, returns, steps = [], [], []
-    for entry in index["episodes"]:
-        with np.load(folder / entry["file"]) as data:
-            for name in data.files:
-                if name.startswith("obs."):
-                    obs.setdefault(name[4:], []).append(data[name])
-            episode_actions = data["actions"].astype(np.float32)
-            returns.append(discounted(data["rewards"], gamma))
-        if chunk > 1:
-            episode_actions, episode_steps = chunked(episode_actions, chunk)
-            steps.append(episode_steps)
-        actions.append(episode_actions)
+def load(
+    path: str,
+    features: dict[str, str],
+    action_feature: str,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    gamma: float,
+    chunk: int = 1,
+    vf_coef: float = 0.0,
+) -> Demonstrations:
+    """The dataset in folder `path` (checked: `check_spaces`) as the env's observations, its
+    actions and returns discounted with `gamma` (zeros without rewards, when `vf_coef` is 0);
+    with `chunk` K > 1 (`model.action_chunk`) each step's action is the chunk of the K actions the
+    expert took from it on (`chunked`)."""
+    names = check_spaces(path, features, action_feature, vf_coef, observation_space, action_space)
+    declared = layout.read_info(path, KEY)["features"]
+    wanted = sorted({*names.values(), action_feature, *([REWARD] if REWARD in declared else [])})
+    frames = read_frames(path, wanted, KEY)
+    leaves = leaves_of(observation_space)
+    obs = {}
+    for key, feature in names.items():
+        values = frames.values[feature]
+        if feature == TASK:
+            vocabulary = leaves[key].vocabulary
+            encoded = {text: vocabulary.encode(text) for text in set(values)}
+            unknown = sorted(text for text, ids in encoded.items() if UNKNOWN in ids)
+            if unknown:
+                log.warning("%s: words the env's instructions never use read as <unk>, in %s", path, unknown)
+            obs[key] = np.stack([encoded[text] for text in values])
+        else:
+            obs[key] = values.reshape(len(values), *leaves[key].shape).astype(storage_dtype(leaves[key]), copy=False)
+    starts = frames.episode_starts()
+    actions = frames.values[action_feature].astype(np.float32)
+    rewards = frames.values[REWARD].reshape(-1) if REWARD in frames.values else np.zeros(len(frames), np.float32)
+    returns = np.concatenate([discounted(rewards[a:b], gamma) for a, b in zip(starts[:-1], starts[1:])])
+    steps = None
+    if chunk > 1:
+        pieces = [chunked(actions[a:b], chunk) for a, b in zip(starts[:-1], starts[1:])]
+        actions = np.concatenate([piece[0] for piece in pieces])
+        steps = np.concatenate([piece[1] for piece in pieces])
     return Demonstrations(
-        {name: np.concatenate(parts) for name, parts in obs.items()},
-        np.concatenate(actions),
-        np.concatenate(returns).astype(np.float32),
-        len(index["episodes"]),
-        np.concatenate(steps) if chunk > 1 else None,
+        obs[None] if None in obs else obs, actions, returns.astype(np.float32), len(starts) - 1, steps
     )
 
 

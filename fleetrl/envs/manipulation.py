@@ -110,7 +110,8 @@ class PandaTasks(gym.Env):
     `max_steps`: the episode's time limit (a truncation), one for all tasks or `{task: steps}`;
     `reward`: `sparse` or `dense` (`REWARDS`); `sim_state`: add the `sim_state` key."""
 
-    metadata = {"render_modes": ["rgb_array"]}
+    # panda-gym steps its simulation 20 × 2 ms per action: 25 actions a second (a recorded dataset's fps)
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 25}
 
     def __init__(
         self,

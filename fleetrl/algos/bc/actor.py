@@ -40,7 +40,16 @@ class BCActor(ActorWorker):
     ):
         super().__init__(config, observation_space, action_space, rank, world_size)
         algo: BCConfig = config.algorithm
-        demos = demonstrations.load(algo.demonstrations, config.env, algo.gamma, config.model.action_chunk)
+        demos = demonstrations.load(
+            algo.demonstrations,
+            algo.features,
+            algo.action_feature,
+            observation_space,
+            action_space,
+            algo.gamma,
+            config.model.action_chunk,
+            algo.vf_coef,
+        )
         self.obs = map_obs(lambda x: torch.from_numpy(x).to(self.device), demos.obs)
         self.actions = torch.from_numpy(demos.actions).to(self.device)
         self.steps = None if demos.steps is None else torch.from_numpy(demos.steps).to(self.device)

@@ -1,5 +1,6 @@
 """Registers the `bc` algorithm (the supervised stage, run by `fleetrl sft`): its section, its
-workers by reference, and the rule that its demonstrations folder fits the env."""
+workers by reference, and the rules that its demonstrations folder is a dataset with the features
+it names (before anything starts) and of the env's shapes (once they are known)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,18 @@ from fleetrl.envs import demonstrations
 
 
 def validate_bc(config: Config) -> None:
-    """The demonstrations folder exists and was recorded on this env (`demonstrations.read_index`)."""
-    demonstrations.read_index(config.algorithm.demonstrations, config.env)
+    """The demonstrations folder is a LeRobotDataset with the features the config names."""
+    algo = config.algorithm
+    demonstrations.check_folder(algo.demonstrations, algo.features, algo.action_feature)
+
+
+def check_bc_spaces(config: Config, observation_space, action_space) -> None:
+    """Every observation key of the env read from a feature of its shape, and the actions of its
+    action space's (one env step's: the env worker's, whatever `model.action_chunk`)."""
+    algo = config.algorithm
+    demonstrations.check_spaces(
+        algo.demonstrations, algo.features, algo.action_feature, algo.vf_coef, observation_space, action_space
+    )
 
 
 BC = register_algorithm(
@@ -22,6 +33,7 @@ BC = register_algorithm(
         rollout="fleetrl.workers.rollout_worker:RolloutWorker",
         stage="sft",
         validate=validate_bc,
+        check_spaces=check_bc_spaces,
         console_metrics=(ConsoleMetric("bc_loss", "bc", ".3f"),),
     )
 )

@@ -1,0 +1,181 @@
+"""`fleetrl record`: a scripted expert's successful episodes, written as a LeRobotDataset v3.0.
+
+Any env can be recorded whose unwrapped simulator has the method `expert_action() -> action` (the
+scripted expert's action in the current state: `PandaTasks` has one) and whose `metadata` gives
+its steps per second as `render_fps` (the dataset's fps). The observations are recorded raw, as
+the simulator gives them, named by `demonstrations.feature_names`: the instruction is LeRobot's
+`task`, a camera `observation.images.<key>`, any other array `observation.<key>`. Each step also
+has its `action`, and the `next.reward`, `next.done` and `next.success` that followed it, as
+LeRobot's simulation datasets have them.
+
+The episodes start from reset seeds `seed`, `seed + 1`, ...: the same command writes the same
+folder, byte for byte (`lerobot.writer`). Only successful episodes are kept (behaviour cloning
+copies what works); `meta/fleetrl_recording.json` says which seeds they came from, which env and
+how many were attempted, so that anyone can play them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from fleetrl.config.schema import EnvConfig
+from fleetrl.envs.demonstrations import feature_names, leaves_of
+from fleetrl.errors import ConfigError, UserError
+from fleetrl.lerobot import layout
+from fleetrl.lerobot.features import IMAGE_NAMES
+from fleetrl.lerobot.reader import TASK
+from fleetrl.lerobot.writer import DatasetWriter
+from fleetrl.observations import is_image
+
+RECORDING = "meta/fleetrl_recording.json"  # what was played to make the dataset (fleetrl's own, beside LeRobot's)
+
+
+@dataclass
+class Recording:
+    """What `record` kept: successful episodes per task, of how many attempted."""
+
+    kept: dict[str, int] = field(default_factory=dict)
+    attempted: int = 0
+    seeds: list[int] = field(default_factory=list)  # the reset seed of each kept episode, in order
+
+    def summary(self, wanted: int, per_task: bool) -> str:
+        counts = ", ".join(f"{task} {count}" for task, count in sorted(self.kept.items()))
+        line = f"{len(self.seeds)} successful episodes of {self.attempted} attempted ({counts})"
+        short = [task for task, count in self.kept.items() if count < wanted] if per_task else len(self.seeds) < wanted
+        return line + (f"; fewer than the {wanted} asked for{' per task' if per_task else ''}" if short else "")
+
+
+def record(
+    config: EnvConfig,
+    episodes: int,
+    out: Path,
+    seed: int = 0,
+    per_task: bool = False,
+    progress: Callable[[str], None] = lambda line: None,
+) -> Recording:
+    """Play `config`'s env's scripted expert from reset seeds seed, seed + 1, ... until `episodes`
+    successful episodes are kept (with `per_task`, `episodes` of each task the env has: its
+    `task_names`), at most 3 × as many attempts; write them to the folder `out` (LeRobot v3.0)."""
+    from fleetrl.envs.make import simulator_factory
+
+    out = Path(out)
+    if (out / layout.INFO).exists():
+        raise UserError(f"{out} already holds a dataset ({layout.INFO}): choose another --out")
+    env = simulator_factory(config)()
+    try:
+        simulator = env.unwrapped
+        check_recordable(config, env, per_task)
+        tasks = list(simulator.task_names) if per_task else []
+        wanted = episodes * len(tasks) if per_task else episodes
+        writer = DatasetWriter(out, int(env.metadata["render_fps"]), declare(env), env.metadata.get("robot_type"))
+        recording = Recording(kept=dict.fromkeys(tasks, 0))
+        for attempt_seed in range(seed, seed + 3 * wanted):
+            if len(recording.seeds) == wanted:
+                break
+            recording.attempted += 1
+            played = play_expert(env, attempt_seed, config.id)
+            if played is None:
+                continue
+            task_name, frames, task = played
+            if per_task and recording.kept[task_name] == episodes:
+                continue
+            writer.add_episode(frames, task)
+            recording.kept[task_name] = recording.kept.get(task_name, 0) + 1
+            recording.seeds.append(attempt_seed)
+            progress(
+                f"episode {len(recording.seeds)}/{wanted}: {task_name}, {len(frames['action'])} steps (seed {attempt_seed})"
+            )
+    finally:
+        env.close()
+    if not recording.seeds:
+        raise UserError(f"the expert succeeded in none of {recording.attempted} episodes: nothing written to {out}")
+    writer.close()
+    layout.write_json(
+        {
+            "env": {"id": config.id, "kwargs": config.kwargs},
+            "first_seed": seed,
+            "attempted": recording.attempted,
+            "episode_seeds": recording.seeds,
+        },
+        out / RECORDING,
+    )
+    return recording
+
+
+def check_recordable(config: EnvConfig, env: gym.Env, per_task: bool) -> None:
+    simulator = env.unwrapped
+    if not callable(getattr(simulator, "expert_action", None)):
+        raise ConfigError(
+            "env.id",
+            config.id,
+            "an env with a scripted expert: an expert_action() method on its simulator "
+            "(fleetrl.envs.manipulation:PandaTasks has one)",
+        )
+    if not env.metadata.get("render_fps"):
+        raise ConfigError("env.id", config.id, "an env whose metadata['render_fps'] gives its steps per second")
+    if per_task and not getattr(simulator, "task_names", None):
+        raise UserError(f"--per-task needs an env that lists its tasks (task_names); {config.id} does not")
+
+
+def declare(env: gym.Env) -> dict[str, dict]:
+    """The dataset's features (LeRobot declarations) from the simulator's spaces."""
+    leaves = leaves_of(env.observation_space)
+    features = {}
+    for key, name in feature_names(env.observation_space).items():
+        leaf = leaves[key]
+        if name == TASK:
+            continue
+        if is_image(leaf):
+            features[name] = {"dtype": "image", "shape": list(leaf.shape), "names": IMAGE_NAMES}
+        else:
+            features[name] = {"dtype": stored_dtype(leaf), "shape": list(leaf.shape) or [1], "names": None}
+    action = env.action_space
+    features["action"] = {"dtype": stored_dtype(action), "shape": list(action.shape) or [1], "names": None}
+    features["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
+    features["next.done"] = {"dtype": "bool", "shape": [1], "names": None}
+    features["next.success"] = {"dtype": "bool", "shape": [1], "names": None}
+    return features
+
+
+def stored_dtype(space: gym.Space) -> str:
+    dtype = np.dtype(space.dtype)
+    return "float32" if dtype.kind == "f" else dtype.name
+
+
+def play_expert(env: gym.Env, seed: int, env_id: str) -> tuple[str, dict[str, np.ndarray], str] | None:
+    """One expert episode from `seed`: (its task's name, its frames by feature, its task text), or
+    None if it did not succeed. The task text is the text observation's (the instruction) or,
+    without one, the task's name (`info["task"]`) or the env's id."""
+    space = env.observation_space
+    names = feature_names(space)
+    obs, info = env.reset(seed=seed)
+    observations, actions, rewards, dones, successes = [], [], [], [], []
+    done = False
+    while not done:
+        action = np.asarray(env.unwrapped.expert_action())
+        observations.append(obs if isinstance(space, gym.spaces.Dict) else {None: obs})
+        actions.append(action)
+        obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        rewards.append(reward)
+        dones.append(done)
+        successes.append(bool(info.get("success", False)))
+    if not successes[-1]:
+        return None
+    frames = {}
+    for key, name in names.items():
+        if name != TASK:
+            values = np.stack([step[key] for step in observations])
+            frames[name] = values.astype(np.float32) if values.dtype.kind == "f" else values
+    texts = [observations[0][key] for key, name in names.items() if name == TASK]
+    task_name = str(info.get("task", env_id))
+    frames["action"] = np.stack(actions).astype(stored_dtype(env.action_space))
+    frames["next.reward"] = np.asarray(rewards, np.float32)
+    frames["next.done"] = np.asarray(dones, bool)
+    frames["next.success"] = np.asarray(successes, bool)
+    return task_name, frames, str(texts[0]) if texts else task_name
