@@ -229,7 +229,7 @@ def main() -> int:
             )
             + "\n"
         )
-    kit.write_json(out / "results.json", results)
+    kit.write_json(out / "results.json", json.loads(json.dumps(results, default=str).replace(f"{kit.ROOT}/", "")))
     kit.log(
         f"all features equal: {results['all_equal']}; every sft ran: {results['all_sft_ran']}; {out / 'results.json'}"
     )
