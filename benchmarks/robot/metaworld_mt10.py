@@ -125,7 +125,7 @@ def main() -> None:
     out, fleetrl = args.out.resolve(), fleetrl_executable()
     out.mkdir(parents=True, exist_ok=True)
     demos = args.runs / f"demos-{args.demos}"
-    if not (demos / "index.json").is_file():
+    if not (demos / "meta" / "info.json").is_file():
         run([fleetrl, "record", "configs/sft_metaworld.yaml", "--episodes", str(args.demos), "--out", str(demos)], out)
     evaluate = ["--episodes", str(args.episodes), "--seed", str(args.eval_seed), "--json"]
     for seed in args.seeds:
