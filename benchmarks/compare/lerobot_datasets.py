@@ -173,7 +173,7 @@ def main() -> int:
         sys.exit(f"fleetrl record failed:\n{done.stderr[-3000:]}")
     steps["record"] = {
         "command": " ".join(record[1:]),
-        "summary": done.stdout.strip(),
+        "summary": done.stdout.strip().splitlines()[-1],  # PyBullet prints its options on stdout first
         "wall_s": round(time.time() - started, 1),
     }
     kit.log(steps["record"]["summary"])

@@ -102,7 +102,8 @@ def read_info(folder: str | Path, key: str) -> dict:
             f"a LeRobotDataset of version {' or '.join(READABLE)}",
             f"its {INFO} says codebase_version {version!r}"
             + (
-                ": convert it with LeRobot's lerobot/datasets/v30/convert_dataset_v21_to_v30.py, or its v2.0 → v2.1 script"
+                ": LeRobot's conversion scripts bring an older folder to v2.1 (lerobot 0.3's datasets/v2 and"
+                " datasets/v21) and on to v3.0 (lerobot 0.4's datasets/v30/convert_dataset_v21_to_v30.py)"
                 if isinstance(version, str) and version.startswith(("v1", "v2.0"))
                 else ""
             ),
