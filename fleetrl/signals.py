@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from fleetrl import exit_codes
-from fleetrl.watch.teardown import kill_own_children
+from fleetrl.teardown import kill_own_children
 
 
 class Stop(KeyboardInterrupt):

@@ -28,6 +28,7 @@ from fleetrl.controller.orders import Orders
 from fleetrl.probe.stack_requests import stack_asker
 from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.store_address import store_address
+from fleetrl.teardown import kill_own_children
 from fleetrl.watch import link
 from fleetrl.watch.attach import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.incident import Incident
@@ -37,7 +38,6 @@ from fleetrl.watch.judging.node_loss import lost_node
 from fleetrl.watch.naming import describe, where
 from fleetrl.watch.respond import IncidentStop, Responder
 from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, expire_after
-from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Watchdog, readable
 
 log = logging.getLogger("fleetrl")

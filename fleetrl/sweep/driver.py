@@ -34,7 +34,7 @@ from fleetrl.sweep.lifetime import become_subreaper
 from fleetrl.sweep.outcome import ended_record, failed_in_ray, trial_record
 from fleetrl.sweep.table import describe, write_curves, write_table
 from fleetrl.sweep.trial import Launch, run_trial
-from fleetrl.watch.teardown import kill_own_children
+from fleetrl.teardown import kill_own_children
 
 SWEEP_FILE = "sweep.json"
 STOP_GRACE_S = 30.0  # for the trials' clean stop (checkpoint, teardown) after Ray is gone

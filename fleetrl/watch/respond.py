@@ -18,9 +18,9 @@ from typing import NoReturn
 from fleetrl import exit_codes
 from fleetrl.probe.stack_requests import StackAsker
 from fleetrl.probe.stacks import capture_stacks
+from fleetrl.teardown import kill_own_children
 from fleetrl.watch.incident import Incident
 from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT, build_hang_report, write_hang_report
-from fleetrl.watch.teardown import kill_own_children
 
 log = logging.getLogger("fleetrl")
 

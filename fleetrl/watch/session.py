@@ -38,11 +38,11 @@ from fleetrl.probe.seal import run_secret
 from fleetrl.probe.stack_requests import StackAnswerer, stack_asker
 from fleetrl.probe.stacks import register_stack_dump, stack_file
 from fleetrl.probe.store import HeartbeatStore
+from fleetrl.teardown import kill_own_children
 from fleetrl.watch.attach import WATCH_FILE, advertise, publish_run
 from fleetrl.watch.incident import Incident
 from fleetrl.watch.judging.classify import RemoteWorkers, incident_from_error
 from fleetrl.watch.respond import Responder
-from fleetrl.watch.teardown import kill_own_children
 from fleetrl.watch.watchdog import Watchdog
 
 log = logging.getLogger("fleetrl")

@@ -38,7 +38,7 @@ import psutil
 from fleetrl.cluster.isolation.bridge import build_bridge, existing_bridge, ip, remove_bridge
 from fleetrl.cluster.ray.worker_path import NODE_PATHS_VARIABLE, node_paths
 from fleetrl.net import free_port
-from fleetrl.watch.teardown import kill_tree, wait_ended
+from fleetrl.teardown import kill_tree, wait_ended
 
 log = logging.getLogger("fleetrl")
 
