@@ -1,18 +1,19 @@
 """`fleetrl train`'s own process: the supervisor. It does no training work, so nothing a simulator,
 a model or a file system does can freeze it.
 
-It decides the run directory, hosts the heartbeat store, starts the controller (fleetrl/
-controller/) as its child in a process group of its own (a terminal's Ctrl-C reaches only the
-supervisor) and watches it from its first instant, then the workers the controller publishes
-(watch/link.py). It is a child subreaper: Ray's daemons orphaned by a killed controller become
+It opens the run (run_dir.open_run), starts the controller (fleetrl/controller/) as its child in a
+process group of its own (a terminal's Ctrl-C reaches only the supervisor), hosts the heartbeat
+store and watches the controller from its first instant, then the workers the controller
+publishes (watch/supervision.py). It is a child subreaper: Ray's daemons orphaned by a killed controller become
 its children, so its teardown (`attempt.kill_run_tree`) is complete whatever state the controller is
 in. Every incident — seen by its watchdog, sent by the controller, or the controller's own death —
-is reported here (watch/respond.py) and ends the whole tree; with `runner.max_restarts` the
+is reported here and ends the whole tree; with `runner.max_restarts` the
 controller is then started again from the newest intact checkpoint (supervise/restarts.py).
 
-Exit codes (fleetrl/exit_codes.py): the controller's OK or USER_ERROR; INCIDENT after an incident that
-does not restart; `stopped_by` the signal after Ctrl-C / SIGTERM (the first asks the controller to checkpoint and stop within
-`watchdog.stop_grace_s`, a second kills everything at once).
+Exit codes (fleetrl/exit_codes.py): the controller's OK or USER_ERROR; INCIDENT after an incident
+that does not restart; `stopped_by` the signal after Ctrl-C / SIGTERM (the first asks the
+controller to checkpoint and stop within `watchdog.stop_grace_s`, a second kills everything at
+once).
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ from fleetrl.checkpoint import newest_intact
 from fleetrl.probe.seal import new_run_secret
 from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
 from fleetrl.supervise.restarts import Restart, RestartPolicy
-from fleetrl.watch.incident import Incident
-from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT
+from fleetrl.watch.supervision import Incident, keep_report
 
 if TYPE_CHECKING:
     from fleetrl.plan.run_plan import RunPlan
@@ -83,11 +83,7 @@ class Supervisor:
 
     def keep_report_and_restart(self, incident: Incident) -> dict:
         number = len(self.policy.done) + 1
-        kept = []
-        for name in (REPORT_JSON, REPORT_TEXT):
-            path = self.run_dir / name
-            if path.exists():
-                kept.append(path.rename(path.with_name(name.replace(".", f"-{number}."))))
+        kept = keep_report(self.run_dir, number)
         self.policy.done.append(Restart(number, incident.cause, incident.started, str(kept[0] if kept else "")))
         resume = newest_intact(self.run_dir)
         log.warning(

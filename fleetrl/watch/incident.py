@@ -29,6 +29,8 @@ CAUSES = (
 # Causes a restart cannot help with: an interruption (the user asked to stop), a full disk (it
 # would fill again) and a failed watchdog (the run would go on unwatched).
 NEVER_RESTART = ("interrupted", "disk_full", "watchdog_error")
+# What a `startup_timeout` report tells the user to check.
+DEADLINE_HINT = "Check the address and that the network interface it names is reachable from here (`fleetrl doctor`)."
 
 
 @dataclass

@@ -26,9 +26,10 @@ from fleetrl.config.schema import Config
 from fleetrl.probe.flight_recorder import Recorder, join_unless_current
 from fleetrl.probe.recorded_calls import WatchSpec
 from fleetrl.watch import link
-from fleetrl.watch.incident import Incident
+from fleetrl.watch.incident import DEADLINE_HINT, Incident
 from fleetrl.watch.judging.classify import incident_from_error
-from fleetrl.watch.session import DEADLINE_HINT, RESPONSE_BOUND_S, WatchSession, expire_after
+from fleetrl.watch.session import WatchSession
+from fleetrl.watch.watcher import expire_after
 
 log = logging.getLogger("fleetrl")
 LISTEN_INTERVAL_S = 0.2
@@ -81,7 +82,7 @@ class SupervisedSession(WatchSession):
         not (it is gone: the parent-death signal ends us first), end without it."""
         self.interrupt.set()
         link.put(self.link, link.FAILURE, link.incident_fields(incident))
-        time.sleep(RESPONSE_BOUND_S + sum(timeout_s for _, timeout_s in self.responder.report_hooks))
+        time.sleep(self.watcher.response_bound_s())
         log.error("the supervisor did not end this controller after %s: exiting", incident.cause)
         os._exit(exit_codes.INCIDENT)
 
@@ -92,7 +93,7 @@ class SupervisedSession(WatchSession):
             except Exception:  # the supervisor is ending this process
                 return
             if written is not None:
-                self.responder.run_report_hooks(Path(written))
+                self.watcher.responder.run_report_hooks(Path(written))
                 link.put(self.link, link.ATTACHED, True)
                 return
 

@@ -31,7 +31,7 @@ from fleetrl.probe.flight_recorder import RAYLET_VARIABLE
 from fleetrl.probe.recorded_calls import WatchSpec
 from fleetrl.teardown import kill_own_children
 from fleetrl.watch.judging.last_words import LastWords, node_name, on_this_node
-from fleetrl.watch.session import expire_after
+from fleetrl.watch.watcher import expire_after
 
 LAST_WORDS_TIMEOUT_S = 20.0  # a task on the dead worker's node: a worker process to start there
 log = logging.getLogger("fleetrl")
