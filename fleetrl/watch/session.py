@@ -8,11 +8,13 @@ that hangs (`deadline`) ends the same way, as `startup_timeout`. The watchdog fa
 incident (`watchdog_error`), and every incident response is bounded (`Watcher.bounded`): a
 response that fails or hangs still ends this process with exit 4.
 
-The backends use this object and nothing else of `fleetrl.watch` to be watched: `open_store`
-(where workers beat: a `WatchSpec` they can carry to any process), `watch_here` (this process as
-a worker), `start` (watch these workers; how to end remote ones), `interrupt` (set once the
-watchdog reports: waits give up), `fail(error)`, `deadline(seconds, what)`, `stop`; the runner
-adds `on_report(hook, timeout_s)` (the trackers attach the report before the exit). Everything
+The backends are watched through this object alone: `open_store` (where workers beat: a
+`WatchSpec` they can carry to any process), `watch_here` (this process as a worker), `start`
+(watch these workers; how to end remote ones), `interrupt` (set once the watchdog reports: waits
+give up), `fail(error)`, `deadline(seconds, what)`, `stop`; the training loop adds
+`on_report(hook, timeout_s)` (the trackers attach the report before the exit). Besides it they
+use only the verdict's words: `IncidentStop`, a worker's error (`judging.classify.worker_error`)
+and a dead Ray worker's last words (`judging.last_words`), which the Ray cluster reads on its node. Everything
 crossing this seam is plain data — the spec, worker records, an error — so that under `fleetrl
 train` the supervisor owns the store and the watchdog and `SupervisedSession`
 (watch/supervised.py) stands in for this class without the backends changing.
