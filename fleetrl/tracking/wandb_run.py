@@ -12,6 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
+from fleetrl import exit_codes
 from fleetrl.config.schema import Config
 from fleetrl.tracking.base import Tracker, numbers, recall_run_id, remember_run_id, tracked_config
 
@@ -46,4 +47,4 @@ class WandbTracker(Tracker):
         self.run.summary.update(summary)
 
     def close(self, failed: bool = False) -> None:
-        self.run.finish(exit_code=1 if failed else 0)
+        self.run.finish(exit_code=exit_codes.ERROR if failed else exit_codes.OK)  # W&B marks a nonzero run failed
