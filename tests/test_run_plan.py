@@ -104,6 +104,17 @@ def test_the_plan_is_frozen_and_holds_its_own_config():
     assert (plan.layout.backend, plan.placement.world_size("actor"), plan.spec.name) == ("inline", 1, "ppo")
 
 
+def test_a_trainer_takes_the_plan_resolved_where_the_run_was_asked_for(tmp_path):
+    """A Config is resolved by whoever asks for the run, once; handed a Config, the Trainer says how,
+    before it opens a run directory or starts anything."""
+    from fleetrl.controller.loop import Trainer
+
+    config = load_unchecked(CARTPOLE, [f"runner.run_dir={tmp_path}"])
+    with pytest.raises(TypeError, match=r"Trainer takes a RunPlan, not Config: Trainer\(resolve\(config\)\)"):
+        Trainer(config)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_controller_unpickles_its_plan_before_torch_is_imported():
     """The supervisor's orders carry the plan; the controller reads them in its first instant,
     before it starts Ray's daemons and its heartbeats: no rule, algorithm or torch is imported by
