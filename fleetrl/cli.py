@@ -71,8 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
         "init-model", help="write a randomly initialised Hugging Face VLA folder (nothing downloaded)"
     )
     init_model.add_argument("out", help="the folder to write (model, processor, tokenizer)")
-    init_model.add_argument("--family", default="paligemma", help="paligemma | smolvlm")
+    init_model.add_argument("--family", default="paligemma", help="paligemma | smolvlm (docs: guides/vla.md, Families)")
     init_model.add_argument("--size", default="tiny", help="tiny (tests, CPU), or the family's real size: 3b | 2b")
+    init_model.add_argument(
+        "--config",
+        default=None,
+        help="instead of --family/--size: any config.json, random weights in its exact shapes "
+        "(the processor and tokenizer files beside it are copied)",
+    )
     init_model.add_argument("--action-bins", type=int, default=256, help="action tokens at the end of the vocabulary")
     init_model.add_argument("--seed", type=int, default=0, help="seed of the random weights")
 
@@ -202,9 +208,12 @@ def command_eval(args) -> int:
 
 
 def command_init_model(args) -> int:
-    from fleetrl.models.hf.init_model import init_model
+    from fleetrl.models.hf.init_model import init_from_config, init_model
 
-    print(f"wrote {init_model(args.family, args.size, Path(args.out), args.action_bins, args.seed)}")
+    if args.config is not None:
+        print(f"wrote {init_from_config(Path(args.config), Path(args.out), args.seed)}")
+    else:
+        print(f"wrote {init_model(args.family, args.size, Path(args.out), args.action_bins, args.seed)}")
     return exit_codes.OK
 
 

@@ -51,6 +51,23 @@ def tiny_smolvlm(tmp_path_factory):
     return init_model("smolvlm", "tiny", tmp_path_factory.mktemp("models") / "smolvlm-tiny")
 
 
+@pytest.fixture(scope="session")
+def published(tmp_path_factory):
+    """`published(name)`: a folder of a family built by transformers from its published
+    configuration (tests/hf_families.py: paligemma, paligemma2, smolvlm, smolvlm2, qwen2_vl,
+    qwen2_5_vl), made once per session."""
+    from tests.hf_families import build
+
+    made: dict = {}
+
+    def folder(name: str):
+        if name not in made:
+            made[name] = build(name, tmp_path_factory.mktemp("published") / name)
+        return made[name]
+
+    return folder
+
+
 @pytest.fixture(autouse=True, scope="session")
 def no_leftover_processes_at_exit():
     """Catches what module- and session-scoped fixtures started and did not end."""

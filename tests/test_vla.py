@@ -22,7 +22,7 @@ from fleetrl.cli import main
 from fleetrl.config.model_sections import HfModelConfig, LoraConfig
 from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError
-from fleetrl.models.hf.actions import VocabActions
+from fleetrl.models.hf.actions import VocabActions, action_token_ids
 from fleetrl.models.hf.init_model import build_model
 from fleetrl.models.policy import Policy
 from fleetrl.parallel import dcp
@@ -119,7 +119,7 @@ def test_what_the_env_must_show_and_its_actions_are_checked_before_any_model_loa
 
 def test_continuous_actions_are_binned_on_the_last_ids_as_openvla_bins_them():
     space = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
-    actions = VocabActions(space, bins=5, vocab_size=100)
+    actions = VocabActions(space, 5, action_token_ids(100, 5, set()))
     assert actions.ids.tolist() == [99, 98, 97, 96]  # bin i is id V-1-i; id 95 (V-bins) is never sampled
     # edges linspace(-1, 1, 5) = [-1, -.5, 0, .5, 1]: midpoints [-.75, -.25, .25, .75], mapped to the bounds
     every = torch.arange(4).repeat(2, 1).T
@@ -128,16 +128,16 @@ def test_continuous_actions_are_binned_on_the_last_ids_as_openvla_bins_them():
     assert torch.equal(actions.encode(actions.decode(every)), every)
     # out of range clips; the upper bound falls in the last bin (OpenVLA's digitize, then clip)
     assert actions.encode(torch.tensor([[-9.0, 1.0], [2.0, 0.0]])).tolist() == [[0, 3], [3, 0]]
-    stats = VocabActions(space, 5, 100, stats={"q01": [-1.0, 0.0], "q99": [1.0, 0.5]})
+    stats = VocabActions(space, 5, action_token_ids(100, 5, set()), stats={"q01": [-1.0, 0.0], "q99": [1.0, 0.5]})
     assert torch.allclose(stats.decode(torch.tensor([[3, 3]])), torch.tensor([[0.75, 0.4375]]))
-    chunked = VocabActions(space, 5, 100, chunk=3)
+    chunked = VocabActions(space, 5, action_token_ids(100, 5, set()), chunk=3)
     assert chunked.count == 6 and chunked.decode(torch.zeros(7, 6, dtype=torch.long)).shape == (7, 3, 2)
-    discrete = VocabActions(gym.spaces.Discrete(3), 5, 100)
+    discrete = VocabActions(gym.spaces.Discrete(3), 5, action_token_ids(100, 5, set()))
     assert discrete.ids.tolist() == [99, 98, 97] and discrete.encode(torch.tensor([2, 0])).tolist() == [[2], [0]]
     with pytest.raises(ConfigError, match="model.action_stats"):
-        VocabActions(space, 5, 100, stats={"q01": [0.0]})
+        VocabActions(space, 5, action_token_ids(100, 5, set()), stats={"q01": [0.0]})
     with pytest.raises(ConfigError, match="model.action_bins"):
-        VocabActions(gym.spaces.Discrete(7), 4, 100)
+        VocabActions(gym.spaces.Discrete(7), 4, action_token_ids(100, 4, set()))
 
 
 @pytest.mark.parametrize("decode", ["parallel", "autoregressive"])
@@ -151,7 +151,7 @@ def test_acting_samples_only_action_ids_and_the_loss_path_gives_the_same_log_pro
     # autoregressive: sampled with the KV cache, recomputed teacher-forced in one pass
     assert torch.allclose(new_logprobs, logprobs, atol=1e-5) and torch.allclose(new_values, values, atol=1e-5)
     # by hand: the log-softmax over the action ids' logits of the full vocabulary
-    hidden, prompt, _, _ = policy.run(obs, torch.full((4, 1), policy.placeholder, dtype=torch.long))
+    hidden, prompt, _ = policy.run(obs, torch.full((4, 1), policy.placeholder, dtype=torch.long))
     at = prompt if decode == "parallel" else prompt - 1
     logits = policy.network.hf.lm_head(hidden[:, at])[:, policy.actions.ids]
     expected = torch.log_softmax(logits, -1)

@@ -1,7 +1,9 @@
-"""Bytes and time of one actor → rollout weight sync: full weights against a patch of only the
-trainable tensors (`runner.weight_sync: trainable`), for a LoRA fine-tune of a Hugging Face
-PaliGemma (`tests.hf_models`, peft adapters on q/v projections, rank 4; frozen base) at two
-widths.
+"""Bytes and time of one actor → rollout weight sync after a real PPO update: full weights,
+a patch of the whole trainable tensors (`runner.weight_sync: trainable`), and only the values
+that changed at the rollout's precision (`changed`: float32 and bfloat16 rollouts, bfloat16 also
+zlib-compressed), for a LoRA fine-tune of a Hugging Face PaliGemma (`tests.hf_models`, peft
+adapters on q/v projections, rank 4; frozen base) at two widths. Medians over the syncs after
+each of two updates.
 
 A sync is what the Ray backend moves: the actor's dict of CPU tensors, serialised (pickle
 protocol 5, as Ray's object store does for tensors) and loaded into the rollout worker's own
@@ -19,6 +21,7 @@ import pickle
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the kit
@@ -29,12 +32,15 @@ sys.path.insert(0, str(ROOT))
 WIDTHS = {"tiny (width 16, 2+2 layers)": {"width": 16}, "width 256, 4+4 layers": {"width": 256, "layers": 4}}
 
 
-def one_sync(actor, rollout, trainable: bool) -> tuple[int, float]:
+def changed_patch(tracker, actor) -> dict:
+    return tracker.patch(actor.trainable_weights())
+
+
+def timed(make, load) -> tuple[int, float]:
+    """(pickled bytes, seconds) of one sync: gather/encode, serialise, deserialise, load."""
     started = time.perf_counter()
-    weights = actor.trainable_weights() if trainable else actor.policy_weights()
-    payload = pickle.dumps(weights, protocol=5)
-    loaded = pickle.loads(payload)
-    (rollout.load_patch if trainable else rollout.load_weights)(loaded)
+    payload = pickle.dumps(make(), protocol=5)
+    load(pickle.loads(payload))
     return len(payload), time.perf_counter() - started
 
 
@@ -42,35 +48,48 @@ def main() -> None:
     import torch
 
     from fleetrl.algos.ppo.actor import ActorWorker
+    from fleetrl.parallel.changed_values import Changes, apply_changes
     from fleetrl.plan.load import load_config
     from fleetrl.workers.rollout_worker import RolloutWorker
-    from tests.fsdp_transformer_ranks import SPACES
+    from tests.dist_support import BASE, PROGRESS
+    from tests.fsdp_transformer_ranks import SPACES, trajectory
 
     torch.set_num_threads(1)
-    print("| model | parameters (trainable) | full sync: bytes, ms | trainable patch: bytes, ms | bytes ratio |")
-    print("|---|---|---|---|---|")
+    print(
+        "| model | parameters (trainable) | full: bytes, ms | trainable: bytes, ms | changed fp32 rollout: bytes, ms "
+        "| changed bf16 rollout: bytes, ms | changed bf16 + zlib: bytes, ms |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for name, kwargs in WIDTHS.items():
         log(name)
-        config = load_config(
-            None,
-            [
-                "model.id=tests.hf_models:PaliGemmaNet",
-                f"model.kwargs={{lora: true, {', '.join(f'{k}: {v}' for k, v in kwargs.items())}}}",
-            ],
-        )
+        keys = ", ".join(f"{k}: {v}" for k, v in {"lora": "true", **kwargs}.items())
+        config = load_config(None, [*BASE, f"model={{id: tests.hf_models:PaliGemmaNet, kwargs: {{{keys}}}}}"])
         actor = ActorWorker(config, *SPACES)
         rollout = RolloutWorker.from_config(config, *SPACES)
+        rollout.load_weights(actor.policy_weights())
         total = sum(p.numel() for p in actor.policy.parameters())
         trainable = sum(p.numel() for p in actor.policy.parameters() if p.requires_grad)
-        results = {}
-        for mode in (False, True):
-            runs = [one_sync(actor, rollout, mode) for _ in range(5)]
-            results[mode] = (runs[0][0], statistics.median(s for _, s in runs) * 1e3)
-        (full_bytes, full_ms), (patch_bytes, patch_ms) = results[False], results[True]
-        print(
-            f"| {name} | {total:,} ({trainable:,}) | {full_bytes:,}, {full_ms:.2f} | "
-            f"{patch_bytes:,}, {patch_ms:.2f} | {patch_bytes / full_bytes:.4f} |"
-        )
+        variants = {
+            "fp32": (torch.float32, False),
+            "bf16": (torch.bfloat16, False),
+            "bf16+zlib": (torch.bfloat16, True),
+        }
+        results = {mode: [] for mode in ("full", "trainable", *variants)}
+        for iteration in range(len(PROGRESS)):  # a sync after each real update (Adam moves every value)
+            trackers = {mode: Changes(*options) for mode, options in variants.items()}
+            for tracker in trackers.values():
+                tracker.record(actor.trainable_weights())
+            actor.train(trajectory(config, iteration), PROGRESS[iteration])
+            results["full"].append(timed(actor.policy_weights, rollout.load_weights))
+            results["trainable"].append(timed(actor.trainable_weights, rollout.load_patch))
+            for mode, tracker in trackers.items():
+                make = partial(changed_patch, tracker, actor)
+                results[mode].append(timed(make, partial(apply_changes, rollout.policy)))
+        cells = [
+            f"{statistics.median(b for b, _ in runs):,.0f}, {statistics.median(s for _, s in runs) * 1e3:.2f}"
+            for runs in results.values()
+        ]
+        print(f"| {name} | {total:,} ({trainable:,}) | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

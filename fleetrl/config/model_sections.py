@@ -14,9 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from fleetrl.config.constraints import ActionStats, AtLeastOne, Finite, Positive, PromptTemplate, Range, UnitInterval
+from fleetrl.config.constraints import (
+    ActionStats,
+    AtLeastOne,
+    Finite,
+    Note,
+    Positive,
+    PromptTemplate,
+    Range,
+    UnitInterval,
+)
 
 DEFAULT_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"  # OpenVLA's
+FLOAT16 = Note("float16 is not offered: it needs loss scaling, which fleetrl does not do; bfloat16 does not")
 
 
 @dataclass
@@ -167,6 +177,29 @@ class HfModelConfig(ModelConfig):
     space's bounds)."""
     lora: LoraConfig | None = None
     """LoRA adapters, `{rank, alpha, dropout, target_modules}` below (null: every parameter trains)."""
+    action_attention: Literal["causal", "bidirectional"] = "causal"
+    """With `decode: parallel`: the action positions attend to one another both ways (OpenVLA-OFT's
+    parallel decoding) instead of causally; the prompt attends as its family's rule says either
+    way."""
+    temperature: Annotated[float, Positive] = 1.0
+    """Token actions are sampled from the bins' logits divided by this (RLinf's LIBERO configs
+    sample at 1.6); the loss path's log-probs and entropies are of the same tempered
+    distribution, so PPO's ratio compares like with like. Deterministic acting takes the argmax
+    either way."""
+    top_k: Annotated[int, Positive] | None = None
+    """Each token is sampled among its k most likely bins only (the others get probability 0, in
+    the loss path too); null: among all bins."""
+    dtype: Annotated[Literal["float32", "bfloat16"], FLOAT16] = "float32"
+    """The dtype the folder's weights load in, on the actor and on the rollout: `bfloat16` halves
+    their memory; with LoRA the adapters and the value head still train in float32 (their master
+    weights and Adam state), without it every weight, gradient and Adam state is bfloat16. One rank
+    or DDP ranks; under FSDP use `actor.fsdp_param_dtype` instead (the precedence table: docs:
+    guides/vla.md, Precision)."""
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
+    """The attention kernel transformers builds the model with: `auto` is PyTorch's
+    scaled-dot-product attention (`sdpa`) where the architecture has it and `eager` where it has not
+    (Gemma 2's soft-capped attention, PaliGemma 2's); `flash_attention_2` where the `flash_attn`
+    package is installed (a CUDA GPU; checked before anything starts)."""
 
 
 MODEL_SECTIONS: dict[str, type[ModelConfig]] = {

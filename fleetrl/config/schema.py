@@ -16,20 +16,17 @@ from fleetrl.config.constraints import (
     Finite,
     IPAddress,
     NonNegative,
-    Note,
     Positive,
     PositiveOrInf,
     TorchDevice,
     UnitInterval,
 )
-from fleetrl.config.model_sections import MlpModelConfig, ModelConfig
+from fleetrl.config.model_sections import FLOAT16, MlpModelConfig, ModelConfig
 
 RESUME_AUTO = "auto"  # runner.resume: continue the newest run of this config's name (run_dir.resume_dir)
 TRACKERS = Literal["jsonl", "tensorboard", "wandb", "mlflow"]  # fleetrl/tracking/trackers.py
 
 DEFAULT_PLACEMENT = {"actor": 0, "env": 0}  # and rollout: see plan/placement.py default_rollout; eval: default_eval
-
-FLOAT16 = Note("float16 is not offered: it needs loss scaling, which fleetrl does not do; bfloat16 does not")
 
 
 @dataclass
@@ -129,7 +126,8 @@ class ActorConfig:
     """`hybrid_shard`: ranks per shard group (null: the actor ranks of one node)."""
     fsdp_param_dtype: Annotated[Literal["float32", "bfloat16"] | None, FLOAT16] = None
     """Compute dtype of forward and backward (null: the parameters' own, float32); master weights,
-    optimizer state, checkpoints and the rollout's weights stay float32."""
+    optimizer state, checkpoints and the rollout's weights stay float32 (docs: guides/vla.md,
+    Precision)."""
     fsdp_reduce_dtype: Annotated[Literal["float32", "bfloat16"] | None, FLOAT16] = None
     """Dtype gradients are reduce-scattered in (null: `fsdp_param_dtype`)."""
     fsdp_cpu_offload: bool = False
@@ -148,8 +146,9 @@ class RolloutConfig:
     device: Annotated[str, TorchDevice] = "cpu"
     """Where the rollout workers infer: `cpu`, `cuda`, `cuda:1`."""
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    """Compute dtype of acting (autocast; weights stay float32): `auto` is bfloat16 on a GPU that has
-    it, else float32."""
+    """Compute dtype of acting (autocast on the rollout's copy of the weights): `auto` is bfloat16 on
+    a GPU that has it, or where the weights are bfloat16 already (a VLA's `model.dtype`), else
+    float32 (docs: guides/vla.md, Precision)."""
     pipeline_stage_num: Annotated[int, AtLeastOne] = 1
     """Env stages per env worker: the env steps stage i while the rollout infers stage i+1 (a divisor
     of the envs per env worker)."""
@@ -252,10 +251,14 @@ class RunnerConfig:
     one warning and training goes on."""
     weight_sync_interval: Annotated[int, AtLeastOne] = 1
     """Iterations between actor → rollout weight syncs (when they are separate processes)."""
-    weight_sync: Literal["full", "trainable"] = "full"
-    """What a sync sends: every tensor, or (after a first full sync) only the trainable parameters and
-    buffers — with LoRA or a frozen base, the adapters and heads (docs:
+    weight_sync: Literal["full", "trainable", "changed"] = "full"
+    """What a sync sends: every tensor; or (after a first full sync) only the trainable parameters
+    and buffers — with LoRA or a frozen base, the adapters and heads — whole; or, `changed`, only
+    their values that changed at the rollout's precision (`rollout.dtype`: a bfloat16 rollout gets
+    only values whose bfloat16 rounding moved), sparse and delta-encoded (docs:
     guides/action-chunks-and-fsdp.md)."""
+    weight_sync_compress: bool = False
+    """With `weight_sync: changed`: zlib-compress (level 1) each patch's positions and values."""
     param_check_interval: Annotated[int, NonNegative] = 10
     """Iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a
     divergence stops the run (0: never)."""

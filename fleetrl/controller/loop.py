@@ -237,14 +237,18 @@ class Trainer:
 
     def sync_weights(self) -> int:
         """Actor rank 0's weights → every rollout worker, unless they share the policy object;
-        with `runner.weight_sync: trainable` only the first sync is full, later ones patches.
+        with `runner.weight_sync: trainable` only the first sync is full, later ones patches;
+        with `changed` later ones only the changed values (parallel/changed_values.py).
         Every actor rank is asked (FSDP gathers shards collectively); the rollout workers receive
         rank 0's copy by reference, and run the load before their next `act` (call order).
         Returns how many rollout workers were sent weights (0: none needed them this iteration)."""
         backend = self.backend
         if backend.shares_policy or self.state.iteration % self.config.runner.weight_sync_interval:
             return 0
-        if self.config.runner.weight_sync == "trainable" and self.synced:  # frozen tensors are there already
+        if self.config.runner.weight_sync == "changed":  # the first full, then changed values only
+            payload = backend.actor.call_all(ActorBase.changed_weights)[0]
+            sent = backend.rollout.call_all(RolloutWorker.load_changed, payload)
+        elif self.config.runner.weight_sync == "trainable" and self.synced:  # frozen tensors are there already
             patch = backend.actor.call_all(ActorBase.trainable_weights)[0]
             sent = backend.rollout.call_all(RolloutWorker.load_patch, patch)
         else:

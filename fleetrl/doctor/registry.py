@@ -18,6 +18,7 @@ from fleetrl.doctor.feasibility import check_placement
 from fleetrl.doctor.handshake import check_nccl
 from fleetrl.doctor.interfaces import check_network
 from fleetrl.doctor.mesh import check_mesh
+from fleetrl.doctor.model_folder import check_model_folder
 from fleetrl.doctor.placed_handshake import check_gloo
 from fleetrl.doctor.ray_join import check_ray
 from fleetrl.doctor.reachability import check_reachability
@@ -50,6 +51,12 @@ CHECKS: tuple[CheckSpec, ...] = (
         "placement", check_placement, True, "cluster.component_placement resolved and held against the live resources"
     ),
     CheckSpec("env", check_env, True, "one simulator built, reset and stepped, under a timeout"),
+    CheckSpec(
+        "model_folder",
+        check_model_folder,
+        True,
+        "model.id hf: the folder's config.json, processor files and weight headers (no weights read)",
+    ),
     CheckSpec("reachability", check_reachability, False, "TCP connections from this node to itself and to every peer"),
     CheckSpec("mesh", check_mesh, False, "TCP between every pair of nodes of the live Ray cluster"),
     CheckSpec(

@@ -36,6 +36,8 @@ def validate(config: Config) -> None:
     algorithm_spec(config.algorithm.name).validate(config)
     resume_dir(config)  # raises naming the run directory that cannot be continued
     validate_trunk_keys(config)
+    validate_precision(config)
+    validate_action_attention(config)
     validate_cluster(config)
     validate_watchdog(config)
     validate_restarts(config)
@@ -182,6 +184,41 @@ def validate_trunk_keys(config: Config) -> None:
         )
 
 
+def validate_action_attention(config: Config) -> None:
+    """Bidirectional attention over the action positions needs them all in one pass."""
+    model = config.model
+    if model.id == "hf" and model.action_attention == "bidirectional" and model.decode != "parallel":
+        raise ConfigError(
+            "model.action_attention",
+            "bidirectional",
+            "causal with model.decode autoregressive",
+            "one token at a time, a token cannot see the ones after it",
+        )
+
+
+def validate_precision(config: Config) -> None:
+    """`model.dtype` against the other dtype keys (the precedence table: docs/guides/vla.md,
+    Precision): bfloat16 weights cannot act in float32, and FSDP keeps float32 master shards,
+    computing in `actor.fsdp_param_dtype` instead."""
+    model = config.model
+    if model.id != "hf" or model.dtype == "float32":
+        return
+    if config.rollout.dtype == "float32":
+        raise ConfigError(
+            "rollout.dtype",
+            "float32",
+            "bfloat16 or auto with model.dtype bfloat16",
+            "the rollout's weights are bfloat16: acting cannot be float32 on them",
+        )
+    if config.actor.strategy == "fsdp":
+        raise ConfigError(
+            "model.dtype",
+            "bfloat16",
+            "float32 with actor.strategy fsdp",
+            "FSDP keeps float32 master shards; compute in bfloat16 with actor.fsdp_param_dtype: bfloat16",
+        )
+
+
 def validate_actor(config: Config) -> None:
     """The actor's distributed-training keys, as far as they can be checked without knowing the
     actor world size (`check_actor_layout` does the rest once placement is resolved)."""
@@ -253,9 +290,10 @@ def check_entry_points(config: Config) -> None:
 
     env_factory(config.env)
     if config.model.id == "hf":
-        from fleetrl.models.hf.folder import check_folder
+        from fleetrl.models.hf.folder import check_attention, check_folder
 
-        check_folder(config.model.path)
+        check_folder(config.model.path, config.model.trust_remote_code)
+        check_attention(config.model.attn_implementation)
     elif config.model.id not in BUILTIN_MODELS:
         network = resolve_entry_point("model.id", config.model.id)
         check_keyword_arguments("model.kwargs", network, config.model.kwargs)
@@ -271,7 +309,8 @@ def check_spaces(config: Config, observation_space, action_space) -> None:
 
         model = config.model
         observation_keys(observation_space, model.prompt_template)
-        VocabActions(action_space, model.action_bins, model.action_bins, model.action_chunk, model.action_stats)
+        bins = model.action_bins
+        VocabActions(action_space, bins, VocabActions.placeholder_ids(bins), model.action_chunk, model.action_stats)
     if config.model.id in ("mlp", "transformer"):
         import torch
 

@@ -185,6 +185,11 @@ class ActorBase(ABC):
         (`runner.weight_sync: trainable`); collective under FSDP like `policy_weights`."""
         raise NotImplementedError(f"{type(self).__name__} sends no partial weights")
 
+    def changed_weights(self) -> dict:
+        """The first time the full weights, then only the values that changed at the rollout's
+        precision, for the rollout workers' `load_changed` (`runner.weight_sync: changed`)."""
+        raise NotImplementedError(f"{type(self).__name__} sends no changed values")
+
     def save_sharded(self, folder: str) -> dict:
         """Write this rank's shards of the trainable state into `folder` (collective:
         `actor.checkpoint_format: sharded`); return the rest of the state (complete on rank 0)."""

@@ -24,6 +24,7 @@ import torch
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.observations import Observation, map_obs
+from fleetrl.parallel.changed_values import apply_changes
 from fleetrl.parallel.seeds import ROLLOUT_NOISE, rank_seed
 from fleetrl.parallel.weight_sync import load_patch
 from fleetrl.step_result import StepResult
@@ -41,7 +42,10 @@ def process_rollout_rank() -> int:
 
 
 def rollout_dtype(config: Config) -> torch.dtype:
-    """`rollout.dtype` as a torch dtype; `auto`: bfloat16 on a CUDA device that supports it."""
+    """`rollout.dtype` as a torch dtype; `auto`: bfloat16 on a CUDA device that supports it, and
+    wherever the weights are bfloat16 already (`model.dtype`)."""
+    if config.rollout.dtype == "auto" and getattr(config.model, "dtype", "float32") == "bfloat16":
+        return torch.bfloat16
     if config.rollout.dtype == "auto":
         device = torch.device(config.rollout.device)
         bf16 = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -140,6 +144,14 @@ class RolloutWorker:
 
     def load_weights(self, state_dict: dict) -> None:
         self.policy.load_state_dict(state_dict)
+
+    def load_changed(self, payload: dict) -> None:
+        """`runner.weight_sync: changed`: {"full": weights} the first time, then {"patch": the
+        changed values} (`fleetrl.parallel.changed_values`), written into this copy."""
+        if "full" in payload:
+            self.load_weights(payload["full"])
+        else:
+            apply_changes(self.policy, payload["patch"])
 
     def load_patch(self, patch: dict) -> None:
         """Some of the policy's tensors (the trainable ones: `runner.weight_sync: trainable`);

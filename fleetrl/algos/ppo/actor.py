@@ -39,10 +39,12 @@ from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.observations import map_obs
 from fleetrl.parallel import dcp, state, weight_sync
+from fleetrl.parallel.changed_values import Changes
 from fleetrl.parallel.sharding import EnvShard, Minibatches
 from fleetrl.parallel.wrap import LossPath, enable_gradient_checkpointing, local_loss_path, wrap_policy
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase
+from fleetrl.workers.rollout_worker import rollout_dtype
 
 log = logging.getLogger("fleetrl")
 
@@ -66,6 +68,7 @@ class ActorWorker(ActorBase):
         self.minibatch_size = effective_minibatch_size(config)
         # the weight of the policy's auxiliary prediction error (model.predict_keys); None: none
         self.predict_coef = config.model.prediction_weight
+        self.changes: Changes | None = None  # runner.weight_sync changed: what the rollouts hold
         # One rank: the policy itself. Several ranks get theirs (DDP or FSDP) in init_distributed.
         self.loss_path: LossPath = local_loss_path(self.policy)
         if world_size == 1 and config.actor.strategy == "fsdp":
@@ -229,6 +232,22 @@ class ActorWorker(ActorBase):
         """The trainable parameters and the buffers of the Policy (`fleetrl.parallel.weight_sync`):
         under FSDP collective, rank 0 gets them, and only they are all-gathered."""
         return weight_sync.trainable_state(self.policy, self.sharded)
+
+    def changed_weights(self) -> dict:
+        """`runner.weight_sync: changed` (`fleetrl.parallel.changed_values`): the first call
+        {"full": the policy's weights}, every later one {"patch": only the trainable values that
+        changed at the rollout's precision since}. Under FSDP collective; rank 0 gets them."""
+        first = self.changes is None
+        if first:
+            self.changes = Changes(rollout_dtype(self.config), self.config.runner.weight_sync_compress)
+        weights = self.policy_weights() if first else None
+        trainable = self.trainable_weights()
+        if not trainable and self.sharded:  # not rank 0: the gathered tensors are rank 0's
+            return {}
+        if first:
+            self.changes.record(trainable)
+            return {"full": weights}
+        return {"patch": self.changes.patch(trainable)}
 
     def state_dict(self) -> dict:
         """The full actor state in the single-process format. Under FSDP: collective, complete

@@ -3,9 +3,13 @@
 A continuous action dimension is normalised to [-1, 1] — from the action space's bounds, or from
 statistics given in the config (`model.action_stats`: OpenVLA's q01/q99 per dimension, values
 outside clipped) — and binned on the edges `linspace(-1, 1, bins)`: the `bins - 1` bin midpoints
-are the values a token stands for. Bin i is the token id `vocab_size - 1 - i`, so the action
-tokens are the last `bins` ids of the vocabulary, the last id the lowest bin (OpenVLA's
-`ActionTokenizer`, whose id `vocab_size - bins` is never decoded: it is never sampled here).
+are the values a token stands for. The action tokens are the last `bins` ids of the vocabulary
+that no special token and no marker of the prompt holds (`action_token_ids`): bin i is the i-th
+of them from the end, the last the lowest bin (OpenVLA's `ActionTokenizer`, whose id
+`vocab_size - bins` is never decoded: it is never sampled here). A vocabulary that ends in
+ordinary tokens — OpenVLA's Llama, fleetrl's init-model folders — has them exactly at
+`V - 1 - i`; SmolVLM's ends in its image markers and end-of-utterance token, Qwen's in its chat
+and vision markers, which the actions skip.
 
 A Discrete(n) action (MiniGrid) is bin i for action i: the same tokens, the first n of them.
 
@@ -29,7 +33,9 @@ class VocabActions(torch.nn.Module):
     """The map between env actions and action-token bins (module docstring). No parameters;
     every tensor is a non-persistent buffer, rebuilt from the config."""
 
-    def __init__(self, action_space: gym.Space, bins: int, vocab_size: int, chunk: int = 1, stats: dict | None = None):
+    def __init__(
+        self, action_space: gym.Space, bins: int, token_ids: list[int], chunk: int = 1, stats: dict | None = None
+    ):
         super().__init__()
         self.chunk = int(chunk)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -45,15 +51,18 @@ class VocabActions(torch.nn.Module):
             low, high = self.bounds(action_space, stats)
         else:
             raise ConfigError("model.id", "hf", "an env with a Discrete or 1-D Box action space", str(action_space))
-        if vocab_size < bins:
-            raise ConfigError("model.action_bins", bins, f"at most the vocabulary's size ({vocab_size})")
         self.count = self.chunk * self.dim
         self.register_buffer("low", low, persistent=False)
         self.register_buffer("high", high, persistent=False)
         self.register_buffer("edges", torch.linspace(-1.0, 1.0, bins), persistent=False)
         centers = (self.edges[:-1] + self.edges[1:]) / 2
         self.register_buffer("centers", centers, persistent=False)
-        self.register_buffer("ids", vocab_size - 1 - torch.arange(self.choices), persistent=False)
+        self.register_buffer("ids", torch.tensor(token_ids[: self.choices], dtype=torch.long), persistent=False)
+
+    @staticmethod
+    def placeholder_ids(bins: int) -> list[int]:
+        """Ids for checking an action space against the bins before any vocabulary is known."""
+        return list(range(bins - 1, -1, -1))
 
     def bounds(self, space: gym.spaces.Box, stats: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-dimension (low, high) that map to [-1, 1]: the statistics' q01/q99, else the bounds."""
@@ -103,3 +112,12 @@ class VocabActions(torch.nn.Module):
     def logits(self, vocabulary_logits: torch.Tensor) -> torch.Tensor:
         """The model's logits (..., V) → the action tokens' (..., choices), in float32."""
         return vocabulary_logits[..., self.ids].float()
+
+
+def action_token_ids(vocab_size: int, bins: int, reserved: set[int]) -> list[int]:
+    """The action tokens' ids, bin 0 first: the last `bins` ids below `vocab_size` not in
+    `reserved` (module docstring); exit 2 when the vocabulary has too few."""
+    ids = [token for token in range(vocab_size - 1, -1, -1) if token not in reserved][:bins]
+    if len(ids) < bins:
+        raise ConfigError("model.action_bins", bins, f"at most the vocabulary's {len(ids)} ordinary tokens")
+    return ids

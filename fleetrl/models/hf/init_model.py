@@ -1,182 +1,106 @@
 """`fleetrl init-model`: a randomly initialised VLM as a standard Hugging Face folder.
 
-Tests and CPU users cannot download a checkpoint, so they make one: the family's own model
-class from its own config (random weights, `save_pretrained`: config.json + safetensors), its
-own processor class (image processor + the word-level tokenizer of `tokenizer.py`, built here),
-and the action tokens as the last `bins` ids of the vocabulary. What comes out loads with
-transformers' `AutoModelForImageTextToText` / `AutoProcessor` and trains through exactly the path
-a real checkpoint takes (`model.id: hf`, `model.path`).
+Two ways:
 
-Sizes: `tiny` (two layers everywhere, widths of 32-64: seconds on a CPU) and the family's real
-dimensions with this small vocabulary (`3b`: PaliGemma-3B's Gemma-2B + SigLIP-So400m, ~2.5 B
-parameters; `2b`: SmolVLM's SmolLM2-1.7B + SigLIP, ~1.7 B), written in bfloat16 for a GPU.
+- `--family NAME --size SIZE`: the family's builder at a named size (families.py, builders.py):
+  its own model and processor classes, a word-level tokenizer built here, the action tokens as
+  the last `bins` ids of the vocabulary. What comes out loads with transformers' Auto classes and
+  trains through exactly the path a real checkpoint takes (`model.id: hf`, `model.path`).
+- `--config FILE`: any `config.json` a user has — random weights in its exact shapes, built by
+  the class transformers' `AutoModelForImageTextToText` maps it to, in the config's own dtype.
+  The processor and tokenizer files beside FILE (not its weights, not its code) are copied, so a
+  real checkpoint's folder gives a random-weight twin that acts as the real one would (its memory
+  and speed are the real one's); without them the folder has a model only, and `fleetrl train`
+  refuses it, naming the missing processor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import json
+import shutil
 from pathlib import Path
 
 import torch
-from transformers import (
-    GemmaConfig,
-    Idefics3Config,
-    Idefics3ForConditionalGeneration,
-    Idefics3ImageProcessorPil,
-    Idefics3Processor,
-    LlamaConfig,
-    PaliGemmaConfig,
-    PaliGemmaForConditionalGeneration,
-    PaliGemmaProcessor,
-    SiglipImageProcessorPil,
-    SiglipVisionConfig,
-)
-from transformers.models.idefics3.configuration_idefics3 import Idefics3VisionConfig
 
 from fleetrl.errors import ConfigError, UserError
-from fleetrl.models.hf.tokenizer import BOS, EOS, PAD, UNK, build_tokenizer
+from fleetrl.models.hf.families import family_named
 
-SPECIALS = [PAD, EOS, BOS, UNK]
-
-
-@dataclass(frozen=True)
-class Dims:
-    """The widths of one size: vision tower and language model."""
-
-    vision_hidden: int
-    vision_mlp: int
-    vision_layers: int
-    vision_heads: int
-    image_size: int
-    patch_size: int
-    text_hidden: int
-    text_mlp: int
-    text_layers: int
-    text_heads: int
-    text_kv_heads: int
-    head_dim: int
-    pixel_shuffle: int = 1
-    """Patches per side that the connector merges into one image token (SmolVLM's scale factor:
-    3 in the real 2 B model, 27×27 patches → 81 tokens); 1 where there is no such connector."""
-
-
-def vision_sizes(dims: Dims) -> dict[str, int]:
-    """The vision tower's config arguments, the same for SigLIP and Idefics3's SigLIP."""
-    return dict(
-        hidden_size=dims.vision_hidden,
-        intermediate_size=dims.vision_mlp,
-        num_hidden_layers=dims.vision_layers,
-        num_attention_heads=dims.vision_heads,
-        image_size=dims.image_size,
-        patch_size=dims.patch_size,
-    )
-
-
-def text_sizes(dims: Dims, tokenizer) -> dict[str, int]:
-    """The language model's config arguments (Gemma's and Llama's names agree), its special ids
-    from `tokenizer`."""
-    ids = tokenizer.convert_tokens_to_ids
-    return dict(
-        vocab_size=len(tokenizer),
-        hidden_size=dims.text_hidden,
-        intermediate_size=dims.text_mlp,
-        num_hidden_layers=dims.text_layers,
-        num_attention_heads=dims.text_heads,
-        num_key_value_heads=dims.text_kv_heads,
-        head_dim=dims.head_dim,
-        pad_token_id=ids(PAD),
-        bos_token_id=ids(BOS),
-        eos_token_id=ids(EOS),
-    )
-
-
-PALIGEMMA_SIZES = {
-    "tiny": Dims(32, 64, 2, 2, 32, 8, 64, 128, 2, 2, 1, 32),
-    "3b": Dims(1152, 4304, 27, 16, 224, 14, 2048, 16384, 18, 8, 1, 256),
-}
-SMOLVLM_SIZES = {
-    "tiny": Dims(32, 64, 2, 2, 32, 8, 64, 128, 2, 2, 1, 32, pixel_shuffle=2),
-    "2b": Dims(1152, 4304, 27, 16, 384, 14, 2048, 8192, 24, 32, 32, 64, pixel_shuffle=3),
-}
-
-
-def paligemma(dims: Dims, bins: int) -> tuple[torch.nn.Module, object]:
-    tokenizer = build_tokenizer(
-        [*SPECIALS, "<image>"], [f"<loc{i:0>4}>" for i in range(1024)] + [f"<seg{i:0>3}>" for i in range(128)], bins
-    )
-    ids = tokenizer.convert_tokens_to_ids
-    # no pooling head, as PaliGemma's own config has it: the model reads the patch features, so a
-    # head would be weights (and LoRA adapters) that no loss ever reaches
-    vision = SiglipVisionConfig(**vision_sizes(dims), projection_dim=dims.text_hidden, vision_use_head=False)
-    text = GemmaConfig(**text_sizes(dims, tokenizer))
-    config = PaliGemmaConfig(
-        vision_config=vision, text_config=text, image_token_id=ids("<image>"), projection_dim=dims.text_hidden
-    )
-    image_processor = SiglipImageProcessorPil(
-        size={"height": dims.image_size, "width": dims.image_size}, image_mean=[0.5] * 3, image_std=[0.5] * 3
-    )
-    image_processor.image_seq_length = (dims.image_size // dims.patch_size) ** 2
-    processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)
-    return PaliGemmaForConditionalGeneration(config), processor
-
-
-def smolvlm(dims: Dims, bins: int) -> tuple[torch.nn.Module, object]:
-    image_tokens = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"]
-    grid = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
-    tokenizer = build_tokenizer([*SPECIALS, *image_tokens, *grid], [], bins)
-    ids = tokenizer.convert_tokens_to_ids
-    scale = dims.pixel_shuffle
-    vision = Idefics3VisionConfig(**vision_sizes(dims))
-    text = LlamaConfig(**text_sizes(dims, tokenizer), tie_word_embeddings=True)
-    config = Idefics3Config(
-        vision_config=vision.to_dict(),
-        text_config=text.to_dict(),
-        image_token_id=ids("<image>"),
-        scale_factor=scale,
-        tie_word_embeddings=True,
-    )
-    edge = {"longest_edge": dims.image_size}
-    image_processor = Idefics3ImageProcessorPil(
-        do_image_splitting=False, size=edge, max_image_size=edge, image_mean=[0.5] * 3, image_std=[0.5] * 3
-    )
-    image_seq_len = (dims.image_size // dims.patch_size) ** 2 // scale**2
-    processor = Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=image_seq_len)
-    return Idefics3ForConditionalGeneration(config), processor
-
-
-FAMILIES: dict[str, tuple[Callable, dict[str, Dims]]] = {
-    "paligemma": (paligemma, PALIGEMMA_SIZES),
-    "smolvlm": (smolvlm, SMOLVLM_SIZES),
-}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5")
 
 
 def build_model(family: str, size: str, bins: int = 256, seed: int = 0) -> tuple[torch.nn.Module, object]:
     """(model, processor) of `family` at `size`, randomly initialised from `seed`; bfloat16
     unless tiny (built in bfloat16 too: a 3 B model in float32 would need 12 GB just to start)."""
-    if family not in FAMILIES:
-        raise ConfigError("--family", family, f"one of {sorted(FAMILIES)}")
-    make, sizes = FAMILIES[family]
-    if size not in sizes:
-        raise ConfigError("--size", size, f"one of {sorted(sizes)} for {family}")
+    chosen = family_named(family)
+    if size not in chosen.sizes:
+        raise ConfigError("--size", size, f"one of {sorted(chosen.sizes)} for {family}")
     if bins < 2:
         raise ConfigError("--action-bins", bins, "at least 2")
     torch.manual_seed(seed)
-    dtype = torch.float32 if size == "tiny" else torch.bfloat16
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        return make(sizes[size], bins)
-    finally:
-        torch.set_default_dtype(default)
+    with default_dtype(torch.float32 if size == "tiny" else torch.bfloat16):
+        return chosen.builder(chosen.sizes[size], bins)
 
 
-def init_model(family: str, size: str, out: Path, bins: int = 256, seed: int = 0) -> Path:
-    """Write the folder (see the module docstring) to `out`, which must not hold a model already."""
+class default_dtype:
+    """`with default_dtype(dtype):` parameters created inside are `dtype`."""
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype, self.before = dtype, torch.get_default_dtype()
+
+    def __enter__(self) -> None:
+        torch.set_default_dtype(self.dtype)
+
+    def __exit__(self, *exc_info) -> None:
+        torch.set_default_dtype(self.before)
+
+
+def empty_out(out: Path) -> Path:
     out = Path(out)
     if (out / "config.json").exists():
         raise UserError(f"{out} holds a model already (config.json): choose an empty folder")
+    return out
+
+
+def init_model(family: str, size: str, out: Path, bins: int = 256, seed: int = 0) -> Path:
+    """Write the family's folder at `size` to `out`, which must not hold a model already."""
+    out = empty_out(out)
     model, processor = build_model(family, size, bins, seed)
     model.save_pretrained(out)
     processor.save_pretrained(out)
+    return out
+
+
+def init_from_config(config_file: Path, out: Path, seed: int = 0) -> Path:
+    """Random weights in `config_file`'s exact shapes, with the processor files beside it (module
+    docstring); a config that ships code of its own, or that transformers does not map to an
+    image-text-to-text class, is exit 2."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config_file = Path(config_file)
+    if not config_file.is_file():
+        raise ConfigError("--config", str(config_file), "an existing config.json")
+    try:
+        raw = json.loads(config_file.read_text())
+    except json.JSONDecodeError as error:
+        raise ConfigError("--config", str(config_file), "a JSON file", str(error)) from None
+    if "auto_map" in raw:
+        raise ConfigError(
+            "--config", str(config_file), "a config of transformers' own classes", "it names code of its own (auto_map)"
+        )
+    out = empty_out(out)
+    try:
+        config = AutoConfig.from_pretrained(str(config_file), local_files_only=True)
+        dtype = getattr(config, "dtype", None) or torch.float32
+        torch.manual_seed(seed)
+        with default_dtype(dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype))):
+            model = AutoModelForImageTextToText.from_config(config)
+    except (ValueError, KeyError, OSError) as error:
+        raise ConfigError(
+            "--config", str(config_file), "the config.json of an image-text-to-text model", str(error)
+        ) from None
+    model.save_pretrained(out)
+    skip = {config_file.name, "config.json", "model.safetensors.index.json"}
+    for file in sorted(config_file.parent.iterdir()):
+        if file.is_file() and file.name not in skip and not file.name.endswith((*WEIGHT_SUFFIXES, ".py")):
+            shutil.copy2(file, out / file.name)
     return out

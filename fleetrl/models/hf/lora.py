@@ -1,8 +1,9 @@
 """LoRA through peft: only the adapters and the value head train, and only they are the state.
 
 `model.lora: {rank, alpha, dropout, target_modules}` wraps the model with peft's LoRA (None
-target modules: every linear layer but the output head — peft's "all-linear": vision tower,
-projector and language model, as RLinf fine-tunes OpenVLA-OFT). peft freezes the base weights.
+target modules: the family's default, families.py — peft's "all-linear" for every family so far:
+every linear layer but the output head, vision tower, projector and language model, as RLinf
+fine-tunes OpenVLA-OFT). peft freezes the base weights.
 
 The policy's state_dict then holds only its trainable tensors (adapters, value head) and
 `base_hash`, the base folder's sha256 (`folder.base_hash`): checkpoints stay small, a weight sync
@@ -27,12 +28,13 @@ from fleetrl.models.hf.folder import base_hash
 HASH_KEY = "base_hash"
 
 
-def apply_lora(network: nn.Module, config: LoraConfig, path: str) -> nn.Module:
-    """`network.model` wrapped with LoRA adapters; the value head stays trainable."""
+def apply_lora(network: nn.Module, config: LoraConfig, path: str, default_targets="all-linear") -> nn.Module:
+    """`network.model` wrapped with LoRA adapters (on `config.target_modules`, else the family's
+    `default_targets`); the value head stays trainable."""
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 
-    targets = config.target_modules or "all-linear"
+    targets = config.target_modules or (default_targets if isinstance(default_targets, str) else list(default_targets))
     peft_config = PeftLoraConfig(
         r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=targets
     )

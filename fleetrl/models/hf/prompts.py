@@ -9,27 +9,27 @@ padding, so that every sample's last prompt token, and the action tokens after i
 columns; position ids count only the real tokens, so a sample's outputs do not depend on how much
 padding its batch needed.
 
-Pixels are made in torch, batched, on the model's device: the image key's values scaled to [0, 1]
-(by 1/255 for camera images; small grids such as MiniGrid's encoded view keep their values, as
-every fleetrl image encoder does: `pixel_scale`), resized bilinearly to the image processor's size and normalised with its mean and std.
-Other observation keys (a one-hot direction, a state vector) are not shown to the VLM.
+The prompt's image part is the processor's for an image of the observation's size: the family's
+`image_prompt` (the image token, Qwen's vision markers around it), expanded by the processor into
+as many image tokens — and tiles, rows, columns — as it makes of such an image.
+
+Pixels are made in torch, batched, on the model's device (pixels.py): the image key's values scaled
+to [0, 1] (by 1/255 for camera images; small grids such as MiniGrid's encoded view keep their
+values, as every fleetrl image encoder does: `pixel_scale`), then laid out as the family's image
+processor lays them out. Other observation keys (a one-hot direction, a state vector) are not
+shown to the VLM.
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
-import numpy as np
 import torch
-import torch.nn.functional as F
-from PIL import Image
 
 from fleetrl.errors import ConfigError
 from fleetrl.models.encoders import channels_first, pixel_scale
+from fleetrl.models.hf.families import Family
+from fleetrl.models.hf.pixels import LAYOUTS, blank
 from fleetrl.observations import image_layout, is_image
-
-# model_type → how pixels are handed to the model: one image per sample as (B, 3, H, W), or as
-# (B, images, 3, H, W) with a pixel mask (Idefics3 and SmolVLM)
-PIXEL_LAYOUTS = {"paligemma": "flat", "idefics3": "stacked", "smolvlm": "stacked"}
 
 
 def observation_keys(observation_space: gym.Space, template: str) -> tuple:
@@ -55,40 +55,41 @@ def observation_keys(observation_space: gym.Space, template: str) -> tuple:
 
 
 class Prompts:
-    """Builds (input_ids, attention_mask, position_ids, pixel inputs) for a batch of observations."""
+    """Builds (input_ids, attention_mask) and the pixel inputs for a batch of observations, as the
+    folder's processor and the model's family (families.py) lay them out."""
 
-    def __init__(self, processor, model_type: str, observation_space: gym.Space, template: str):
-        if model_type not in PIXEL_LAYOUTS:
-            raise ConfigError(
-                "model.path",
-                model_type,
-                f"a folder of one of the model types {sorted(PIXEL_LAYOUTS)} (config.json's model_type)",
-            )
-        self.processor, self.layout, self.template = processor, PIXEL_LAYOUTS[model_type], template
+    def __init__(self, processor, family: Family, observation_space: gym.Space, template: str):
+        self.processor, self.family, self.template = processor, family, template
         self.image_key, self.text_key = observation_keys(observation_space, template)
         leaves = (
             observation_space.spaces if isinstance(observation_space, gym.spaces.Dict) else {None: observation_space}
         )
         space = leaves[self.image_key]
-        self.channels_last = image_layout(space)[3]
+        _, self.height, self.width, self.channels_last = image_layout(space)
         self.scale = pixel_scale(space)
         self.vocabulary = leaves[self.text_key].vocabulary if self.text_key is not None else None
-        image_processor = processor.image_processor
-        size = image_processor.size
-        side = size.get("longest_edge")
-        self.size = (side, side) if side else (size["height"], size["width"])
-        self.mean = torch.tensor(image_processor.image_mean, dtype=torch.float32).view(1, 3, 1, 1)
-        self.std = torch.tensor(image_processor.image_std, dtype=torch.float32).view(1, 3, 1, 1)
+        self.pixel_maker = LAYOUTS[family.pixels](processor.image_processor, self.height, self.width)
+        self.image_text = family.image_prompt.format(image=processor.image_token)
         self.cache: dict[str, list[int]] = {}
         self.pad_id = processor.tokenizer.pad_token_id
 
     def instruction_ids(self, instruction: str) -> list[int]:
-        """The prompt's ids for one instruction, as the folder's processor makes them (cached)."""
+        """The prompt's ids for one instruction, as the folder's processor makes them for an image
+        of the observation's size (cached)."""
         if instruction not in self.cache:
-            text = self.processor.image_token + self.template.format(instruction=instruction)
-            blank = Image.fromarray(np.zeros((self.size[0], self.size[1], 3), np.uint8))
-            self.cache[instruction] = list(self.processor(text=[text], images=[[blank]])["input_ids"][0])
+            text = self.image_text + self.template.format(instruction=instruction)
+            images = (
+                [[blank(self.height, self.width)]]
+                if self.family.pixels == "tiles"
+                else [blank(self.height, self.width)]
+            )
+            self.cache[instruction] = list(self.processor(text=[text], images=images)["input_ids"][0])
         return self.cache[instruction]
+
+    def reserved_ids(self) -> set[int]:
+        """Every id of a prompt with an empty instruction — the image's tokens and markers, BOS,
+        the template's words — and the tokenizer's special tokens: no action token may be one."""
+        return set(self.instruction_ids("")) | set(self.processor.tokenizer.all_special_ids)
 
     def instructions(self, obs) -> list[str]:
         if self.text_key is None:
@@ -111,14 +112,4 @@ class Prompts:
         x = channels_first(images.to(device), self.channels_last, self.scale)
         if x.shape[1] == 1:
             x = x.expand(-1, 3, -1, -1)
-        x = F.interpolate(x, size=self.size, mode="bilinear", align_corners=False)
-        x = ((x - self.mean.to(device)) / self.std.to(device)).to(dtype)
-        if self.layout == "flat":
-            return {"pixel_values": x}
-        mask = torch.ones((x.shape[0], 1, *self.size), dtype=torch.bool, device=device)
-        return {"pixel_values": x.unsqueeze(1), "pixel_attention_mask": mask}
-
-
-def positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids that count real tokens only (0 for the left padding)."""
-    return (attention_mask.cumsum(-1) - 1).clamp_(min=0)
+        return self.pixel_maker(x, dtype)

@@ -14,10 +14,6 @@ which would otherwise push new ids past the action tokens), and LAST the `bins` 
 
 from __future__ import annotations
 
-from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
-from tokenizers.models import WordLevel
-from transformers import PreTrainedTokenizerFast
-
 PAD, EOS, BOS, UNK = "<pad>", "<eos>", "<bos>", "<unk>"
 
 PROMPT_WORDS = "in out what action should the robot take to ? : . , \n"
@@ -48,8 +44,12 @@ def action_token(index: int) -> str:
     return f"<act_{index}>"
 
 
-def build_tokenizer(specials: list[str], extras: list[str], bins: int) -> PreTrainedTokenizerFast:
+def build_tokenizer(specials: list[str], extras: list[str], bins: int):
     """The fast tokenizer described in the module docstring; `specials` start with PAD, EOS, BOS, UNK."""
+    from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
     tokens = [*specials, *vocabulary_words(), *extras, *(action_token(i) for i in range(bins))]
     vocab = {token: i for i, token in enumerate(tokens)}
     backend = Tokenizer(WordLevel(vocab, unk_token=UNK))
