@@ -23,10 +23,10 @@ from PIL import Image
 from fleetrl.checkpoint import load_latest
 from fleetrl.cli import main
 from fleetrl.config.model_sections import LoraConfig
+from fleetrl.controller.loop import Trainer
 from fleetrl.models.hf.folder import check_folder, load_processor
 from fleetrl.models.hf.prompts import Prompts
 from fleetrl.plan.load import load_config
-from fleetrl.runner import Trainer
 from tests.support import REPO, fleetrl, subprocess_env
 from tests.vla_support import VLA_CONFIG, minigrid_batch, vla
 
