@@ -71,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
         "init-model", help="write a randomly initialised Hugging Face VLA folder (nothing downloaded)"
     )
     init_model.add_argument("out", help="the folder to write (model, processor, tokenizer)")
-    init_model.add_argument("--family", default="paligemma", help="paligemma | smolvlm (docs: guides/vla.md, Families)")
+    init_model.add_argument(
+        "--family",
+        default="paligemma",
+        help="a family with a builder: paligemma, smolvlm (the table: docs/guides/vla.md, Families)",
+    )
     init_model.add_argument("--size", default="tiny", help="tiny (tests, CPU), or the family's real size: 3b | 2b")
     init_model.add_argument(
         "--config",

@@ -27,6 +27,7 @@ from fleetrl.controller.loop import Trainer
 from fleetrl.models.hf.folder import check_folder, load_processor
 from fleetrl.models.hf.prompts import Prompts
 from fleetrl.plan.load import load_config
+from fleetrl.plan.resolve import resolve
 from tests.support import REPO, fleetrl, subprocess_env
 from tests.vla_support import VLA_CONFIG, minigrid_batch, vla
 
@@ -112,7 +113,7 @@ def test_ppo_with_lora_trains_each_family_through_the_same_path(published, tmp_p
         "runner.loggers=[jsonl]",
         f"runner.run_dir={tmp_path}",
     ]
-    summary = Trainer(load_config(VLA_CONFIG, overrides), live_progress=False).train()
+    summary = Trainer(resolve(load_config(VLA_CONFIG, overrides)), live_progress=False).train()
     assert summary["global_step"] == 4
     trained = load_latest(Path(summary["run_dir"]))
     lora = [key for key in trained["actor"]["policy"] if "lora_B" in key]
