@@ -118,7 +118,8 @@ def draw_success_per_task(run_dir: Path, records: list[dict], plt) -> Path:
         axis.set_visible(False)
     axes.flat[0].legend(fontsize="x-small")
     figure.supxlabel("env steps")
-    figure.supylabel("success rate")
+    for axis in axes[:, 0]:
+        axis.set_ylabel("success rate")
     figure.suptitle(f"success per task — {run_dir.name}", fontsize="medium")
     figure.tight_layout()
     path = run_dir / "success_per_task.png"

@@ -32,7 +32,10 @@ import kit  # noqa: E402
 
 SUITES = {  # the config and what makes it a camera job
     "panda": ("configs/ppo_manipulation.yaml", []),
-    "metaworld": ("configs/ppo_metaworld.yaml", ["env.kwargs.observation=pixels", "env.kwargs.image_size=64"]),
+    "metaworld": (
+        "configs/ppo_metaworld.yaml",
+        ["env.kwargs.observation=pixels", "env.kwargs.image_size=64", "algorithm.minibatch_size=128"],
+    ),
 }
 ENVS, STEPS = 8, 32  # as measured on 2026-11-28 (the config then had 8 sync envs): 256 env steps an iteration
 COMMON = [

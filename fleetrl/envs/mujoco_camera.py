@@ -1,17 +1,19 @@
 """Off-screen camera images of MuJoCo scenes, made as cheap as a CPU renderer allows.
 
-On a machine without a GPU, MuJoCo renders through Mesa's software EGL (llvmpipe): a 64×64
-Meta-World frame through gymnasium's renderer costs ~100× the physics step. What costs, and what
-this module leaves out (`benchmarks/robot/metaworld_render.py` measures each choice against
-Meta-World's own render path, side by side):
+On a machine without a GPU, MuJoCo renders through Mesa's software EGL (llvmpipe). A 64×64
+Meta-World frame through Meta-World's own path (gymnasium's renderer) cost 25.5 ms of CPU here,
+17× the 1.5 ms of its physics step; this module's, 10.8 ms (0.42×; `benchmarks/robot/
+metaworld_render.py`, 3 rounds at load ~26, docs/benchmarks/metaworld.md). What costs, and what it
+leaves out:
 
-- **one GL context per process**, made current once: every model (each Meta-World task is its
-  own model) gets its own `MjrContext` (its textures and buffers) inside it. gymnasium's renderer
-  makes one context per env, so 16 envs × 10 tasks would hold 160 contexts;
+- **no multisampling** (`vis.quality.offsamples = 0`; Meta-World's 4 samples: +16 ms a frame);
+- **no skybox or reflections** (`mjRND_SKYBOX`, `mjRND_REFLECTION`: +5.6 ms), and no shadows
+  (`mjRND_SHADOW`: no measurable cost in these scenes, left out all the same);
 - **an off-screen buffer of the image's own size** (`vis.global_.offwidth/offheight`), not the
-  model's 640×480 (Meta-World's 480×480), and no multisampling (`vis.quality.offsamples = 0`);
-- **no shadows, reflections or skybox** (`mjRND_SHADOW`, `mjRND_REFLECTION`, `mjRND_SKYBOX`):
-  each shadow-casting light is another pass over the scene.
+  model's 480×480 (+1.7 ms at 64×64);
+- **one GL context per process**, made current once: every model (each Meta-World task is its
+  own) gets its own `MjrContext` (its textures and buffers) inside it. gymnasium's renderer makes
+  one context per env, so 16 envs × 10 tasks would hold 160 contexts.
 
 The GL backend is `MUJOCO_GL`'s (`egl`, `osmesa` or `glfw`), EGL when it is unset, whenever MuJoCo
 was imported: MuJoCo reads the variable once, at its import, which another env of the same
