@@ -1,11 +1,13 @@
-"""The fault matrix's cells, one source of truth for benchmarks/diagnosis/fault_matrix.py (every cell) and
-tests/test_fault_matrix.py (a representative few in CI) and tests/test_matrix_slice.py (a slice
-that moves with every commit: `rotation`).
+"""The fault matrix's cells, one source of truth for benchmarks/diagnosis/fault_matrix.py (every cell),
+tests/test_fault_matrix.py (the fixed cells CI runs) and tests/test_matrix_slice.py (a slice that
+moves with the tree: `rotation`).
 
-A cell is a fault kind × where it strikes × when × on which backend, and what fleetrl must say
-about it: the cause, the culprit (as hang_report.json names it) and the bound on
-`detected_after_s` that the watchdog's default thresholds promise. A cell that cannot exist says
-why (`infeasible`). Faults in workers go through `debug.fault` (fleetrl/debug/faults.py); the
+A cell is a fault kind × where it strikes × when × on which backend. This module says how the
+cell's fault is injected (its `fleetrl train` overrides) and why a cell cannot exist
+(`why_infeasible`); what fleetrl must report for it — the cause, the culprit, which documented
+detection figure bounds it — is data, written and reviewed by hand in tests/fault_cells.csv (one
+row per feasible cell), never computed here: the oracle does not share the product's
+classification. Faults in workers go through `debug.fault` (fleetrl/debug/faults.py); the
 controller has no method `debug.fault` can target, so its cells are signals the runner of the
 cell sends to the controller process (`signal_controller`).
 
@@ -22,11 +24,14 @@ blocks, inside the model's call.
 
 from __future__ import annotations
 
+import csv
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 
-from fleetrl.config.schema import WatchdogConfig
-from tests.incidents import SMALL
+from tests.incidents import DETECTIONS, SMALL, assert_ended_in_time, promised_detection_s
+from tests.support import LOADED_HOST_MARGIN_S
 
 KINDS = ("kill", "sigstop", "gil", "hang", "exception", "extra_collective", "skip_forward")
 HF_KINDS = (*KINDS, "hang_in_forward")
@@ -72,10 +77,8 @@ PLACEMENT = {
         "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0}",
     ),
 }
-MARGIN_S = 5.0  # a loaded host's scheduling and the incident response's first steps; never the bound's core
-DEATHS = ("kill",)
-FREEZES = ("sigstop", "gil")
 COLLECTIVE = ("extra_collective", "skip_forward")
+EXPECTED = Path(__file__).with_name("fault_cells.csv")
 
 
 @dataclass(frozen=True)
@@ -85,33 +88,31 @@ class Cell:
     when: str
     backend: str
     infeasible: str = ""  # why the cell cannot exist; "" for a real cell
-    cause: str = ""
+    cause: str = ""  # what the report must name (tests/fault_cells.csv)
     culprit: tuple[str, int] | None = None
-    bound_s: float = 0.0  # detected_after_s must not exceed it
+    promised_s: float = 0.0  # the documented detection figure for the cell (tests/incidents.py)
     overrides: tuple[str, ...] = field(default=())  # `fleetrl train` overrides, the fault included
     signal_controller: str = ""  # controller cells: "SIGKILL" or "SIGSTOP", sent by the cell's runner
     config: str = CARTPOLE  # what `fleetrl train` trains (VLA: the Hugging Face model's cells)
 
     @property
     def name(self) -> str:
-        return f"{self.kind}/{self.where}/{self.when}/{self.backend}" + ("/hf" if self.config == VLA else "")
+        return cell_name(self.kind, self.where, self.when, self.backend, self.config == VLA)
 
-    def with_overrides(self, *extra: str) -> Cell:
-        """The same cell with `extra` overrides after its own (e.g. a shorter watchdog bound)."""
-        return Cell(**{**self.__dict__, "overrides": (*self.overrides, *extra)})
+    @property
+    def bound_s(self) -> float:
+        """How late `detected_after_s` may be: the promised figure and the loaded host's margin."""
+        return self.promised_s + LOADED_HOST_MARGIN_S
+
+
+def cell_name(kind: str, where: str, when: str, backend: str, hf: bool = False) -> str:
+    return f"{kind}/{where}/{when}/{backend}" + ("/hf" if hf else "")
 
 
 def fault_rank(where: str, backend: str) -> int:
     """The rank the fault hits: rank 1 where there are two (the rank that is not the first to
     do anything), else 0."""
     return 0 if backend == "inline" or (where == "rollout" and backend in ("ray", "nodes")) else 1
-
-
-def watched_culprit(where: str, backend: str, rank: int) -> tuple[str, int]:
-    """The process the report must name: the one that faulted, as the watchdog knows it."""
-    if where == "controller":
-        return ("inline", 0) if backend == "inline" else ("controller", 0)
-    return {"inline": ("inline", 0), "fused": ("fused", rank)}.get(backend, (where, rank))
 
 
 def why_infeasible(kind: str, where: str, when: str, backend: str) -> str:
@@ -134,69 +135,55 @@ def why_infeasible(kind: str, where: str, when: str, backend: str) -> str:
     return ""
 
 
-def expected(kind: str, where: str, when: str, backend: str, config: WatchdogConfig) -> tuple[str, float]:
-    """The cause fleetrl must report and the detection bound the default thresholds promise:
-    deaths and exceptions 3 s; a frozen process heartbeat_timeout_s + 5; a stall or a collective
-    nobody completes 10 s in steady state, 30 s on a first call (first_call_bound_s 15 s), the
-    start-up step allowance + 10 s in a start-up step."""
-    if kind in DEATHS:
-        return "worker_died", 3.0
-    if kind == "exception":
-        return "worker_exception", 3.0
-    if kind in FREEZES:
-        return "process_frozen", config.heartbeat_timeout_s + 5
-    stall_bound = {"steady": 10.0, "first_call": 30.0, "startup": config.startup_step_allowance_s + 10}[when]
-    if kind == "extra_collective":
-        return "collective_mismatch", stall_bound
-    two_ranks_wait = where == "actor" or backend == "fused"  # a peer rank waits in a collective for it
-    # At start-up only the actor's join is such a collective: the env's and rollout's start-up steps
-    # are calls the controller waits for on every rank, the other rank idle meanwhile
-    in_collective = when != "startup" or where == "actor"
-    if kind == "skip_forward" or (two_ranks_wait and backend != "inline" and in_collective):
-        return "rank_missing_from_collective", stall_bound
-    startup = when == "startup" and METHOD[where]["startup"][0] in ("reset", "init_distributed")
-    return ("startup_timeout" if startup else "phase_timeout"), stall_bound
+@dataclass(frozen=True)
+class Expected:
+    """A row of tests/fault_cells.csv: what fleetrl must report for one cell."""
+
+    cause: str
+    culprit: tuple[str, int]
+    detection: str  # which documented figure bounds the detection (tests/incidents.py DETECTIONS)
 
 
-def make_cell(
-    kind: str, where: str, when: str, backend: str, config: WatchdogConfig | None = None, hf_folder: str | None = None
-) -> Cell:
-    """The cell; with `hf_folder`, training the tiny VLA of that folder (`fleetrl init-model`)."""
-    config = config or WatchdogConfig()
+@cache
+def expectations() -> dict[str, Expected]:
+    """tests/fault_cells.csv by cell name; a malformed or repeated row fails here, naming it."""
+    rows: dict[str, Expected] = {}
+    with EXPECTED.open() as file:
+        for row in csv.DictReader(line for line in file if not line.startswith("#")):
+            component, rank = row["culprit"].split()
+            assert row["cell"] not in rows, f"{EXPECTED.name}: {row['cell']} has two rows"
+            assert row["detection"] in DETECTIONS, f"{EXPECTED.name}: {row}"
+            rows[row["cell"]] = Expected(row["cause"], (component, int(rank)), row["detection"])
+    return rows
+
+
+def make_cell(kind: str, where: str, when: str, backend: str, hf_folder: str | None = None, **watchdog: float) -> Cell:
+    """The cell; with `hf_folder`, training the tiny VLA of that folder (`fleetrl init-model`);
+    `watchdog`: thresholds changed from the defaults (overrides added, the promise following)."""
     reason = why_infeasible(kind, where, when, backend)
     train = CARTPOLE if hf_folder is None else VLA
     if reason:
         return Cell(kind, where, when, backend, infeasible=reason, config=train)
-    cause, bound = expected(kind, where, when, backend, config)
+    name = cell_name(kind, where, when, backend, hf_folder is not None)
+    expected = expectations().get(name)
+    assert expected is not None, f"{name}: a feasible cell without its row in {EXPECTED.name}"
+    promised_s = promised_detection_s(expected.detection, **watchdog)
     rank = fault_rank(where, backend)
-    overrides = (*PLACEMENT[backend], *JOB)
+    overrides = (*PLACEMENT[backend], *JOB, *(f"watchdog.{key}={value}" for key, value in watchdog.items()))
     if hf_folder is not None:
         # FSDP where 2 actor ranks have a rollout of their own; fused ranks act with the actor's
         # module, which FSDP would gather at every env step: DDP there (a config rule)
         sharded = ("actor.strategy=fsdp",) if backend in ("ray", "nodes") else ()
         overrides = (*overrides, f"model.path={hf_folder}", "model.lora.rank=4", *sharded)
+    common = dict(cause=expected.cause, culprit=expected.culprit, promised_s=promised_s, config=train)
     if where == "controller":
-        return Cell(
-            kind,
-            where,
-            when,
-            backend,
-            cause=cause,
-            culprit=watched_culprit(where, backend, rank),
-            bound_s=bound,
-            overrides=overrides,
-            signal_controller="SIGKILL" if kind == "kill" else "SIGSTOP",
-            config=train,
-        )
+        signal = "SIGKILL" if kind == "kill" else "SIGSTOP"
+        return Cell(kind, where, when, backend, overrides=overrides, signal_controller=signal, **common)
     method, call = METHOD[where][when]
     fault = (
         f"debug.fault={{kind: {FAULT_KIND[kind]}, component: {where}, rank: {rank}, method: {method}, call: {call}}}"
     )
-    culprit = (where, rank) if kind == "exception" and backend != "fused" else watched_culprit(where, backend, rank)
-    overrides = (*overrides, fault)
-    return Cell(
-        kind, where, when, backend, cause=cause, culprit=culprit, bound_s=bound, overrides=overrides, config=train
-    )
+    return Cell(kind, where, when, backend, overrides=(*overrides, fault), **common)
 
 
 def all_cells() -> list[Cell]:
@@ -209,11 +196,10 @@ def hf_cells(folder: str) -> list[Cell]:
 
 
 def rotation(cells: list[Cell]) -> list[Cell]:
-    """The order CI walks the matrix in (tests/test_matrix_slice.py: two cells a commit). Position
-    i holds kind i mod 7 on backend i mod 4 — 7 and 4 coprime, so 28 positions visit every pair —
-    with the collective kinds, which have no inline cell, on fused instead: any 8 consecutive
-    positions hold every kind and every backend. Each visit of a pair takes that pair's next
-    cell (its wheres and whens in turn), and the walk goes on until every cell was visited."""
+    """The order CI's slice windows are cut from (tests/test_matrix_slice.py): every cell once,
+    round-robin over the (kind, backend) pairs — pair i is kind i mod 7 on backend i mod 4, 7 and
+    4 coprime, with the collective kinds, which have no inline cell, on fused instead — so that
+    neighbours differ in kind and in backend wherever the pairs left allow."""
     by_pair: dict[tuple[str, str], list[Cell]] = defaultdict(list)
     for cell in cells:
         by_pair[(cell.kind, cell.backend)].append(cell)
@@ -221,14 +207,10 @@ def rotation(cells: list[Cell]) -> list[Cell]:
     for i in range(len(KINDS) * len(BACKENDS)):
         pair = (KINDS[i % len(KINDS)], BACKENDS[i % len(BACKENDS)])
         order.append(pair if pair in by_pair else (pair[0], "fused"))
-    visits: dict[tuple[str, str], int] = defaultdict(int)
-    walk, unseen = [], set(map(id, cells))
-    while unseen:
-        for pair in order:
-            cell = by_pair[pair][visits[pair] % len(by_pair[pair])]
-            visits[pair] += 1
-            unseen.discard(id(cell))
-            walk.append(cell)
+    queues = [list(by_pair[pair]) for pair in dict.fromkeys(order)]
+    walk = []
+    while any(queues):
+        walk += [queue.pop(0) for queue in queues if queue]
     return walk
 
 
@@ -237,10 +219,15 @@ def select(cells: list[Cell], **wanted: str | None) -> list[Cell]:
     return [c for c in cells if all(v is None or getattr(c, k) == v for k, v in wanted.items())]
 
 
-def assert_named(result, cell: Cell, within_s: float) -> None:
+def assert_named(result, cell: Cell) -> None:
     """`result` (tests/support.py `Finished`) is the cell's incident: exit 4, its cause and culprit,
-    detected within `within_s`."""
+    detected within the cell's bound, every process of the run gone within the teardown promise."""
     report = result.hang_report
     assert result.code == 4 and report is not None, result.stderr[-3000:]
     assert (report["cause"], report["culprit"]) == (cell.cause, list(cell.culprit)), report["summary"]
-    assert 0 <= report["detected_after_s"] <= within_s, (report["detected_after_s"], report["summary"])
+    assert 0 <= report["detected_after_s"] <= cell.bound_s, (
+        report["detected_after_s"],
+        cell.bound_s,
+        report["summary"],
+    )
+    assert_ended_in_time(result)

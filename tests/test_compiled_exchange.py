@@ -9,7 +9,7 @@ from fleetrl.cluster.exchange.compiled import unroll_for
 from fleetrl.errors import ConfigError
 from fleetrl.plan.load import load_config
 from fleetrl.plan.resolve import resolve
-from tests.incidents import assert_incident, detection_bound, fault, run_fault
+from tests.incidents import NOTICE_S, assert_incident, fault, promised_detection_s, run_fault
 from tests.support import COMPILED_LINE
 from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES
 
@@ -27,7 +27,7 @@ def test_env_step_hung_on_its_first_call_inside_the_graph_is_named(tmp_path):
         checkpointed=False,
     )
     assert COMPILED_LINE in result.stderr, result.stderr[-3000:]
-    assert_incident(result, "phase_timeout", ["env", 1], 3 + 10)
+    assert_incident(result, "phase_timeout", ["env", 1], promised_detection_s("first_call", first_call_bound_s=3))
     assert "env.step" in result.hang_report["summary"], result.hang_report["summary"]
 
 
@@ -41,7 +41,7 @@ def test_env_worker_killed_on_its_first_step_inside_the_graph_is_named(tmp_path)
         tmp_path, *FOUR_LANES, "cluster.exchange=compiled", fault("kill", "env", 1, 1), checkpointed=False
     )
     assert COMPILED_LINE in result.stderr, result.stderr[-3000:]
-    assert_incident(result, "worker_died", ["env", 1], detection_bound())
+    assert_incident(result, "worker_died", ["env", 1], NOTICE_S)
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from fleetrl.config.schema import WatchdogConfig
-from tests.fault_cells import MARGIN_S, METHOD, WHEN, Cell, assert_named, make_cell
+from tests.fault_cells import METHOD, WHEN, Cell, assert_named, make_cell
 from tests.support import train
 
-CONFIG = WatchdogConfig()
-JUDGING_WINDOW_S = max(2.0, 4 * CONFIG.heartbeat_interval_s)  # beats a stalled call is judged from
 FIRST_CALL_BOUND_S = 5.0  # shorter than the default 15 s, to keep the run short; the mechanism is the same
 
 
@@ -26,7 +23,7 @@ def test_an_exception_in_the_first_env_reset_inline_is_named_at_once(tmp_path):
     """Start-up, inline: the env's first reset raises, before the training loop has begun."""
     cell = make_cell("exception", "env", "startup", "inline")
     result = run_cell(tmp_path, cell)
-    assert_named(result, cell, cell.bound_s + MARGIN_S)
+    assert_named(result, cell)
     assert "InjectedFault in env.reset" in result.hang_report["summary"]
     # the culprit is a worker of the report, in the one process that hosts every inline worker
     workers = {(w["component"], w["rank"]): w for w in result.hang_report["workers"]}
@@ -40,11 +37,9 @@ def test_an_exception_in_the_first_env_reset_inline_is_named_at_once(tmp_path):
 
 @pytest.mark.slow  # ~45 s: a Ray cluster's start-up
 def test_a_first_call_hang_of_an_env_rank_on_ray_is_a_blocked_phase_timeout(tmp_path):
-    cell = make_cell("hang", "env", "first_call", "ray").with_overrides(
-        f"watchdog.first_call_bound_s={FIRST_CALL_BOUND_S}"
-    )
+    cell = make_cell("hang", "env", "first_call", "ray", first_call_bound_s=FIRST_CALL_BOUND_S)
     result = run_cell(tmp_path, cell)
-    assert_named(result, cell, FIRST_CALL_BOUND_S + JUDGING_WINDOW_S + MARGIN_S)
+    assert_named(result, cell)
     assert result.hang_report["state"] == "blocked", result.hang_report["summary"]
 
 
@@ -52,7 +47,7 @@ def test_a_first_call_hang_of_an_env_rank_on_ray_is_a_blocked_phase_timeout(tmp_
 def test_a_fused_rank_killed_in_steady_state_is_named_within_the_poll(tmp_path):
     cell = make_cell("kill", "actor", "steady", "fused")
     result = run_cell(tmp_path, cell)
-    assert_named(result, cell, CONFIG.poll_interval_s + MARGIN_S)
+    assert_named(result, cell)
 
 
 @pytest.mark.slow  # ~105 s on a loaded host: a Ray cluster's start-up, then the start-up step allowance
@@ -61,11 +56,9 @@ def test_a_hang_before_the_process_group_join_on_ray_names_the_rank_that_never_j
     rendezvous (the join, recorded as collective #1 of group `join`): rank 1 is named, not rank 0,
     which entered its start-up step first."""
     allowance_s = 20.0  # the default 60 s, shortened to keep the run short; the rule is the same
-    cell = make_cell("hang", "actor", "startup", "ray").with_overrides(
-        f"watchdog.startup_step_allowance_s={allowance_s}"
-    )
+    cell = make_cell("hang", "actor", "startup", "ray", startup_step_allowance_s=allowance_s)
     result = run_cell(tmp_path, cell)
-    assert_named(result, cell, allowance_s + JUDGING_WINDOW_S + MARGIN_S)
+    assert_named(result, cell)
     assert "; actor rank 0 waits in join (gloo rendezvous at tcp://" in result.hang_report["summary"]
 
 
@@ -77,7 +70,7 @@ def test_an_exception_in_the_rollout_is_named_at_every_moment_inline(tmp_path, w
     cell = make_cell("exception", "rollout", when, "inline")
     assert not cell.infeasible, cell.infeasible
     result = run_cell(tmp_path, cell)
-    assert_named(result, cell, cell.bound_s + MARGIN_S)
+    assert_named(result, cell)
     method, _ = METHOD["rollout"][when]
     assert f"InjectedFault in rollout.{method}" in result.hang_report["summary"], result.hang_report["summary"]
 
@@ -86,10 +79,11 @@ def test_a_hang_inside_the_vla_s_forward_on_actor_rank_1_names_rank_1(tmp_path, 
     """The tiny LoRA PaliGemma on 2 fused DDP ranks (2 processes: the cheapest 2-rank layout):
     rank 1's model blocks in its first training forward; rank 0 waits for it in a collective of
     the same step, and rank 1 is named."""
-    cell = make_cell("hang_in_forward", "actor", "first_call", "fused", hf_folder=str(tiny_paligemma))
-    cell = cell.with_overrides(f"watchdog.first_call_bound_s={FIRST_CALL_BOUND_S}")
+    cell = make_cell(
+        "hang_in_forward", "actor", "first_call", "fused", str(tiny_paligemma), first_call_bound_s=FIRST_CALL_BOUND_S
+    )
     result = run_cell(tmp_path, cell)
-    assert_named(result, cell, FIRST_CALL_BOUND_S + JUDGING_WINDOW_S + MARGIN_S)
+    assert_named(result, cell)
     assert result.hang_report["summary"].startswith("fused rank 1 is behind: "), result.hang_report["summary"]
     assert "fused rank 0 waits in " in result.hang_report["summary"]
 
@@ -97,5 +91,5 @@ def test_a_hang_inside_the_vla_s_forward_on_actor_rank_1_names_rank_1(tmp_path, 
 def test_an_exception_in_the_vla_rollout_s_first_act_is_named_at_once(tmp_path, tiny_paligemma):
     cell = make_cell("exception", "rollout", "first_call", "inline", hf_folder=str(tiny_paligemma))
     result = run_cell(tmp_path, cell)
-    assert_named(result, cell, cell.bound_s + MARGIN_S)
+    assert_named(result, cell)
     assert "InjectedFault in rollout.act" in result.hang_report["summary"], result.hang_report["summary"]

@@ -14,7 +14,7 @@ from fleetrl.plan.layout import fused_assignments
 from fleetrl.plan.load import load_config
 from fleetrl.plan.placement import resolve_placement
 from fleetrl.plan.resolve import resolve
-from tests.incidents import assert_incident, detection_bound, fault, run_fault
+from tests.incidents import NOTICE_S, STALL_S, assert_incident, fault, run_fault
 from tests.support import LEARNING_GUARD_S, TWO_ACTOR_RANKS_ON_RAY, train
 
 FUSE = "cluster.fuse_collocated=true"
@@ -150,17 +150,17 @@ def test_two_fused_ranks_train_cartpole_and_resume(tmp_path, length):
     assert resumed[0]["iteration"] == records[-1]["iteration"] + 1
 
 
-# (fault kind, component, rank, call) → (cause, bound in s, words the summary must hold)
+# (fault kind, component, rank, call) → (cause, promised detection s, words the summary must hold)
 FUSED_FAULTS = {
     # rank 0 trains meanwhile and waits in the first all-reduce for rank 1, which never comes
     "env.step never returns in fused rank 1": (
         ("hang", "env", 1, 40),
-        ("rank_missing_from_collective", 10, "in env.step"),
+        ("rank_missing_from_collective", STALL_S, "in env.step"),
     ),
-    "fused rank 1 killed while training": (("kill", "actor", 1, 3), ("worker_died", detection_bound(), "died")),
+    "fused rank 1 killed while training": (("kill", "actor", 1, 3), ("worker_died", NOTICE_S, "died")),
     "env.step raises in fused rank 1": (
         ("exception", "env", 1, 40),
-        ("worker_exception", detection_bound(), "in env.step"),
+        ("worker_exception", NOTICE_S, "in env.step"),
     ),
 }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.incidents import assert_incident, fault, run_fault
+from tests.incidents import STALL_S, assert_incident, fault, run_fault
 from tests.support import TWO_ACTOR_RANKS_ON_RAY
 
 HF_FSDP = ["model.id=tests.hf_models:GemmaNet", "actor.strategy=fsdp"]
@@ -17,6 +17,6 @@ def test_a_hang_in_the_hf_model_s_forward_names_the_rank(tmp_path):
     result = run_fault(
         tmp_path, *TWO_ACTOR_RANKS_ON_RAY, *HF_FSDP, fault("hang_in_forward", "actor", 1, 1), checkpointed=False
     )
-    assert_incident(result, "rank_missing_from_collective", ["actor", 1], 15)
+    assert_incident(result, "rank_missing_from_collective", ["actor", 1], STALL_S)
     assert result.hang_report["summary"].startswith("actor rank 1 is behind: "), result.hang_report["summary"]
     assert "actor rank 0 waits in " in result.hang_report["summary"]

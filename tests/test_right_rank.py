@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.incidents import assert_incident, fault, run_fault
+from tests.incidents import STALL_S, assert_incident, fault, run_fault
 from tests.support import TWO_ACTOR_RANKS_ON_RAY
 
 # (fault kind, call) → words the summary must hold after "actor rank 1 is behind: ". A block in
@@ -31,7 +31,7 @@ SLOW = ("skipping its first DDP step",)  # ~45 s more of CI
 def test_the_rank_behind_is_named_not_the_rank_waiting_for_it(tmp_path, case):
     (kind, call), words = CASES[case]
     result = run_fault(tmp_path, *TWO_ACTOR_RANKS_ON_RAY, fault(kind, "actor", 1, call), checkpointed=call > 1)
-    assert_incident(result, "rank_missing_from_collective", ["actor", 1], 15)
+    assert_incident(result, "rank_missing_from_collective", ["actor", 1], STALL_S)
     report = result.hang_report
     assert report["summary"].startswith(f"actor rank 1 is behind: {words}"), report["summary"]
     # rank 0 waits in the first collective of its call: the unused-parameter check's all-gather

@@ -28,8 +28,8 @@ from fleetrl.probe.store import HeartbeatStore
 from fleetrl.supervise.attempt import RUN_MARK
 from fleetrl.watch.judging.judgement import Seen
 from fleetrl.watch.watchdog import Watchdog
-from tests.incidents import SMALL, assert_incident, detection_bound, fault, run_fault
-from tests.support import REPO, TWO_ACTOR_RANKS_ON_RAY, subprocess_env, train
+from tests.incidents import NOTICE_S, SMALL, assert_incident, fault, promised_detection_s, run_fault
+from tests.support import LOADED_HOST_MARGIN_S, REPO, TWO_ACTOR_RANKS_ON_RAY, subprocess_env, train
 
 RAY_TWO_ENV_RANKS = [
     "cluster.backend=ray",
@@ -40,7 +40,7 @@ RAY_TWO_ENV_RANKS = [
 
 def test_a_first_call_that_blocks_inline_is_reported_blocked_within_30_s_by_default(tmp_path):
     result = run_fault(tmp_path, fault("hang", "env", 0, 1), checkpointed=False)
-    assert_incident(result, "phase_timeout", ["inline", 0], 30)
+    assert_incident(result, "phase_timeout", ["inline", 0], promised_detection_s("first_call"))
     report = result.hang_report
     assert report["state"] == "blocked", report["summary"]
     assert "env.step" in report["summary"] and "never finished before" in report["summary"]
@@ -51,7 +51,7 @@ def test_a_first_call_that_blocks_on_ray_names_the_env_rank(tmp_path):
     result = run_fault(
         tmp_path, *RAY_TWO_ENV_RANKS, "watchdog.first_call_bound_s=5", fault("hang", "env", 1, 1), checkpointed=False
     )
-    assert_incident(result, "phase_timeout", ["env", 1], 20)
+    assert_incident(result, "phase_timeout", ["env", 1], promised_detection_s("first_call", first_call_bound_s=5))
     assert result.hang_report["state"] == "blocked", result.hang_report["summary"]
     culprit = next(w for w in result.hang_report["workers"] if w["culprit"])
     assert "inject_before" in culprit["stack"]
@@ -67,7 +67,9 @@ def test_an_env_constructor_that_hangs_in_a_ray_worker_is_a_startup_timeout(tmp_
         "watchdog.startup_step_allowance_s=15",
         checkpointed=False,
     )
-    assert_incident(result, "startup_timeout", ["env", 0], 15 + 15)  # the allowance, then judging it blocked
+    assert_incident(
+        result, "startup_timeout", ["env", 0], promised_detection_s("startup_step", startup_step_allowance_s=15)
+    )
     report = result.hang_report
     assert report["state"] == "blocked" and "env.construct" in report["summary"], report["summary"]
     assert "its main thread is at watchdog_envs.py" in report["summary"]  # the constructor that sleeps
@@ -103,7 +105,7 @@ def test_a_busy_first_call_is_a_slow_warning_and_an_incident_only_past_the_busy_
     `phase_timeout` in state busy."""
     assert_slow_not_stalled(computing_run(tmp_path / "allowed", 8, "watchdog.first_call_bound_s=2"))
     result = computing_run(tmp_path / "overrun", 30, "watchdog.first_call_bound_s=2", "watchdog.busy_allowance_s=5")
-    assert_incident(result, "phase_timeout", ["inline", 0], 15)
+    assert_incident(result, "phase_timeout", ["inline", 0], promised_detection_s("busy", busy_allowance_s=5))
     assert result.hang_report["state"] == "busy", result.hang_report["summary"]
     assert "watchdog.busy_allowance_s" in result.hang_report["summary"]
 
@@ -229,8 +231,7 @@ def test_a_first_call_that_spins_waiting_is_reported_spinning_not_busy(tmp_path,
         runs=tmp_path,
         timeout=120,
     )
-    judging_window_s = max(2.0, 4 * WatchdogConfig().heartbeat_interval_s)
-    assert_incident(result, "phase_timeout", ["inline", 0], 2 + judging_window_s + 5)
+    assert_incident(result, "phase_timeout", ["inline", 0], promised_detection_s("first_call", first_call_bound_s=2))
     report = result.hang_report
     assert report["state"] == "spinning", report["summary"]
     assert "is spinning: its stack did not move" in report["summary"] and "watchdog_envs.py" in report["summary"]
@@ -280,7 +281,8 @@ def test_workers_with_a_skewed_clock_give_no_false_stall_and_a_true_detection_ti
     assert result.code == 4 and report is not None, result.stderr[-3000:]
     assert (report["cause"], report["culprit"]) == ("worker_exception", ["env", 0]), report["summary"]
     assert "InjectedFault in env.step" in report["summary"]
-    assert 0 <= report["detected_after_s"] <= detection_bound(), report["detected_after_s"]  # not 30 s off
+    # not 30 s off
+    assert 0 <= report["detected_after_s"] <= NOTICE_S + LOADED_HOST_MARGIN_S, report["detected_after_s"]
 
 
 def judged(recorder: Recorder, work, stop, reads: tuple[dict, ...] = ({},), beats: int = 8) -> list:

@@ -1,12 +1,13 @@
 """The fault matrix: every fault kind × where × when × backend (tests/fault_cells.py), each cell one
 `fleetrl train` run with the fault, judged from its hang_report.json.
 
-Per cell: the cause and the culprit reported, right or wrong against the cell's expectation;
-`detected_after_s` against the cell's bound; teardown seconds (the report's `reported_at`, the
-moment of detection, before the stacks are taken → the `fleetrl` process's exit); and the processes of the run still alive 5 s after that exit (those carrying the
-run's mark, FLEETRL_SUPERVISOR_PID = the `fleetrl` process's pid, or named after it by Ray's
-session: tests/support.py `ray_processes_of`) — they are counted, then killed. Infeasible cells
-are listed with why. Controller cells signal the controller process from here (SIGKILL or
+Per cell: the cause and the culprit reported, right or wrong against the cell's expectation (the
+data of tests/fault_cells.csv); `detected_after_s` against the cell's bound (its documented figure
+and the loaded host's margin); the teardown: seconds from the detection (the report's
+`reported_at`, before the stacks are taken) to the last process of the run ended, as this script
+saw them (the `fleetrl` process's descendants, sampled while it ran: tests/support.py
+`Descendants`), against the promise of 10 s; and the processes still running once the teardown's
+bound has passed — they are counted, then killed. Infeasible cells are listed with why. Controller cells signal the controller process from here (SIGKILL or
 SIGSTOP): at start-up once it has run 2 s, in steady state once 3 iterations are logged.
 
     .venv/bin/python benchmarks/diagnosis/fault_matrix.py [--backend ray] [--when first_call] [--where env]
@@ -41,9 +42,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
 import kit  # noqa: E402
 
 from tests.fault_cells import BACKENDS, HF_KINDS, WHEN, WHERE, Cell, all_cells, hf_cells, select  # noqa: E402
-from tests.support import end, ray_processes_of  # noqa: E402
-
-LEFT_AFTER_S = 5.0
+from tests.support import TEARDOWN_BOUND_S, Descendants, end, ray_processes_of  # noqa: E402
 
 
 def controller_of(driver: subprocess.Popen) -> psutil.Process | None:
@@ -87,6 +86,7 @@ def run_cell(cell: Cell, parent: Path, timeout: float, extra: list[str]) -> dict
         driver = subprocess.Popen(
             command, cwd=kit.ROOT, env=kit.subprocess_env(), stdout=subprocess.DEVNULL, stderr=stderr
         )
+        descendants = Descendants(driver.pid)
         signalled = signal_when_due(cell, driver, parent, started + timeout) if cell.signal_controller else None
         try:
             driver.wait(max(1.0, started + timeout - time.time()))
@@ -99,8 +99,10 @@ def run_cell(cell: Cell, parent: Path, timeout: float, extra: list[str]) -> dict
         driver.kill()
         driver.wait()
     ended = time.time()
-    time.sleep(LEFT_AFTER_S)
-    left = [p for p in ray_processes_of(driver.pid) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    descendants.stop()
+    descendants.add(ray_processes_of(driver.pid))
+    gone_at = descendants.gone_at(TEARDOWN_BOUND_S)
+    left = descendants.running()
     left_names = [f"{p.pid} {p.name()}" for p in left if p.is_running()]
     end(family + left + ray_processes_of(driver.pid))
     runs = sorted(p for p in parent.iterdir() if p.is_dir())
@@ -119,7 +121,9 @@ def run_cell(cell: Cell, parent: Path, timeout: float, extra: list[str]) -> dict
         "culprit_right": culprit == cell.culprit,
         "detected_after_s": report.get("detected_after_s"),
         "within_bound": report.get("detected_after_s") is not None and report["detected_after_s"] <= cell.bound_s,
-        "teardown_s": ended - report["reported_at"] if report.get("reported_at") else None,
+        "teardown_s": gone_at - report["reported_at"] if report.get("reported_at") and gone_at else None,
+        "exit_s": ended - report["reported_at"] if report.get("reported_at") else None,
+        "ended_after_s": report.get("ended_after_s"),
         "signalled_at": signalled,
         "processes_left": len(left_names) if not timed_out else None,
         "left": left_names,
@@ -135,7 +139,8 @@ def verdict(cell: Cell, run: dict | None) -> str:
     # against the cell's expectation now (`--report` on runs made before it changed), not the run's
     named = (run["cause"], run["culprit"]) == (cell.cause, list(cell.culprit))
     within = run["detected_after_s"] is not None and run["detected_after_s"] <= cell.bound_s
-    return "right" if named and within and run["processes_left"] == 0 else "**wrong**"
+    ended = run["teardown_s"] is not None and run["teardown_s"] <= TEARDOWN_BOUND_S
+    return "right" if named and within and ended and run["processes_left"] == 0 else "**wrong**"
 
 
 def table(cells: list[Cell], runs: dict[str, dict], only_run: bool = False) -> str:

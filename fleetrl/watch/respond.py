@@ -1,7 +1,10 @@
 """What happens once an incident is known: stacks, report, teardown, exit — in that order.
 
 The last complete checkpoint is already on disk (checkpoints are atomic), so nothing is saved
-here: a stuck or dead worker could not be asked for its state anyway.
+here: a stuck or dead worker could not be asked for its state anyway. The report records when the
+incident was detected (`reported_at`) and, once the teardown is over, when every process of the
+run but this one had ended (`ended_at`): the promise is every process gone within
+`TEARDOWN_PROMISE_S` of detection (docs/concepts/incidents.md).
 """
 
 from __future__ import annotations
@@ -20,9 +23,18 @@ from fleetrl.probe.stack_requests import StackAsker
 from fleetrl.probe.stacks import capture_stacks
 from fleetrl.teardown import kill_own_children
 from fleetrl.watch.incident import Incident
-from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT, build_hang_report, write_hang_report
+from fleetrl.watch.reporting.hang_report import (
+    REPORT_JSON,
+    REPORT_TEXT,
+    build_hang_report,
+    record_end,
+    write_hang_report,
+)
 
 log = logging.getLogger("fleetrl")
+# Every process of the run ends within this many seconds of an incident's detection: the stacks,
+# the report and the teardown included (a loaded host's margin aside; docs/concepts/incidents.md).
+TEARDOWN_PROMISE_S = 10.0
 
 
 class IncidentStop(Exception):
@@ -76,6 +88,7 @@ class Responder:
             raise IncidentStop(self.report)
         self.report = {"cause": incident.cause, "summary": incident.summary}
         detected_at = time.time()  # taking the stacks is part of the response, not of the detection
+        folder = None
         try:
             stacks = capture_stacks(
                 [{**incident.records.get((w["component"], w["rank"]), {}), **w} for w in workers],
@@ -90,6 +103,8 @@ class Responder:
         finally:
             kill_remote()
             kill_own_children()
+            if folder is not None:  # the teardown's end beside the detection, for the reader and the tests
+                record_end(folder, time.time())
             if exit_process:
                 sys.stdout.flush()
                 sys.stderr.flush()

@@ -169,6 +169,21 @@ def write_hang_report(run_dir: Path, report: dict) -> tuple[str, Path]:
         return text, fallback
 
 
+def record_end(folder: Path, ended_at: float) -> None:
+    """Add to the report in `folder` when the teardown had ended every process of the run but the
+    one writing (`ended_at`) and how long after the detection (`ended_after_s`). Best effort: the
+    report stands without them (a disk that fills now)."""
+    path = folder / REPORT_JSON
+    try:
+        report = json.loads(path.read_text())
+        report.update(ended_at=ended_at, ended_after_s=ended_at - report["reported_at"])
+        written = path.with_name(f".{REPORT_JSON}.tmp")
+        written.write_text(json.dumps(report, indent=2, default=str))
+        written.replace(path)  # whole or not at all: a reader never finds half a report
+    except (OSError, ValueError, KeyError):
+        pass
+
+
 def _write_report(folder: Path, report: dict, text: str) -> None:
     (folder / REPORT_JSON).write_text(redact_text(json.dumps(report, indent=2, default=str)))
     (folder / REPORT_TEXT).write_text(text)
