@@ -3,33 +3,40 @@
 `RunState` holds the loop's counters (iterations, env steps, episodes, training time) and the last
 100 episodes' returns and lengths. A checkpoint (written atomically by checkpoint.py) holds them
 with every actor rank's state (policy and optimizer; with `actor.checkpoint_format: sharded`, the
-shards each rank wrote), every env worker's (normaliser statistics, counters) and this process's
-random streams, so that a resumed run continues where the saved one stopped. `load_resumed` finds
+shards each rank wrote), every env worker's (normaliser statistics, counters), this process's
+random streams and those of every actor rank and rollout worker (in processes of their own they
+draw from their own: minibatch shuffles, action noise), so that a resumed run continues where
+the saved one stopped, drawing what it would have drawn. `load_resumed` finds
 a resume's newest intact checkpoint; `save_resume_config` keeps the config it continued with.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from fleetrl.checkpoint import NoIntactCheckpoint, load_latest, save_checkpoint, staging_dir
 from fleetrl.cluster.backends.base import Backend
 from fleetrl.config.loader import save_config
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
+from fleetrl.parallel.seeds import random_state, set_random_state
 from fleetrl.probe.flight_recorder import phase
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.rollout_worker import RolloutWorker
 
 log = logging.getLogger("fleetrl")
 RECENT = 100  # episodes in the moving means (`episode_return_last100`, runner.target_return)
+# The worker groups that draw random numbers in their own processes, and how to read and set them
+WORKER_RANDOM_STATE = {
+    "actor": (ActorBase.random_state, ActorBase.load_random_state),
+    "rollout": (RolloutWorker.random_state, RolloutWorker.load_random_state),
+}
 
 
 def load_resumed(run_dir: Path, resume: str) -> dict:
@@ -61,6 +68,16 @@ def actor_state_of(backend: Backend) -> dict:
     """Actor rank 0's state (every rank is asked: FSDP gathers its shards collectively)."""
     actor = backend.actor
     return actor.get(actor.call_all(ActorBase.state_dict))[0]
+
+
+def worker_random_states(backend: Backend) -> dict[str, list[dict]]:
+    """Every actor rank's and rollout worker's random state, by rank: in processes of their own they
+    draw from their own generators, which a resume must continue, not seed afresh."""
+    states = {}
+    for name, (get, _) in WORKER_RANDOM_STATE.items():
+        group = getattr(backend, name)
+        states[name] = group.get(group.call_all(get))
+    return states
 
 
 @dataclass
@@ -105,7 +122,8 @@ class RunState:
             "env": self.env_states(backend),
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+            "rng": random_state(),
+            "worker_rng": worker_random_states(backend),
         }
 
     def env_states(self, backend: Backend) -> list[dict]:
@@ -141,6 +159,8 @@ class RunState:
         )
         self.recent_returns.extend(state["recent_returns"])
         self.recent_lengths.extend(state["recent_lengths"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
+        for name, saved in state.get("worker_rng", {}).items():  # (checkpoints before it have none)
+            group, load = getattr(backend, name), WORKER_RANDOM_STATE[name][1]
+            # ranks the checkpoint has: a run resumed at more ranks seeds the others as a new run does
+            group.get([group.call(rank, load, saved[rank]) for rank in range(min(group.world_size, len(saved)))])
+        set_random_state(state["rng"])  # last: inline, the workers' state is this process's

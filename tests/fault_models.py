@@ -1,11 +1,14 @@
 """User networks that fail under DDP: a head never used on any rank
 (`tests.fault_models:UnusedHeadNet`), one dropped by one actor rank mid-training
 (`tests.fault_models:HeadDroppingNet`), and a cross-rank sync of their own that one rank enters
-with another size (`tests.fault_models:StatSyncingNet`)."""
+with another size (`tests.fault_models:StatSyncingNet`); and one that tells a test it is in the
+middle of an update (`tests.fault_models:MidUpdateNet`), for a signal sent there."""
 
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -66,3 +69,33 @@ class StatSyncingNet(nn.Module):
                 mean = mean[:1]
             torch.distributed.all_reduce(mean)
         return self.pi(h), self.v(h).squeeze(-1)
+
+
+class MidUpdateNet(nn.Module):
+    """An actor-critic that, at its `at`-th training forward (gradients on) in a process, writes the
+    file `marker` and waits there until the file is gone (at most `hold_s`): a test that sees the
+    file knows the update is under way and sends its signal while the update waits, then removes
+    the file. Its arithmetic is that of any small MLP: a run whose marker never fires (`at: 0`)
+    is its uninterrupted twin."""
+
+    def __init__(self, observation_space, num_action_params, marker: str = "", at: int = 0, hold_s: float = 60.0):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(observation_space.shape[0], 32), nn.Tanh())
+        self.pi, self.v = nn.Linear(32, num_action_params), nn.Linear(32, 1)
+        self.marker, self.at, self.hold_s, self.calls = Path(marker), at, hold_s, 0
+
+    def forward(self, obs: torch.Tensor):
+        if torch.is_grad_enabled():
+            self.calls += 1
+            if self.calls == self.at:
+                self.hold_while_marked()
+        h = self.body(obs)
+        return self.pi(h), self.v(h).squeeze(-1)
+
+    def hold_while_marked(self) -> None:
+        written = self.marker.with_name(f"{self.marker.name}.{os.getpid()}")
+        written.write_text(str(os.getpid()))
+        written.replace(self.marker)
+        deadline = time.monotonic() + self.hold_s
+        while self.marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)

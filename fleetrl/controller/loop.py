@@ -27,6 +27,7 @@ from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import SUMMARY_FILE, open_run, owner_only, resume_dir, setup_logging
 from fleetrl.run_state import RunState, load_resumed, save_resume_config
 from fleetrl.signals import hold_stops, install_stop_handlers, stop_gate
+from fleetrl.tracking.jsonl import REPLACED_FILE, set_aside_after
 from fleetrl.tracking.trackers import Trackers
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
@@ -87,6 +88,15 @@ class Trainer:
             if saved is not None:
                 with phase("startup.load_state"):
                     self.state.load(self.backend, saved)
+                replaced = set_aside_after(self.run_dir, self.state.iteration)
+                if replaced:
+                    log.warning(
+                        "iterations %d-%d were logged after the checkpoint and are trained again: their first "
+                        "records are in %s",
+                        replaced[0],
+                        replaced[-1],
+                        REPLACED_FILE,
+                    )
                 kept = save_resume_config(config, self.run_dir)
                 log.info(
                     "resumed %s at iteration %d, %d env steps (this resume's config: %s)",

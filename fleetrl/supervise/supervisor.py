@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,7 @@ from fleetrl.checkpoint import newest_intact
 from fleetrl.probe.seal import new_run_secret
 from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
 from fleetrl.supervise.restarts import Restart, RestartPolicy
-from fleetrl.watch.supervision import Incident, keep_report
+from fleetrl.watch.supervision import Incident, keep_report, record_restarts
 
 if TYPE_CHECKING:
     from fleetrl.plan.run_plan import RunPlan
@@ -68,6 +69,8 @@ class Supervisor:
             if incident is None or refusal is not None:
                 if incident is not None and self.policy.max_restarts:
                     log.error("not restarting: %s", refusal)
+                if incident is not None and self.policy.done:  # every attempt in the last report
+                    record_restarts(self.run_dir, [asdict(r) for r in self.policy.done], refusal)
                 self.record_restarts_in_summary()
                 return code
             restart = self.keep_report_and_restart(incident)

@@ -1,6 +1,10 @@
 """`metrics.jsonl`: one JSON record per iteration, appended line by line (a resumed run appends to
 the same file). It is the run directory's own record of its metrics — `fleetrl report` and the
-tests read it back with `read_metrics` — and the `jsonl` tracker (`runner.loggers`) writes it."""
+tests read it back with `read_metrics` — and the `jsonl` tracker (`runner.loggers`) writes it.
+
+Invariant: one record per iteration, in order. A resume trains again the iterations logged after
+its checkpoint (a run that died between two checkpoints): their first records are moved to
+`metrics-replaced.jsonl` (`set_aside_after`), so that none is lost and none is repeated."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from fleetrl.config.schema import Config
 from fleetrl.tracking.base import Tracker
 
 METRICS_FILE = "metrics.jsonl"
+REPLACED_FILE = "metrics-replaced.jsonl"
 
 
 class JsonlTracker(Tracker):
@@ -41,3 +46,22 @@ def read_metrics(run_dir: Path) -> list[dict]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def set_aside_after(run_dir: Path, iteration: int) -> list[int]:
+    """Move the records of iterations after `iteration` from metrics.jsonl to the end of
+    metrics-replaced.jsonl; the iterations moved. metrics.jsonl is replaced whole (a temporary
+    file renamed), so a crash here leaves it as it was or as it should be."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    later = [line for line in lines if json.loads(line).get("iteration", 0) > iteration]
+    if not later:
+        return []
+    with open(path.with_name(REPLACED_FILE), "a") as replaced:
+        replaced.write("".join(line + "\n" for line in later))
+    written = path.with_name(f".{METRICS_FILE}.tmp")
+    written.write_text("".join(line + "\n" for line in lines if line not in later))
+    written.replace(path)
+    return [json.loads(line)["iteration"] for line in later]

@@ -10,7 +10,8 @@ heartbeat, or what the watchdog saw. A dead worker — or a whole node lost — 
 saw as the others' errors is named as the cause.
 
 This module is all of `fleetrl.watch` the supervisor imports (an import-linter contract says so):
-`Incident` is the word for what ends an attempt, `keep_report` keeps one that restarts.
+`Incident` is the word for what ends an attempt, `keep_report` keeps one that restarts, and
+`record_restarts` names every earlier attempt in the report of the one that did not.
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ from fleetrl.watch.judging.judgement import on_watcher_clock
 from fleetrl.watch.judging.last_words import LastWords, how_it_ended, node_name
 from fleetrl.watch.judging.node_loss import lost_node
 from fleetrl.watch.naming import describe, where
-from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT
+from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT, record_restarts
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.watchdog import readable
 from fleetrl.watch.watcher import Watcher
 
-__all__ = ["ControllerWatch", "Incident", "keep_report"]
+__all__ = ["ControllerWatch", "Incident", "keep_report", "record_restarts"]
 log = logging.getLogger("fleetrl")
 POLL_S = 0.1
 

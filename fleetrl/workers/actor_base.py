@@ -27,7 +27,7 @@ import torch
 
 from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
-from fleetrl.parallel import process_group, reduce, state
+from fleetrl.parallel import process_group, reduce, seeds, state
 from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
 from fleetrl.trajectory import Trajectory
 
@@ -160,6 +160,13 @@ class ActorBase(ABC):
     @abstractmethod
     def state_dict(self) -> dict:
         """The full actor state in the single-process layout (complete on rank 0)."""
+
+    def random_state(self) -> dict:
+        """This rank's process's random state (its minibatch shuffles), for the checkpoint."""
+        return seeds.random_state()
+
+    def load_random_state(self, state: dict) -> None:
+        seeds.set_random_state(state)
 
     def load_policy_weights(self, weights: dict) -> None:
         """Start from another run's policy weights (`runner.init_from`: a supervised stage's),

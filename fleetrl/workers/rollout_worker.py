@@ -24,6 +24,7 @@ import torch
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
 from fleetrl.observations import Observation, map_obs
+from fleetrl.parallel import seeds
 from fleetrl.parallel.changed_values import apply_changes
 from fleetrl.parallel.seeds import ROLLOUT_NOISE, rank_seed
 from fleetrl.parallel.weight_sync import load_patch
@@ -141,6 +142,13 @@ class RolloutWorker:
     def trajectory(self) -> Trajectory:
         """This worker's finished lanes joined along the env axis, in lane order."""
         return Trajectory.concatenate(self.finished)
+
+    def random_state(self) -> dict:
+        """This worker's process's random state (its action noise), for the checkpoint."""
+        return seeds.random_state()
+
+    def load_random_state(self, state: dict) -> None:
+        seeds.set_random_state(state)
 
     def load_weights(self, state_dict: dict) -> None:
         self.policy.load_state_dict(state_dict)

@@ -39,6 +39,7 @@ from fleetrl.plan.layout import FUSED, env_worker_args, fused_assignments
 from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.flight_recorder import Recorder
 from fleetrl.probe.recorded_calls import RecordedCalls
+from fleetrl.signals import hold_stops
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import rollout_dtype, rollout_seed
@@ -105,7 +106,11 @@ class FusedIterations:
         self.fused.get(self.fused.call_all(FusedRank.start_collecting, epoch))
 
     def collect_and_train(self, progress: float) -> tuple[dict, float]:
-        """Rank 0's metrics (reduced across ranks: the same on each) and the slowest collection."""
+        """Rank 0's metrics (reduced across ranks: the same on each) and the slowest collection.
+        A stop meanwhile waits for the iteration's end (fleetrl/signals.py): the ranks collect and
+        update in their own processes whatever the controller does, and the checkpoint's calls
+        would queue behind them."""
+        hold_stops()
         results = self.fused.get(self.fused.call_all(FusedRank.iterate, progress))
         return results[0][0], max(collect_s for _, collect_s in results)
 

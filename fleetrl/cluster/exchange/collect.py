@@ -23,6 +23,7 @@ import numpy as np
 from fleetrl.cluster.groups import WorkerGroup
 from fleetrl.observations import map_obs
 from fleetrl.plan.layout import Lane, plan_lanes
+from fleetrl.signals import hold_stops
 from fleetrl.step_result import StepResult
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase
@@ -118,6 +119,11 @@ class CollectThenTrain:
         return self.train(trajectory, progress), collect_s
 
     def train(self, trajectory: Trajectory, progress: float) -> dict:
+        # A stop from here on waits for the iteration's end (fleetrl/signals.py): inline, it would
+        # otherwise land inside the update and leave the weights half-updated beside the counters
+        # of the iteration before; on Ray the actors' update goes on whatever the controller does,
+        # and the checkpoint's calls would queue behind it. So a stop saves a whole iteration.
+        hold_stops()
         actor, world = self.actor, self.actor.world_size
         futures = [actor.call(rank, ActorBase.train, trajectory.shard(rank, world), progress) for rank in range(world)]
         return actor.get(futures)[0]  # metrics are reduced across ranks: identical on each

@@ -171,15 +171,33 @@ def write_hang_report(run_dir: Path, report: dict) -> tuple[str, Path]:
 
 def record_end(folder: Path, ended_at: float) -> None:
     """Add to the report in `folder` when the teardown had ended every process of the run but the
-    one writing (`ended_at`) and how long after the detection (`ended_after_s`). Best effort: the
-    report stands without them (a disk that fills now)."""
+    one writing (`ended_at`) and how long after the detection (`ended_after_s`)."""
+    add_to_report(folder, lambda report: {"ended_at": ended_at, "ended_after_s": ended_at - report["reported_at"]})
+
+
+def record_restarts(folder: Path, restarts: list[dict], refusal: str) -> None:
+    """Add to the last report of a run that restarted every earlier attempt (`restarts`: number,
+    cause, incident_at, report: the kept report's path) and why this one did not restart."""
+    add_to_report(folder, lambda report: {"restarts": restarts, "not_restarted": refusal})
+    lines = [f"restarts before this incident ({len(restarts)}); not restarted: {refusal}"]
+    lines += [f"  {r['number']}: {r['cause']}, report {r['report']}" for r in restarts]
+    try:
+        with open(folder / REPORT_TEXT, "a") as text:
+            text.write("\n" + "\n".join(lines) + "\n")
+    except OSError:
+        pass
+
+
+def add_to_report(folder: Path, fields) -> None:
+    """Update the JSON report in `folder` with `fields(report)`. Best effort: the report stands
+    without them (a disk that fills now); whole or not at all, so a reader never finds half."""
     path = folder / REPORT_JSON
     try:
         report = json.loads(path.read_text())
-        report.update(ended_at=ended_at, ended_after_s=ended_at - report["reported_at"])
+        report.update(fields(report))
         written = path.with_name(f".{REPORT_JSON}.tmp")
         written.write_text(json.dumps(report, indent=2, default=str))
-        written.replace(path)  # whole or not at all: a reader never finds half a report
+        written.replace(path)
     except (OSError, ValueError, KeyError):
         pass
 
