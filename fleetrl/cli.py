@@ -150,8 +150,8 @@ def command_train(args) -> int:
     from fleetrl.supervise.janitor import start_janitor
     from fleetrl.supervise.supervisor import supervise
 
-    start_janitor()  # from here on, nothing of the run outlives this process, even a SIGKILL of it
-    return supervise(plan)
+    janitor = start_janitor()  # from here on, nothing of the run outlives this process, even a SIGKILL of it
+    return supervise(plan, janitor)
 
 
 def command_record(args) -> int:

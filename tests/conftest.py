@@ -1,4 +1,8 @@
-"""Shared fixtures: every test must end every process it starts."""
+"""Shared fixtures: every test must end every process it starts. And what a test needs of its host
+(`@pytest.mark.needs(need, why)`: root, namespaces, cuda, ...): a test whose need this host lacks
+(tests/support.py `host_lacks`, the tests' own probe) is skipped with the need and the reason in
+its message, which `-rs` prints; where `FLEETRL_EXPECTED_SKIPS` is set (CI: .ci/run names the
+needs its reference host lacks), any other skip fails the session, naming the test."""
 
 from __future__ import annotations
 
@@ -7,10 +11,18 @@ import os
 
 import pytest
 
-from tests.support import end_leftovers, own_children
+from tests.support import end_leftovers, host_lacks, own_children
+
+EXPECTED_SKIPS = "FLEETRL_EXPECTED_SKIPS"  # space-separated needs this host is known to lack
 
 
 def pytest_configure(config):
+    if EXPECTED_SKIPS in os.environ and not hasattr(config, "workerinput"):  # the session's controller
+        config.pluginmanager.register(SkipAudit(os.environ[EXPECTED_SKIPS].split()), "fleetrl-skip-audit")
+    configure_ray_token(config)
+
+
+def configure_ray_token(config):
     """In the process that starts the test workers (pyproject's addopts: three), before they start:
     Ray's default token (~/.ray/auth_token), which every new local cluster uses and the first one
     to start writes where none exists. Two first clusters starting at once in two workers
@@ -22,6 +34,47 @@ def pytest_configure(config):
 
     if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
         generate_and_save_token()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for mark in item.iter_markers("needs"):
+            need, why = mark.args
+            lacking = host_lacks(need)
+            if lacking is not None:
+                item.add_marker(pytest.mark.skip(reason=f"needs {need} ({why}): {lacking}"))
+
+
+class SkipAudit:
+    """Collects the session's skips (from every xdist worker's reports) and fails the session for
+    any this host was not expected to take."""
+
+    def __init__(self, expected: list[str]):
+        self.expected = expected
+        self.unexpected: list[str] = []
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report):
+        if not report.skipped or getattr(report, "wasxfail", None) is not None:
+            return
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if not any(reason.startswith(f"needs {need} (") for need in self.expected):
+            self.unexpected.append(f"{report.nodeid}: {reason}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.unexpected and exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.unexpected:
+            terminalreporter.section(
+                f"skips this host was not expected to take ({EXPECTED_SKIPS}={' '.join(self.expected)})"
+            )
+            for line in self.unexpected:
+                terminalreporter.line(line)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -15,9 +15,8 @@ import psutil
 import pytest
 
 from fleetrl.cluster.isolation.nodes import CLUSTER_MARK, LINK_PATTERN, NETNS_PATTERN, WORK_DIR_PATTERN, WORK_ROOT
-from fleetrl.plan.rules import why_not_isolated
 
-needs_isolation = pytest.mark.skipif(why_not_isolated() is not None, reason=f"needs {why_not_isolated()}")
+needs_isolation = pytest.mark.needs("namespaces", "simulated nodes isolated in network, PID and mount namespaces")
 
 # Two 1-slot nodes joined over the bridge: the actor's two DDP ranks on different nodes (Gloo
 # across the bridge), the rollout worker on node 0, an env rank on each node.

@@ -55,3 +55,13 @@ class Segfaulting(CartPoleEnv):
         if self.crashes and self.steps == self.at_step:
             ctypes.string_at(0)  # SIGSEGV: faulthandler writes this frame to the worker's stderr
         return super().step(action)
+
+
+class BrokenIn(CartPoleEnv):
+    """CartPole whose constructor raises in the processes of one component (`FLEETRL_COMPONENT`,
+    set in every Ray worker): the eval worker's start-up fails while the training envs build."""
+
+    def __init__(self, component: str = "eval", **kwargs):
+        if os.environ.get("FLEETRL_COMPONENT") == component:
+            raise RuntimeError(f"this simulator cannot start in the {component} worker")
+        super().__init__(**kwargs)

@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -118,6 +119,24 @@ def held_cartpole(runs: Path, hold: Path, *overrides: str) -> list[str]:
         "--skip-doctor",
         *overrides,
     ]
+
+
+def wait_for(running: Fleetrl, what: str, found, timeout_s: float = 120.0):
+    """Poll `found()` until it returns something truthy, and return that; fail naming `what` (with
+    the run's stderr) after `timeout_s` or once the run has ended."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and running.process.poll() is None:
+        value = found()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"{what}: not within {timeout_s:g} s; stderr:\n{running.stderr_so_far()[-3000:]}", pytrace=False)
+
+
+def iterations_logged(runs: Path) -> int:
+    """How many iterations the one run under `runs` has logged (metrics.jsonl's records)."""
+    metrics = list(runs.glob("*/metrics.jsonl"))
+    return len([line for line in metrics[0].read_text().splitlines() if line.strip()]) if metrics else 0
 
 
 def first_iteration(runs: Path, running: Fleetrl, timeout_s: float = 180) -> Path:
@@ -460,14 +479,13 @@ def end(processes: list[psutil.Process]) -> None:
 
 @contextlib.contextmanager
 def mounted_tmpfs(mount_point: Path, size: str):
-    """A real tmpfs of `size` (e.g. '4m') at `mount_point` (root only; skips the test otherwise),
-    unmounted afterwards even when the test fails."""
+    """A real tmpfs of `size` (e.g. '4m') at `mount_point` (a test that uses it is marked
+    `needs("root", ...)`), unmounted afterwards even when the test fails."""
     mount_point.mkdir(parents=True, exist_ok=True)
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], capture_output=True, text=True
     )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    assert mounted.returncode == 0, f"cannot mount a tmpfs at {mount_point}: {mounted.stderr.strip()}"
     try:
         yield mount_point
     finally:
@@ -494,15 +512,38 @@ def fill(directory: Path) -> None:
             assert error.errno == errno.ENOSPC
 
 
-def run_janitor(train: Fleetrl, timeout_s: float = 120) -> tuple[str, psutil.Process]:
+def run_janitor(train: Fleetrl, timeout_s: float = 120, other_than: int | None = None) -> tuple[str, psutil.Process]:
     """The run token of a running `fleetrl train` and the janitor it started (supervise/janitor.py),
-    found as its child `python -m fleetrl.supervise.janitor TOKEN PID`."""
+    found as its child `python -m fleetrl.supervise.janitor TOKEN PID`; `other_than`: not the one
+    of that pid (a janitor that replaced it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert train.process.poll() is None, train.stderr_so_far()[-3000:]
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process(train.process.pid).children():
-                if "fleetrl.supervise.janitor" in child.cmdline():
+                if "fleetrl.supervise.janitor" in child.cmdline() and child.pid != other_than:
                     return child.cmdline()[-2], child
         time.sleep(0.2)
     raise AssertionError("fleetrl train started no janitor")
+
+
+def host_lacks(need: str) -> str | None:
+    """Why this host cannot run a test that needs `need` (`pytest.mark.needs`; tests/conftest.py),
+    or None: the test's own probe of the host, never the product's checks (a skip decided by the
+    code under test would hide its regression)."""
+    if need == "root":
+        return None if os.geteuid() == 0 else f"runs as uid {os.geteuid()}"
+    if need == "namespaces":  # network, PID and mount namespaces, made with ip and unshare
+        missing = [tool for tool in ("ip", "unshare") if shutil.which(tool) is None]
+        return host_lacks("root") or (f"no {', '.join(missing)} on PATH" if missing else None)
+    if need in ("cuda", "no_cuda"):
+        import torch
+
+        return (
+            None if torch.cuda.is_available() == (need == "cuda") else f"torch sees {torch.cuda.device_count()} GPU(s)"
+        )
+    if need == "sched_idle":
+        return None if hasattr(os, "SCHED_IDLE") else "no SCHED_IDLE scheduling policy (not Linux)"
+    if need == "two_cpus":
+        return None if len(os.sched_getaffinity(0)) >= 2 else f"{len(os.sched_getaffinity(0))} CPU(s) to run on"
+    raise ValueError(f"pytest.mark.needs({need!r}): not a need tests/support.py host_lacks knows")

@@ -157,6 +157,7 @@ def small_fs(tmp_path):
         yield mount_point
 
 
+@pytest.mark.needs("root", "mounts a 4 MiB tmpfs to fill")
 def test_a_disk_that_fills_during_the_run_is_disk_full(small_fs, tmp_path):
     runs = small_fs / "runs"
     # --skip-doctor: the preflight check would refuse a run directory with under 1 GiB free

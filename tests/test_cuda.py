@@ -20,7 +20,7 @@ from tests.compare import max_difference
 from tests.ranks import spawn_ranks
 from tests.support import REPO, fleetrl, train
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (the device machine runs these)")
+pytestmark = pytest.mark.needs("cuda", "a GPU: CI's reference host has none, the device machine runs these")
 
 GPU = ["actor.device=cuda", "rollout.device=cuda"]
 # float32 on the GPU: other kernels and summation orders than the CPU's (no TF32: torch's default

@@ -110,6 +110,7 @@ def tiny_fs(tmp_path):
         yield mount_point
 
 
+@pytest.mark.needs("root", "mounts a 1 MiB tmpfs to fill")
 class TestDisk:
     def test_empty_filesystem_passes(self, tiny_fs):
         check = check_directory(
@@ -474,11 +475,8 @@ class TestLiveRay:
 
 
 class TestCudaAndPlacement:
+    @pytest.mark.needs("no_cuda", "the doctor's answer on a machine without a GPU")
     def test_cuda_skipped_without_gpus_unless_asked_for(self, tmp_path):
-        import torch
-
-        if torch.cuda.is_available():
-            pytest.skip("this machine has a GPU")
         check = one(run(make_config(tmp_path), "cuda"), "cuda")
         assert check.status is Status.SKIP and "no GPU" in check.detail
         check = one(run(make_config(tmp_path, "actor.device=cuda"), "cuda"), "cuda")

@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("panda_gym")
-
 from fleetrl.algos.ppo.actor import ActorWorker  # noqa: E402
 from fleetrl.checkpoint import initial_weights, load_latest  # noqa: E402
 from fleetrl.cli import main  # noqa: E402

@@ -11,8 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("metaworld")
-
 from fleetrl.config.schema import EnvConfig  # noqa: E402
 from fleetrl.envs.make import env_factory  # noqa: E402
 from fleetrl.envs.metaworld_instructions import INSTRUCTIONS, TRAINING_PHRASINGS  # noqa: E402

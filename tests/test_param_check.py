@@ -82,7 +82,6 @@ def test_a_rank_leaving_its_value_head_without_gradient_is_named_before_the_redu
         assert f"without a gradient at gradient step {step}:" in error, error
 
 
-@pytest.mark.slow
 def test_seed_2s_trap_on_ray_names_the_rank_step_and_parameters_not_a_dead_worker(tmp_path):
     """End to end, seed 2's shape: 2 DDP actor ranks on Ray, actor rank 1 drops its value head
     from its 20th training forward (iteration 2). The report names rank 1, the step and the

@@ -48,7 +48,7 @@ print(json.dumps([json.loads(record) for record in records]))
 HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's SCHED_IDLE policy")
+@pytest.mark.needs("sched_idle", "a starved thread made with Linux's SCHED_IDLE policy")
 def test_a_thread_starved_of_cpu_publishes_its_run_delay_and_is_judged_busy():
     cpu = min(os.sched_getaffinity(0))
     hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(cpu)]) for _ in range(2)]
@@ -122,7 +122,8 @@ while True: pass
 """
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or len(os.sched_getaffinity(0)) < 2, reason="Linux, 2 CPUs")
+@pytest.mark.needs("sched_idle", "a starved process made with Linux's SCHED_IDLE policy")
+@pytest.mark.needs("two_cpus", "a hog on one CPU while the watcher runs on another")
 def test_a_silent_process_starved_of_cpu_is_not_judged_frozen_until_the_busy_allowance():
     """The real checks on a silent worker's records: starved (its thread ready to run 99 % of the
     time) it is not `process_frozen` at the heartbeat timeout but one warning, and past

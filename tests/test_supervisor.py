@@ -17,25 +17,13 @@ from fleetrl.checkpoint import list_checkpoints
 from fleetrl.cli import main
 from tests.incidents import FROZEN_S, NOTICE_S, SMALL, assert_incident, fault, promised_detection_s
 from tests.supervisor_envs import native_call_that_never_returns
-from tests.support import LOADED_HOST_MARGIN_S, Fleetrl, controller_of, train
+from tests.support import LOADED_HOST_MARGIN_S, Fleetrl, controller_of, train, wait_for
 
 CONFIG = "configs/ppo_cartpole.yaml"
 
 
 def start(tmp_path: Path, *overrides: str) -> Fleetrl:
     return Fleetrl("train", CONFIG, f"runner.run_dir={tmp_path}", *SMALL, *overrides, runs=tmp_path)
-
-
-def wait_for(running: Fleetrl, what: str, found, timeout_s: float = 120.0):
-    """Poll `found()` until it returns something truthy; fail naming `what` (with the run's
-    stderr) after `timeout_s` or once the run has ended."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and running.process.poll() is None:
-        value = found()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"{what}: not within {timeout_s:g} s; stderr:\n{running.stderr_so_far()[-3000:]}", pytrace=False)
 
 
 @pytest.mark.parametrize("freeze_in", ["init", "step"])
@@ -76,6 +64,7 @@ def test_blocked_checkpoint_write_in_the_controller_is_named(tmp_path):
 @pytest.mark.parametrize(
     ("backend", "controller_key"),
     [("inline", ["inline", 0]), ("ray", ["controller", 0])],
+    ids=["inline", "ray"],
 )
 def test_kill_9_of_the_controller_is_worker_died_and_nothing_is_left(tmp_path, backend, controller_key):
     """SIGKILL of the controller alone. On Ray, the daemons it started are orphaned; the
@@ -93,7 +82,6 @@ def test_kill_9_of_the_controller_is_worker_died_and_nothing_is_left(tmp_path, b
     assert "; it was " in summary and "startup" not in summary, summary
 
 
-@pytest.mark.slow  # ~20 s on a loaded host; CI's time budget goes to the fault-matrix cell and the clocks
 def test_a_controller_stopped_before_its_first_heartbeat_is_process_frozen_not_a_300_s_wait(tmp_path):
     """SIGSTOP of the controller the moment it exists, while it still imports (before any
     heartbeat, when the watchdog would wait startup_allowance_s for one): the supervisor, its

@@ -130,6 +130,12 @@ class RayGroup(WorkerGroup):
         name = self.wire_names.get(method) or self.wire_name(method)
         return self.handles[rank].call.remote(name, *args)
 
+    def built(self) -> None:
+        """Wait until every rank's worker is built (`build_workers` does not); a rank's constructor
+        error is raised here, at start-up, rather than by its first call, which may come late (the
+        eval worker's, after the first iteration)."""
+        self.get([handle.built.remote() for handle in self.handles])
+
     def ready(self, future) -> bool:
         import ray
 

@@ -49,6 +49,7 @@ class Attempt:
 
     def __init__(self, supervisor, restart: dict | None):  # a supervise.supervisor.Supervisor
         self.supervisor, self.config, self.run_dir = supervisor, supervisor.config, supervisor.run_dir
+        supervisor.janitor.keep_alive(warn=False)  # the last attempt's teardown ended it with the rest
         # Started first, it waits for its orders on stdin: where the store listens may be named
         # for it (an isolated simulation's bridge: supervise/store_address.py).
         self.controller = subprocess.Popen(
@@ -86,6 +87,7 @@ class Attempt:
     def run(self) -> tuple[int, Incident | None]:
         try:
             while True:
+                self.supervisor.janitor.keep_alive()
                 if self.supervisor.signals:
                     return self.stop(self.supervisor.signals[0]), None
                 code = self.controller.poll()

@@ -10,7 +10,8 @@ run's process group reaches it; nothing heavy imported), which blocks on its par
 the parent ends, then SIGKILLs every process carrying the token, waits for them, removes Ray's
 `ray_current_cluster` where it names a Ray session of this run (and only then: the next plain
 `ray.init()` would try to join a dead cluster), and exits. After a normal exit it finds nothing
-and exits quietly.
+and exits quietly. The supervisor keeps it alive (`Janitor.keep_alive`): a janitor that ended
+before the run did is started again.
 
 `processes_of_run(token)` is the run's process set for anyone else tearing it down.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -34,20 +36,49 @@ GRACE_S = 1.0  # for processes already on their way out after a normal exit
 SESSION_DIR = re.compile(r"(/[^\s=:]*/session_\d{4}-[0-9_-]+?_\d+)(?:/|$|\s)")  # Ray's, named <time>_<pid>
 
 
-def start_janitor() -> str:
+def start_janitor() -> Janitor:
     """Mark this process's environment with a new run token and start the janitor watching this
-    process; returns the token. Call before anything of the run starts."""
+    process. Call before anything of the run starts."""
     token = uuid.uuid4().hex
     os.environ[RUN_TOKEN] = token
     os.environ["SPT_NOENV"] = "1"  # setproctitle (Ray's agents) leaves /proc/<pid>/environ readable
-    subprocess.Popen(
-        [sys.executable, "-m", "fleetrl.supervise.janitor", token, str(os.getpid())],
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        close_fds=True,
-    )
-    return token
+    return Janitor(token)
+
+
+class Janitor:
+    """The run's janitor process, kept alive by the supervisor: whoever ends it — a user, the OOM
+    killer, or the run's own teardown (which ends every child of the supervisor) before a restart —
+    `keep_alive` starts another, so that a `kill -9` of `fleetrl train` at any later moment still
+    leaves nothing."""
+
+    def __init__(self, token: str):
+        self.token = token
+        self.process = self.spawn()
+
+    def spawn(self) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fleetrl.supervise.janitor", self.token, str(os.getpid())],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            close_fds=True,
+        )
+
+    def keep_alive(self, warn: bool = True) -> None:
+        """Start another janitor if this one has ended; `warn`: say so (not after a teardown of
+        the supervisor's own, which ends it on purpose)."""
+        code = self.process.poll()
+        if code is None:
+            return
+        ended = self.process.pid
+        self.process = self.spawn()
+        if warn:
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            print(
+                f"fleetrl: the run's janitor (pid {ended}) ended ({how}): started another (pid {self.process.pid})",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def processes_of_run(token: str) -> list[psutil.Process]:

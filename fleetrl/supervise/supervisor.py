@@ -39,6 +39,7 @@ from fleetrl.watch.supervision import Incident, keep_report, record_restarts
 
 if TYPE_CHECKING:
     from fleetrl.plan.run_plan import RunPlan
+    from fleetrl.supervise.janitor import Janitor
 
 log = logging.getLogger("fleetrl")
 PR_SET_CHILD_SUBREAPER = 36
@@ -50,9 +51,10 @@ def become_subreaper() -> None:
 
 
 class Supervisor:
-    def __init__(self, plan: RunPlan, run_dir: Path, component: str):
+    def __init__(self, plan: RunPlan, run_dir: Path, component: str, janitor: Janitor):
         self.plan, self.config = plan, plan.config
         self.run_dir, self.component = Path(run_dir), component
+        self.janitor = janitor  # kept alive by each attempt (supervise/janitor.py)
         self.policy = RestartPolicy.of(plan.config.runner)
         self.signals: list[int] = []
         self.secret = new_run_secret()  # the controller inherits it (FLEETRL_RUN_SECRET): probe/seal.py
@@ -115,13 +117,13 @@ class Supervisor:
         path.write_text(json.dumps(summary, indent=2))
 
 
-def supervise(plan: RunPlan) -> int:
+def supervise(plan: RunPlan, janitor: Janitor) -> int:
     """Run `plan` under a supervisor: open the run (run_dir.open_run: a new run directory, its
     config saved; or the one runner.resume names), then supervise its controller; the exit code."""
     from fleetrl.run_dir import open_run
 
     run_dir, _ = open_run(plan.config)
-    code = Supervisor(plan, run_dir, "inline" if plan.layout.backend == "inline" else "controller").run()
+    code = Supervisor(plan, run_dir, "inline" if plan.layout.backend == "inline" else "controller", janitor).run()
     # Every process of the run is gone: what is left is this interpreter's exit, whose final
     # garbage collections walk every object the imports made (torch's) — 1.5-4 s measured on a
     # loaded host after an incident, added to its teardown. Frozen, they are skipped.

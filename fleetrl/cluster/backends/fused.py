@@ -143,6 +143,8 @@ class FusedBackend(RayBackend):
         plan.check_spaces(*spaces)
         create = partial(cluster.create_group, watch=spec, interrupt=session.interrupt)
         evaluator = start_evaluator(plan, create, undo)
+        if evaluator is not None:  # built now: a broken one fails the start at once, not the first evaluation
+            evaluator.built()
         fused.get(fused.call_all(FusedRank.build_learner, *spaces))
         join_actor_ranks(cluster, actor)
         return cls(session, Workers(env, rollout, actor, spaces, evaluator), FusedIterations(fused), cluster)

@@ -68,6 +68,8 @@ class RayBackend(Backend):
         build_workers(actor, lambda rank: (config, *spaces, rank, world))
         build_workers(rollout, lambda rank: (config, *spaces))
         evaluator = start_evaluator(plan, create, undo)
+        if evaluator is not None:  # built now: a broken one fails the start at once, not the first evaluation
+            evaluator.built()
         join_actor_ranks(cluster, actor)
         across_nodes = len({a.node for a in placement.ranks("env") + placement.ranks("rollout")}) > 1
         exchange = choose_exchange(

@@ -46,6 +46,11 @@ class WorkerHost:
         except WorkerError as error:
             self.failed = error
 
+    def built(self) -> None:
+        """Returns once `start` has built the worker; raises its error if it could not."""
+        if self.run is None:
+            raise self.failed or RuntimeError("the worker has not been built (`start` was never called)")
+
     def construct(self, args: tuple) -> Callable:
         return self.build(self.factory, args, self.assignment, self.recorder, self.watch)
 
