@@ -80,7 +80,7 @@ def signal_when_due(cell: Cell, driver: subprocess.Popen, parent: Path, deadline
 
 def run_cell(cell: Cell, parent: Path, timeout: float, extra: list[str]) -> dict:
     parent.mkdir(parents=True, exist_ok=True)
-    command = [*kit.FLEETRL, "train", cell.config, f"runner.run_dir={parent}", *cell.overrides, *extra]
+    command = [*kit.places.FLEETRL, "train", cell.config, f"runner.run_dir={parent}", *cell.overrides, *extra]
     started = time.time()
     with open(parent / "stderr.txt", "w") as stderr:
         driver = subprocess.Popen(
