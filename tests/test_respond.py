@@ -1,0 +1,87 @@
+"""The incident response (fleetrl/watch/respond.py), exact and without a run: the first incident's
+report is written — cause, summary, culprit, the detection and the end of the teardown, in that
+order — the report hooks run each within its bound, the remote workers and every child process
+are ended, and IncidentStop carries the report; a second caller waits for the first and raises
+the same; with `exit_process` the process ends with exit 4 once all of that is done. Each case
+runs in a process of its own (tests/respond_script.py): the response ends its process's children."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import psutil
+
+from fleetrl import exit_codes
+from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT
+from tests.support import REPO, subprocess_env
+
+
+def respond(tmp_path, case: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """The script's run, and what it saw: {} where the response ended it before it could say."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.respond_script", str(tmp_path), case],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stdout.splitlines()
+    children = json.loads(lines[0])["children"]
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in children)
+    return done, json.loads(lines[-1]) if len(lines) > 1 else {}
+
+
+def report(tmp_path) -> dict:
+    return json.loads((tmp_path / REPORT_JSON).read_text())
+
+
+def test_the_response_writes_the_report_runs_the_hooks_ends_every_child_and_raises(tmp_path):
+    done, seen = respond(tmp_path, "once")
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = report(tmp_path)
+    assert (written["cause"], written["culprit"], written["summary"]) == (
+        "phase_timeout",
+        ["env", 0],
+        "env rank 0 is stuck",
+    )
+    assert written["detail"] == "its detail"
+    assert 7.0 <= written["detected_after_s"] == written["reported_at"] - written["incident_started"] < 60
+    assert written["reported_at"] <= written["ended_at"] <= seen["done_at"]
+    assert written["ended_after_s"] == written["ended_at"] - written["reported_at"]
+    assert [w["component"] for w in written["workers"]] == ["env", "actor"]
+    text = (tmp_path / REPORT_TEXT).read_text()
+    assert text.startswith("fleetrl stopped: phase_timeout\nenv rank 0 is stuck"), text[:300]
+    assert text in done.stderr  # printed as well
+    assert seen["hooks"] == [[str(tmp_path / REPORT_TEXT), str(tmp_path / REPORT_JSON)]]
+    assert seen["remote_killed"] and seen["raised"] == "phase_timeout"
+    assert seen["children_alive"] == [False, False]
+
+
+def test_a_report_hook_that_hangs_is_left_behind_after_its_bound(tmp_path):
+    done, seen = respond(tmp_path, "hanging_hook")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert seen["hooks"][1:] == ["after the hanging one"]  # the hooks after it still ran
+    assert "did not finish within 0.5 s: exiting without it" in done.stderr
+    assert seen["children_alive"] == [False, False] and seen["raised"] == "phase_timeout"
+    written = report(tmp_path)
+    assert 0.5 <= written["ended_at"] - written["reported_at"] < 30
+
+
+def test_a_second_caller_waits_for_the_first_response_and_raises_its_report(tmp_path):
+    done, seen = respond(tmp_path, "two_callers")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert seen["second"]["cause"] == "phase_timeout"  # the first incident's report, not its own
+    assert report(tmp_path)["cause"] == "phase_timeout"
+    assert done.stderr.count("fleetrl stopped:") == 1
+
+
+def test_the_watchdog_s_response_ends_its_process_with_exit_4_after_the_teardown(tmp_path):
+    done, seen = respond(tmp_path, "exit_process")
+    assert done.returncode == exit_codes.INCIDENT, done.stderr[-3000:]
+    assert seen == {}  # nothing after the response ran
+    written = report(tmp_path)
+    assert written["cause"] == "phase_timeout" and written["ended_at"] >= written["reported_at"]
+    assert "fleetrl stopped: phase_timeout" in done.stderr

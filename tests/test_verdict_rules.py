@@ -1,0 +1,254 @@
+"""The watchdog's checks over one poll's records (watch/judging/verdict.py), rule by rule and at each
+rule's threshold: the start-up allowance, a silent worker (stopped, gone, elsewhere, starved,
+rejected records), the learned deadlines and what a call past its deadline is (blocked: an
+incident, a start-up step's `startup_timeout`; busy: one warning, an incident past the busy
+allowance), and the checks' precedence.
+
+The records are real flight-recorder records with the fields the checks read set to chosen values
+(ages as the watcher measures them, `phase_max_s`), and the processes they name are real: this
+test process (alive, running), a child stopped with SIGSTOP, one that has exited. Exact on any
+host, and fast: the mutation run's tests for the checks (benchmarks/diagnosis/mutation.sh)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from functools import cache
+
+import psutil
+import pytest
+
+from fleetrl.config.schema import WatchdogConfig
+from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.watch.judging.judgement import Seen
+from fleetrl.watch.judging.verdict import STARTUP_STEPS, Checks, startup_step
+
+CONFIG = WatchdogConfig()  # heartbeat 5 s, deadlines x10 in [5, 1800] s, first call 15 s, start-up step 60 s
+ENV, ACTOR = ("env", 0), ("actor", 1)
+
+
+@cache
+def published() -> dict:
+    recorder = Recorder("env", 0, 0)
+    recorder.enter_phase("env.step")
+    return recorder.record()
+
+
+def record(pid: int | None = None, heartbeat_age_s=0.2, phase="env.step", phase_age_s=0.1, **fields) -> dict:
+    """A record of a worker on this machine (this process, unless `pid`), as `observe` leaves it."""
+    values = {"pid": pid or os.getpid(), "host": socket.gethostname(), "node": 0, "phase": phase}
+    values |= {"heartbeat_age_s": heartbeat_age_s, "phase_age_s": phase_age_s, "phase_started": 50.0}
+    return {**published(), **values, **fields}
+
+
+def checks(workers=(ENV, ACTOR), **config) -> Checks:
+    return Checks(WatchdogConfig(**config), list(workers))
+
+
+def beats(checks: Checks, key, thread_s: list[float], stack: int = 7) -> None:
+    """The watcher has seen `key` beat every half second until now (inside the 2 s it judges a
+    call from), its call's thread having used `thread_s` CPU seconds at each (the same stack
+    throughout, no data moved)."""
+    seen, now = Seen(), time.monotonic()
+    for number, cpu in enumerate(thread_s, 1):
+        at = now - 0.5 * (len(thread_s) - number)
+        beat = {**published(), "time": 100.0 + 0.5 * number, "beat": number, "phase_started": 50.0}
+        beat |= {"thread_cpu_s": cpu, "cpu_s": cpu, "stack_signature": stack, "thread_io_bytes": 4096}
+        beat |= {"thread_samples": 0, "thread_waits": 0, "thread_wait": None}
+        seen.update(beat, now=at)
+    checks.seen[key] = seen
+
+
+BLOCKED = [0.0, 0.0, 0.0, 0.0]  # no CPU over the judged window
+BUSY = [0.0, 0.25, 0.5, 0.75]  # half a core
+
+
+@pytest.fixture
+def stopped_child():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    child.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while psutil.Process(child.pid).status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    yield child.pid
+    child.kill()
+    child.wait()
+
+
+@pytest.fixture
+def gone_pid():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+# ------------------------------------------------------------------------------ start-up
+
+
+def test_a_worker_without_a_heartbeat_is_a_startup_timeout_only_past_the_allowance():
+    watching = checks()
+    records = {ENV: record()}
+    assert watching.check_started(records, watching.started + CONFIG.startup_allowance_s - 1) is None
+    assert watching.check_started({ENV: record(), ACTOR: record()}, watching.started + 1e6) is None
+    late = watching.started + CONFIG.startup_allowance_s + 1
+    incident = watching.check_started(records, late)
+    assert (incident.cause, incident.culprit, incident.started) == ("startup_timeout", ACTOR, watching.started)
+    assert (
+        incident.summary == "actor rank 1 never started: no heartbeat 301 s after launch (watchdog.startup_allowance_s)"
+    )
+
+
+# ------------------------------------------------------------------------------ silence
+
+
+def test_a_worker_silent_for_the_heartbeat_timeout_is_frozen_not_a_moment_before():
+    watching = checks()
+    assert watching.check_beating({ENV: record(heartbeat_age_s=CONFIG.heartbeat_timeout_s)}, 1000.0) is None
+    incident = watching.check_beating({ENV: record(heartbeat_age_s=6.5)}, 1000.0)
+    assert (incident.cause, incident.culprit, incident.started) == ("process_frozen", ENV, 993.5)
+    assert incident.summary.startswith(f"env rank 0 (pid {os.getpid()}) stopped publishing heartbeats 6.5 s ago: ")
+    assert "the process is alive but its Python threads do not run (the GIL is held by a C call)" in incident.summary
+    assert incident.summary.endswith("; last seen in env.step for 0.1 s")
+
+
+def test_the_stopped_process_among_the_silent_is_named_whichever_fell_silent_first(stopped_child):
+    watching = checks()
+    records = {ENV: record(heartbeat_age_s=7.0), ACTOR: record(stopped_child, heartbeat_age_s=5.5)}
+    incident = watching.check_beating(records, 1000.0)
+    assert incident.culprit == ACTOR and incident.started == 994.5, incident.summary
+    assert "stopped publishing heartbeats 5.5 s ago: the process is stopped (SIGSTOP or a debugger)" in incident.summary
+    # one that only missed two beats is not silent: the first silent one is named
+    records[ACTOR]["heartbeat_age_s"] = 2 * CONFIG.heartbeat_interval_s
+    assert watching.check_beating(records, 1000.0).culprit == ENV
+
+
+def test_how_a_silent_process_is_described(stopped_child, gone_pid):
+    watching = checks()
+    assert watching.process_state(record(gone_pid), stopped=False) == "the process is gone"
+    assert (
+        watching.process_state(record(stopped_child), stopped=True) == "the process is stopped (SIGSTOP or a debugger)"
+    )
+    elsewhere = record(host="another-machine")
+    assert watching.process_state(elsewhere, stopped=False) == "it is on another machine (no local process check)"
+    starved = watching.process_state(record(), stopped=False, starved=(0.97, 4.0))
+    assert starved == (
+        "the process is alive but starved of CPU: a thread of it waited for a CPU 97% of the last 4.0 s "
+        "(the host's other load)"
+    )
+    assert not watching.stopped(elsewhere) and not watching.stopped(record(gone_pid))
+    assert watching.starved(elsewhere) is None and watching.starved(record()) is None
+
+
+def test_a_worker_whose_records_are_rejected_but_arrive_is_not_frozen_until_the_busy_allowance():
+    watching = checks()
+    rejected = {"records": 3, "reason": "phase is not a string", "for_s": 30.0, "last_s": 1.0}
+    records = {ENV: record(heartbeat_age_s=20.0, rejected=rejected)}
+    assert watching.check_beating(records, 1000.0) is None
+    records[ENV]["rejected"] = {**rejected, "for_s": CONFIG.busy_allowance_s + 1}
+    incident = watching.check_beating(records, 1000.0)
+    assert (incident.cause, incident.culprit, incident.started) == ("watchdog_error", ENV, 1000.0 - 601.0)
+    records[ENV]["rejected"] = {**rejected, "last_s": CONFIG.heartbeat_timeout_s + 1}  # they stopped arriving too
+    incident = watching.check_beating(records, 1000.0)
+    assert incident.cause == "process_frozen" and "before it went silent, its heartbeat records are rejected" in (
+        incident.summary
+    )
+
+
+def test_a_dead_worker_on_this_machine_is_worker_died_timed_from_its_last_beat(gone_pid):
+    watching = checks()
+    assert watching.check_alive({ENV: record(), ACTOR: record(host="another-machine", pid=gone_pid)}, 1000.0) is None
+    incident = watching.check_alive({ENV: record(), ACTOR: record(gone_pid, heartbeat_age_s=1.5)}, 1000.0)
+    assert (incident.cause, incident.culprit, incident.started) == ("worker_died", ACTOR, 998.5)
+
+
+# ------------------------------------------------------------------------------ deadlines
+
+
+def test_a_learned_deadline_is_the_factor_times_the_longest_call_clamped():
+    watching = checks()
+    assert watching.deadline(record(phase_max_s={"env.step": 0.2}), "env.step") == CONFIG.min_deadline_s
+    assert watching.deadline(record(phase_max_s={"env.step": 1.5}), "env.step") == 15.0
+    assert watching.deadline(record(phase_max_s={"env.step": 500.0}), "env.step") == CONFIG.max_deadline_s
+    assert watching.deadline(record(phase_max_s={"env.reset": 9.0}), "env.step") == CONFIG.first_call_bound_s
+    for step in STARTUP_STEPS:
+        assert watching.deadline(record(), f"env.{step}") == CONFIG.startup_step_allowance_s
+    assert watching.deadline(record(), "startup.backend") == CONFIG.startup_step_allowance_s
+    assert startup_step("startup.resume") and startup_step("actor.init_distributed") and not startup_step("env.step")
+    assert not startup_step("env.reset_all")
+
+
+def test_a_blocked_call_past_its_deadline_is_an_incident_naming_the_deadline_and_the_call():
+    watching = checks()
+    beats(watching, ENV, BLOCKED)
+    within = {ENV: record(phase_age_s=15.0, phase_max_s={"env.step": 1.5})}
+    assert watching.check_deadlines(within, 1000.0) is None
+    past = {ENV: record(phase_age_s=15.5, phase_max_s={"env.step": 1.5})}
+    incident = watching.check_deadlines(past, 1000.0)
+    assert (incident.cause, incident.culprit, incident.started, incident.state) == (
+        "phase_timeout",
+        ENV,
+        984.5,
+        "blocked",
+    )
+    assert incident.summary.startswith(
+        "env rank 0 has been in env.step for 15.5 s (deadline 15.0 s; longest before 1.500 s) and is blocked"
+    ), incident.summary
+
+
+def test_a_start_up_step_never_seen_finishing_is_a_startup_timeout_and_a_first_call_a_phase_timeout():
+    watching = checks()
+    beats(watching, ENV, BLOCKED)
+    incident = watching.check_deadlines({ENV: record(phase="env.reset", phase_age_s=60.5)}, 1000.0)
+    assert incident.cause == "startup_timeout" and "(deadline 60.0 s; never finished before)" in incident.summary
+    incident = watching.check_deadlines({ENV: record(phase="env.step", phase_age_s=15.5)}, 1000.0)
+    assert incident.cause == "phase_timeout" and "(deadline 15.0 s; never finished before)" in incident.summary
+    # seen finishing once, a start-up step that overruns its learned deadline is a phase_timeout
+    incident = watching.check_deadlines(
+        {ENV: record(phase="env.reset", phase_age_s=30.5, phase_max_s={"env.reset": 3.0})}, 1.0
+    )
+    assert incident.cause == "phase_timeout"
+
+
+def test_a_busy_call_past_its_deadline_is_warned_once_and_an_incident_past_the_busy_allowance(caplog):
+    watching = checks()
+    beats(watching, ENV, BUSY)
+    slow = {ENV: record(phase_age_s=16.0)}
+    with caplog.at_level(logging.WARNING, logger="fleetrl"):
+        assert watching.check_deadlines(slow, 1000.0) is None
+        assert watching.check_deadlines(slow, 1001.0) is None
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning.startswith("slow: env rank 0 has been in env.step for 16 s, past its deadline of 15 s, but is busy")
+    assert warning.endswith("an incident only past watchdog.busy_allowance_s (600 s)")
+    assert watching.check_deadlines({ENV: record(phase_age_s=CONFIG.busy_allowance_s)}, 1000.0) is None
+    incident = watching.check_deadlines({ENV: record(phase_age_s=CONFIG.busy_allowance_s + 1)}, 1000.0)
+    assert (incident.cause, incident.state) == ("phase_timeout", "busy")
+    assert incident.summary.endswith("; past watchdog.busy_allowance_s (600 s)"), incident.summary
+
+
+def test_a_call_is_not_judged_without_fresh_beats_nor_without_a_phase():
+    watching = checks()
+    watching.seen[ENV] = Seen()  # no beats seen: nothing to judge it by
+    assert watching.check_deadlines({ENV: record(phase_age_s=100.0)}, 1000.0) is None
+    beats(watching, ENV, BLOCKED)
+    assert watching.check_deadlines({ENV: record(phase=None, phase_age_s=100.0)}, 1000.0) is None
+
+
+# ------------------------------------------------------------------------------ precedence
+
+
+def test_the_checks_come_in_order_death_before_silence_before_a_deadline(gone_pid):
+    watching = checks()
+    beats(watching, ACTOR, BLOCKED)
+    dead = record(gone_pid, heartbeat_age_s=7.0)
+    overdue = record(phase_age_s=100.0)
+    assert watching.inspect({ENV: dead, ACTOR: overdue}, 1000.0).cause == "worker_died"
+    silent = record(heartbeat_age_s=7.0)
+    assert watching.inspect({ENV: silent, ACTOR: overdue}, 1000.0).cause == "process_frozen"
+    assert watching.inspect({ENV: record(), ACTOR: overdue}, 1000.0).cause == "phase_timeout"
+    assert watching.inspect({ENV: record(), ACTOR: record()}, 1000.0) is None
