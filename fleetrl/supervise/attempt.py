@@ -7,6 +7,7 @@ on the workers it publishes, the incident response — is its `ControllerWatch`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -81,8 +82,11 @@ class Attempt:
         orders = Orders(
             plan, str(self.run_dir), host, self.watch.store.port, supervisor.component, os.getpid(), restart
         )
-        self.controller.stdin.write(pickle.dumps(orders))
-        self.controller.stdin.close()
+        # A controller killed at start-up, before it read its orders: `run` reports its death
+        with contextlib.suppress(BrokenPipeError):
+            self.controller.stdin.write(pickle.dumps(orders))
+        with contextlib.suppress(BrokenPipeError):
+            self.controller.stdin.close()
 
     def run(self) -> tuple[int, Incident | None]:
         try:
