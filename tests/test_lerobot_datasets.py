@@ -23,16 +23,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("panda_gym")
-
-from fleetrl.cli import main  # noqa: E402
-from fleetrl.config.schema import EnvConfig  # noqa: E402
-from fleetrl.envs import demonstrations  # noqa: E402
-from fleetrl.envs.make import env_factory, simulator_factory  # noqa: E402
-from fleetrl.envs.recorder import RECORDING, record  # noqa: E402
-from fleetrl.errors import ConfigError  # noqa: E402
-from fleetrl.lerobot.reader import TASK, read_frames  # noqa: E402
-from tests.support import LEROBOT_DATASETS, fleetrl  # noqa: E402
+from fleetrl.cli import main
+from fleetrl.config.schema import EnvConfig
+from fleetrl.envs import demonstrations
+from fleetrl.envs.make import env_factory, simulator_factory
+from fleetrl.envs.recorder import RECORDING, record
+from fleetrl.errors import ConfigError
+from fleetrl.lerobot.reader import TASK, read_frames
+from tests.support import LEROBOT_DATASETS, fleetrl
 
 ENV = EnvConfig(
     id="fleetrl.envs.manipulation:PandaTasks",

@@ -13,9 +13,7 @@ import json
 
 import pytest
 
-pytest.importorskip("metaworld")
-
-from tests.support import fleetrl, sft_then_train, train  # noqa: E402
+from tests.support import fleetrl, sft_then_train, train
 
 TASKS = ["reach-v3", "button-press-topdown-v3"]
 
