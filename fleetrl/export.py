@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fleetrl.checkpoint import load_latest
 from fleetrl.errors import ConfigError, UserError
-from fleetrl.models.hf.folder import VALUE_HEAD_FILE
+from fleetrl.models.hf.folder import VALUE_HEAD_FILE, copy_processor_files
 from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
 from fleetrl.probe.flight_recorder import phase
@@ -51,7 +51,7 @@ def export_run(run_dir: Path, out: Path) -> Path:
         else:
             policy.load_state_dict(state["actor"]["policy"])
         merged_model(policy.network).save_pretrained(out)
-        policy.prompts.processor.save_pretrained(out)
+        copy_processor_files(Path(config.model.path).expanduser(), out)
         head = {name: tensor.contiguous() for name, tensor in policy.network.value_head.state_dict().items()}
         save_file(head, out / VALUE_HEAD_FILE)
     return out

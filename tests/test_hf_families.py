@@ -118,6 +118,9 @@ def test_ppo_with_lora_trains_each_family_through_the_same_path(published, tmp_p
     trained = load_latest(Path(summary["run_dir"]))
     lora = [key for key in trained["actor"]["policy"] if "lora_B" in key]
     assert lora and any(trained["actor"]["policy"][key].abs().sum() > 0 for key in lora)  # the adapters moved
+    exported = tmp_path / "exported"  # merged, with the folder's own processor files: loads as any folder
+    assert main(["export", str(summary["run_dir"]), str(exported)]) == 0
+    assert check_folder(str(exported))[1].name == check_folder(str(published(name)))[1].name
 
 
 # ------------------------------------------------------------------- refused before loading

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import struct
 from pathlib import Path
 
@@ -215,6 +216,20 @@ def load_folder(
     except (ValueError, OSError, KeyError, ImportError) as error:
         raise ConfigError("model.path", str(folder), "a folder transformers' Auto classes load", str(error)) from error
     return model.eval(), processor, family
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5")
+
+
+def copy_processor_files(source: Path, out: Path, skip: tuple[str, ...] = ()) -> None:
+    """The processor's, tokenizer's and chat template's files of `source` into `out`: every file
+    but config.json, the weights and their index, modelling code and `skip`. Copied rather than
+    saved: a processor loaded without its video processor (`load_processor`) cannot save itself,
+    and the copy is byte for byte what the folder shipped."""
+    leave = {"config.json", INDEX, VALUE_HEAD_FILE, *skip}
+    for file in sorted(Path(source).iterdir()):
+        if file.is_file() and file.name not in leave and not file.name.endswith((*WEIGHT_SUFFIXES, ".py")):
+            shutil.copy2(file, Path(out) / file.name)
 
 
 def base_hash(path: str) -> str:

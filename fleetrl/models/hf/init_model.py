@@ -17,15 +17,13 @@ Two ways:
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import torch
 
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.models.hf.families import family_named
-
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5")
+from fleetrl.models.hf.folder import copy_processor_files
 
 
 def build_model(family: str, size: str, bins: int = 256, seed: int = 0) -> tuple[torch.nn.Module, object]:
@@ -99,8 +97,5 @@ def init_from_config(config_file: Path, out: Path, seed: int = 0) -> Path:
             "--config", str(config_file), "the config.json of an image-text-to-text model", str(error)
         ) from None
     model.save_pretrained(out)
-    skip = {config_file.name, "config.json", "model.safetensors.index.json"}
-    for file in sorted(config_file.parent.iterdir()):
-        if file.is_file() and file.name not in skip and not file.name.endswith((*WEIGHT_SUFFIXES, ".py")):
-            shutil.copy2(file, out / file.name)
+    copy_processor_files(config_file.parent, out, skip=(config_file.name,))
     return out
