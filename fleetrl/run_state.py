@@ -13,7 +13,7 @@ a resume's newest intact checkpoint; `save_resume_config` keeps the config it co
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,9 +93,19 @@ class RunState:
     env_counters: list[dict] = field(default_factory=list)  # per env rank, as of the last finished iteration
     recent_returns: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
     recent_lengths: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
+    staleness: Counter = field(default_factory=Counter)  # samples trained, by age in policy versions
+    samples_dropped: int = 0  # older than algorithm.max_staleness, or collected and never saved
+    in_flight_samples: int = 0  # collected and not trained (asynchronous): a checkpoint does not keep them
 
     def mean_recent_return(self) -> float | None:
         return float(np.mean(self.recent_returns)) if self.recent_returns else None
+
+    def count_update(self, ages: Counter, dropped: int, in_flight: int) -> None:
+        """An update's samples by age, the samples dropped since the last one, and those
+        collected and waiting for the actor now."""
+        self.staleness.update(ages)
+        self.samples_dropped += dropped
+        self.in_flight_samples = in_flight
 
     def save(self, backend: Backend, run_dir: Path, config: Config) -> None:
         """The run's state as checkpoint `iteration`; with `actor.checkpoint_format: sharded`
@@ -122,6 +132,9 @@ class RunState:
             "env": self.env_states(backend),
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
+            "staleness": dict(self.staleness),
+            "samples_dropped": self.samples_dropped,
+            "in_flight_samples": self.in_flight_samples,  # not saved: dropped on a resume (docs: concepts/async.md)
             "rng": random_state(),
             "worker_rng": worker_random_states(backend),
         }
@@ -159,6 +172,16 @@ class RunState:
         )
         self.recent_returns.extend(state["recent_returns"])
         self.recent_lengths.extend(state["recent_lengths"])
+        self.staleness.update(state.get("staleness", {}))  # .get: checkpoints from before versions were counted
+        in_flight = state.get("in_flight_samples", 0)
+        self.samples_dropped = state.get("samples_dropped", 0) + in_flight
+        if in_flight:
+            log.info(
+                "%d samples were collected and not yet trained when checkpoint %d was taken: not saved, "
+                "counted as dropped (their env steps are taken again)",
+                in_flight,
+                self.iteration,
+            )
         for name, saved in state.get("worker_rng", {}).items():  # (checkpoints before it have none)
             group, load = getattr(backend, name), WORKER_RANDOM_STATE[name][1]
             # ranks the checkpoint has: a run resumed at more ranks seeds the others as a new run does

@@ -42,6 +42,9 @@ class Trajectory:
     # chunks the episode return is their sum (for episode-level advantages), not the sum of `rewards` (each Σ_j γ^j r_j).
     # None without chunks.
     chunk_returns: torch.Tensor | None = None
+    # (T, N) int64 the policy version that acted each decision: the updates the actor had applied
+    # to the weights the rollout held (docs/concepts/async.md). None where no rollout recorded it.
+    versions: torch.Tensor | None = None
 
     @classmethod
     def concatenate(cls, parts: list[Trajectory]) -> Trajectory:
@@ -103,6 +106,7 @@ class TrajectoryBuffer:
             "terminated": zeros(dtype=bool),
             "dones": zeros(dtype=bool),
             "next_values": zeros(),
+            "versions": zeros(dtype=np.int64),
         }
         self.truncated = zeros(dtype=bool)
         self.truncated_values = zeros()
@@ -114,11 +118,19 @@ class TrajectoryBuffer:
             self.next_obs = self.arrays["next_obs"] = obs_zeros(observation_space, (steps, num_envs))
 
     def record_policy(
-        self, t: int, obs: Observation, actions: np.ndarray, logprobs: np.ndarray, values: np.ndarray
+        self,
+        t: int,
+        obs: Observation,
+        actions: np.ndarray,
+        logprobs: np.ndarray,
+        values: np.ndarray,
+        version: int = 0,
     ) -> None:
+        """The policy's answer to step t, from weights of policy `version`."""
         a = self.arrays
         map_obs(partial(assign, t), a["obs"], obs)
         a["actions"][t], a["logprobs"][t], a["values"][t] = actions, logprobs, values
+        a["versions"][t] = version
         self.truncated[t] = False
 
     def record_outcome(self, t: int, step: StepResult, final_values: np.ndarray) -> None:

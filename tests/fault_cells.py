@@ -14,7 +14,9 @@ cell sends to the controller process (`signal_controller`).
 Where a fault strikes, per backend: inline, every component runs in the controller's process (the
 watched process is `inline rank 0`); on Ray each component rank is a process of its own; fused,
 rank r of env, rollout and actor share one process (`fused rank r`); on 2 simulated nodes (Ray,
-`cluster.simulate_nodes: 2`, no isolation) the rank that faults lives on node 1.
+`cluster.simulate_nodes: 2`, no isolation) the rank that faults lives on node 1; async, Ray's layout
+with asynchronous training (`runner.asynchronous`: the collection overlaps the update, the
+controller waits in `async.*` phases of its own).
 
 The same table with a Hugging Face VLA (`hf_cells(folder)`): the actor and rollout cells, where
 the model runs, with configs/ppo_minigrid_vla.yaml's tiny LoRA model from `folder` (FSDP where
@@ -38,7 +40,7 @@ HF_KINDS = (*KINDS, "hang_in_forward")
 HF_WHERE = ("rollout", "actor")  # where the model runs
 WHERE = ("env", "rollout", "actor", "controller")
 WHEN = ("startup", "first_call", "steady")
-BACKENDS = ("inline", "ray", "fused", "nodes")
+BACKENDS = ("inline", "ray", "fused", "nodes", "async")
 
 FAULT_KIND = {"kill": "kill", "sigstop": "stop", "gil": "gil_hang", "hang": "hang", "exception": "exception"}
 FAULT_KIND |= {"extra_collective": "extra_collective", "skip_forward": "skip_forward"}
@@ -77,6 +79,7 @@ PLACEMENT = {
         "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0}",
     ),
 }
+PLACEMENT["async"] = (*PLACEMENT["ray"], "runner.asynchronous=true")
 COLLECTIVE = ("extra_collective", "skip_forward")
 EXPECTED = Path(__file__).with_name("fault_cells.csv")
 
@@ -112,7 +115,7 @@ def cell_name(kind: str, where: str, when: str, backend: str, hf: bool = False) 
 def fault_rank(where: str, backend: str) -> int:
     """The rank the fault hits: rank 1 where there are two (the rank that is not the first to
     do anything), else 0."""
-    return 0 if backend == "inline" or (where == "rollout" and backend in ("ray", "nodes")) else 1
+    return 0 if backend == "inline" or (where == "rollout" and backend in ("ray", "nodes", "async")) else 1
 
 
 def why_infeasible(kind: str, where: str, when: str, backend: str) -> str:
@@ -173,7 +176,7 @@ def make_cell(kind: str, where: str, when: str, backend: str, hf_folder: str | N
     if hf_folder is not None:
         # FSDP where 2 actor ranks have a rollout of their own; fused ranks act with the actor's
         # module, which FSDP would gather at every env step: DDP there (a config rule)
-        sharded = ("actor.strategy=fsdp",) if backend in ("ray", "nodes") else ()
+        sharded = ("actor.strategy=fsdp",) if backend in ("ray", "nodes", "async") else ()
         overrides = (*overrides, f"model.path={hf_folder}", "model.lora.rank=4", *sharded)
     common = dict(cause=expected.cause, culprit=expected.culprit, promised_s=promised_s, config=train)
     if where == "controller":
@@ -197,8 +200,8 @@ def hf_cells(folder: str) -> list[Cell]:
 
 def rotation(cells: list[Cell]) -> list[Cell]:
     """The order CI's slice windows are cut from (tests/test_matrix_slice.py): every cell once,
-    round-robin over the (kind, backend) pairs — pair i is kind i mod 7 on backend i mod 4, 7 and
-    4 coprime, with the collective kinds, which have no inline cell, on fused instead — so that
+    round-robin over the (kind, backend) pairs — pair i is kind i mod 7 on backend i mod 5, 7 and
+    5 coprime, with the collective kinds, which have no inline cell, on fused instead — so that
     neighbours differ in kind and in backend wherever the pairs left allow."""
     by_pair: dict[tuple[str, str], list[Cell]] = defaultdict(list)
     for cell in cells:

@@ -187,5 +187,5 @@ def test_stale_samples_are_weighed_by_how_far_the_acting_policy_lags():
     ratio = (proximal - old.logprobs.flatten()).double().exp()
     metrics = actor.train(old, 0.0)
     assert metrics["importance_weight_mean"] == pytest.approx(ratio.mean().item(), rel=1e-5)
-    assert metrics["importance_truncated"] == pytest.approx((ratio > 1.0).double().mean().item())
+    assert metrics["importance_truncated"] == pytest.approx((ratio > 1.001).double().mean().item())
     assert metrics["importance_weight_mean"] != pytest.approx(1.0, abs=1e-4)

@@ -95,6 +95,9 @@ class AlgorithmSpec:
     # Which command runs it: 'rl' (`fleetrl train`) or 'sft' (`fleetrl sft`: a supervised stage,
     # such as behaviour cloning on demonstrations).
     stage: str = "rl"
+    # Whether its actor trains on samples that older policy versions acted (`runner.asynchronous`:
+    # docs/concepts/async.md); an algorithm that says no makes that key a config error.
+    asynchronous: bool = False
 
     def actor_class(self) -> type:
         return imported(self.actor)

@@ -92,6 +92,12 @@ class AlgorithmConfig:
         """Consecutive envs reset with one seed (a group); 1: every env its own seed."""
         return 1
 
+    @property
+    def staleness_bound(self) -> int | None:
+        """The most policy versions a sample may lag the actor by when it is trained; older ones
+        are dropped (None: no bound; docs: concepts/async.md)."""
+        return None
+
 
 @dataclass
 class ActorConfig:
@@ -250,7 +256,20 @@ class RunnerConfig:
     """The longest one tracker call may take; past it (or on an error) that tracker is dropped with
     one warning and training goes on."""
     weight_sync_interval: Annotated[int, AtLeastOne] = 1
-    """Iterations between actor → rollout weight syncs (when they are separate processes)."""
+    """Policy versions between actor → rollout weight syncs (when they are separate processes): the
+    rollout loads the actor's weights at the start of a collection once they are this many versions
+    (updates) newer than its own, so its samples are up to `weight_sync_interval` − 1 versions old, plus
+    the queue's lag with `asynchronous` (docs: concepts/async.md)."""
+    asynchronous: bool = False
+    """Collect and train at once: env and rollout workers go on collecting with the weights they hold
+    while the actor trains on what has arrived (a queue of `async_queue_batches`), and the rollout
+    picks up each new policy version at its next collection without waiting for the actor. Samples
+    are then policy versions old (`algorithm.max_staleness`, `algorithm.off_policy_correction`);
+    for the algorithms whose spec accepts it (docs: concepts/async.md)."""
+    async_queue_batches: Annotated[int, AtLeastOne] = 1
+    """With `asynchronous`: collected batches that may wait for the actor; a collection starts only
+    while the queue has room for it (back-pressure), so a sample is at most this many versions old
+    when trained (with `weight_sync_interval` 1)."""
     weight_sync: Literal["full", "trainable", "changed"] = "full"
     """What a sync sends: every tensor; or (after a first full sync) only the trainable parameters
     and buffers — with LoRA or a frozen base, the adapters and heads — whole; or, `changed`, only

@@ -19,6 +19,9 @@ from fleetrl.checkpoint import initial_weights
 from fleetrl.cluster.backends.base import Backend
 from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.cluster.start import start_backend
+from fleetrl.controller.async_updates import CONSOLE_METRICS, AsyncUpdates
+from fleetrl.controller.policy_versions import PolicyVersions
+from fleetrl.controller.updates import SyncUpdates, Update, Updates, staleness_fields
 from fleetrl.errors import UserError
 from fleetrl.evaluate import EvalSchedule
 from fleetrl.plan.run_plan import RunPlan
@@ -33,7 +36,6 @@ from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker, success_metrics
-from fleetrl.workers.rollout_worker import RolloutWorker
 
 log = logging.getLogger("fleetrl")
 
@@ -78,7 +80,6 @@ class Trainer:
                 policy = saved["actor"].get("policy") or dcp.model_tensors(Path(saved["shards_path"]), HASH_KEY)
                 check_resumed_base(config.model, policy)
         self.state = RunState()  # its counters and recent episodes (run_state.py): what a checkpoint saves
-        self.synced = False  # the rollout workers hold a full copy of the weights (this process's)
         self.target_reached_at: tuple[int, float] | None = None
         self.live_progress = live_progress
         self.evaluations = EvalSchedule(runner.eval_interval, self.run_dir)
@@ -121,6 +122,12 @@ class Trainer:
         except BaseException:
             self.backend.shutdown()
             raise
+        versions = PolicyVersions.of_run(self.backend, config, self.state.iteration)
+        self.updates: Updates = (
+            AsyncUpdates.of_run(self.backend, config, versions, self.state.global_step)
+            if runner.asynchronous
+            else SyncUpdates(self.backend, config, versions, self.state)
+        )
 
     def init_from(self, source: str) -> None:
         """`runner.init_from`: every actor rank starts from `source`'s policy weights."""
@@ -150,16 +157,18 @@ class Trainer:
             self.state.global_step,
             config.runner.log_interval,
             self.live_progress,
-            self.plan.spec.console_metrics,
+            (*self.plan.spec.console_metrics, *(CONSOLE_METRICS if config.runner.asynchronous else ())),
         )
         beat_soon()  # start-up is over: the watcher's view of this process must not still say so
         try:
             self.backend.collector.start(
                 self.state.iteration
             )  # the first resets: a worker's error here is an incident too
-            while self.state.global_step < total and not self.stop_for_target():
+            while not self.stop_for_target():
                 with stop_gate():  # a stop once the iteration has trained waits for its record (run_iteration)
                     record = self.run_iteration()
+                    if record is None:  # the env-step budget is spent
+                        break
                     trackers.log_metrics(record, record["global_step"])
                 if record.get("eval_video"):  # an evaluation's film, uploaded where the trackers keep files
                     trackers.log_file(Path(record["eval_video"]), f"video/{Path(record['eval_video']).name}")
@@ -168,6 +177,10 @@ class Trainer:
                     self.checkpoint()
             self.checkpoint()
         except KeyboardInterrupt:
+            settled = self.updates.settle()
+            if settled is not None:  # the update in flight, done: counted, so that the checkpoint's weights match
+                record = self.record(settled, time.perf_counter(), self.state.global_step)
+                trackers.log_metrics(record, record["global_step"])
             log.warning("interrupted at iteration %d: saving a checkpoint", self.state.iteration)
             self.checkpoint()
             raise
@@ -194,20 +207,16 @@ class Trainer:
         self.backend.session.on_report(trackers.attach_report, runner.tracker_timeout_s)
         return trackers
 
-    def run_iteration(self) -> dict:
-        started = time.perf_counter()
-        steps_before = self.state.global_step
-        with phase("weight_sync"):
-            weight_syncs = self.sync_weights()
-        synced = time.perf_counter()
-        if self.config.algorithm.resets_envs_each_iteration:  # group-seeded resets (reset_group_size)
-            self.backend.collector.start(self.state.iteration)
-        # The schedule position is taken before this iteration's steps, so the last iteration
-        # still learns (lr > 0) rather than running with an annealed-to-zero rate.
-        with phase("collect_and_train"):
-            metrics, collect_s = self.backend.collector.collect_and_train(
-                steps_before / self.config.runner.total_env_steps
-            )
+    def run_iteration(self) -> dict | None:
+        """The next update (controller/updates.py) and its record; None once the env-step budget
+        is spent."""
+        started, steps_before = time.perf_counter(), self.state.global_step
+        update = self.updates.next()
+        return None if update is None else self.record(update, started, steps_before)
+
+    def record(self, update: Update, started: float, steps_before: int) -> dict:
+        """Count `update` as the next iteration (its env workers' reports, its samples' ages) and
+        make its record, evaluations and restarts included."""
         updated = time.perf_counter()
         hold_stops()  # trained: the checkpoint a stop takes must have this iteration's record beside it
         self.state.iteration += 1
@@ -215,7 +224,8 @@ class Trainer:
         interval = self.config.runner.param_check_interval
         if interval and self.state.iteration % interval == 0:  # raises ReplicaDivergenceError naming tensors and ranks
             self.backend.actor.get(self.backend.actor.call_all(ActorBase.verify_replicas))
-        returns, lengths, games, successes = self.gather_env_reports()
+        returns, lengths, games, successes = self.gather_env_reports(update.reports)
+        self.state.count_update(update.ages, self.updates.take_dropped(), self.updates.in_flight_samples)
         record = {
             "iteration": self.state.iteration,
             "global_step": self.state.global_step,
@@ -227,11 +237,10 @@ class Trainer:
             **({"game_return_mean": float(np.mean(games)), "games": len(games)} if games else {}),
             **success_metrics(successes),  # of this iteration's episodes, where the env reports success
             "steps_per_s": (self.state.global_step - steps_before) / (updated - started),
-            "time_weight_sync_s": synced - started,
-            "weight_syncs": weight_syncs,
-            "time_collect_s": collect_s,
-            "time_update_s": updated - synced - collect_s,
-            **metrics,
+            **update.timings,
+            **staleness_fields(update.ages),
+            "samples_dropped": self.state.samples_dropped,
+            **update.metrics,
         }
         if self.target_reached_at is None and self.target_met():
             self.target_reached_at = (self.state.global_step, self.state.train_s)
@@ -245,34 +254,17 @@ class Trainer:
             self.restart = None
         return record
 
-    def sync_weights(self) -> int:
-        """Actor rank 0's weights → every rollout worker, unless they share the policy object;
-        with `runner.weight_sync: trainable` only the first sync is full, later ones patches;
-        with `changed` later ones only the changed values (parallel/changed_values.py).
-        Every actor rank is asked (FSDP gathers shards collectively); the rollout workers receive
-        rank 0's copy by reference, and run the load before their next `act` (call order).
-        Returns how many rollout workers were sent weights (0: none needed them this iteration)."""
-        backend = self.backend
-        if backend.shares_policy or self.state.iteration % self.config.runner.weight_sync_interval:
-            return 0
-        if self.config.runner.weight_sync == "changed":  # the first full, then changed values only
-            payload = backend.actor.call_all(ActorBase.changed_weights)[0]
-            sent = backend.rollout.call_all(RolloutWorker.load_changed, payload)
-        elif self.config.runner.weight_sync == "trainable" and self.synced:  # frozen tensors are there already
-            patch = backend.actor.call_all(ActorBase.trainable_weights)[0]
-            sent = backend.rollout.call_all(RolloutWorker.load_patch, patch)
-        else:
-            weights = backend.actor.call_all(ActorBase.policy_weights)[0]
-            sent = backend.rollout.call_all(RolloutWorker.load_weights, weights)
-        self.synced = True
-        return len(sent)
-
-    def gather_env_reports(self) -> tuple[list[float], list[int], list[float], list[tuple[str, bool]]]:
+    def gather_env_reports(
+        self, reports: list[dict] | None = None
+    ) -> tuple[list[float], list[int], list[float], list[tuple[str, bool]]]:
         """Sum the counters of all env workers (global steps and episodes); merge episodes, the
         raw scores of whole games where the env reports them (Atari: an episode is a life), and
-        each episode's (task, success) where the env reports success (robot manipulation)."""
-        env = self.backend.env
-        reports = env.get(env.call_all(EnvWorker.report))
+        each episode's (task, success) where the env reports success (robot manipulation).
+        `reports`: the env workers' reports taken when the batch trained on was collected
+        (asynchronous training); None: ask them now."""
+        if reports is None:
+            env = self.backend.env
+            reports = env.get(env.call_all(EnvWorker.report))
         self.state.env_counters = [{"env_steps": r["env_steps"], "episodes": r["episodes"]} for r in reports]
         self.state.global_step = sum(r["env_steps"] for r in reports)
         self.state.episodes = sum(r["episodes"] for r in reports)
@@ -319,6 +311,8 @@ class Trainer:
             "target_reached": reached is not None,
             "target_reached_step": reached[0] if reached else None,
             "target_reached_s": reached[1] if reached else None,
+            "staleness": {str(age): samples for age, samples in sorted(self.state.staleness.items())},
+            "samples_dropped": self.state.samples_dropped,
         }
         path = self.run_dir / SUMMARY_FILE
         try:

@@ -33,6 +33,7 @@ ISOLATION_TOOLS = ("ip", "unshare")  # what cluster/isolation/nodes.py runs
 
 def validate(config: Config) -> None:
     validate_actor(config)
+    validate_staleness(config)  # before the algorithm's own rules: whether it can train asynchronously at all
     algorithm_spec(config.algorithm.name).validate(config)
     resume_dir(config)  # raises naming the run directory that cannot be continued
     validate_trunk_keys(config)
@@ -127,6 +128,38 @@ def validate_watchdog(config: Config) -> None:
             "watchdog.min_deadline_s",
             watchdog.min_deadline_s,
             f"at most watchdog.max_deadline_s ({watchdog.max_deadline_s:g})",
+        )
+
+
+def validate_staleness(config: Config) -> None:
+    """`runner.asynchronous` needs an algorithm that trains on stale samples (its spec says so)
+    and ranks that are not fused (a fused rank collects and trains in one process,
+    one after the other); `algorithm.max_staleness` must admit the age that
+    `runner.weight_sync_interval` gives every sample between two syncs (docs: concepts/async.md)."""
+    runner = config.runner
+    if runner.asynchronous and not algorithm_spec(config.algorithm.name).asynchronous:
+        accepting = [name for name in algorithm_names() if algorithm_spec(name).asynchronous]
+        raise ConfigError(
+            "runner.asynchronous",
+            True,
+            f"false with algorithm.name {config.algorithm.name!r}",
+            f"the algorithms that train on samples older policy versions acted: {', '.join(accepting)}",
+        )
+    if runner.asynchronous and config.cluster.fuse_collocated:
+        raise ConfigError(
+            "runner.asynchronous",
+            True,
+            "false with cluster.fuse_collocated true",
+            "a fused rank collects and trains in one process, one after the other: there is nothing to overlap",
+        )
+    bound = config.algorithm.staleness_bound
+    if bound is not None and bound < runner.weight_sync_interval - 1:
+        raise ConfigError(
+            "algorithm.max_staleness",
+            bound,
+            f"at least runner.weight_sync_interval - 1 = {runner.weight_sync_interval - 1}",
+            f"the rollout acts up to {runner.weight_sync_interval - 1} versions behind the actor between two "
+            "weight syncs: every batch but those right after a sync would be dropped",
         )
 
 

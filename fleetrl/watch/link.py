@@ -20,9 +20,19 @@ import json
 
 from fleetrl.watch.incident import Incident
 
-# The controller's phases that wait on its workers (controller/loop.py): with workers of their own
-# (Ray, fused), those are watched, and the wait is not judged by a deadline of its own.
-CONTROLLER_WAITS = ("startup.backend", "startup.load_state", "weight_sync", "collect_and_train", "evaluation")
+# The controller's phases that wait on its workers (controller/loop.py, controller/updates.py,
+# controller/async_updates.py): with workers of their own (Ray, fused), those are watched, and the
+# wait is not judged by a deadline of its own.
+CONTROLLER_WAITS = (
+    "startup.backend",
+    "startup.load_state",
+    "weight_sync",
+    "collect_and_train",
+    "evaluation",
+    "async.collect",
+    "async.queue_full",
+    "async.drain",
+)
 WORKERS = "fleetrl/link/workers"
 DEADLINE = "fleetrl/link/deadline"
 STOPPING = "fleetrl/link/stopping"

@@ -65,6 +65,9 @@ class RolloutWorker:
         self.dtype = dtype
         self.lanes: list[TrajectoryBuffer] = []
         self.finished: list[Trajectory | None] = []
+        # The policy version its weights are: the updates the actor had applied when it sent
+        # them (the actor's own version with a shared policy). Every decision recorded carries it.
+        self.version = 0
 
     @classmethod
     def from_config(cls, config: Config, observation_space: gym.Space, action_space: gym.Space):
@@ -136,7 +139,7 @@ class RolloutWorker:
             return None
         actions, logprobs, values = self.infer(step.obs)
         actions = actions.numpy()
-        buffer.record_policy(t, step.obs, actions, logprobs.numpy(), values.numpy())
+        buffer.record_policy(t, step.obs, actions, logprobs.numpy(), values.numpy(), self.version)
         return actions
 
     def trajectory(self) -> Trajectory:
@@ -149,6 +152,11 @@ class RolloutWorker:
 
     def load_random_state(self, state: dict) -> None:
         seeds.set_random_state(state)
+
+    def set_version(self, version: int) -> None:
+        """The policy version of the weights it acts with from now on (sent after each load, or
+        with a shared policy the actor's current version: controller/policy_versions.py)."""
+        self.version = version
 
     def load_weights(self, state_dict: dict) -> None:
         self.policy.load_state_dict(state_dict)

@@ -18,5 +18,6 @@ PPG = register_algorithm(
         validate=validate_ppg,
         check_layout=check_ppg_layout,
         check_spaces=check_ppg_spaces,
+        asynchronous=False,  # its auxiliary phase would need stale-sample corrections of its own
     )
 )

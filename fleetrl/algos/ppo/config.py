@@ -51,12 +51,17 @@ class PPOConfig(AlgorithmConfig):
     one state (docs: concepts/algorithms.md, GRPO advantages); `vtrace`: IMPALA's V-trace targets and
     advantages, from the actor's policy and critic at the update's start, corrected for the policy
     that acted (docs: concepts/algorithms.md, Samples an older policy acted)."""
-    off_policy_correction: Literal["none", "decoupled"] = "none"
+    max_staleness: Annotated[int, NonNegative] | None = None
+    """Drop (and count) batches holding a sample more than this many policy versions old when it would
+    be trained: a sample's age is the actor's version at the update's start minus the version that
+    acted, one version per update (`runner.weight_sync_interval` and `runner.asynchronous` make
+    samples old; docs: concepts/async.md). null: none dropped."""
+    off_policy_correction: Literal["auto", "none", "decoupled"] = "auto"
     """`decoupled`: the clipped ratio is to the proximal policy (the actor's weights at the update's
     start, one extra forward pass over the batch), and each sample's term is weighed by the truncated
     importance weight min(`importance_cap`, π_proximal / π_acting) (Hilton et al. 2021), for samples
-    an older policy acted (`runner.weight_sync_interval` > 1); `none`: PPO's ratio to the acting
-    policy (docs: concepts/algorithms.md, Samples an older policy acted)."""
+    an older policy acted; `none`: PPO's ratio to the acting policy; `auto`: `decoupled` with
+    `runner.asynchronous`, else `none` (docs: concepts/algorithms.md, Samples an older policy acted)."""
     importance_cap: Annotated[float, Positive] = 1.0
     """ρ̄: the truncation of the importance weight π_proximal / π_acting, in the decoupled objective and
     in V-trace's targets."""
@@ -82,11 +87,16 @@ class PPOConfig(AlgorithmConfig):
     def reset_group_size(self) -> int:
         return self.group_size if self.adv_type == "grpo" else 1
 
+    @property
+    def staleness_bound(self) -> int | None:
+        return self.max_staleness
+
 
 def decoupled(config: Config) -> bool:
     """Whether PPO's ratio is to the proximal policy, weighed by the truncated importance weight
-    (`algorithm.off_policy_correction`)."""
-    return config.algorithm.off_policy_correction == "decoupled"
+    (`algorithm.off_policy_correction`; `auto`: in asynchronous training)."""
+    correction = config.algorithm.off_policy_correction
+    return correction == "decoupled" or (correction == "auto" and config.runner.asynchronous)
 
 
 def needs_proximal_pass(config: Config) -> bool:

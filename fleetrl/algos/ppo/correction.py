@@ -26,6 +26,10 @@ from fleetrl.algos.ppo.config import PPOConfig
 from fleetrl.observations import map_obs
 from fleetrl.trajectory import Trajectory
 
+# A ratio within this (relative) of the cap is not counted as truncated: on-policy, the proximal
+# pass recomputes the acting log-probs (another batch shape, the rollout's autocast) to float rounding.
+ROUNDING = 1e-3
+
 
 class Proximal(NamedTuple):
     """The actor's policy at an update's start, on that update's batch (`proximal_pass`)."""
@@ -95,8 +99,9 @@ def importance_metrics(
     proximal: Proximal, trajectory: Trajectory, cap: float, all_reduce: Callable[[torch.Tensor], torch.Tensor]
 ) -> dict:
     """Over every rank's decisions (one all-reduce): the mean π_prox / μ (1 on-policy) and the
-    share of decisions truncated at `cap` — how far the samples lag the actor."""
+    share of decisions truncated at `cap` by more than ROUNDING — how far the samples lag."""
     ratio = log_ratio(proximal, trajectory, "chunk_level").double().exp()
     count = torch.tensor(float(ratio.numel()), dtype=torch.float64)
-    total, truncated, count = all_reduce(torch.stack([ratio.sum(), (ratio > cap).double().sum(), count])).tolist()
+    truncated = (ratio > cap * (1 + ROUNDING)).double().sum()
+    total, truncated, count = all_reduce(torch.stack([ratio.sum(), truncated, count])).tolist()
     return {"importance_weight_mean": total / count, "importance_truncated": truncated / count}

@@ -15,5 +15,6 @@ PPO = register_algorithm(
         validate=validate_ppo,
         check_layout=check_ppo_layout,
         console_metrics=(ConsoleMetric("approx_kl", "kl", ".4f"), ConsoleMetric("clip_fraction", "clip", ".3f")),
+        asynchronous=True,
     )
 )

@@ -67,7 +67,7 @@ class SACRolloutWorker(RolloutWorker):
             self.finished[lane] = buffer.finish(zeros)
             return None
         actions = self.sample(step.obs)
-        buffer.record_policy(t, step.obs, actions, zeros, zeros)
+        buffer.record_policy(t, step.obs, actions, zeros, zeros, self.version)
         return self.policy.to_env(actions)
 
     def load_weights(self, weights: SACWeights | dict) -> None:

@@ -25,6 +25,18 @@ REPORT_TEXT = "hang_report.txt"
 STALLS = ("phase_timeout", "process_frozen", "rank_missing_from_collective", "collective_mismatch", "startup_timeout")
 
 
+# Asynchronous training's waits of the controller (controller/async_updates.py): whom each waits
+# for, and why. A report names the controller as waiting for a culprit of those components.
+ASYNC_WAITS = {
+    "async.collect": (("env", "rollout"), "a collection, while the actor trains on an earlier batch"),
+    "async.queue_full": (
+        ("actor",),
+        "an update, with the queue of collected batches full: the env and rollout workers are held back behind it",
+    ),
+    "async.drain": (("actor",), "the last updates, with nothing left to collect"),
+}
+
+
 FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
 
 
@@ -76,13 +88,17 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
                 "culprit": key == incident.culprit,
                 "waits_for_culprit": key == process
                 and key in incident.records
-                and waits_for(incident.records, key, incident.culprit),
+                and (
+                    waits_for(incident.records, key, incident.culprit)
+                    or awaits(incident.records[key], incident.culprit) is not None
+                ),
             }
         )
     summary = incident.summary
     if incident.culprit is not None and incident.cause in STALLS:
         frame = innermost_frame(stacks.get(incident.culprit, ""))
         summary += f"; its main thread is at {frame}" if frame else ""
+    summary += waiting_controller(incident)
     return {
         "cause": incident.cause,
         "summary": summary,
@@ -97,6 +113,25 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
         "collectives": aligned_collectives(incident.records),
         "timeline": [{"time": t, "phases": phases} for t, phases in incident.timeline],
     }
+
+
+def awaits(record: dict, culprit: tuple[str, int] | None) -> str | None:
+    """Why the worker of `record` — the controller, in one of asynchronous training's waits —
+    waits for `culprit`'s component; None when it does not."""
+    wait = ASYNC_WAITS.get(record.get("phase") or "")
+    if culprit is None or wait is None or culprit[0] not in wait[0]:
+        return None
+    return wait[1]
+
+
+def waiting_controller(incident: Incident) -> str:
+    """'; controller rank 0 waits for it in async.queue_full: ...' where the controller waits for
+    the culprit in one of asynchronous training's waits (who waits for whom), else ''."""
+    for key, record in incident.records.items():
+        why = awaits(record, incident.culprit)
+        if why is not None and key != incident.culprit:
+            return f"; {describe(key)} waits for it in {record['phase']}: {why}"
+    return ""
 
 
 def render_text(report: dict) -> str:

@@ -1,0 +1,275 @@
+"""Asynchronous training (`runner.asynchronous: true`, fleetrl/controller/async_updates.py): real
+`fleetrl train` runs. Inline it runs the synchronous computation in the same order (one thread:
+nothing overlaps), bit for bit without a correction, and trains CartPole; on Ray the rollout
+collects the next batch while the actor ranks train, so samples are one version old, GRPO's
+batches are acted by one version each, a checkpoint's queued batch is counted as dropped on a
+resume, and a stuck actor rank is named with the controller waiting for it behind a full queue.
+Where asynchronous training means nothing, it is refused with exit 2 before anything starts."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+
+import pytest
+import torch
+
+from fleetrl.checkpoint import list_checkpoints, load_latest, sum_file, verified_load
+from fleetrl.cli import main
+from fleetrl.errors import ConfigError
+from fleetrl.plan.load import load_unchecked
+from fleetrl.plan.resolve import resolve
+from tests.incidents import SMALL, STALL_S, assert_incident, fault, promised_detection_s
+from tests.support import LEARNING_GUARD_S, REPO, TWO_ACTOR_RANKS_ON_RAY, Fleetrl, first_iteration, train
+
+CARTPOLE = str(REPO / "configs" / "ppo_cartpole.yaml")
+ASYNC = "runner.asynchronous=true"
+FUSED = [
+    "cluster.backend=ray",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor: 0-1, env: 0-1, rollout: 0-1}",
+    "cluster.fuse_collocated=true",
+]
+
+REFUSED = {
+    "an off-policy algorithm": ("configs/sac_pendulum.yaml", [ASYNC], "runner.asynchronous", "'sac'"),
+    "PPG's auxiliary phase": ("configs/ppg_cartpole.yaml", [ASYNC], "runner.asynchronous", "'ppg'"),
+    "fused ranks": (CARTPOLE, [ASYNC, *FUSED], "runner.asynchronous", "cluster.fuse_collocated"),
+    "a bound every sync breaks": (
+        CARTPOLE,
+        ["runner.weight_sync_interval=4", "algorithm.max_staleness=1"],
+        "algorithm.max_staleness",
+        "runner.weight_sync_interval - 1 = 3",
+    ),
+}
+
+
+@pytest.mark.parametrize("config, overrides, key, fragment", REFUSED.values(), ids=REFUSED.keys())
+def test_asynchronous_training_is_refused_where_it_means_nothing(tmp_path, capsys, config, overrides, key, fragment):
+    overrides = [*overrides, f"runner.run_dir={tmp_path / 'runs'}"]
+    with pytest.raises(ConfigError) as raised:
+        resolve(load_unchecked(str(REPO / config), overrides))
+    assert raised.value.key == key and fragment in str(raised.value)
+    assert main(["train", str(REPO / config), *overrides, "--dry-run"]) == 2
+    assert capsys.readouterr().err == f"fleetrl: {raised.value}\n"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_behaviour_cloning_refuses_it_too(capsys):
+    config = str(REPO / "configs" / "sft_manipulation.yaml")
+    assert main(["sft", config, ASYNC, "--dry-run"]) == 2
+    assert "config error at 'runner.asynchronous': got True; expected false with algorithm.name 'bc'" in (
+        capsys.readouterr().err
+    )
+
+
+def final_policy(run_dir) -> dict:
+    return load_latest(run_dir)["actor"]["policy"]
+
+
+def test_inline_it_is_the_synchronous_computation_bit_for_bit(tmp_path):
+    """One thread: collect, train, collect, ... as the synchronous loop, every sample 0 versions
+    old; without a correction the weights and losses are the synchronous run's exactly."""
+    job = [*SMALL, "runner.total_env_steps=320", "algorithm.off_policy_correction=none"]
+    sync = train(CARTPOLE, *job, runs=tmp_path / "sync").succeeded()
+    overlapped = train(CARTPOLE, *job, ASYNC, runs=tmp_path / "async").succeeded()
+    assert len(overlapped.metrics) == len(sync.metrics) == 5
+    for mine, theirs in zip(overlapped.metrics, sync.metrics):
+        for key in ("global_step", "policy_loss", "value_loss", "approx_kl", "lr"):
+            assert mine[key] == theirs[key], key
+        assert (mine["staleness_max"], theirs["staleness_max"]) == (0, 0)
+    mine, theirs = final_policy(overlapped.run_dir), final_policy(sync.run_dir)
+    assert all(torch.equal(mine[name], theirs[name]) for name in theirs)
+    assert overlapped.summary["staleness"] == {"0": 320} and overlapped.summary["samples_dropped"] == 0
+
+
+def test_async_ppo_trains_cartpole_to_475_inline(tmp_path):
+    result = train(
+        CARTPOLE, ASYNC, "runner.target_return=475", "--skip-doctor", runs=tmp_path, timeout=LEARNING_GUARD_S
+    ).succeeded()
+    summary = result.summary
+    assert summary["target_reached"], summary
+    assert set(summary["staleness"]) == {"0"} and summary["samples_dropped"] == 0
+    assert result.metrics[-1]["importance_weight_mean"] == pytest.approx(1.0, abs=1e-4)  # the decoupled objective ran
+
+
+# GRPO on CartPole, short: 8 envs in groups of 4, 25-step episodes in 25-step iterations
+SMALL_GRPO = [
+    "env.num_envs=8",
+    "env.max_episode_steps=25",
+    "algorithm.num_steps=25",
+    "algorithm.minibatch_size=100",
+    "algorithm.update_epochs=2",
+    "runner.tensorboard=false",
+    "--skip-doctor",
+]
+
+
+def test_on_ray_grpo_collects_while_the_actor_trains_a_stop_settles_and_a_resume_drops_the_queue(tmp_path):
+    """Two DDP actor ranks on Ray, GRPO: every batch after the first was collected while the
+    update before it ran, so its samples are one version old — never more than
+    `async_queue_batches` — and each batch was acted by one version (a group's members too).
+    Checkpoint 3 holds the batch collected during update 3 as in flight, not saved. SIGTERM: the
+    update in flight finishes and is recorded before the checkpoint, whose count and weights then
+    agree. A resume from checkpoint 3 (inline: a checkpoint is the same anywhere) counts the
+    queued batch as dropped and collects its steps again."""
+    config, runs = str(REPO / "configs" / "ppo_cartpole_grpo.yaml"), tmp_path / "ray"
+    batch = 8 * 25
+    job = [*SMALL_GRPO, ASYNC, "runner.checkpoint_interval=3"]
+    with Fleetrl("train", config, *job, *TWO_ACTOR_RANKS_ON_RAY, f"runner.run_dir={runs}", runs=runs) as running:
+        metrics = first_iteration(runs, running) / "metrics.jsonl"
+        while len(metrics.read_text().splitlines()) < 5:
+            assert running.process.poll() is None, running.stderr_so_far()[-3000:]
+            time.sleep(0.5)
+        running.process.send_signal(signal.SIGTERM)
+        result = running.finish(timeout=180)
+    assert result.code == 143, result.stderr[-3000:]
+    ages = [(r["staleness_mean"], r["staleness_max"]) for r in result.metrics]
+    assert ages[0] == (0, 0) and all(age == (1, 1) for age in ages[1:]), ages  # one version per batch, one behind
+    assert all(r["weight_syncs"] in (0, 1) and r["queue_depth"] <= 1 for r in result.metrics)
+    third, stopped = list_checkpoints(result.run_dir)[0], list_checkpoints(result.run_dir)[-1]
+    saved = verified_load(third)
+    assert saved["iteration"] == 3 and saved["in_flight_samples"] == batch
+    assert saved["global_step"] == 3 * batch  # the queued batch's env steps are not counted
+    last = verified_load(stopped)
+    iterations = len(result.metrics)
+    assert last["iteration"] == iterations == result.summary["iterations"]  # the update in flight was recorded
+    assert last["global_step"] == iterations * batch and sum(last["staleness"].values()) == iterations * batch
+    for later in list_checkpoints(result.run_dir)[1:]:
+        later.unlink()
+        sum_file(later).unlink()
+    resumed = train(
+        config,
+        *job,
+        "runner.total_env_steps=1200",
+        f"runner.resume={result.run_dir}",
+        "cluster.backend=inline",
+        runs=runs,
+        timeout=300,
+    ).succeeded()
+    records = resumed.metrics[-3:]  # the resumed run's: metrics.jsonl goes on in the same run directory
+    assert [r["iteration"] for r in records] == [4, 5, 6]
+    assert records[0]["global_step"] == 4 * batch and records[0]["samples_dropped"] == batch
+    assert resumed.summary["samples_dropped"] == batch
+    assert f"{batch} samples were collected and not yet trained when checkpoint 3 was taken" in resumed.stderr
+
+
+def test_a_stuck_actor_rank_is_named_with_the_controller_waiting_behind_a_full_queue(tmp_path):
+    """Actor rank 1 hangs in its third update; rank 0 waits in the gradient all-reduce, the
+    controller has collected the next batch and waits with the queue full. The rank behind is
+    named — not its peer, not the controller, not the idle env and rollout workers — and the
+    report says the controller waits for it, holding the collectors back."""
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    result = train(
+        CARTPOLE,
+        *SMALL,
+        ASYNC,
+        *TWO_ACTOR_RANKS_ON_RAY,
+        fault("hang", "actor", 1, 3),
+        runs=tmp_path,
+        timeout=240,
+    )
+    assert_incident(result, "rank_missing_from_collective", ["actor", 1], STALL_S)
+    report = result.hang_report
+    assert "; controller rank 0 waits for it in async.queue_full: an update, with the queue of" in report["summary"]
+    workers = {(w["component"], w["rank"]): w for w in report["workers"]}
+    assert workers[("controller", 0)]["waits_for_culprit"] and workers[("controller", 0)]["phase"] == "async.queue_full"
+    assert workers[("actor", 0)]["waits_for_culprit"]
+    assert not workers[("env", 0)]["culprit"] and not workers[("rollout", 0)]["culprit"]
+
+
+def test_an_update_that_fails_during_a_collection_is_reported_at_once(tmp_path):
+    """Actor rank 1 raises in the first update, while rank 0 waits for it in the gradient
+    all-reduce, so the update is not done; the controller is inside the next collection (8 s
+    of a slow simulator). The collection gives up at once and rank 1's own exception is the
+    incident, within the exception bound — not when the collection would have ended, nor as
+    rank 0's wait in the collective."""
+    result = train(
+        CARTPOLE,
+        *SMALL,
+        ASYNC,
+        *TWO_ACTOR_RANKS_ON_RAY,
+        "env.id=fleetrl.envs.slow:SlowCartPole",
+        "env.kwargs={step_time_s: 0.5}",
+        "env.num_envs=2",
+        "algorithm.num_steps=8",
+        "algorithm.minibatch_size=16",
+        fault("exception", "actor", 1, 1),
+        runs=tmp_path,
+        timeout=240,
+    )
+    assert_incident(result, "worker_exception", ["actor", 1], promised_detection_s("exception"))  # a collection: 8 s
+    report = result.hang_report
+    assert "InjectedFault in actor.train" in report["summary"]
+    workers = {(w["component"], w["rank"]): w for w in report["workers"]}
+    assert workers[("controller", 0)]["phase"] == "async.collect"
+
+
+@pytest.mark.slow  # ~4 min on a loaded 2-core host: a Ray cluster, then ~170k env steps
+def test_async_ppo_trains_cartpole_to_475_on_ray(tmp_path):
+    """The overlapped loop on Ray learns: one env, rollout and actor worker, every batch after the
+    first one version old, corrected by the decoupled objective."""
+    result = train(
+        CARTPOLE,
+        ASYNC,
+        "cluster.backend=ray",
+        "runner.target_return=475",
+        "runner.total_env_steps=400000",
+        "runner.tensorboard=false",
+        "--skip-doctor",
+        runs=tmp_path,
+        timeout=LEARNING_GUARD_S,
+    ).succeeded()
+    summary = result.summary
+    assert summary["target_reached"], summary
+    assert summary["staleness"]["0"] == 256 and max(int(age) for age in summary["staleness"]) <= 1
+    assert summary["samples_dropped"] == 0
+
+
+@pytest.mark.slow  # ~3 min: a Ray cluster, 2 FSDP ranks of a PaliGemma with LoRA, a rollout of its own
+def test_async_fine_tuning_of_a_vla_with_lora_on_fsdp_ranks(tmp_path, tiny_paligemma):
+    """configs/ppo_minigrid_vla.yaml's tiny PaliGemma, LoRA adapters, 2 FSDP actor ranks and a
+    rollout worker sent patches (`runner.weight_sync: trainable`): the proximal pass gathers the
+    shards on every rank alike, every batch after the first is one version old, and the first
+    sync is the only full one."""
+    result = train(
+        REPO / "configs" / "ppo_minigrid_vla.yaml",
+        ASYNC,
+        f"model.path={tiny_paligemma}",
+        "model.lora.rank=4",
+        "actor.strategy=fsdp",
+        "env.num_envs=4",
+        "algorithm.num_steps=8",
+        "algorithm.minibatch_size=16",
+        "runner.total_env_steps=160",
+        *TWO_ACTOR_RANKS_ON_RAY,
+        "--skip-doctor",
+        runs=tmp_path,
+        timeout=600,
+    ).succeeded()
+    assert [r["staleness_max"] for r in result.metrics] == [0, 1, 1, 1, 1]
+    assert all(r["importance_weight_mean"] > 0 for r in result.metrics)
+    assert result.summary["samples_dropped"] == 0
+
+
+ASYNC_CELLS = {  # (where, kind, method, call, cause, detection): a fault in the overlapped loop's collection
+    "an env worker hung in a step": ("env", "hang", "step", 40, "phase_timeout", "stall"),
+    "a rollout worker that raises": ("rollout", "exception", "act", 40, "worker_exception", "exception"),
+    "an env worker killed": ("env", "kill", "step", 40, "worker_died", "death"),
+}
+
+
+@pytest.mark.slow  # ~1 min each: a Ray cluster
+@pytest.mark.parametrize("where, kind, method, call, cause, detection", ASYNC_CELLS.values(), ids=ASYNC_CELLS.keys())
+def test_a_collector_fault_in_the_overlapped_loop_is_named(tmp_path, where, kind, method, call, cause, detection):
+    """While the actor trains, the controller waits in `async.collect`: a fault of the env or
+    rollout worker it waits for is that worker's, named within the bound (a hang: with the
+    controller waiting for it)."""
+    debug = f"debug.fault={{kind: {kind}, component: {where}, rank: 0, method: {method}, call: {call}}}"
+    result = train(CARTPOLE, *SMALL, ASYNC, "cluster.backend=ray", debug, runs=tmp_path, timeout=240)
+    assert_incident(result, cause, [where, 0], promised_detection_s(detection))
+    report = result.hang_report
+    if kind == "hang":  # the controller is still in its wait, for the worker named
+        controller = next(w for w in report["workers"] if w["component"] == "controller")
+        assert controller["phase"] == "async.collect" and controller["waits_for_culprit"], controller
