@@ -154,7 +154,10 @@ def steady(metrics: list[dict], warmup: int) -> dict:
         "collect_s": statistics.median(m["time_collect_s"] for m in kept),
         "update_s": statistics.median(m["time_update_s"] for m in kept),
         "sync_s": statistics.median(m.get("time_weight_sync_s", 0.0) for m in kept),
-        "iter_s": statistics.median(m["time_weight_sync_s"] + m["time_collect_s"] + m["time_update_s"] for m in kept),
+        # (asynchronous training's records have no weight-sync time: its loads ride on the collection)
+        "iter_s": statistics.median(
+            m.get("time_weight_sync_s", 0.0) + m["time_collect_s"] + m["time_update_s"] for m in kept
+        ),
     }
 
 
