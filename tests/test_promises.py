@@ -3,9 +3,9 @@ test of a row it says is CI runs in CI (at least one case of it is not marked `s
 it lists as slow is, and every `slow` test of the suite is listed there with a reason. The tests
 are pytest's own collection (tests/collected.py), not a reading of the source.
 
-How the page names tests, in backticks: `tests/test_x.py::test_y[case]` (a case), `::test_z`
+How the page names tests, in backticks: `tests/<module>::test_y[case]` (a case), `::test_z`
 (another test of the file named last), `[other]` (another case of the test named last),
-`tests/test_x.py` (a whole module: some test of it), and `tests/helpers.py` `name` (a helper of a
+`tests/<module>` (a whole module: some test of it), and `tests/<support module>` `name` (a helper of a
 support module: it must exist)."""
 
 from __future__ import annotations

@@ -61,10 +61,10 @@ class MlpModelConfig(ModelConfig):
     """`mlp`."""
     hidden_sizes: list[Annotated[int, Positive]] = field(default_factory=lambda: [64, 64])
     """The trunk's hidden layers (`[]`: the heads read the observation, or its encoder's features,
-    directly); SAC builds its actor and critics from them too."""
+    directly); an off-policy algorithm builds its actor and critics from them too."""
     activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
     """The activation between the hidden layers (and those of the networks an algorithm builds from
-    `hidden_sizes` itself: SAC's)."""
+    `hidden_sizes` itself, such as an actor-critic's separate critics)."""
     shared_trunk: bool = False
     """One trunk for policy and value, or one each (the default): one each keeps the value loss's
     gradients out of the policy."""
@@ -72,7 +72,7 @@ class MlpModelConfig(ModelConfig):
     """Initial log std of the Gaussian policy (Box actions)."""
     ortho_init: bool = True
     """Orthogonal initialisation: hidden layers and encoders with gain √2, the policy head 0.01, the
-    value head 1 (as CleanRL and SB3); PPG's auxiliary value head too."""
+    value head 1 (as CleanRL and SB3); an auxiliary value head an algorithm adds too."""
     image_encoder: Literal["auto", "nature_cnn", "grid_cnn", "flatten"] = "auto"
     """The encoder of image keys (`auto`: `nature_cnn` from 36 pixels a side, `grid_cnn` from 7,
     `flatten` below; docs: guides/model.md, Images, instructions and the transformer policy)."""
@@ -134,7 +134,7 @@ class CustomModelConfig(ModelConfig):
     init_log_std: Annotated[float, Finite] = 0.0
     """Initial log std of the Gaussian policy (Box actions without `action_bins`)."""
     ortho_init: bool = True
-    """Orthogonal initialisation (gain 1) of the auxiliary value head PPG adds to the network."""
+    """Orthogonal initialisation (gain 1) of an auxiliary value head an algorithm adds to the network."""
 
 
 @dataclass
@@ -184,7 +184,7 @@ class HfModelConfig(ModelConfig):
     temperature: Annotated[float, Positive] = 1.0
     """Token actions are sampled from the bins' logits divided by this (RLinf's LIBERO configs
     sample at 1.6); the loss path's log-probs and entropies are of the same tempered
-    distribution, so PPO's ratio compares like with like. Deterministic acting takes the argmax
+    distribution, so a policy-gradient ratio compares like with like. Deterministic acting takes the argmax
     either way."""
     top_k: Annotated[int, Positive] | None = None
     """Each token is sampled among its k most likely bins only (the others get probability 0, in

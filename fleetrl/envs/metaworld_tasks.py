@@ -6,7 +6,8 @@ Meta-World (Yu et al. 2019; the `metaworld` package, 3.1.1, `pip install 'fleetr
 `ML45-test`), or a list of task names (`[push-v3, reach-v3]`).
 
 Each reset picks one task and its start state from the env's random stream, which the reset's seed
-fixes: a GRPO group, reset with one seed, plays the same task from the same start in every member.
+fixes: a group of envs reset with one seed (for group-relative advantages) plays the same task from
+the same start in every member.
 Tasks come in shuffled rounds (every task once per round, in an order drawn at the round's start),
 so an env that plays k rounds of episodes plays each task k times: 500 evaluation episodes on 10
 envs are exactly 50 per MT10 task. The start state is Meta-World's own draw (its object and goal
