@@ -364,6 +364,19 @@ class Fleetrl:
         if self.gone_at is None:
             end_leftovers(self.descendants.running(), f"fleetrl {self.args[0]}", grace_s=0)
 
+    def kill_9(self) -> list[str]:
+        """`kill -9` of the driver alone, as a user's would be: what it started is left to the run's
+        own guards (the janitor). Returns the processes the test saw of the run — every descendant
+        sampled up to the kill — still running `TEARDOWN_PROMISE_S` and the loaded host's margin
+        later (the test's own account, not the janitor's scanner); the test's exit kills those."""
+        self.descendants.sample()
+        self.process.kill()
+        self.process.wait()
+        self.ended_at, self.ended = time.time(), True
+        self.descendants.stop()
+        self.gone_at = self.descendants.gone_at(TEARDOWN_BOUND_S)
+        return [describe(p) for p in self.descendants.running()]
+
     def kill(self) -> None:
         """SIGKILL the driver and every process it started (its descendants, Ray's daemons)."""
         try:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from tests.incidents import HEARTBEAT_TIMEOUT_S, NOTICE_S, SMALL, assert_incident, fault, promised_detection_s
 from tests.support import (
-    LOADED_HOST_MARGIN_S,
     TEARDOWN_PROMISE_S,
     Fleetrl,
     controller_of,
@@ -80,15 +79,8 @@ def test_the_janitor_killed_at_any_moment_is_replaced_and_kill_9_of_the_run_stil
             if moment == "the first iteration":
                 assert iterations_logged(runs) == 0, "the first iteration was over before the janitor was replaced"
             janitor = replaced
-        run.descendants.sample()  # all of the run the test has seen, up to the kill
-        run.process.kill()
-        run.process.wait()
-        run.ended = True
-        run.descendants.stop()
-        gone_at, killed_at = run.descendants.gone_at(TEARDOWN_PROMISE_S + LOADED_HOST_MARGIN_S), time.time()
-        left = [f"{p.pid} {p.name()}" for p in run.descendants.running()]
-        assert gone_at is not None, f"alive {TEARDOWN_PROMISE_S:g} s after kill -9 of fleetrl train: {left}"
-        assert gone_at - killed_at <= TEARDOWN_PROMISE_S + LOADED_HOST_MARGIN_S
+        left = run.kill_9()
+        assert not left, f"alive {TEARDOWN_PROMISE_S:g} s (and the loaded host's margin) after kill -9: {left}"
         assert "process(es) of the run outlived `fleetrl train`" in run.stderr_so_far()
 
 

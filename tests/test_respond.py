@@ -12,10 +12,13 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from fleetrl import exit_codes
 from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT
-from tests.support import REPO, subprocess_env
+from fleetrl.watch.respond import IncidentStop, Responder
+from tests.respond_script import WORKERS, incident
+from tests.support import REPO, is_interpreter_helper, subprocess_env
 
 
 def respond(tmp_path, case: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -85,3 +88,22 @@ def test_the_watchdog_s_response_ends_its_process_with_exit_4_after_the_teardown
     written = report(tmp_path)
     assert written["cause"] == "phase_timeout" and written["ended_at"] >= written["reported_at"]
     assert "fleetrl stopped: phase_timeout" in done.stderr
+
+
+def test_in_this_process_the_response_ends_what_this_process_started(tmp_path):
+    """The in-process form (a `Trainer` used as a library watches itself): the children this test
+    started are ended, the report written, IncidentStop raised. (This process's own helpers, such
+    as multiprocessing's resource tracker, which the response would end too, are started again on
+    demand.)"""
+    assert [p for p in psutil.Process().children() if not is_interpreter_helper(p)] == []
+    children = [subprocess.Popen(["sleep", "600"]) for _ in range(2)]
+    responder, hooked = Responder(tmp_path), []
+    responder.add_report_hook(hooked.append, 5.0)
+    with pytest.raises(IncidentStop) as stop:
+        responder.respond(incident(), WORKERS)
+    assert [psutil.pid_exists(child.pid) for child in children] == [False, False]  # killed and reaped
+    assert stop.value.report["cause"] == "phase_timeout" == report(tmp_path)["cause"]
+    assert hooked == [[tmp_path / REPORT_TEXT, tmp_path / REPORT_JSON]] and responder.done.is_set()
+    with pytest.raises(IncidentStop) as again:  # a later caller gets the same report
+        responder.respond(incident(), WORKERS)
+    assert again.value.report is stop.value.report

@@ -1,0 +1,147 @@
+"""The watchdog's loop (fleetrl/watch/watchdog.py) over a real heartbeat store, in process: it polls
+every `poll_interval_s`, keeps a timeline of who was in which phase, raises the first incident
+its checks find — once, with the timeline and the records — and stops when told; a poll that
+raises is itself an incident (`watchdog_error`) naming the error, with every record that can still
+be read and the ones that cannot named in its detail. What a record must hold to be read at all
+(`readable`) is checked field by field. Exact and fast: the mutation run's tests for the loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import socket
+import time
+
+import pytest
+
+from fleetrl.config.schema import WatchdogConfig
+from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.seal import run_secret
+from fleetrl.probe.store import HeartbeatStore, connect_publisher
+from fleetrl.watch.watchdog import Watchdog, readable
+
+CONFIG = WatchdogConfig(poll_interval_s=0.05, heartbeat_timeout_s=1.0)
+ENV, ACTOR = ("env", 0), ("actor", 0)
+
+
+def record(worker, phase: str = "env.step", beat: int = 1, **fields) -> dict:
+    """A real recorder's record for `worker` on this machine (this live process's pid)."""
+    recorder = Recorder(*worker, 0)
+    recorder.enter_phase(phase)
+    return {**recorder.record(), "pid": os.getpid(), "host": socket.gethostname(), "beat": beat, **fields}
+
+
+@pytest.fixture
+def store():
+    secret = run_secret()
+    store = HeartbeatStore("127.0.0.1", secret)
+    publishers = {w: connect_publisher("127.0.0.1", store.port, *w, secret) for w in (ENV, ACTOR)}
+    yield store, lambda worker, rec: publishers[worker](json.dumps(rec))
+
+
+def watch(read, workers=(ENV, ACTOR)) -> tuple[Watchdog, queue.Queue]:
+    incidents: queue.Queue = queue.Queue()
+    watchdog = Watchdog(CONFIG, read, list(workers), incidents.put)
+    watchdog.start()
+    return watchdog, incidents
+
+
+def test_a_worker_that_stops_beating_is_the_loop_s_one_incident_with_the_timeline(store):
+    heartbeats, publish = store
+    for beat in range(1, 4):  # both beat, then the env stops
+        publish(ENV, record(ENV, beat=beat))
+        publish(ACTOR, record(ACTOR, "actor.train", beat=beat))
+        time.sleep(0.1)
+    watchdog, incidents = watch(heartbeats.read)
+    started = time.monotonic()
+    try:
+        beat = 4
+        while incidents.empty() and time.monotonic() - started < 30:
+            publish(ACTOR, record(ACTOR, "actor.train", beat=beat))  # the actor goes on beating
+            beat += 1
+            time.sleep(0.1)
+        incident = incidents.get(timeout=1)
+    finally:
+        watchdog.stop()
+    assert (incident.cause, incident.culprit) == ("process_frozen", ENV), incident.summary
+    assert incident.records[ENV]["heartbeat_age_s"] > CONFIG.heartbeat_timeout_s
+    assert watchdog.incident is incident and incidents.empty() and not watchdog.is_alive()  # one, then it ends
+    assert incident.timeline and incident.timeline[-1][1] == {"env/0": "env.step", "actor/0": "actor.train"}
+    assert len(watchdog.timeline) <= int(60 / CONFIG.poll_interval_s)
+
+
+def test_a_poll_that_raises_is_a_watchdog_error_naming_it_with_what_can_still_be_read(store):
+    heartbeats, publish = store
+    publish(ENV, record(ENV))
+    publish(ACTOR, record(ACTOR, "actor.train", phase_max_s=["not", "a", "dict"]))  # accepted, then judged
+
+    def read(keys):
+        records = heartbeats.read(keys)
+        if keys == [ACTOR]:  # read alone, the actor's record cannot even be read
+            raise ConnectionError("the store went away")
+        return records
+
+    watchdog, incidents = watch(read)
+    try:
+        incident = incidents.get(timeout=30)
+    finally:
+        watchdog.stop()
+    assert incident.cause == "watchdog_error" and incident.culprit is None
+    assert incident.summary.startswith(
+        "the watchdog (thread fleetrl-watchdog of the controller) raised AttributeError: 'list' object has no attribute"
+    ), incident.summary
+    assert incident.summary.endswith("; the run can no longer be watched, so it is stopped")
+    assert "Traceback (most recent call last)" in incident.detail and "check_deadlines" in incident.detail
+    assert incident.detail.endswith("\nheartbeat record unreadable: actor rank 0: ConnectionError: the store went away")
+    assert list(incident.records) == [ENV] and incident.records[ENV]["heartbeat_age_s"] >= 0
+    assert abs(incident.started - time.time()) < 30
+
+
+def test_a_stopped_watchdog_polls_no_more_and_stop_waits_for_the_poll_under_way(store):
+    heartbeats, publish = store
+    polls = []
+
+    def read(keys):
+        polls.append(time.monotonic())
+        time.sleep(0.2)  # a slow store
+        return heartbeats.read(keys)
+
+    watchdog, incidents = watch(read)
+    time.sleep(0.5)
+    watchdog.stop()
+    assert not watchdog.is_alive() and incidents.empty()
+    count = len(polls)
+    time.sleep(0.3)
+    assert len(polls) == count >= 1
+
+
+@pytest.mark.parametrize(
+    ("change", "readable_too"),
+    [
+        ({}, True),
+        ({"pid": "12"}, False),
+        ({"pid": 1.5}, False),
+        ({"time": "now"}, False),
+        ({"time": 3}, True),
+        ({"phase_started": None}, True),
+        ({"phase_started": 2}, True),
+        ({"phase_started": "2"}, False),
+    ],
+)
+def test_a_record_is_read_only_with_an_integer_pid_a_numeric_time_and_a_phase_start_or_none(change, readable_too):
+    checked = {**record(ENV), **change}
+    if readable_too:
+        assert readable(checked) is checked
+    else:
+        with pytest.raises(TypeError, match=r"^not a heartbeat record: \{"):
+            readable(checked)
+
+
+def test_what_is_not_a_record_is_quoted_in_the_error_up_to_200_characters():
+    with pytest.raises(TypeError, match=r"^not a heartbeat record: \['a list'\]$"):
+        readable(["a list"])
+    long = {**record(ENV), "pid": None, "padding": "x" * 500}
+    with pytest.raises(TypeError) as caught:
+        readable(long)
+    assert len(str(caught.value)) == len("not a heartbeat record: ") + 200
