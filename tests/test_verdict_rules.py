@@ -252,3 +252,23 @@ def test_the_checks_come_in_order_death_before_silence_before_a_deadline(gone_pi
     assert watching.inspect({ENV: silent, ACTOR: overdue}, 1000.0).cause == "process_frozen"
     assert watching.inspect({ENV: record(), ACTOR: overdue}, 1000.0).cause == "phase_timeout"
     assert watching.inspect({ENV: record(), ACTOR: record()}, 1000.0) is None
+
+
+# ------------------------------------------------------------------------------ the watcher's own absence
+
+
+def test_the_watcher_s_own_absence_is_no_evidence_of_a_worker_s_silence():
+    """Between two observations more than half the heartbeat timeout apart the watcher did not run
+    (its process stopped, and the store it hosts with it): a worker's last beat counts as seen that
+    much later. A watcher that was there all along sees the same silence age."""
+    beat = record(beat=1, time=time.time())
+    absent, present = checks(heartbeat_timeout_s=2.0), checks(heartbeat_timeout_s=2.0)
+    absent.observe({ENV: dict(beat)})
+    present.observe({ENV: dict(beat)})
+    started = time.monotonic()
+    while time.monotonic() - started < 1.5:
+        present.observe({ENV: dict(beat)})  # every 0.1 s: it sees no new beat for 1.5 s
+        time.sleep(0.1)
+    assert present.observe({ENV: dict(beat)})[ENV]["heartbeat_age_s"] >= 1.5
+    age = absent.observe({ENV: dict(beat)})[ENV]["heartbeat_age_s"]
+    assert CONFIG.poll_interval_s <= age < CONFIG.poll_interval_s + 0.2, age  # 1.5 s away, less the poll's own

@@ -82,6 +82,7 @@ class Checks:
     warned_unwatched: set  # workers whose records are rejected: one error each
     silent: SilentWorkers  # the run delays of this machine's silent workers (watch/judging/starved_process.py)
     warned_starved: set  # silent workers found starved of CPU: one warning each
+    observed_at: float | None  # the last observation (monotonic): a longer gap is the watcher's own absence
 
     def __init__(self, config: WatchdogConfig, workers: list[tuple[str, int]]):
         self.config, self.workers = config, workers
@@ -92,12 +93,14 @@ class Checks:
         self.warned_unwatched = set()
         self.silent = SilentWorkers()
         self.warned_starved = set()
+        self.observed_at = None
 
     def observe(self, records: dict) -> dict:
         """Note each record's beat on this process's clock; annotate `records` with the ages
         measured on it (`heartbeat_age_s`, `phase_age_s`) and with the offset of its clock from
         the worker's (`clock_offset_s`: judgement.on_watcher_clock)."""
         now = time.monotonic()
+        self.discount_own_absence(now)
         for key, record in records.items():
             seen = self.seen.setdefault(key, Seen())
             seen.update(record, now)
@@ -107,6 +110,20 @@ class Checks:
             {r["pid"] for r in records.values() if r.get("host") == self.hostname and self.silent_now(r)}
         )
         return records
+
+    def discount_own_absence(self, now: float) -> None:
+        """Time the watcher itself did not run is no evidence against a worker. Between two
+        observations more than half the heartbeat timeout apart, the watcher's own process was
+        stopped (SIGSTOP, Ctrl-Z then `fg`, a debugger: the store it hosts stopped with it, so the
+        workers' beats could not land) or starved of CPU: every worker's last beat is taken as
+        seen that much later, so that silence is judged from the time the watcher was there to
+        see it (a stopped `fleetrl train`, resumed, once stopped its healthy run as frozen)."""
+        if self.observed_at is not None and now - self.observed_at > self.config.heartbeat_timeout_s / 2:
+            absent = now - self.observed_at - self.config.poll_interval_s
+            for seen in self.seen.values():
+                if seen.changed_at is not None:
+                    seen.changed_at = min(now, seen.changed_at + absent)
+        self.observed_at = now
 
     def inspect(self, records: dict, now: float) -> Incident | None:
         for check in (
