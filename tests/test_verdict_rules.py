@@ -259,16 +259,22 @@ def test_the_checks_come_in_order_death_before_silence_before_a_deadline(gone_pi
 
 def test_the_watcher_s_own_absence_is_no_evidence_of_a_worker_s_silence():
     """Between two observations more than half the heartbeat timeout apart the watcher did not run
-    (its process stopped, and the store it hosts with it): a worker's last beat counts as seen that
-    much later. A watcher that was there all along sees the same silence age."""
+    (its process stopped, and the store it hosts with it): that time is not counted as the worker's
+    silence, while its heartbeat's age stays true. A watcher that was there sees the silence."""
     beat = record(beat=1, time=time.time())
-    absent, present = checks(heartbeat_timeout_s=2.0), checks(heartbeat_timeout_s=2.0)
+    absent, present = checks(heartbeat_timeout_s=1.0), checks(heartbeat_timeout_s=1.0)
     absent.observe({ENV: dict(beat)})
     present.observe({ENV: dict(beat)})
     started = time.monotonic()
     while time.monotonic() - started < 1.5:
-        present.observe({ENV: dict(beat)})  # every 0.1 s: it sees no new beat for 1.5 s
+        present.observe({ENV: dict(beat)})  # every 0.1 s: no new beat for 1.5 s
         time.sleep(0.1)
-    assert present.observe({ENV: dict(beat)})[ENV]["heartbeat_age_s"] >= 1.5
-    age = absent.observe({ENV: dict(beat)})[ENV]["heartbeat_age_s"]
-    assert CONFIG.poll_interval_s <= age < CONFIG.poll_interval_s + 0.2, age  # 1.5 s away, less the poll's own
+    seen_there = present.observe({ENV: dict(beat)})
+    assert seen_there[ENV]["silence_s"] == seen_there[ENV]["heartbeat_age_s"] >= 1.5
+    assert present.check_beating(seen_there, time.time()).cause == "process_frozen"
+    away = absent.observe({ENV: dict(beat)})
+    assert away[ENV]["heartbeat_age_s"] >= 1.5  # true
+    assert CONFIG.poll_interval_s <= away[ENV]["silence_s"] < CONFIG.poll_interval_s + 0.2  # 1.5 s away, less a poll
+    assert absent.check_beating(away, time.time()) is None
+    absent.observe({ENV: {**beat, "beat": 2}})  # a new beat: nothing of the absence is carried over
+    assert absent.seen[ENV].watcher_absent_s == 0.0

@@ -141,12 +141,15 @@ class Seen:
         # is seen some time after it is published (up to a poll interval, more on a loaded host),
         # and the smallest difference is the one with the least of that delay in it.
         self.clock_offset: float | None = None
+        # Seconds since its last beat during which the watcher itself did not run (verdict.py
+        # `Checks.discount_own_absence`): a silence it could not have seen
+        self.watcher_absent_s: float = 0.0
 
     def update(self, record: dict, now: float) -> None:
         """`record` read at `now` (monotonic); a beat counter it has not shown before is a new beat."""
         if record.get("beat") == self.beat and self.changed_at is not None:
             return
-        self.beat, self.changed_at = record.get("beat"), now
+        self.beat, self.changed_at, self.watcher_absent_s = record.get("beat"), now, 0.0
         offset = time.time() - (time.monotonic() - now) - record["time"]
         self.clock_offset = offset if self.clock_offset is None else min(self.clock_offset, offset)
         self.samples.append(
@@ -171,6 +174,11 @@ class Seen:
 
     def heartbeat_age(self, now: float) -> float:
         return now - self.changed_at
+
+    def silence(self, now: float) -> float:
+        """How long the watcher has been there to see no beat of it: its heartbeat age less the
+        watcher's own absences since the last beat."""
+        return max(0.0, self.heartbeat_age(now) - self.watcher_absent_s)
 
     def phase_age(self, record: dict, now: float) -> float | None:
         elapsed = record.get("phase_elapsed_s")

@@ -97,14 +97,16 @@ class Checks:
 
     def observe(self, records: dict) -> dict:
         """Note each record's beat on this process's clock; annotate `records` with the ages
-        measured on it (`heartbeat_age_s`, `phase_age_s`) and with the offset of its clock from
-        the worker's (`clock_offset_s`: judgement.on_watcher_clock)."""
+        measured on it (`heartbeat_age_s`, `phase_age_s`; `silence_s`, the heartbeat age less the
+        watcher's own absences) and with the offset of its clock from the worker's
+        (`clock_offset_s`: judgement.on_watcher_clock)."""
         now = time.monotonic()
         self.discount_own_absence(now)
         for key, record in records.items():
             seen = self.seen.setdefault(key, Seen())
             seen.update(record, now)
             record["heartbeat_age_s"], record["phase_age_s"] = seen.heartbeat_age(now), seen.phase_age(record, now)
+            record["silence_s"] = seen.silence(now)
             record["clock_offset_s"] = seen.clock_offset
         self.silent.observe(
             {r["pid"] for r in records.values() if r.get("host") == self.hostname and self.silent_now(r)}
@@ -115,14 +117,13 @@ class Checks:
         """Time the watcher itself did not run is no evidence against a worker. Between two
         observations more than half the heartbeat timeout apart, the watcher's own process was
         stopped (SIGSTOP, Ctrl-Z then `fg`, a debugger: the store it hosts stopped with it, so the
-        workers' beats could not land) or starved of CPU: every worker's last beat is taken as
-        seen that much later, so that silence is judged from the time the watcher was there to
-        see it (a stopped `fleetrl train`, resumed, once stopped its healthy run as frozen)."""
+        workers' beats could not land) or starved of CPU: a worker's silence is judged by the time
+        the watcher was there to see it (`silence_s`; a stopped `fleetrl train`, resumed, once
+        stopped its healthy run as frozen). Its last beat stays when it was (`heartbeat_age_s`):
+        a report's times are true ones."""
         if self.observed_at is not None and now - self.observed_at > self.config.heartbeat_timeout_s / 2:
-            absent = now - self.observed_at - self.config.poll_interval_s
             for seen in self.seen.values():
-                if seen.changed_at is not None:
-                    seen.changed_at = min(now, seen.changed_at + absent)
+                seen.watcher_absent_s += now - self.observed_at - self.config.poll_interval_s
         self.observed_at = now
 
     def inspect(self, records: dict, now: float) -> Incident | None:
@@ -162,7 +163,7 @@ class Checks:
     def check_beating(self, records: dict, now: float) -> Incident | None:
         for key, record in records.items():
             age = record["heartbeat_age_s"]
-            if age <= self.config.heartbeat_timeout_s:
+            if record.get("silence_s", age) <= self.config.heartbeat_timeout_s:
                 continue
             if rejected_records.arriving(
                 record, self.config.heartbeat_timeout_s
@@ -179,7 +180,7 @@ class Checks:
                 return Incident("node_lost", summary, now - age, culprit)
             key, record, stopped = self.stopped_among_silent(records, key, record)
             age, starved = record["heartbeat_age_s"], None if stopped else self.starved(record)
-            if starved and age <= self.config.busy_allowance_s:
+            if starved and record.get("silence_s", age) <= self.config.busy_allowance_s:
                 self.warn_starved(key, record, starved)
                 continue
             state = self.process_state(record, stopped, starved)
@@ -194,7 +195,7 @@ class Checks:
 
     def silent_now(self, record: dict) -> bool:
         """The worker has missed two heartbeats: silent, not merely between beats."""
-        return record["heartbeat_age_s"] > 2 * self.config.heartbeat_interval_s
+        return record.get("silence_s", record["heartbeat_age_s"]) > 2 * self.config.heartbeat_interval_s
 
     def stopped_among_silent(
         self, records: dict, key: tuple[str, int], record: dict
