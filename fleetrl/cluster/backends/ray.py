@@ -78,6 +78,7 @@ class RayBackend(Backend):
             across_nodes,
             session.interrupt,
             cluster.before_shutdown.append,
+            config.runner.asynchronous,
         )
         collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps, exchange)
         return cls(

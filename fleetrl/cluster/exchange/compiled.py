@@ -190,18 +190,27 @@ def choose_exchange(
     across_nodes: bool,
     interrupt: threading.Event,
     on_shutdown: Callable[[Callable[[], None]], None],
+    asynchronous: bool = False,
 ) -> Callable[[RayGroup, RayGroup, list[Lane]], Exchange]:
     """The collector's exchange factory for `cluster.exchange` = `mode` and `steps` steps per
-    epoch, `across_nodes` when the env and rollout workers are not all on one node;
-    `on_shutdown(close)` registers the exchange's teardown to run before Ray ends the workers."""
+    epoch, `across_nodes` when the env and rollout workers are not all on one node,
+    `asynchronous` when the collections overlap the updates (`runner.asynchronous`: `auto` takes
+    the direct channels there, whose collections the updates beside them do not slow as they do
+    the graph's); `on_shutdown(close)` registers the exchange's teardown to run before Ray ends
+    the workers."""
 
     def build(env: RayGroup, rollout: RayGroup, lanes: list[Lane]) -> Exchange:
         if mode == "classic":
             return classic(env, rollout, lanes, f"{EXCHANGE_KEY}: classic")
-        if mode == "direct" or (mode == "auto" and across_nodes):
+        if mode == "direct" or (mode == "auto" and (across_nodes or asynchronous)):
             direct = DirectExchange(env, rollout, lanes, interrupt)
             on_shutdown(direct.close)
-            why = "" if mode == "direct" else "; auto: the env and rollout workers are on different nodes"
+            why = (
+                "; auto: the env and rollout workers are on different nodes"
+                if across_nodes
+                else "; auto: asynchronous training"
+            )
+            why = "" if mode == "direct" else why
             log.info("env⇄rollout exchange: direct worker-to-worker channels (%d lanes%s)", len(lanes), why)
             return direct
         try:
