@@ -1,5 +1,5 @@
 """The kit every benchmark script shares (`import kit` once benchmarks/ is on sys.path): running
-`fleetrl train` and reading its run directory (runs), the load of other processes (load), the
+`fleetrl train` and reading its run directory (runs), the load of other processes (load), the CPU a run's own processes keep busy (tree_cpu), the
 libraries fleetrl is compared with (libraries), a base commit's tree beside this one (trees),
 the machine a result ran on (describe), result cells and tables (tables), where things are
 (places).

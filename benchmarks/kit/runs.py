@@ -9,10 +9,12 @@ import re
 import statistics
 import subprocess
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from kit.load import ForeignLoad
 from kit.places import FLEETRL, ROOT, fleetrl_executable, log, subprocess_env
+from kit.tree_cpu import SteadyCpu
 
 RAY_DAEMONS = ("raylet", "gcs_server")
 # Overrides for runs that compare throughput: the same fixed work in every run (no stop at the
@@ -51,10 +53,13 @@ def run_fleetrl(
     timeout: float = 600,
     extra_args: tuple = ("--skip-doctor",),
     root: Path = ROOT,
+    steady_from: int | None = None,
 ) -> dict:
     """One `fleetrl train` in its own parent directory; returns exit code, wall seconds,
     per-iteration metrics, summary, the run directory and the foreign CPU load meanwhile.
-    `root`: the tree whose fleetrl runs (another commit's: `base_tree`), its cwd."""
+    `root`: the tree whose fleetrl runs (another commit's: `base_tree`), its cwd. With
+    `steady_from` W, also `steady_cores`: the cores the run's own processes kept busy from the end
+    of iteration W to its last (`tree_cpu.SteadyCpu`)."""
     parent.mkdir(parents=True, exist_ok=True)
     command = [
         *FLEETRL,
@@ -71,11 +76,13 @@ def run_fleetrl(
         process = subprocess.Popen(
             command, cwd=root, env=subprocess_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        try:
-            _, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, stderr = process.communicate()
+        sampler = SteadyCpu(process.pid, parent, steady_from) if steady_from is not None else nullcontext()
+        with sampler:
+            try:
+                _, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                _, stderr = process.communicate()
     result = subprocess.CompletedProcess(command, process.returncode, "", stderr)
     ended = time.time()
     runs = sorted(p for p in parent.iterdir() if p.is_dir())
@@ -100,6 +107,7 @@ def run_fleetrl(
         "own_cores": load.own_cores,
         "stderr_tail": result.stderr[-2000:],
         "leftover_ray_pids": leftovers,
+        **({"steady_cores": sampler.cores()} if steady_from is not None else {}),
     }
 
 
@@ -169,10 +177,12 @@ def run_interleaved(
     warmup: int,
     timeout: float = 600,
     roots: dict[str, Path] | None = None,
+    steady_cores: bool = False,
 ) -> dict[str, list[dict]]:
     """Every variant once per repetition, the order rotating each repetition (ABC, BCA, CAB, ...),
     so slow drifts in the machine's other load fall on all variants alike. `roots`: the tree a
-    variant runs from, where not this one (`run_fleetrl`)."""
+    variant runs from, where not this one (`run_fleetrl`); `steady_cores`: measure each run's own
+    cores after the warm-up (`run_fleetrl`'s `steady_from`)."""
     names = list(variants)
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for rep in range(reps):
@@ -181,7 +191,10 @@ def run_interleaved(
             slug = "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
             log(f"rep {rep + 1}/{reps}: {name}")
             root = (roots or {}).get(name, ROOT)
-            run = run_fleetrl(config, variants[name], out / f"{slug}-{rep}", timeout=timeout, root=root)
+            steady_from = warmup if steady_cores else None
+            run = run_fleetrl(
+                config, variants[name], out / f"{slug}-{rep}", timeout=timeout, root=root, steady_from=steady_from
+            )
             if run["code"] != 0:
                 log(f"  FAILED (exit {run['code']}): {run['stderr_tail'][-600:]}")
             else:

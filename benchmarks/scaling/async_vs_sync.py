@@ -15,11 +15,12 @@ Jobs (all on Ray: inline, one thread, overlaps nothing):
 Two measurements:
 - throughput: per job, --reps repetitions of each mode for --iterations iterations (the order
   rotating: kit.run_interleaved), env steps/s after --warmup iterations (kit.steady). The sync
-  runs' median collect and update seconds give the overlap bound; a sync run of --warmup
-  iterations alone gives, with the full one, the CPU-seconds per iteration after start-up, hence
-  the cores a sync iteration keeps busy and the CPU bound: cores / those (what the other processes
-  on the machine use meanwhile is reported beside it). The goal: async ≥ 90 % of the overlap bound
-  on robot, vla and update.
+  runs' median collect and update seconds give the overlap bound; the CPU the sync run's own
+  processes kept busy after the warm-up (kit.tree_cpu: every process of its tree, sampled as the
+  iterations are logged) gives the bound the cores put on it: the same CPU work on all of the
+  machine's cores at best, cores / those busy (what the other processes on the machine use
+  meanwhile is reported beside it). The goal: async ≥ 90 % of the overlap bound on robot, vla
+  and update.
 - learning (--learning): per job and seed (--seeds), each mode to the job's target — a last-100
   mean return (cartpole, burn, update) or its step budget (robot and vla: the success rate or
   return of the last --final-iterations iterations) — env steps and training seconds to the
@@ -103,9 +104,10 @@ JOBS = {
 
 
 def job_overrides(name: str, args) -> list[str]:
-    """The job's overrides, with what this run of the benchmark points it at (its model, its start)."""
+    """The job's overrides, with what this run of the benchmark points it at (its model, its
+    exchange)."""
     job = JOBS[name]
-    extra = []
+    extra = [f"cluster.exchange={args.exchange}"]
     if name == "vla":
         extra.append(f"model.path={args.vla_model}")
     return [*job.overrides, *extra]
@@ -126,10 +128,10 @@ def throughput(name: str, args, out: Path) -> dict:
     job, overrides = JOBS[name], job_overrides(name, args)
     fixed = [*kit.FIXED_WORK, f"runner.total_env_steps={args.iterations * job.batch}", "runner.seed=1"]
     variants = {mode: [*overrides, *fixed, *extra] for mode, extra in MODES.items()}
-    runs = kit.run_interleaved(job.config, variants, args.reps, out / name, args.warmup, timeout=args.timeout)
-    short = [*overrides, *kit.FIXED_WORK, f"runner.total_env_steps={args.warmup * job.batch}", "runner.seed=1"]
-    startup = kit.run_fleetrl(job.config, short, out / name / "sync-warmup-only", timeout=args.timeout)
-    return {"runs": runs, "warmup_only": startup, "threads": kit.placement_threads(job.config, variants["async"])}
+    runs = kit.run_interleaved(
+        job.config, variants, args.reps, out / name, args.warmup, timeout=args.timeout, steady_cores=True
+    )
+    return {"runs": runs, "threads": kit.placement_threads(job.config, variants["async"])}
 
 
 def throughput_row(name: str, result: dict, args) -> dict:
@@ -152,15 +154,11 @@ def throughput_row(name: str, result: dict, args) -> dict:
         "of_bound": speed["async"] / speed["sync"] / overlap,
         "foreign_cores": kit.median(r["foreign_cores"] for rs in ok.values() for r in rs),
     }
-    short = result["warmup_only"]
-    if short["code"] == 0:  # CPU-seconds per steady iteration: the full sync runs less their start-up
-        full = ok["sync"][0]
-        cpu_s = full["own_cores"] * full["wall_s"] - short["own_cores"] * short["wall_s"]
-        per_iteration = cpu_s / (args.iterations - args.warmup)
-        iteration_s = JOBS[name].batch / speed["sync"]
-        cores = os.cpu_count()
-        row["sync_cores_busy"] = per_iteration / iteration_s
-        row["cpu_bound"] = cores / row["sync_cores_busy"]
+    busy = kit.med([r.get("steady_cores") for r in ok["sync"]])  # the run's own processes, after the warm-up
+    if busy:  # the same CPU work on the machine's cores: at best all of them busy
+        row["sync_cores_busy"] = busy
+        row["async_cores_busy"] = kit.med([r.get("steady_cores") for r in ok["async"]])
+        row["cpu_bound"] = os.cpu_count() / busy
         row["bound"] = min(overlap, row["cpu_bound"])
         row["bound_by"] = "cores" if row["cpu_bound"] < overlap else "overlap"
     return row
@@ -169,7 +167,7 @@ def throughput_row(name: str, result: dict, args) -> dict:
 def throughput_table(rows: list[dict]) -> str:
     lines = [
         "| job | sync env steps/s | async env steps/s | async / sync | sync collect s | sync update s "
-        "| overlap bound | of it | sync cores busy | 2-core bound | foreign cores |",
+        "| overlap bound | of it | cores busy sync / async | core bound | foreign cores |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
@@ -179,7 +177,7 @@ def throughput_table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['job']} | {r['sync_steps_per_s']:.0f} | {r['async_steps_per_s']:.0f} | {r['speedup']:.2f}× "
             f"| {r['sync_collect_s']:.3f} | {r['sync_update_s']:.3f} | {r['overlap_bound']:.2f}× "
-            f"| {r['of_bound']:.0%} | {kit.fmt(r.get('sync_cores_busy'), 2)} "
+            f"| {r['of_bound']:.0%} | {kit.fmt(r.get('sync_cores_busy'), 2)} / {kit.fmt(r.get('async_cores_busy'), 2)} "
             f"| {kit.fmt(r.get('cpu_bound'), 2)}× | {r['foreign_cores']:.2f} |"
         )
     return "\n".join(lines)
@@ -257,6 +255,9 @@ def main() -> None:
     parser.add_argument("--final-iterations", type=int, default=10, help="robot: success over the last iterations")
     parser.add_argument("--sft-run", help="robot, learning: the SFT run the RL stage starts from")
     parser.add_argument("--vla-model", help="vla: a model folder (default: a tiny PaliGemma made here)")
+    parser.add_argument(
+        "--exchange", default="auto", choices=("auto", "compiled", "direct", "classic"), help="cluster.exchange"
+    )
     args = parser.parse_args()
     if args.learning and "robot" in args.jobs and not args.sft_run:
         parser.error(
