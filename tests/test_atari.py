@@ -122,11 +122,12 @@ def test_the_atari_config_trains_and_logs_whole_games(tmp_path):
     rollout = PPO_ROLLOUT.from_config(config, env.observation_space, env.action_space)
     rollout.load_weights(load_latest(result.run_dir)["actor"]["policy"])
     try:
-        life_returns, life_lengths, _, _ = play(env, rollout, BREAKOUT_LIVES, True, False)
-        (score,), (length,), _, _ = play(env, rollout, 1, True, False, whole_games=True)
+        lives = play(env, rollout, BREAKOUT_LIVES, True, False)
+        game = play(env, rollout, 1, True, False, whole_games=True)
     finally:
         env.close()
-    assert length == sum(life_lengths) and score >= sum(life_returns)
+    (score,), (length,) = game.returns, game.lengths
+    assert length == sum(lives.lengths) and score >= sum(lives.returns)
     evaluation = evaluate(result.run_dir, episodes=2)
     assert (evaluation["unit"], evaluation["episodes"]) == ("game", 2)
 

@@ -6,6 +6,7 @@ fallback folder when the run directory cannot take it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -124,9 +125,12 @@ def test_resume_falls_back_past_a_truncated_newest_checkpoint(finished_run, tmp_
     warnings = [line for line in result.stderr.splitlines() if "skipping damaged checkpoint" in line]
     assert len(warnings) == 1 and str(newest) in warnings[0] and "does not match" in warnings[0], result.stderr
     assert "resumed" in result.stderr and "at iteration 9, 576 env steps" in result.stderr
-    # metrics.jsonl: the first run's 10 iterations, then iteration 10 again (from 9's state), 11, 12
-    assert [record["iteration"] for record in result.metrics] == [*range(1, 11), 10, 11, 12]
-    assert [record["global_step"] for record in result.metrics[10:]] == [640, 704, 768]
+    # metrics.jsonl: one record per iteration, 10 trained again from 9's state; the first run's
+    # iteration 10 moved to metrics-replaced.jsonl
+    assert [record["iteration"] for record in result.metrics] == [*range(1, 13)]
+    assert [record["global_step"] for record in result.metrics[9:]] == [640, 704, 768]
+    replaced = [json.loads(line) for line in (run_dir / "metrics-replaced.jsonl").read_text().splitlines()]
+    assert [(record["iteration"], record["global_step"]) for record in replaced] == [(10, 640)]
     assert result.summary["global_step"] == 768 and result.summary["iterations"] == 12
     assert (run_dir / "config.yaml").read_bytes() == config_before
     assert "total_env_steps: 768" in (run_dir / "config-resume-1.yaml").read_text()
