@@ -3,7 +3,8 @@
 nothing overlaps), bit for bit without a correction, and trains CartPole; on Ray the rollout
 collects the next batch while the actor ranks train, so samples are one version old, GRPO's
 batches are acted by one version each, a checkpoint's queued batch is counted as dropped on a
-resume, and a stuck actor rank is named with the controller waiting for it behind a full queue.
+resume, the staleness bound drops and counts the batches older than it, and a stuck actor rank
+is named with the controller waiting for it (behind a full queue, or for the last update).
 Where asynchronous training means nothing, it is refused with exit 2 before anything starts."""
 
 from __future__ import annotations
@@ -155,28 +156,66 @@ def test_on_ray_grpo_collects_while_the_actor_trains_a_stop_settles_and_a_resume
     assert f"{batch} samples were collected and not yet trained when checkpoint 3 was taken" in resumed.stderr
 
 
-def test_a_stuck_actor_rank_is_named_with_the_controller_waiting_behind_a_full_queue(tmp_path):
-    """Actor rank 1 hangs in its third update; rank 0 waits in the gradient all-reduce, the
-    controller has collected the next batch and waits with the queue full. The rank behind is
-    named — not its peer, not the controller, not the idle env and rollout workers — and the
-    report says the controller waits for it, holding the collectors back."""
+STUCK_UPDATE_WAITS = {  # the controller's wait behind actor rank 1 stuck in its third update: (env steps, phase, why)
+    "the queue full": (1_000_000, "async.queue_full", "an update, with the queue of collected batches full"),
+    "the last update": (3 * 64, "async.drain", "the last updates, with nothing left to collect"),
+}
+
+
+@pytest.mark.parametrize("total_env_steps, wait, why", STUCK_UPDATE_WAITS.values(), ids=STUCK_UPDATE_WAITS.keys())
+def test_a_stuck_actor_rank_is_named_with_the_controller_waiting_for_it(tmp_path, total_env_steps, wait, why):
+    """Actor rank 1 hangs in its third update; rank 0 waits in the gradient all-reduce. With
+    more to collect, the controller has collected the next batch and waits with the queue full;
+    when the third batch (64 env steps each) is the last, it waits in the drain. Either way the
+    rank behind is named — not its peer, not the controller, not the idle env and rollout
+    workers — and the report says the controller waits for it in that wait."""
     shutil.rmtree(tmp_path, ignore_errors=True)
     result = train(
         CARTPOLE,
         *SMALL,
         ASYNC,
         *TWO_ACTOR_RANKS_ON_RAY,
+        f"runner.total_env_steps={total_env_steps}",
         fault("hang", "actor", 1, 3),
         runs=tmp_path,
         timeout=240,
     )
     assert_incident(result, "rank_missing_from_collective", ["actor", 1], STALL_S)
     report = result.hang_report
-    assert "; controller rank 0 waits for it in async.queue_full: an update, with the queue of" in report["summary"]
+    assert f"; controller rank 0 waits for it in {wait}: {why}" in report["summary"]
     workers = {(w["component"], w["rank"]): w for w in report["workers"]}
-    assert workers[("controller", 0)]["waits_for_culprit"] and workers[("controller", 0)]["phase"] == "async.queue_full"
+    assert workers[("controller", 0)]["waits_for_culprit"] and workers[("controller", 0)]["phase"] == wait
     assert workers[("actor", 0)]["waits_for_culprit"]
     assert not workers[("env", 0)]["culprit"] and not workers[("rollout", 0)]["culprit"]
+
+
+def test_the_staleness_bound_drops_and_counts_the_batches_older_than_it(tmp_path):
+    """On Ray with `runner.weight_sync_interval: 2` a sample may be 2 versions old (the queue's 1
+    and the interval's 1), and `algorithm.max_staleness: 1` admits 1. Batches of 64 env steps:
+    B0 acts with version 0 and is trained at 0; B1, collected during update 1, at 1; B2,
+    collected during update 2 while version 2's weights queue behind it, still acts with
+    version 0 and would be trained at 2: dropped, its 64 samples counted; B3 acts with version 2
+    and is trained at 2, B4 at 3, B5 (version 2 again) would be at 4: dropped; B6 at 4. Seven
+    collections, five updates, 128 samples dropped, none trained older than the bound; the
+    env steps of a dropped batch count as spent."""
+    result = train(
+        CARTPOLE,
+        *SMALL,
+        ASYNC,
+        "cluster.backend=ray",
+        "runner.weight_sync_interval=2",
+        "algorithm.max_staleness=1",
+        f"runner.total_env_steps={7 * 64}",
+        runs=tmp_path,
+        timeout=240,
+    ).succeeded()
+    records = result.metrics
+    assert [r["staleness_max"] for r in records] == [0, 1, 0, 1, 0], records
+    assert [r["samples_dropped"] for r in records] == [0, 0, 64, 64, 128]
+    # env steps through the batch trained, the dropped batches before it included (they were spent)
+    assert [r["global_step"] for r in records] == [64, 128, 256, 320, 448]
+    assert result.summary["staleness"] == {"0": 3 * 64, "1": 2 * 64} and result.summary["samples_dropped"] == 128
+    assert "dropped 128" in result.stdout + result.stderr  # the console line says so
 
 
 def test_an_update_that_fails_during_a_collection_is_reported_at_once(tmp_path):
