@@ -3,7 +3,7 @@
 nothing overlaps), bit for bit without a correction, and trains CartPole; on Ray the rollout
 collects the next batch while the actor ranks train, so samples are one version old, GRPO's
 batches are acted by one version each, a checkpoint's queued batch is counted as dropped on a
-resume, the staleness bound drops and counts the batches older than it, and a stuck actor rank
+resume and on a restart, the staleness bound drops and counts the batches older than it, and a stuck actor rank
 is named with the controller waiting for it (behind a full queue, or for the last update).
 Where asynchronous training means nothing, it is refused with exit 2 before anything starts."""
 
@@ -216,6 +216,38 @@ def test_the_staleness_bound_drops_and_counts_the_batches_older_than_it(tmp_path
     assert [r["global_step"] for r in records] == [64, 128, 256, 320, 448]
     assert result.summary["staleness"] == {"0": 3 * 64, "1": 2 * 64} and result.summary["samples_dropped"] == 128
     assert "dropped 128" in result.stdout + result.stderr  # the console line says so
+
+
+@pytest.mark.slow  # ~95 s on a loaded host: a Ray run, a restart, a second Ray run
+def test_a_restart_resumes_the_checkpoint_counts_its_queued_batch_as_dropped_and_goes_on(tmp_path):
+    """On Ray the simulator crashes once, in the sixth collection (each env's 85th step, 16 a
+    collection), made while update 5 trains. The supervisor restarts the controller from
+    checkpoint 4, which held the batch collected during update 4 as in flight: the resumed run
+    counts its 64 samples as dropped, collects them again, and goes on to the budget's tenth
+    update — one record per iteration, in order, the env steps of each continuing the last's."""
+    marker = tmp_path / "crashed"
+    result = train(
+        CARTPOLE,
+        *SMALL,
+        ASYNC,
+        "cluster.backend=ray",
+        "env.id=tests.supervisor_envs:CrashOnce",
+        f"env.kwargs={{marker: {marker}, at_step: {5 * 16 + 5}}}",
+        "runner.max_restarts=1",
+        "runner.checkpoint_interval=4",
+        f"runner.total_env_steps={10 * 64}",
+        runs=tmp_path / "runs",
+        timeout=300,
+    ).succeeded()
+    summary, records = result.summary, result.metrics
+    assert marker.exists()
+    assert summary["restarts"] == 1 and summary["restart_causes"] == ["worker_exception"], summary
+    assert [r["iteration"] for r in records] == list(range(1, 11))
+    assert [r["global_step"] for r in records] == [64 * i for i in range(1, 11)]
+    (first_after,) = [r for r in records if "restarts" in r]
+    assert first_after["iteration"] == 5 and first_after["samples_dropped"] == 64, first_after
+    assert summary["samples_dropped"] == 64 and sum(summary["staleness"].values()) == 10 * 64, summary
+    assert "64 samples were collected and not yet trained when checkpoint 4 was taken" in result.stderr
 
 
 def test_an_update_that_fails_during_a_collection_is_reported_at_once(tmp_path):
