@@ -13,7 +13,7 @@ these run in-process in well under a second (the mutation run, benchmarks/diagno
 from __future__ import annotations
 
 from fleetrl.debug.fleet import Shaped
-from fleetrl.probe.collectives import DEFAULT_GROUP, JOIN_GROUP
+from fleetrl.probe.collectives import DEFAULT_GROUP, JOIN_GROUP, WEIGHT_SYNC_GROUP, WEIGHT_SYNC_JOIN
 from fleetrl.probe.flight_recorder import Recorder
 from fleetrl.watch.judging.alignment import Finding, behind_peers, collectives, diagnose, entered, held_up_by, waits_for
 
@@ -262,6 +262,35 @@ def test_a_sub_mesh_group_waits_only_for_the_ranks_that_use_it():
         "rank_missing_from_collective", summary, NOW - 10.5, A1, (A0,)
     )
     assert waits_pairs(found) == {(A0, A1)}
+
+
+def test_the_weight_sync_group_is_actor_rank_0_and_every_rollout_worker_entered_or_not():
+    """Group `weight_sync` (parallel/sync_group.py): actor rank 0 waits in a sync's broadcast for a
+    rollout worker still in its call, which is named; actor rank 1, not a member, is not; and a
+    rollout worker past its own deadline is named the same way (`held_up_by`). Its join waits for
+    a rollout worker that never entered it, after the join's timeout."""
+    proof = 4  # the proof's collectives: every member made them
+    actor = Rank(0).collectives(proof, group=WEIGHT_SYNC_GROUP).enters("actor.send_weights")
+    actor.waits(10.0, "broadcast (weights)", group=WEIGHT_SYNC_GROUP)
+    late = Rank(1, "rollout").collectives(proof, group=WEIGHT_SYNC_GROUP).enters("rollout.receive_weights")
+    there = Rank(0, "rollout").collectives(proof, group=WEIGHT_SYNC_GROUP).enters("rollout.receive_weights")
+    there.waits(10.0, "broadcast (weights)", group=WEIGHT_SYNC_GROUP)
+    found = records(actor, Rank(1).enters("actor.train"), there, late)
+    assert behind_peers(found, A0) == [("rollout", 1)] and behind_peers(found, ("rollout", 0)) == [("rollout", 1)]
+    finding = diagnose(found, NOW, timeout_s=5.0)
+    assert finding.culprit == ("rollout", 1) and finding.waiting == (A0, ("rollout", 0)), finding
+    assert finding.summary == (
+        "rollout rank 1 is behind: its last collective is all_reduce #4 of group weight_sync, and it is in "
+        "rollout.receive_weights; "
+        + waiting("actor rank 0, rollout rank 0", "broadcast (weights) #5 of group weight_sync", "wait")
+    ), finding.summary
+    assert held_up_by(found, ("rollout", 1), NOW).culprit == ("rollout", 1)
+    assert held_up_by(found, A1, NOW) is None
+
+    joining = Rank(0).enters("actor.join_weight_sync").waits(10.0, "join (gloo rendezvous)", (), WEIGHT_SYNC_JOIN)
+    found = records(joining, Rank(0, "rollout").enters("rollout.join_weight_sync"))
+    assert diagnose(found, NOW, timeout_s=30.0, join_timeout_s=5.0).culprit == ("rollout", 0)
+    assert diagnose(found, NOW, timeout_s=5.0, join_timeout_s=30.0) is None
 
 
 def test_of_several_waits_the_lowest_sequence_number_is_judged_first():

@@ -32,6 +32,12 @@ DEFAULT_GROUP = "actor"  # the actor ranks' default process group
 # a collective of its own sequence, so that the training collectives' numbers stay the same: a rank
 # waiting in the join waits for every actor rank that has not entered it (watch/judging/alignment.py).
 JOIN_GROUP = "join"
+# The weight-sync group (`runner.weight_sync_transport: collective`, parallel/sync_group.py): actor
+# rank 0 and every rollout worker. Its join (rendezvous and connections) is a collective of its own
+# sequence, like the actor ranks' join; the proof of the run's secret and the payloads' broadcasts
+# are collectives of the group itself.
+WEIGHT_SYNC_GROUP = "weight_sync"
+WEIGHT_SYNC_JOIN = "weight_sync join"
 
 
 class CollectiveLog:

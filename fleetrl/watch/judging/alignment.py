@@ -19,7 +19,10 @@ rank's heartbeat says, per group, the last number it entered (probe/collectives.
 
 The process-group join is a collective too (group `join`, probe/collectives.py): a rank inside
 it waits for every actor rank that has not entered it, judged after the start-up step allowance
-(ranks reach the join seconds apart while they start) rather than `collective_timeout_s`. And a
+(ranks reach the join seconds apart while they start) rather than `collective_timeout_s`. The
+weight-sync group (groups `weight_sync` and its join `weight_sync join`: parallel/sync_group.py) has
+for members actor rank 0 and every rollout worker, whether or not they have entered it yet: a
+rollout worker that never reaches a sync's broadcast is named as an actor rank would be. And a
 rank that is past its own deadline while a peer waits for it in a collective is named by rule 1
 too (`held_up_by`): the fault is the same whichever of the two deadlines falls first.
 
@@ -32,12 +35,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleetrl.probe.collectives import DEFAULT_GROUP, JOIN_GROUP
+from fleetrl.probe.collectives import DEFAULT_GROUP, JOIN_GROUP, WEIGHT_SYNC_GROUP, WEIGHT_SYNC_JOIN
 from fleetrl.watch.naming import collective_name, collective_text, describe, describe_many, where
 
 # Components whose ranks form the actor process group: actor workers, or fused ranks
 # (cluster/backends/fused.py) that host an actor rank with its env and rollout.
 PROCESS_GROUP_MEMBERS = ("actor", "fused")
+# The weight-sync group's members: actor rank 0 and every rollout worker
+WEIGHT_SYNC_GROUPS = (WEIGHT_SYNC_GROUP, WEIGHT_SYNC_JOIN)
 
 Key = tuple[str, int]
 
@@ -80,14 +85,18 @@ def in_flight(record: dict, group: str, seq: int) -> bool:
     return any((e["group"], e["seq"]) == (group, seq) for e in collectives(record).get("in_flight", []))
 
 
+def is_member(key: Key, record: dict, group: str) -> bool:
+    """Whether the rank `key` (its `record`) belongs to `group`: actor rank 0 and every rollout
+    worker to the weight-sync group; every actor rank to the default group and its join; to
+    another (an FSDP sub-mesh), the actor ranks that have used it."""
+    if group in WEIGHT_SYNC_GROUPS:
+        return key == ("actor", 0) or key[0] == "rollout"
+    return key[0] in PROCESS_GROUP_MEMBERS and (group in (DEFAULT_GROUP, JOIN_GROUP) or entered(record, group) > 0)
+
+
 def members(records: dict, group: str) -> dict[Key, dict]:
-    """The ranks of `group`: every actor rank for the default group and its join; for another
-    (an FSDP sub-mesh), the actor ranks that have used it."""
-    return {
-        key: record
-        for key, record in sorted(records.items())
-        if key[0] in PROCESS_GROUP_MEMBERS and (group in (DEFAULT_GROUP, JOIN_GROUP) or entered(record, group))
-    }
+    """The ranks of `group` (`is_member`)."""
+    return {key: record for key, record in sorted(records.items()) if is_member(key, record, group)}
 
 
 def last_entered_text(record: dict, group: str) -> str:
@@ -110,7 +119,7 @@ def waited_s(record: dict, entry: dict, now: float) -> float:
 
 def patience_s(entry: dict, timeout_s: float, join_timeout_s: float) -> float:
     """How long a rank may wait in collective `entry` before the ranks it waits for are named."""
-    return join_timeout_s if entry["group"] == JOIN_GROUP else timeout_s
+    return join_timeout_s if entry["group"] in (JOIN_GROUP, WEIGHT_SYNC_JOIN) else timeout_s
 
 
 def behind_peers(records: dict, key: Key) -> list[Key]:
@@ -127,11 +136,9 @@ def waits_for(records: dict, key: Key, culprit: Key) -> bool:
     """`culprit in behind_peers(records, key)`, without lining up the whole group: a report asks
     it of every worker, and at 1,024 workers the group for each made the report quadratic (~2 s)."""
     waiting = oldest_in_flight(records[key])
-    if not waiting or culprit not in records or culprit[0] not in PROCESS_GROUP_MEMBERS:
+    if not waiting or culprit not in records or not is_member(culprit, records[culprit], waiting["group"]):
         return False
-    group, seq = waiting["group"], waiting["seq"]
-    ours = entered(records[culprit], group)
-    return ours < seq and (group in (DEFAULT_GROUP, JOIN_GROUP) or ours > 0)
+    return entered(records[culprit], waiting["group"]) < waiting["seq"]
 
 
 def diagnose(records: dict, now: float, timeout_s: float, join_timeout_s: float | None = None) -> Finding | None:
@@ -141,8 +148,8 @@ def diagnose(records: dict, now: float, timeout_s: float, join_timeout_s: float 
     stalled = {
         key: waiting
         for key, record in sorted(records.items())
-        if key[0] in PROCESS_GROUP_MEMBERS
-        and (waiting := oldest_in_flight(record))
+        if (waiting := oldest_in_flight(record))
+        and is_member(key, record, waiting["group"])
         and waited_s(record, waiting, now) > patience_s(waiting, timeout_s, join_timeout_s)
     }
     if not stalled:
@@ -163,7 +170,8 @@ def diagnose(records: dict, now: float, timeout_s: float, join_timeout_s: float 
         if theirs and (theirs["op"], theirs["shapes"]) != (waiting["op"], waiting["shapes"]):
             return Finding(
                 "collective_mismatch",
-                f"actor ranks disagree on collective #{seq}: {describe(key)} is in {collective_text(waiting)}, "
+                f"{'actor rank 0 and the rollout workers' if group in WEIGHT_SYNC_GROUPS else 'actor ranks'} "
+                f"disagree on collective #{seq}: {describe(key)} is in {collective_text(waiting)}, "
                 f"{describe(peer)} in {collective_text(theirs)}",
                 max(began, now - waited_s(record, theirs, now)),
                 peer,
@@ -192,14 +200,16 @@ def missing(record: dict, peer: Key, waiting: dict, waiters: tuple[Key, ...], wa
 
 
 def held_up_by(records: dict, key: Key, now: float) -> Finding | None:
-    """Rule 1 for `key`, an actor rank inside a call, where a peer waits for it in a collective
-    it has not entered — however briefly the peer has waited: `key` is past its own deadline, and
-    the same fault should have the same name whichever deadline falls first."""
-    if key[0] not in PROCESS_GROUP_MEMBERS or not records[key].get("phase"):
+    """Rule 1 for `key`, a rank inside a call, where a peer of one of its groups waits for it in a
+    collective it has not entered — however briefly the peer has waited: `key` is past its own
+    deadline, and the same fault should have the same name whichever deadline falls first."""
+    if not records[key].get("phase"):
         return None
     for peer in sorted(records):
-        waiting = oldest_in_flight(records[peer]) if peer[0] in PROCESS_GROUP_MEMBERS else None
-        if peer != key and waiting and key in behind_peers(records, peer):
+        waiting = oldest_in_flight(records[peer])
+        if peer == key or not waiting or not is_member(peer, records[peer], waiting["group"]):
+            continue
+        if waits_for(records, peer, key):
             waiters, waits = waiting_in(members(records, waiting["group"]), waiting)
             return missing(records[key], key, waiting, waiters, waits, now - waited_s(records[peer], waiting, now))
     return None

@@ -47,7 +47,7 @@ log = logging.getLogger("fleetrl")
 # Methods that are steps of a worker's start-up (the `construct` phase is the worker host's):
 # never seen finishing, they get `startup_step_allowance_s`, and a stall in one is `startup_timeout`.
 # The controller's own start-up phases (`startup.backend`, `startup.resume`, ...: controller/loop.py) too.
-STARTUP_STEPS = ("construct", "spaces", "reset", "init_distributed", "build_learner")
+STARTUP_STEPS = ("construct", "spaces", "reset", "init_distributed", "join_weight_sync", "build_learner")
 
 
 def startup_step(phase: str) -> bool:

@@ -1,15 +1,19 @@
 """The hang report's table of the actor ranks' recent collectives, aligned by sequence number: one
-row per (group, #n), one column per rank — done, in flight (for how long), or not entered — so
-the rank that is behind, or the one that made an extra collective, shows at a glance."""
+row per (group, #n), one column per rank — done, in flight (for how long), not entered, or not a
+member of that group — so the rank that is behind, or the one that made an extra collective, shows
+at a glance. Rollout workers that joined the weight-sync group (parallel/sync_group.py) have a
+column too."""
 
 from __future__ import annotations
 
-from fleetrl.watch.judging.alignment import PROCESS_GROUP_MEMBERS, collectives, entered, waited_s
+from fleetrl.watch.judging.alignment import PROCESS_GROUP_MEMBERS, collectives, entered, is_member, waited_s
 from fleetrl.watch.naming import describe
 from fleetrl.watch.reporting.report_groups import GROUPED, grouped_columns
 
 
-def cell(record: dict, group: str, seq: int, found: dict | None) -> dict:
+def cell(key: tuple[str, int], record: dict, group: str, seq: int, found: dict | None) -> dict:
+    if found is None and not is_member(key, record, group):
+        return {"state": "-"}
     if found is None:
         return {"state": "not entered" if entered(record, group) < seq else "(not kept)"}
     state = "done" if found.get("finished") else "in flight"
@@ -22,7 +26,11 @@ def cell(record: dict, group: str, seq: int, found: dict | None) -> dict:
 def aligned_collectives(records: dict) -> dict:
     """{"ranks": ["actor/0", ...], "rows": [{"group", "seq", "cells": {rank: cell}}]} for every
     (group, seq) some actor rank still keeps."""
-    ranks = {key: record for key, record in sorted(records.items()) if key[0] in PROCESS_GROUP_MEMBERS}
+    ranks = {
+        key: record
+        for key, record in sorted(records.items())
+        if key[0] in PROCESS_GROUP_MEMBERS or (key[0] == "rollout" and collectives(record).get("entered"))
+    }
     kept: dict[tuple[str, int], dict] = {}  # (group, seq) → {rank key: its entry}
     for key, record in ranks.items():
         log = collectives(record)
@@ -32,7 +40,7 @@ def aligned_collectives(records: dict) -> dict:
         {
             "group": group,
             "seq": seq,
-            "cells": {f"{k[0]}/{k[1]}": cell(r, group, seq, kept[(group, seq)].get(k)) for k, r in ranks.items()},
+            "cells": {f"{k[0]}/{k[1]}": cell(k, r, group, seq, kept[(group, seq)].get(k)) for k, r in ranks.items()},
         }
         for group, seq in sorted(kept)
     ]
