@@ -115,7 +115,8 @@ class ActorConfig:
     strategy: Literal["ddp", "fsdp"] = "ddp"
     """How several actor ranks share the model; ignored with one rank."""
     dist_timeout_s: Annotated[float, Positive] = 60.0
-    """The actor ranks' rendezvous and every collective fail after this long (never torch's 30 min)."""
+    """The actor ranks' rendezvous and every collective fail after this long (never torch's 30 min);
+    so do the weight-sync group's (`runner.weight_sync_transport: collective`)."""
     global_batch_size: Annotated[int, Positive] | None = None
     """Samples per optimizer step summed over all actor ranks (null: `algorithm.minibatch_size`;
     set, it replaces it)."""
@@ -278,6 +279,16 @@ class RunnerConfig:
     guides/action-chunks-and-fsdp.md)."""
     weight_sync_compress: bool = False
     """With `weight_sync: changed`: zlib-compress (level 1) each patch's positions and values."""
+    weight_sync_transport: Literal["ray", "collective"] = "ray"
+    """How a sync reaches rollout workers in processes of their own. `ray`: actor rank 0's payload goes
+    to each through Ray's object store. `collective`: its bytes are broadcast from actor rank 0 over a
+    process group of actor rank 0 and every rollout worker, formed when the run starts (Gloo on the
+    CPU, NCCL where each member is on a GPU of its own; the rendezvous on actor rank 0's node address
+    alone, every member proving the run's secret before any weights move), only a small header
+    through Ray. If that group cannot be formed within `actor.dist_timeout_s` (a member unreachable,
+    or one without the secret) the run says why and syncs through Ray. Where rollout and actor share
+    a process (inline, fused ranks) nothing is sent either way. Not with `asynchronous`: the rollout
+    would wait for the actor's update to receive (docs: guides/action-chunks-and-fsdp.md)."""
     param_check_interval: Annotated[int, NonNegative] = 10
     """Iterations between cross-rank comparisons of every parameter's and buffer's fingerprint; a
     divergence stops the run (0: never)."""

@@ -24,6 +24,15 @@ rollout's version is set to the actor's before each collection.
 (the trainable tensors) after that (parallel/weight_sync.py); `changed` sends what changed since
 the actor's last answer (parallel/changed_values.py): deltas, so every one asked for is loaded,
 in order, never only the newest.
+
+How they travel (`Backend.sync_transport`): through Ray, the actor's answer handed to each
+rollout worker's loader; or, where the backend formed the weight-sync group
+(`runner.weight_sync_transport: collective`, parallel/sync_group.py), actor rank 0 prepares the
+encoded bytes and answers with their header (`ActorBase.prepare_weights`), then broadcasts them
+(`send_weights`) while every rollout worker receives them (`receive_weights`, given the header):
+the rollout enters the broadcast only once the bytes are ready, so its wait there is the
+transfer, not the actor's gather. Synchronous training waits for the loads (their errors are the
+run's), which the collection's first step would wait for anyway.
 """
 
 from __future__ import annotations
@@ -31,19 +40,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fleetrl.cluster.backends.base import Backend
-from fleetrl.cluster.groups import Method, WorkerGroup
+from fleetrl.cluster.groups import WorkerGroup
 from fleetrl.config.schema import Config
-from fleetrl.workers.actor_base import ActorBase
-from fleetrl.workers.rollout_worker import RolloutWorker
+from fleetrl.workers.actor_base import SYNC_GATHERS, ActorBase
+from fleetrl.workers.rollout_worker import SYNC_LOADS, RolloutWorker
 
 
 @dataclass(frozen=True)
 class Requested:
-    """Weights asked of the actor ranks: which version, how the rollout loads them, the ranks'
-    futures (rank 0's holds the weights; under FSDP the others' are empty)."""
+    """Weights asked of the actor ranks: which version, which kind (`runner.weight_sync`'s full,
+    trainable or changed; `SYNC_LOADS[kind]` loads them), the ranks' futures (rank 0's holds the
+    weights, or with the collective transport their header; the others' are empty)."""
 
     version: int
-    load: Method  # RolloutWorker.load_weights, load_patch or load_changed
+    kind: str
     futures: list
 
 
@@ -56,12 +66,14 @@ class PolicyVersions:
         interval: int,
         mode: str = "full",
         version: int = 0,
+        collective: bool = False,
     ):
         self.actor: WorkerGroup = actor
         self.rollout: WorkerGroup = rollout
         self.shares_policy: bool = shares_policy
         self.interval: int = interval
         self.mode: str = mode  # runner.weight_sync: full, trainable or changed
+        self.collective: bool = collective  # over the weight-sync group, else through Ray
         self.actor_version: int = version  # once the calls queued on the actor so far have run
         self.rollout_version: int | None = None  # None: it has loaded nothing yet
         self.loaded_full: bool = False
@@ -78,6 +90,7 @@ class PolicyVersions:
             runner.weight_sync_interval,
             runner.weight_sync,
             version,
+            backend.sync_transport == "collective",
         )
 
     def updated(self) -> None:
@@ -101,35 +114,48 @@ class PolicyVersions:
         if self.requested and self.requested[-1].version == self.actor_version:
             return
         if self.mode == "changed":  # the actor's first answer is the full weights, then changes
-            method, load = ActorBase.changed_weights, RolloutWorker.load_changed
+            kind = "changed"
         elif self.mode == "trainable" and self.loaded_full:  # frozen tensors are there already
-            method, load = ActorBase.trainable_weights, RolloutWorker.load_patch
+            kind = "trainable"
         else:
-            method, load = ActorBase.policy_weights, RolloutWorker.load_weights
-        self.requested.append(Requested(self.actor_version, load, self.actor.call_all(method)))
+            kind = "full"
+        if self.collective:
+            futures = self.actor.call_all(ActorBase.prepare_weights, kind)
+        else:
+            futures = self.actor.call_all(SYNC_GATHERS[kind])
+        self.requested.append(Requested(self.actor_version, kind, futures))
 
     def refresh(self, wait: bool) -> int:
         """At a collection's start, the rollout workers take the newest version they can:
         with `wait` (synchronous training, and any rollout that has loaded nothing yet) the
         actor's current one when due; otherwise the newest asked for whose weights are ready
         (older ones are dropped unloaded). The load is queued before the collection's first
-        `act`. Returns how many rollout workers were sent weights."""
+        `act`; with `wait` it has ended when this returns (a load's error is raised here), while
+        asynchronous training's first load is only queued, as its later ones are.
+        Returns how many rollout workers were sent weights."""
         if self.shares_policy:
             if self.rollout_version != self.actor_version:
                 self.rollout.call_all(RolloutWorker.set_version, self.actor_version)
                 self.rollout_version = self.actor_version
             return 0
-        wait = wait or self.rollout_version is None
-        if wait:
+        due = wait or self.rollout_version is None
+        if due:
             self.request()
-        ready = [r for r in self.requested if wait or self.actor.ready(r.futures[0])]  # waiting: every one asked
+        ready = [r for r in self.requested if due or self.actor.ready(r.futures[0])]  # due: every one asked
         if not ready:
             return 0
         newest = ready[-1]
         self.requested = [r for r in self.requested if r.version > newest.version]
+        loads = []
         for loading in ready if self.mode == "changed" else [newest]:  # changes are deltas: each, in order
-            sent = self.rollout.call_all(loading.load, loading.futures[0])
+            if self.collective:
+                loads.append(self.actor.call(0, ActorBase.send_weights))
+                loads += self.rollout.call_all(RolloutWorker.receive_weights, loading.futures[0])
+            else:
+                loads += self.rollout.call_all(SYNC_LOADS[loading.kind], loading.futures[0])
         self.rollout.call_all(RolloutWorker.set_version, newest.version)
+        if wait:
+            self.rollout.get(loads)
         self.rollout_version = newest.version
-        self.loaded_full = self.loaded_full or newest.load is RolloutWorker.load_weights
-        return len(sent)
+        self.loaded_full = self.loaded_full or newest.kind == "full"
+        return self.rollout.world_size

@@ -8,4 +8,8 @@ One idea per module:
   sharding       which local samples make up each global minibatch on this rank
   wrap           the loss path: DDP or FSDP2 around the Policy, gradient sync and clipping
   state          full CPU state dicts of a (possibly sharded) policy and its optimizer
+  weight_sync    what a sync sends: the full weights or the trainable tensors
+  changed_values only the values that changed at the rollout's precision (runner.weight_sync: changed)
+  sync_group     the weight-sync group of actor rank 0 and the rollout workers (transport: collective)
+  sync_payload   a sync as one raw byte buffer and its header, what that group broadcasts
 """

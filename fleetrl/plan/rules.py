@@ -34,6 +34,7 @@ ISOLATION_TOOLS = ("ip", "unshare")  # what cluster/isolation/nodes.py runs
 def validate(config: Config) -> None:
     validate_actor(config)
     validate_staleness(config)  # before the algorithm's own rules: whether it can train asynchronously at all
+    validate_weight_sync(config)
     algorithm_spec(config.algorithm.name).validate(config)
     resume_dir(config)  # raises naming the run directory that cannot be continued
     validate_trunk_keys(config)
@@ -160,6 +161,21 @@ def validate_staleness(config: Config) -> None:
             f"at least runner.weight_sync_interval - 1 = {runner.weight_sync_interval - 1}",
             f"the rollout acts up to {runner.weight_sync_interval - 1} versions behind the actor between two "
             "weight syncs: every batch but those right after a sync would be dropped",
+        )
+
+
+def validate_weight_sync(config: Config) -> None:
+    """`runner.weight_sync_transport: collective` makes every rollout worker receive while actor
+    rank 0 sends: with `runner.asynchronous` the actor's send queues behind the update it trains
+    meanwhile, and the rollout, which asynchronous training keeps collecting, would wait for it."""
+    runner = config.runner
+    if runner.weight_sync_transport == "collective" and runner.asynchronous:
+        raise ConfigError(
+            "runner.weight_sync_transport",
+            "collective",
+            "'ray' with runner.asynchronous true",
+            "a collective sync makes the rollout wait for the actor's update to end, which asynchronous "
+            "training exists to avoid",
         )
 
 

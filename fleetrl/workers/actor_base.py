@@ -29,6 +29,8 @@ from fleetrl.config.schema import Config
 from fleetrl.errors import ConfigError
 from fleetrl.parallel import process_group, reduce, seeds, state
 from fleetrl.parallel.param_check import ReplicaDivergenceError, divergent_replicas
+from fleetrl.parallel.sync_group import SyncMember
+from fleetrl.parallel.sync_payload import Header, encode
 from fleetrl.trajectory import Trajectory
 
 log = logging.getLogger("fleetrl")
@@ -41,9 +43,10 @@ def actor_device(name: str) -> torch.device:
     return device
 
 
-class ActorBase(ABC):
+class ActorBase(SyncMember, ABC):
     """One rank of an algorithm's actor: constructed as
-    `Actor(config, observation_space, action_space, rank, world_size)`."""
+    `Actor(config, observation_space, action_space, rank, world_size)`. Rank 0 is a member of the
+    weight-sync group where the run has one (`SyncMember`, parallel/sync_group.py)."""
 
     policy: torch.nn.Module  # what a rollout worker in the same process acts with
     config: Config
@@ -65,6 +68,7 @@ class ActorBase(ABC):
         self.device = actor_device(config.actor.device)
         self.distributed = False
         self.owns_process_group = False
+        self.outgoing = None  # rank 0: the encoded weights `prepare_weights` made for `send_weights`
         torch.manual_seed(config.runner.seed)  # identical initial weights wherever it is built
 
     # ---------------------------------------------------------------------------- distribution
@@ -106,7 +110,8 @@ class ActorBase(ABC):
             raise RuntimeError(f"{type(self).__name__}.train with several ranks needs init_distributed first")
 
     def close(self) -> None:
-        """Leave the process group if this worker created it."""
+        """Leave the weight-sync group, and the process group if this worker created it."""
+        self.leave_weight_sync()
         if self.owns_process_group:
             process_group.destroy_process_group()
             self.owns_process_group = False
@@ -197,7 +202,37 @@ class ActorBase(ABC):
         precision, for the rollout workers' `load_changed` (`runner.weight_sync: changed`)."""
         raise NotImplementedError(f"{type(self).__name__} sends no changed values")
 
+    def prepare_weights(self, kind: str) -> Header | None:
+        """The weights of sync `kind` (`runner.weight_sync`: full, trainable or changed — gathered by
+        `SYNC_GATHERS[kind]`) encoded for the weight-sync group (parallel/sync_payload.py): rank 0
+        keeps the bytes for `send_weights` and returns their header, for the rollout workers'
+        `receive_weights`; the other ranks None. Collective under FSDP, like the gathers."""
+        if self.rank != 0 and not self.sharded:
+            return None  # rank 0's weights are the ones sent; the others need not gather
+        payload = getattr(self, SYNC_GATHERS[kind].__name__)()
+        if self.rank != 0:
+            return None
+        header, self.outgoing = encode(kind, payload)
+        return header
+
+    def send_weights(self) -> None:
+        """Rank 0: broadcast the bytes `prepare_weights` kept to every rollout worker (collective
+        with their `receive_weights`)."""
+        buffer, self.outgoing = self.outgoing, None
+        if buffer is None or self.sync_group is None:
+            raise RuntimeError("send_weights needs the weight-sync group and a prepare_weights before it")
+        self.sync_group.broadcast(buffer, buffer.nbytes)
+
     def save_sharded(self, folder: str) -> dict:
         """Write this rank's shards of the trainable state into `folder` (collective:
         `actor.checkpoint_format: sharded`); return the rest of the state (complete on rank 0)."""
         raise NotImplementedError(f"{type(self).__name__} writes no sharded checkpoints")
+
+
+# What the actor gathers for each `runner.weight_sync` kind, whichever transport carries it (the
+# rollout's loader of each: rollout_worker.SYNC_LOADS). Called by name: an algorithm's override runs.
+SYNC_GATHERS = {
+    "full": ActorBase.policy_weights,
+    "trainable": ActorBase.trainable_weights,
+    "changed": ActorBase.changed_weights,
+}

@@ -27,6 +27,8 @@ from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel import seeds
 from fleetrl.parallel.changed_values import apply_changes
 from fleetrl.parallel.seeds import ROLLOUT_NOISE, rank_seed
+from fleetrl.parallel.sync_group import SyncMember
+from fleetrl.parallel.sync_payload import Header, decode
 from fleetrl.parallel.weight_sync import load_patch
 from fleetrl.step_result import StepResult
 from fleetrl.trajectory import Trajectory, TrajectoryBuffer
@@ -54,7 +56,10 @@ def rollout_dtype(config: Config) -> torch.dtype:
     return getattr(torch, config.rollout.dtype)
 
 
-class RolloutWorker:
+class RolloutWorker(SyncMember):
+    """Every rollout worker is a member of the weight-sync group where the run has one
+    (`SyncMember`, parallel/sync_group.py)."""
+
     # Subclasses for off-policy algorithms set this: the lanes then also record each step's true
     # next observation (Trajectory.next_obs).
     record_next_obs = False
@@ -173,3 +178,25 @@ class RolloutWorker:
         """Some of the policy's tensors (the trainable ones: `runner.weight_sync: trainable`);
         the others keep what the last full sync gave."""
         load_patch(self.policy, patch)
+
+    def receive_weights(self, header: Header) -> None:
+        """`runner.weight_sync_transport: collective`: receive actor rank 0's broadcast (collective
+        with its `send_weights`) and load it as the Ray path would have (`SYNC_LOADS[header.kind]`)."""
+        if self.sync_group is None:
+            raise RuntimeError("receive_weights needs the weight-sync group (it was not formed)")
+        buffer = self.sync_group.broadcast(None, header.size)
+        getattr(self, SYNC_LOADS[header.kind].__name__)(decode(header, buffer))
+
+    def policy_state(self) -> dict:
+        """The weights this worker acts with (CPU copies), to compare with what was sent
+        (benchmarks/costs/weight_sync.py checks that both transports deliver the same bits)."""
+        return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.policy.state_dict().items()}
+
+
+# How the rollout loads each `runner.weight_sync` kind, whichever transport carries it (what the actor
+# gathers for each: actor_base.SYNC_GATHERS). Called by name: a subclass's override runs.
+SYNC_LOADS = {
+    "full": RolloutWorker.load_weights,
+    "trainable": RolloutWorker.load_patch,
+    "changed": RolloutWorker.load_changed,
+}

@@ -71,6 +71,10 @@ UNSUPPORTED = {  # key: (the value SAC needs, why)
     "actor.micro_batch_size": (None, "sac does not accumulate gradients"),
     "actor.gradient_checkpointing": (False, "sac does not recompute activations"),
     "runner.weight_sync": ("full", "sac's rollout workers load its actor network, not a policy's state"),
+    "runner.weight_sync_transport": (
+        "ray",
+        "sac's rollout workers load its actor network with its warm-up flag, which the collective sync does not carry",
+    ),
     "actor.checkpoint_format": ("full", "sac's checkpoints gather its replicas and replay buffer on rank 0"),
 }
 

@@ -3,7 +3,8 @@
 Every backend (cluster/backends/: inline.py, ray.py, fused.py) presents the same
 `Backend`: the env, rollout and actor groups (called with the worker classes' methods), the
 `collector` that runs one collect-then-train iteration, `shares_policy` (the rollout workers act
-with the actor's own policy object: no weight sync), `evaluator` (the eval worker's group when the
+with the actor's own policy object: no weight sync), `sync_transport` (how weights reach rollout
+workers of their own: "ray", or "collective" once the weight-sync group is formed), `evaluator` (the eval worker's group when the
 run evaluates, else None), `fail(error)` and `shutdown()`. The runner never asks which backend it
 has; `cluster/start.py` picks and starts one.
 """
@@ -38,6 +39,7 @@ class Workers:
 
 class Backend(ABC):
     shares_policy: bool = False  # rollout acts with the actor's own policy object (one process)
+    sync_transport: str = "ray"  # "collective": over the weight-sync group (parallel/sync_group.py)
 
     def __init__(self, session: WatchSession, workers: Workers, collector: Iterations):
         self.session: WatchSession = session

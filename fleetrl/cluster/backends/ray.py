@@ -8,7 +8,8 @@ while the env worker answers `spaces`, the actor and rollout workers' processes 
 (cluster/ray/worker_host.py: the processes first, the workers once the spaces are checked — their
 start-up no longer waits behind the env's); then the actor and rollout workers (and the eval
 worker, when the run evaluates: a Ray actor of its own, so that its episodes run while training
-goes on); then the actor ranks' process group; last
+goes on); then the actor ranks' process group, and with `runner.weight_sync_transport: collective`
+the weight-sync group of actor rank 0 and the rollout workers (cluster/ray/sync_group.py); last
 the env ⇄ rollout exchange (a compiled graph where one can be built: cluster/exchange/compiled.py). `connect`,
 `start_evaluator` and `join_actor_ranks` are shared with the fused backend (cluster/backends/fused.py).
 """
@@ -25,6 +26,7 @@ from fleetrl.cluster.exchange.collect import Collector, CollectThenTrain, Iterat
 from fleetrl.cluster.exchange.compiled import choose_exchange
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.ray.cluster import RayCluster, build_workers
+from fleetrl.cluster.ray.sync_group import form_sync_group
 from fleetrl.plan.layout import env_worker_args
 from fleetrl.plan.placement import EVAL, Assignment, Placement
 from fleetrl.plan.run_plan import RunPlan
@@ -71,6 +73,9 @@ class RayBackend(Backend):
         if evaluator is not None:  # built now: a broken one fails the start at once, not the first evaluation
             evaluator.built()
         join_actor_ranks(cluster, actor)
+        collective = config.runner.weight_sync_transport == "collective" and form_sync_group(
+            cluster, actor, rollout, config
+        )
         across_nodes = len({a.node for a in placement.ranks("env") + placement.ranks("rollout")}) > 1
         exchange = choose_exchange(
             config.cluster.exchange,
@@ -81,9 +86,11 @@ class RayBackend(Backend):
             config.runner.asynchronous,
         )
         collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps, exchange)
-        return cls(
+        backend = cls(
             session, Workers(env, rollout, actor, spaces, evaluator), CollectThenTrain(collector, actor), cluster
         )
+        backend.sync_transport = "collective" if collective else "ray"
+        return backend
 
     def close(self) -> None:
         self.cluster.shutdown()

@@ -70,6 +70,12 @@ class WorkerHost:
         """Run `operation` of this worker's direct env⇄rollout channels (cluster/exchange/direct_channels.py)."""
         return getattr(self.channels, operation)(*args)
 
+    def join_weight_sync(self, formation) -> str | None:
+        """Run the worker's `join_weight_sync(formation, secret)` (parallel/sync_group.py) as its
+        recorded phase, with the run's secret this process was started with: the secret never
+        travels in a call's arguments."""
+        return self.call("join_weight_sync", formation, self.watch.secret)
+
     def free_port(self, address: str) -> int:
         """A TCP port that is free on this worker's node (for a rendezvous hosted here)."""
         return free_port(address)
