@@ -8,8 +8,10 @@ runs in a process of its own (tests/respond_script.py): the response ends its pr
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+import threading
 
 import psutil
 import pytest
@@ -90,20 +92,40 @@ def test_the_watchdog_s_response_ends_its_process_with_exit_4_after_the_teardown
     assert "fleetrl stopped: phase_timeout" in done.stderr
 
 
-def test_in_this_process_the_response_ends_what_this_process_started(tmp_path):
+def test_in_this_process_the_response_ends_what_this_process_started(tmp_path, capsys, caplog):
     """The in-process form (a `Trainer` used as a library watches itself): the children this test
-    started are ended, the report written, IncidentStop raised. (This process's own helpers, such
-    as multiprocessing's resource tracker, which the response would end too, are started again on
-    demand.)"""
+    started are ended, the report written (with the teardown's end), printed and logged, each hook
+    run in a daemon thread of its own name (what a stack dump shows) and one that hangs left behind
+    after its bound with a warning naming it, IncidentStop raised with the cause and summary. (This
+    process's own helpers, such as multiprocessing's resource tracker, which the response would end
+    too, are started again on demand.) The mutation run's test of the response: mutmut sees which
+    functions a test reaches in this process only, not in tests/respond_script.py's."""
     assert [p for p in psutil.Process().children() if not is_interpreter_helper(p)] == []
     children = [subprocess.Popen(["sleep", "600"]) for _ in range(2)]
-    responder, hooked = Responder(tmp_path), []
+    responder, hooked, threads, release = Responder(tmp_path), [], [], threading.Event()
+
+    def hanging_hook(paths):
+        threads.append(threading.current_thread())
+        release.wait(60)
+
     responder.add_report_hook(hooked.append, 5.0)
-    with pytest.raises(IncidentStop) as stop:
+    responder.add_report_hook(hanging_hook, 0.3)
+    with caplog.at_level(logging.WARNING, logger="fleetrl"), pytest.raises(IncidentStop) as stop:
         responder.respond(incident(), WORKERS)
+    release.set()
     assert [psutil.pid_exists(child.pid) for child in children] == [False, False]  # killed and reaped
-    assert stop.value.report["cause"] == "phase_timeout" == report(tmp_path)["cause"]
+    written = report(tmp_path)
+    assert stop.value.report["cause"] == "phase_timeout" == written["cause"]
+    assert str(stop.value) == "phase_timeout: env rank 0 is stuck"
+    assert written["reported_at"] <= written["ended_at"]
+    text = (tmp_path / REPORT_TEXT).read_text()
+    assert text in capsys.readouterr().err
+    assert [(r.levelno, r.getMessage()) for r in caplog.records if r.module == "respond"] == [
+        (logging.ERROR, f"phase_timeout: env rank 0 is stuck (report: {tmp_path / REPORT_TEXT})"),
+        (logging.WARNING, f"a report hook ({hanging_hook}) did not finish within 0.3 s: exiting without it"),
+    ]
     assert hooked == [[tmp_path / REPORT_TEXT, tmp_path / REPORT_JSON]] and responder.done.is_set()
+    assert [(t.name, t.daemon) for t in threads] == [("fleetrl-report-hook", True)]
     with pytest.raises(IncidentStop) as again:  # a later caller gets the same report
         responder.respond(incident(), WORKERS)
     assert again.value.report is stop.value.report
