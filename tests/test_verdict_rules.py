@@ -231,6 +231,26 @@ def test_a_busy_call_past_its_deadline_is_warned_once_and_an_incident_past_the_b
     assert incident.summary.endswith("; past watchdog.busy_allowance_s (600 s)"), incident.summary
 
 
+@pytest.mark.parametrize(
+    ("group", "patience_s"), [("train", CONFIG.collective_timeout_s), ("join", CONFIG.startup_step_allowance_s)]
+)
+def test_a_rank_waiting_in_a_collective_is_left_to_the_collective_checks_for_its_patience(group, patience_s):
+    """Past its call's deadline, a rank whose oldest collective in flight has waited no longer than
+    the collective timeout (the process-group join: the start-up step allowance) is not judged by
+    its deadline: check_collectives names the rank it waits for. Past that, the deadline holds."""
+    watching = checks(workers=(ACTOR,))
+    beats(watching, ACTOR, BLOCKED)
+
+    def waiting(waited_s: float) -> dict:
+        entry = {"group": group, "seq": 3, "started": 100.0 + 0.2 - waited_s}
+        log = {"in_flight": [entry], "entered": {group: 3}, "recent": []}
+        return {ACTOR: record(phase="actor.update", phase_age_s=100.0, time=100.0, collectives=log)}
+
+    assert watching.check_deadlines(waiting(patience_s), 1000.0) is None
+    incident = watching.check_deadlines(waiting(patience_s + 0.5), 1000.0)
+    assert (incident.cause, incident.culprit, incident.state) == ("phase_timeout", ACTOR, "blocked")
+
+
 def test_a_call_is_not_judged_without_fresh_beats_nor_without_a_phase():
     watching = checks()
     watching.seen[ENV] = Seen()  # no beats seen: nothing to judge it by
