@@ -2,14 +2,14 @@
 tests/test_fault_matrix.py (the fixed cells CI runs) and tests/test_matrix_slice.py (a slice that
 moves with the tree: `rotation`).
 
-A cell is a fault kind × where it strikes × when × on which backend. This module says how the
-cell's fault is injected (its `fleetrl train` overrides) and why a cell cannot exist
-(`why_infeasible`); what fleetrl must report for it — the cause, the culprit, which documented
-detection figure bounds it — is data, written and reviewed by hand in tests/fault_cells.csv (one
-row per feasible cell), never computed here: the oracle does not share the product's
-classification. Faults in workers go through `debug.fault` (fleetrl/debug/faults.py); the
-controller has no method `debug.fault` can target, so its cells are signals the runner of the
-cell sends to the controller process (`signal_controller`).
+A cell is a fault kind × where it strikes × when × on which backend. This module says how the cell's
+fault is injected (its `fleetrl train` overrides) and why a cell cannot exist (`why_infeasible`);
+what fleetrl must report for it — the cause, the culprit, which documented detection figure bounds
+it, and in asynchronous training's hang cells the controller's wait — is data, written and reviewed
+by hand in tests/fault_cells.csv (one row per feasible cell), never computed here: the oracle does
+not share the product's classification. Faults in workers go through `debug.fault`
+(fleetrl/debug/faults.py); the controller has no method `debug.fault` can target, so its cells are
+signals the runner of the cell sends to the controller process (`signal_controller`).
 
 Where a fault strikes, per backend: inline, every component runs in the controller's process (the
 watched process is `inline rank 0`); on Ray each component rank is a process of its own; fused,
@@ -94,6 +94,7 @@ class Cell:
     cause: str = ""  # what the report must name (tests/fault_cells.csv)
     culprit: tuple[str, int] | None = None
     promised_s: float = 0.0  # the documented detection figure for the cell (tests/incidents.py)
+    controller_waits: str = ""  # the controller's async.* wait the report must show behind the culprit, if any
     overrides: tuple[str, ...] = field(default=())  # `fleetrl train` overrides, the fault included
     signal_controller: str = ""  # controller cells: "SIGKILL" or "SIGSTOP", sent by the cell's runner
     config: str = CARTPOLE  # what `fleetrl train` trains (VLA: the Hugging Face model's cells)
@@ -145,6 +146,7 @@ class Expected:
     cause: str
     culprit: tuple[str, int]
     detection: str  # which documented figure bounds the detection (tests/incidents.py DETECTIONS)
+    controller_waits: str = ""  # asynchronous training's hang cells: the controller's wait behind the culprit
 
 
 @cache
@@ -156,7 +158,8 @@ def expectations() -> dict[str, Expected]:
             component, rank = row["culprit"].split()
             assert row["cell"] not in rows, f"{EXPECTED.name}: {row['cell']} has two rows"
             assert row["detection"] in DETECTIONS, f"{EXPECTED.name}: {row}"
-            rows[row["cell"]] = Expected(row["cause"], (component, int(rank)), row["detection"])
+            waits = row["waits"] or ""
+            rows[row["cell"]] = Expected(row["cause"], (component, int(rank)), row["detection"], waits)
     return rows
 
 
@@ -178,7 +181,13 @@ def make_cell(kind: str, where: str, when: str, backend: str, hf_folder: str | N
         # module, which FSDP would gather at every env step: DDP there (a config rule)
         sharded = ("actor.strategy=fsdp",) if backend in ("ray", "nodes", "async") else ()
         overrides = (*overrides, f"model.path={hf_folder}", "model.lora.rank=4", *sharded)
-    common = dict(cause=expected.cause, culprit=expected.culprit, promised_s=promised_s, config=train)
+    common = dict(
+        cause=expected.cause,
+        culprit=expected.culprit,
+        promised_s=promised_s,
+        config=train,
+        controller_waits=expected.controller_waits,
+    )
     if where == "controller":
         signal = "SIGKILL" if kind == "kill" else "SIGSTOP"
         return Cell(kind, where, when, backend, overrides=overrides, signal_controller=signal, **common)
@@ -222,12 +231,23 @@ def select(cells: list[Cell], **wanted: str | None) -> list[Cell]:
     return [c for c in cells if all(v is None or getattr(c, k) == v for k, v in wanted.items())]
 
 
+def controller_waits_right(report: dict, cell: Cell) -> bool:
+    """Where the cell claims it (`controller_waits`), the report shows the controller in that
+    wait, waiting for the culprit; true where the cell claims nothing."""
+    if not cell.controller_waits:
+        return True
+    controller = next((w for w in report.get("workers", []) if w["component"] == "controller"), {})
+    return controller.get("phase") == cell.controller_waits and bool(controller.get("waits_for_culprit"))
+
+
 def assert_named(result, cell: Cell) -> None:
     """`result` (tests/support.py `Finished`) is the cell's incident: exit 4, its cause and culprit,
-    detected within the cell's bound, every process of the run gone within the teardown promise."""
+    detected within the cell's bound, the controller's wait where the cell names one, every
+    process of the run gone within the teardown promise."""
     report = result.hang_report
     assert result.code == 4 and report is not None, result.stderr[-3000:]
     assert (report["cause"], report["culprit"]) == (cell.cause, list(cell.culprit)), report["summary"]
+    assert controller_waits_right(report, cell), (cell.controller_waits, report["summary"], report["workers"])
     assert 0 <= report["detected_after_s"] <= cell.bound_s, (
         report["detected_after_s"],
         cell.bound_s,

@@ -2,13 +2,14 @@
 `fleetrl train` run with the fault, judged from its hang_report.json.
 
 Per cell: the cause and the culprit reported, right or wrong against the cell's expectation (the
-data of tests/fault_cells.csv); `detected_after_s` against the cell's bound (its documented figure
-and the loaded host's margin); the teardown: seconds from the detection (the report's
-`reported_at`, before the stacks are taken) to the last process of the run ended, as this script
-saw them (the `fleetrl` process's descendants, sampled while it ran: tests/support.py
-`Descendants`), against the promise of 10 s; and the processes still running once the teardown's
-bound has passed — they are counted, then killed. Infeasible cells are listed with why. Controller cells signal the controller process from here (SIGKILL or
-SIGSTOP): at start-up once it has run 2 s, in steady state once 3 iterations are logged.
+data of tests/fault_cells.csv; in asynchronous training's hang cells also the controller's wait);
+`detected_after_s` against the cell's bound (its documented figure and the loaded host's margin);
+the teardown: seconds from the detection (the report's `reported_at`, before the stacks are taken)
+to the last process of the run ended, as this script saw them (the `fleetrl` process's descendants,
+sampled while it ran: tests/support.py `Descendants`), against the promise of 10 s; and the
+processes still running once the teardown's bound has passed — they are counted, then killed.
+Infeasible cells are listed with why. Controller cells signal the controller process from here
+(SIGKILL or SIGSTOP): at start-up once it has run 2 s, in steady state once 3 iterations are logged.
 
     .venv/bin/python benchmarks/diagnosis/fault_matrix.py [--backend ray] [--when first_call] [--where env]
         [--kind hang] [--timeout 240] [--set cluster.exchange=direct ...] [--model hf]
@@ -41,7 +42,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
 import kit  # noqa: E402
 
-from tests.fault_cells import BACKENDS, HF_KINDS, WHEN, WHERE, Cell, all_cells, hf_cells, select  # noqa: E402
+from tests.fault_cells import (  # noqa: E402
+    BACKENDS,
+    HF_KINDS,
+    WHEN,
+    WHERE,
+    Cell,
+    all_cells,
+    controller_waits_right,
+    hf_cells,
+    select,
+)
 from tests.support import TEARDOWN_BOUND_S, Descendants, end, ray_processes_of  # noqa: E402
 
 
@@ -117,6 +128,7 @@ def run_cell(cell: Cell, parent: Path, timeout: float, extra: list[str]) -> dict
         "culprit": list(culprit) if culprit else None,
         "state": report.get("state"),
         "summary": report.get("summary"),
+        "controller": next((w for w in report.get("workers", []) if w["component"] == "controller"), None),
         "cause_right": report.get("cause") == cell.cause,
         "culprit_right": culprit == cell.culprit,
         "detected_after_s": report.get("detected_after_s"),
@@ -140,7 +152,8 @@ def verdict(cell: Cell, run: dict | None) -> str:
     named = (run["cause"], run["culprit"]) == (cell.cause, list(cell.culprit))
     within = run["detected_after_s"] is not None and run["detected_after_s"] <= cell.bound_s
     ended = run["teardown_s"] is not None and run["teardown_s"] <= TEARDOWN_BOUND_S
-    return "right" if named and within and ended and run["processes_left"] == 0 else "**wrong**"
+    waits = controller_waits_right({"workers": [run["controller"]] if run.get("controller") else []}, cell)
+    return "right" if named and within and waits and ended and run["processes_left"] == 0 else "**wrong**"
 
 
 def table(cells: list[Cell], runs: dict[str, dict], only_run: bool = False) -> str:
