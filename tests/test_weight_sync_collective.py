@@ -191,7 +191,7 @@ def test_a_rollout_worker_that_hangs_in_the_sync_is_named_by_the_watchdog(tmp_pa
     """A rollout worker that never reaches the weight-sync group's collective — at its join, at
     the first sync, in steady state — while actor rank 0 waits in it is named as the rank behind
     (`rank_missing_from_collective`), within the promised detection, and everything ends. The
-    start-up and first-sync cells are slow (a Ray run each, ~80 s on a loaded 2-core host): the
+    start-up and first-sync cells are slow (a Ray run each, ~110-125 s on a loaded 2-core host): the
     same alignment rule names the rank in all three, held in-process by
     tests/test_alignment_rules.py for the join and the broadcast alike."""
     joining = method == "join_weight_sync"
