@@ -6,8 +6,13 @@ DCP shards of a sharded checkpoint, written by any number of actor ranks); with 
 merged into the base weights (peft's `merge_and_unload`). OUT then holds what `save_pretrained`
 writes — config.json, safetensors, the processor and tokenizer — which transformers'
 `from_pretrained` loads anywhere, and `value_head.safetensors` (the critic, which transformers
-ignores), so that `model.path: OUT` continues training where the run stopped. A policy built from
-OUT acts exactly as the run's did.
+ignores), so that `model.path: OUT` continues training where the run stopped; with a continuous
+action head (`model.action_head` l1 or flow) also `action_head.safetensors`, the head's trained
+tensors (the flow expert, the L1 regression head, the state's projection), and `action_head.json`,
+what they mean (the head, its sizes, the chunk, the action bounds it normalises with, the state
+key), loaded again from `model.path: OUT` with the same `action_head`. A policy built from OUT acts
+as the run's did: the same distributions, the same actions from the same noise seed (to float32
+rounding of the merged weights).
 """
 
 from __future__ import annotations
@@ -54,4 +59,6 @@ def export_run(run_dir: Path, out: Path) -> Path:
         copy_processor_files(Path(config.model.path).expanduser(), out)
         head = {name: tensor.contiguous() for name, tensor in policy.network.value_head.state_dict().items()}
         save_file(head, out / VALUE_HEAD_FILE)
+        if hasattr(policy, "save_head"):  # a continuous action head (model.action_head l1, flow)
+            policy.save_head(out, config.model)
     return out

@@ -121,6 +121,19 @@ def published(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="session")
+def panda_demos(tmp_path_factory):
+    """Two of the scripted expert's episodes of `PandaTasks` (32×32, 8 steps: support.PANDA_SFT_ENV),
+    recorded as `fleetrl record` does, once per session."""
+    from fleetrl.config.schema import EnvConfig
+    from fleetrl.envs.recorder import record
+    from tests.support import PANDA_ENV, PANDA_SFT_ENV
+
+    out = tmp_path_factory.mktemp("demos") / "panda"
+    record(EnvConfig(id=PANDA_ENV, kwargs=PANDA_SFT_ENV), 2, out)
+    return out
+
+
 @pytest.fixture(autouse=True, scope="session")
 def no_leftover_processes_at_exit():
     """Catches what module- and session-scoped fixtures started and did not end."""

@@ -41,6 +41,19 @@ REPO = Path(__file__).resolve().parent.parent
 # LeRobotDatasets written and read back by LeRobot's own code (benchmarks/compare/lerobot_datasets.py)
 LEROBOT_DATASETS = REPO / "tests" / "data" / "lerobot"
 FLEETRL = [sys.executable, "-m", "fleetrl"]
+# The advantages a VLA pipeline test crosses with the families: GAE, and GRPO's groups of 2 envs
+# (each of 2 ranks holds whole groups of the 4 envs)
+ADVANTAGES = {
+    "ppo": [],
+    "grpo": ["algorithm.adv_type=grpo", "algorithm.norm_adv=false", "algorithm.group_size=2"],
+}
+# 2 FSDP actor ranks and a rollout worker of their own, sent the adapters after each update
+TWO_FSDP_RANKS_ON_RAY = [
+    "cluster.backend=ray",
+    "cluster.devices_per_node=2",
+    "cluster.component_placement={actor: 0-1, rollout: 0, env: 0}",
+    "actor.strategy=fsdp",
+]
 # 2 DDP actor ranks and one rollout and one env rank as Ray workers, on one simulated 2-slot node
 TWO_ACTOR_RANKS_ON_RAY = [
     "runner.tensorboard=false",
@@ -68,6 +81,9 @@ TEARDOWN_BOUND_S = TEARDOWN_PROMISE_S + LOADED_HOST_MARGIN_S
 # The wait for a run that trains to a target return: it ends a run that hangs despite its watchdog,
 # and makes no speed claim (the learning claims are in env steps: `summary["target_reached_step"]`).
 LEARNING_GUARD_S = 1800
+# The robot task set as the VLA pipeline tests play it: 32×32 images, 8-step episodes
+PANDA_ENV = "fleetrl.envs.manipulation:PandaTasks"
+PANDA_SFT_ENV = {"tasks": ["reach", "push"], "image_size": 32, "max_steps": 8}
 TIMING_METRICS = ("wall_s", "steps_per_s", "time_weight_sync_s", "time_collect_s", "time_update_s")
 
 

@@ -49,6 +49,9 @@ SEMANTIC_BAD = {
     "debug.fault": ({"kind": "explode", "component": "actor"}, "watch/faults.check_fault"),
     "model.path": ("/nonexistent/model", "an existing model folder (checked before anything starts)"),
     "model.lora": ({"rank": 0}, "its own keys' types and ranges"),
+    "model.flow": ({"steps": 0}, "its own keys' types and ranges"),
+    "model.l1": ({"width": 0}, "its own keys' types and ranges"),
+    "model.state_key": ("proprio", "the continuous heads' key: with the tokens head only its default"),
 }
 # Keys every value of whose type is valid.
 ANY_VALUE = {

@@ -41,6 +41,7 @@ SHORT = {
 TRAINED_BY_A_TEST = {
     "configs/ppo_atari.yaml": "tests/test_atari.py",
     "configs/ppo_manipulation_vla.yaml": "tests/test_manipulation_vla.py",
+    "configs/ppo_manipulation_vla_flow.yaml": "tests/test_vla_heads_pipeline.py",
 }
 NAMED_RUN = re.compile(r"\bruns/([^\s/]+)-(\d{8}-\d{6})\b")
 TIMEOUT_S = 600  # the 10-trial sweep on a loaded 2-core host

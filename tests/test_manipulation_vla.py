@@ -6,18 +6,16 @@ chunks of 4 — and behaviour cloning of demonstrated chunks cut short by an epi
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from fleetrl.algos.common.logprobs import decision_logprob
 from fleetrl.config.schema import EnvConfig
 from fleetrl.envs import demonstrations
 from fleetrl.envs.make import env_factory
-from fleetrl.envs.recorder import record
 from fleetrl.lerobot.reader import read_frames
-from tests.support import sft_then_train
+from tests.support import PANDA_ENV, sft_then_train
+from tests.support import PANDA_SFT_ENV as SFT_ENV
 
-ENV_ID = "fleetrl.envs.manipulation:PandaTasks"
 # 32×32 images, 2 envs; chunks of 4 on 6-step episodes: 4 steps, then 2 and the episode's end
 # (a truncation, or a success) inside the chunk.
 SMALL = [
@@ -27,20 +25,12 @@ SMALL = [
     "runner.tensorboard=false",
     "runner.eval_interval=0",
 ]
-SFT_ENV = {"tasks": ["reach", "push"], "image_size": 32, "max_steps": 8}
 RL_ENV = "env.kwargs={tasks: [reach, push], image_size: 32, max_steps: 6}"
 
 
-@pytest.fixture(scope="module")
-def demos(tmp_path_factory):
-    """Two of the scripted expert's episodes, recorded as `fleetrl record` does."""
-    out = tmp_path_factory.mktemp("demos") / "panda"
-    record(EnvConfig(id=ENV_ID, kwargs=SFT_ENV), 2, out)
-    return out
-
-
-def test_demonstrations_as_chunks_cut_short_at_the_episode_end(demos):
-    env = env_factory(EnvConfig(id=ENV_ID, kwargs=SFT_ENV))()
+def test_demonstrations_as_chunks_cut_short_at_the_episode_end(panda_demos):
+    demos = panda_demos
+    env = env_factory(EnvConfig(id=PANDA_ENV, kwargs=SFT_ENV))()
     spaces = env.observation_space, env.action_space
     env.close()
     single = demonstrations.load(str(demos), {}, "action", *spaces, 0.9)
@@ -70,7 +60,8 @@ def test_a_decisions_logprob_sums_its_executed_actions_tokens():
     assert decision_logprob(tokens[:, 0, 0], None).tolist() == [0, 6]  # one log-prob per sample
 
 
-def test_vla_sft_then_ppo_from_it_through_the_cli(tmp_path, tiny_paligemma, demos):
+def test_vla_sft_then_ppo_from_it_through_the_cli(tmp_path, tiny_paligemma, panda_demos):
+    demos = panda_demos
     model = f"model.path={tiny_paligemma}"
     sft, rl = sft_then_train(
         tmp_path,

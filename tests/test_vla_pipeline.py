@@ -30,7 +30,7 @@ from fleetrl.parallel import dcp
 from fleetrl.plan.load import load_config
 from fleetrl.plan.resolve import resolve
 from fleetrl.run_dir import CONFIG_FILE
-from tests.support import fleetrl, train
+from tests.support import ADVANTAGES, TWO_FSDP_RANKS_ON_RAY, fleetrl, train
 from tests.vla_support import VLA_CONFIG, minigrid_batch
 
 SHORT = [
@@ -44,18 +44,6 @@ SHORT = [
     "runner.checkpoint_interval=1",
     "runner.tensorboard=false",
     "--skip-doctor",
-]
-ADVANTAGES = {
-    "ppo": [],
-    # groups of 2 envs: each of the 2 ranks holds whole groups (2 of the 4 envs)
-    "grpo": ["algorithm.adv_type=grpo", "algorithm.norm_adv=false", "algorithm.group_size=2"],
-}
-# 2 FSDP actor ranks and a rollout worker of their own, sent the adapters after each update
-TWO_FSDP_RANKS_ON_RAY = [
-    "cluster.backend=ray",
-    "cluster.devices_per_node=2",
-    "cluster.component_placement={actor: 0-1, rollout: 0, env: 0}",
-    "actor.strategy=fsdp",
 ]
 FAMILY = {"paligemma": "PaliGemmaForConditionalGeneration", "smolvlm": "Idefics3ForConditionalGeneration"}
 OTHER = {"paligemma": "smolvlm", "smolvlm": "paligemma"}

@@ -52,6 +52,11 @@ class ModelConfig:
         """The weight of the policy's auxiliary prediction loss; None: the policy predicts nothing."""
         return None
 
+    @property
+    def emits_tokens(self) -> bool:
+        """Whether the policy's actions are tokens (per-token log-probs, `token_level` ratios)."""
+        return self.action_bins is not None
+
 
 @dataclass
 class MlpModelConfig(ModelConfig):
@@ -153,9 +158,43 @@ class LoraConfig:
 
 
 @dataclass
+class FlowConfig:
+    """`model.flow`, with `model.action_head: flow`: the flow-matching action expert and its
+    denoising chain (docs: guides/vla.md, Continuous actions)."""
+
+    steps: Annotated[int, AtLeastOne] = 10
+    """Euler steps from noise to the action chunk, in acting and in the loss path (π0's 10): each
+    one forward of the expert."""
+    noise: Literal["sde", "ode"] = "sde"
+    """`sde`: a stochastic chain (πRL's flow-SDE, a fixed noise schedule) whose log-probability the RL
+    algorithms train on; `ode`: the deterministic chain (supervised training and evaluation only: it
+    has no log-probability). Deterministic acting (evaluation) takes the ODE either way."""
+    noise_level: Annotated[float, Positive] = 0.5
+    """a in σ_t = a·√(t / (1 − t)): the SDE's noise scale (πRL's 0.5)."""
+    width: Annotated[int, Positive] = 256
+    """The expert's width (an even multiple of `heads`)."""
+    layers: Annotated[int, Positive] = 4
+    """The expert's layers, each self-attention, cross-attention to the VLM's prefix, MLP."""
+    heads: Annotated[int, Positive] = 4
+    """Attention heads in each of the expert's attentions."""
+
+
+@dataclass
+class L1Config:
+    """`model.l1`, with `model.action_head: l1`: OpenVLA-OFT's L1 regression head (docs:
+    guides/vla.md, Continuous actions)."""
+
+    width: Annotated[int, Positive] = 256
+    """The MLP's hidden width (action j's D hidden states, concatenated → width → width → D)."""
+    init_log_std: Annotated[float, Finite] = -1.0
+    """Initial log-std of the RL Gaussian around the regressed chunk (learned, state-independent,
+    one per action dimension; in normalised units, where the action space spans [-1, 1])."""
+
+
+@dataclass
 class HfModelConfig(ModelConfig):
-    """With `model.id: hf`: a Hugging Face vision-language model acting through its vocabulary
-    (docs: guides/vla.md)."""
+    """With `model.id: hf`: a Hugging Face vision-language model acting through its vocabulary, an L1
+    regression head or a flow-matching action expert (`action_head`; docs: guides/vla.md)."""
 
     id: str = "hf"
     """`hf`."""
@@ -195,11 +234,40 @@ class HfModelConfig(ModelConfig):
     weights and Adam state), without it every weight, gradient and Adam state is bfloat16. One rank
     or DDP ranks; under FSDP use `actor.fsdp_param_dtype` instead (the precedence table: docs:
     guides/vla.md, Precision)."""
+    action_head: Literal["tokens", "l1", "flow"] = "tokens"
+    """How the model acts: `tokens` (vocabulary ids, OpenVLA: `decode`, `action_bins`, `temperature`,
+    `top_k` apply), `l1` (OpenVLA-OFT's L1 regression over the action positions: `model.l1`) or
+    `flow` (a flow-matching action expert, π0/SmolVLA: `model.flow`); the last two act in
+    continuous actions, normalised to [-1, 1] as the tokens are (docs: guides/vla.md, Continuous
+    actions)."""
+    flow: FlowConfig | None = None
+    """With `action_head: flow`: the expert and its chain, `{steps, noise, noise_level, width,
+    layers, heads}` below (null: their defaults)."""
+    l1: L1Config | None = None
+    """With `action_head: l1`: the head, `{width, init_log_std}` below (null: their defaults)."""
+    state_key: str | None = "state"
+    """With `action_head` l1 or flow: the observation key read as proprioception, one token (π0's
+    state token: the expert's first token, or one input position of the VLM for l1), where the
+    env has it (a 1-D Box); null: none. The tokens head reads no state."""
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
     """The attention kernel transformers builds the model with: `auto` is PyTorch's
     scaled-dot-product attention (`sdpa`) where the architecture has it and `eager` where it has not
     (Gemma 2's soft-capped attention, PaliGemma 2's); `flash_attention_2` where the `flash_attn`
     package is installed (a CUDA GPU; checked before anything starts)."""
+
+    @property
+    def emits_tokens(self) -> bool:
+        return self.action_head == "tokens"
+
+    @property
+    def flow_chain(self) -> FlowConfig:
+        """`model.flow`, its defaults where the config gives none."""
+        return self.flow or FlowConfig()
+
+    @property
+    def l1_head(self) -> L1Config:
+        """`model.l1`, its defaults where the config gives none."""
+        return self.l1 or L1Config()
 
 
 MODEL_SECTIONS: dict[str, type[ModelConfig]] = {

@@ -16,3 +16,11 @@ class LossOutputs(NamedTuple):
     entropy: torch.Tensor  # the action distribution's, shaped as logprobs
     value: torch.Tensor  # (B,)
     prediction_error: torch.Tensor | None  # (B,) with an auxiliary prediction (model.predict_keys), else None
+
+
+class ImitationOutputs(NamedTuple):
+    """A continuous action head's supervised outputs (`forward(obs, actions, imitation=True)`: the
+    L1 and flow heads of `model.id: hf`), what `fleetrl sft` minimises instead of a likelihood."""
+
+    error: torch.Tensor  # the head's loss per chunk action: (B,), (B, K) with chunks
+    value: torch.Tensor  # (B,)

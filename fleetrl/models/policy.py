@@ -86,6 +86,21 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
     return resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
 
 
+def hf_policy_class(action_head: str) -> type[nn.Module]:
+    """The `model.id: hf` policy class of an action head."""
+    if action_head == "flow":
+        from fleetrl.models.hf.flow_policy import FlowVLAPolicy
+
+        return FlowVLAPolicy
+    if action_head == "l1":
+        from fleetrl.models.hf.l1_policy import L1VLAPolicy
+
+        return L1VLAPolicy
+    from fleetrl.models.hf.policy import VLAPolicy
+
+    return VLAPolicy
+
+
 class Policy(nn.Module):
     def __init__(
         self,
@@ -109,12 +124,11 @@ class Policy(nn.Module):
 
     @classmethod
     def from_config(cls, config: ModelConfig, observation_space, action_space) -> Policy:
-        """The policy `config` describes; with `model.id: hf` a `VLAPolicy` (models/hf/policy.py),
-        which has this interface (imported only then: transformers is the optional `vla` extra)."""
+        """The policy `config` describes; with `model.id: hf` the policy of its `model.action_head`
+        (models/hf/: policy.py for tokens, l1_policy.py, flow_policy.py), which has this interface
+        (imported only then: transformers is the optional `vla` extra)."""
         if config.id == "hf":
-            from fleetrl.models.hf.policy import VLAPolicy
-
-            return VLAPolicy.from_config(config, observation_space, action_space)
+            return hf_policy_class(config.action_head).from_config(config, observation_space, action_space)
         return cls(
             build_network(config, observation_space, action_space),
             action_space,

@@ -24,6 +24,7 @@ from fleetrl.config.model_sections import BUILTIN_MODELS
 from fleetrl.config.schema import ClusterConfig, Config
 from fleetrl.debug.faults import check_fault
 from fleetrl.errors import ConfigError, nearest
+from fleetrl.plan.action_heads import check_action_head_spaces, validate_action_head
 from fleetrl.plan.placement import EVAL, PLACEMENT_KEY, Placement
 from fleetrl.run_dir import resume_dir
 from fleetrl.watch.incident import CAUSES, NEVER_RESTART
@@ -40,6 +41,7 @@ def validate(config: Config) -> None:
     validate_trunk_keys(config)
     validate_precision(config)
     validate_action_attention(config)
+    validate_action_head(config)
     validate_cluster(config)
     validate_watchdog(config)
     validate_restarts(config)
@@ -358,8 +360,11 @@ def check_spaces(config: Config, observation_space, action_space) -> None:
 
         model = config.model
         observation_keys(observation_space, model.prompt_template)
-        bins = model.action_bins
-        VocabActions(action_space, bins, VocabActions.placeholder_ids(bins), model.action_chunk, model.action_stats)
+        if model.action_head == "tokens":
+            bins = model.action_bins
+            VocabActions(action_space, bins, VocabActions.placeholder_ids(bins), model.action_chunk, model.action_stats)
+        else:
+            check_action_head_spaces(config, observation_space, action_space)
     if config.model.id in ("mlp", "transformer"):
         import torch
 

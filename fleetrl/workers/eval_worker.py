@@ -121,7 +121,7 @@ def play(
         if film and done_count[0] == 0:
             frames.append(env.stages[0].call("render")[0])
         actions, _, _ = rollout.infer(obs, deterministic)
-        step = env.step(actions.numpy())
+        step = env.step(rollout.env_actions(actions).numpy())
         ended = np.flatnonzero(step.terminated | step.truncated)
         finished, finished_lengths = env.drain_episodes()  # in env order
         outcomes = {index: (task, flag) for index, task, flag in env.drain_successes()}

@@ -91,10 +91,18 @@ class RolloutWorker(SyncMember):
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     def infer(self, obs: np.ndarray, deterministic: bool = False):
-        """(actions, log-probs, values) CPU tensors for a batch of observations."""
+        """(actions, log-probs, values) CPU tensors for a batch of observations. The actions are the
+        policy's record of them (what its loss path scores: a flow head's whole chain), which
+        `env_actions` turns into the env's."""
         with self.precision():
             actions, logprobs, values = self.policy.act(self.tensor(obs), deterministic)
         return actions.cpu(), logprobs.float().cpu(), values.float().cpu()
+
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """`infer`'s actions as the env takes them: the policy's `to_env` where it records something
+        else than the action (the continuous heads of `model.id: hf`), else as they are."""
+        to_env = getattr(self.policy, "to_env", None)
+        return actions if to_env is None else to_env(actions)
 
     def values(self, obs: np.ndarray) -> torch.Tensor:
         with self.precision():
@@ -118,12 +126,13 @@ class RolloutWorker(SyncMember):
     ) -> None:
         continuous = isinstance(action_space, gym.spaces.Box)
         chunk = getattr(self.policy, "action_chunk", 1)  # a chunk policy's actions: (K, *one action's shape)
+        action_shape = ((chunk,) if chunk > 1 else ()) + (action_space.shape if continuous else ())
         self.lanes = [
             TrajectoryBuffer(
                 steps,
                 size,
                 observation_space,
-                ((chunk,) if chunk > 1 else ()) + (action_space.shape if continuous else ()),
+                getattr(self.policy, "record_shape", action_shape),  # what the policy records of an action
                 np.float32 if continuous else np.int64,
                 getattr(self.policy, "logprob_shape", ()),  # per action of a chunk, per token
                 record_next_obs=self.record_next_obs,
@@ -143,9 +152,8 @@ class RolloutWorker(SyncMember):
             self.finished[lane] = buffer.finish(self.values(step.obs).numpy())
             return None
         actions, logprobs, values = self.infer(step.obs)
-        actions = actions.numpy()
-        buffer.record_policy(t, step.obs, actions, logprobs.numpy(), values.numpy(), self.version)
-        return actions
+        buffer.record_policy(t, step.obs, actions.numpy(), logprobs.numpy(), values.numpy(), self.version)
+        return self.env_actions(actions).numpy()
 
     def trajectory(self) -> Trajectory:
         """This worker's finished lanes joined along the env axis, in lane order."""

@@ -11,7 +11,10 @@ actions: it takes `updates_per_iteration` steps of maximum likelihood of the exp
 Hugging Face VLA acting through its vocabulary with `model.id: hf`), plus a value loss on the
 demonstrations' discounted returns, on minibatches drawn from the demonstrations. With
 `model.action_chunk` K > 1 the expert's action at a step is the chunk of its next K actions
-(`demonstrations.chunked`), its log-likelihood summed over the actions the expert took.
+(`demonstrations.chunked`), its log-likelihood summed over the actions the expert took. A
+Hugging Face VLA with a continuous action head (`model.action_head` l1 or flow) has no likelihood
+to maximise here: the actor minimises the head's own supervised loss instead (the L1 distance,
+π0's flow-matching loss), averaged over the actions the expert took.
 
 With several ranks each rank draws its share of every minibatch from its own stream; every rank
 takes the same number of steps (DDP's all-reduces line up). `spec` registers `bc`.
@@ -22,7 +25,7 @@ from __future__ import annotations
 import gymnasium as gym
 import torch
 
-from fleetrl.algos.common.logprobs import decision_logprob
+from fleetrl.algos.common.logprobs import decision_logprob, executed_mean
 from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.config.schema import Config
 from fleetrl.envs import demonstrations
@@ -56,6 +59,9 @@ class BCActor(ActorWorker):
         self.returns = torch.from_numpy(demos.returns).to(self.device)
         self.sampler = torch.Generator().manual_seed(rank_seed(config.runner.seed, rank, ACTOR_SAMPLING))
         self.checked = False  # every parameter got a gradient (checked on the first step)
+        # None: behaviour cloning maximises the likelihood of the expert's actions; a continuous head
+        # of model.id hf (l1, flow) names its own supervised loss instead (models/hf/continuous.py)
+        self.imitation_loss = getattr(self.policy, "imitation_loss", None)
 
     def train(self, trajectory: Trajectory, progress: float) -> dict:
         """`updates_per_iteration` behaviour-cloning steps; `trajectory` (the current policy's
@@ -69,10 +75,17 @@ class BCActor(ActorWorker):
         totals = torch.zeros(4, dtype=torch.float64, device=self.device)
         for _ in range(algo.updates_per_iteration):
             index = torch.randint(len(self.actions), (per_rank,), generator=self.sampler).to(self.device)
-            outputs = self.loss_path.module(map_obs(lambda x, i=index: x[i], self.obs), self.actions[index])
+            obs, actions = map_obs(lambda x, i=index: x[i], self.obs), self.actions[index]
             steps = None if self.steps is None else self.steps[index]
-            logprob = decision_logprob(outputs.logprobs, steps)  # Σ over its tokens and executed chunk actions
-            action_loss = -logprob.mean()
+            if self.imitation_loss is None:  # maximum likelihood
+                outputs = self.loss_path.module(obs, actions)
+                logprob = decision_logprob(outputs.logprobs, steps)  # Σ over its tokens and executed chunk actions
+                action_loss = -logprob.mean()
+                probability = logprob.detach().exp().mean()
+            else:  # a continuous head's own loss, over the executed actions of each chunk
+                outputs = self.loss_path.module(obs, actions, imitation=True)
+                action_loss = executed_mean(outputs.error, steps).mean()
+                probability = torch.zeros_like(action_loss)  # no likelihood to report
             value_loss = 0.5 * (outputs.value - self.returns[index]).pow(2).mean()
             loss = action_loss + algo.vf_coef * value_loss
             prediction = torch.zeros_like(value_loss)
@@ -88,13 +101,14 @@ class BCActor(ActorWorker):
                 self.loss_path.clip_grad_norm_(algo.max_grad_norm)
             self.optimizer.step()
             totals += torch.stack(
-                [action_loss.detach(), value_loss.detach(), logprob.detach().exp().mean(), prediction.detach()]
+                [action_loss.detach(), value_loss.detach(), probability, prediction.detach()]
             ).double()
         means = (self.all_reduce(totals) / (self.world_size * algo.updates_per_iteration)).tolist()
+        likelihood = {"expert_action_prob": means[2]} if self.imitation_loss is None else {}
         return {
-            "bc_loss": means[0],
+            "bc_loss": means[0],  # minus the log-likelihood, or the continuous head's own loss
             "value_loss": means[1],
-            "expert_action_prob": means[2],  # the policy's probability (density) of the expert's action (chunk)
+            **likelihood,  # the policy's probability (density) of the expert's action (chunk)
             "lr": lr,
             "grad_steps": algo.updates_per_iteration,
             "demonstration_steps": len(self.actions),

@@ -87,3 +87,14 @@ def decision_logprob(logprobs: torch.Tensor, steps: torch.Tensor | None) -> torc
     """(B,) the log-probability of each decision's executed part — Σ over its executed actions
     and their tokens (`chunk_level`): what behaviour cloning maximises for a demonstrated chunk."""
     return combine(logprobs, logprobs, logprobs, steps, "chunk_level", "chunk_level")[0]
+
+
+def executed_mean(values: torch.Tensor, steps: torch.Tensor | None) -> torch.Tensor:
+    """(B,) the mean of per-action `values` — (B,), or (B, K) with chunks — over each decision's
+    executed actions: a continuous head's supervised loss of a demonstrated chunk."""
+    if values.dim() == 1:
+        return values
+    if steps is None:
+        return values.mean(-1)
+    mask = executed_mask(steps, values.shape[1]).float()
+    return (values * mask).sum(-1) / mask.sum(-1)

@@ -109,12 +109,13 @@ def validate_ppo(config: Config) -> None:
     """Token-level ratios and entropies, GRPO advantages, and the minibatch dividing the batch."""
     algo, model = config.algorithm, config.model
     for key in ("algorithm.logprob_type", "algorithm.entropy_type"):
-        if get(config, key) == "token_level" and model.action_bins is None:
+        if get(config, key) == "token_level" and not model.emits_tokens:
             raise ConfigError(
                 key,
                 "token_level",
-                "'action_level' unless model.action_bins is set",
-                "token_level needs a policy that emits tokens (model.action_bins)",
+                "'action_level' or 'chunk_level' for a policy that emits no tokens",
+                "token_level needs a policy that emits tokens (model.action_bins; with model.id hf, "
+                "model.action_head tokens)",
             )
     if algo.adv_type == "grpo":
         if algo.group_size < 2:

@@ -48,7 +48,7 @@ class VocabActions(torch.nn.Module):
             low = high = torch.zeros(1)
         elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
             self.dim, self.choices = int(action_space.shape[0]), bins - 1
-            low, high = self.bounds(action_space, stats)
+            low, high = action_bounds(action_space, stats)
         else:
             raise ConfigError("model.id", "hf", "an env with a Discrete or 1-D Box action space", str(action_space))
         self.count = self.chunk * self.dim
@@ -63,28 +63,6 @@ class VocabActions(torch.nn.Module):
     def placeholder_ids(bins: int) -> list[int]:
         """Ids for checking an action space against the bins before any vocabulary is known."""
         return list(range(bins - 1, -1, -1))
-
-    def bounds(self, space: gym.spaces.Box, stats: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-dimension (low, high) that map to [-1, 1]: the statistics' q01/q99, else the bounds."""
-        if stats:
-            missing = {"q01", "q99"} - set(stats)
-            low, high = (np.asarray(stats.get(key, []), np.float32) for key in ("q01", "q99"))
-            if missing or low.shape != space.shape or high.shape != space.shape or not (high > low).all():
-                raise ConfigError(
-                    "model.action_stats",
-                    stats,
-                    f"{{q01: [...], q99: [...]}}, {space.shape[0]} numbers each, q99 > q01 (OpenVLA's statistics)",
-                )
-        else:
-            low, high = space.low.astype(np.float32), space.high.astype(np.float32)
-            if not (np.isfinite(low).all() and np.isfinite(high).all()):
-                raise ConfigError(
-                    "model.action_stats",
-                    None,
-                    "q01/q99 statistics for an action space with infinite bounds",
-                    str(space),
-                )
-        return torch.as_tensor(low), torch.as_tensor(high)
 
     def encode(self, actions: torch.Tensor) -> torch.Tensor:
         """Env actions — (B,), (B, D), (B, K) or (B, K, D) — → bins (B, K·D) int64."""
@@ -112,6 +90,30 @@ class VocabActions(torch.nn.Module):
     def logits(self, vocabulary_logits: torch.Tensor) -> torch.Tensor:
         """The model's logits (..., V) → the action tokens' (..., choices), in float32."""
         return vocabulary_logits[..., self.ids].float()
+
+
+def action_bounds(space: gym.spaces.Box, stats: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-dimension (low, high) of a 1-D Box that map to [-1, 1]: the statistics' q01/q99 (model.action_stats),
+    else the bounds. Every hf action head normalises this way."""
+    if stats:
+        missing = {"q01", "q99"} - set(stats)
+        low, high = (np.asarray(stats.get(key, []), np.float32) for key in ("q01", "q99"))
+        if missing or low.shape != space.shape or high.shape != space.shape or not (high > low).all():
+            raise ConfigError(
+                "model.action_stats",
+                stats,
+                f"{{q01: [...], q99: [...]}}, {space.shape[0]} numbers each, q99 > q01 (OpenVLA's statistics)",
+            )
+    else:
+        low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ConfigError(
+                "model.action_stats",
+                None,
+                "q01/q99 statistics for an action space with infinite bounds",
+                str(space),
+            )
+    return torch.as_tensor(low), torch.as_tensor(high)
 
 
 def action_token_ids(vocab_size: int, bins: int, reserved: set[int]) -> list[int]:
