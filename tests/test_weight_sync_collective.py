@@ -6,6 +6,8 @@ gives them, and act identically."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,7 @@ from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.controller.loop import Trainer
 from fleetrl.errors import ConfigError
 from fleetrl.net import free_port
+from fleetrl.parallel.sync_group import choose_backend
 from fleetrl.parallel.sync_payload import decode, encode
 from fleetrl.plan.load import load_config
 from fleetrl.plan.resolve import resolve
@@ -88,6 +91,14 @@ def test_members_that_prove_the_secret_form_the_group_on_loopback_and_give_rollo
             assert same(result["state"], reference["state"])
             assert torch.equal(result["actions"], reference["actions"])
     assert "actor rank 0 refused rollout rank 0" in results[0]["refused"]
+
+
+def test_nccl_only_where_every_member_has_a_gpu_of_its_own():
+    """NCCL refuses two ranks on one device and cannot reach a CPU member: Gloo then."""
+    own = [((0, 0), "cuda"), ((0, 1), "cuda"), ((1, 0), "cuda:0")]
+    assert choose_backend(own) == "nccl"
+    assert choose_backend([((0, 0), "cuda"), ((0, 0), "cuda")]) == "gloo"  # collocated on one GPU
+    assert choose_backend([((0, 0), "cuda"), ((0, 1), "cpu")]) == "gloo"
 
 
 @pytest.mark.parametrize(
@@ -212,3 +223,11 @@ def test_a_rollout_worker_that_hangs_in_the_sync_is_named_by_the_watchdog(tmp_pa
     group = "weight_sync join" if joining else "weight_sync"
     assert "actor rank 0, rollout rank 0 wait in" in summary or "actor rank 0 waits in" in summary, summary
     assert f"of group {group} (" in summary, summary
+    # the report's table: the rollout workers have columns, the one behind has not entered the wait
+    waited = re.search(r" waits? in .+? #(?P<seq>\d+) of group " + re.escape(group) + r" \(", summary)
+    assert waited, summary
+    rows = {row["seq"]: row["cells"] for row in result.hang_report["collectives"]["rows"] if row["group"] == group}
+    seq = int(waited["seq"])
+    assert rows[seq]["actor/0"]["state"] == "in flight" and rows[seq]["rollout/1"]["state"] == "not entered", rows
+    if not joining:
+        assert rows[seq - 1]["rollout/1"]["state"] == "done", rows  # exactly one behind

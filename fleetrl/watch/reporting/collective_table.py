@@ -1,12 +1,19 @@
 """The hang report's table of the actor ranks' recent collectives, aligned by sequence number: one
 row per (group, #n), one column per rank — done, in flight (for how long), not entered, or not a
 member of that group — so the rank that is behind, or the one that made an extra collective, shows
-at a glance. Rollout workers that joined the weight-sync group (parallel/sync_group.py) have a
-column too."""
+at a glance. Where the run has a weight-sync group (parallel/sync_group.py), every rollout worker
+has a column too."""
 
 from __future__ import annotations
 
-from fleetrl.watch.judging.alignment import PROCESS_GROUP_MEMBERS, collectives, entered, is_member, waited_s
+from fleetrl.watch.judging.alignment import (
+    PROCESS_GROUP_MEMBERS,
+    WEIGHT_SYNC_GROUPS,
+    collectives,
+    entered,
+    is_member,
+    waited_s,
+)
 from fleetrl.watch.naming import describe
 from fleetrl.watch.reporting.report_groups import GROUPED, grouped_columns
 
@@ -25,11 +32,13 @@ def cell(key: tuple[str, int], record: dict, group: str, seq: int, found: dict |
 
 def aligned_collectives(records: dict) -> dict:
     """{"ranks": ["actor/0", ...], "rows": [{"group", "seq", "cells": {rank: cell}}]} for every
-    (group, seq) some actor rank still keeps."""
+    (group, seq) some actor rank still keeps; where the run has a weight-sync group (some rank
+    entered it), every rollout worker's too — the one that never reached it included."""
+    sync_group = any(entered(record, group) for record in records.values() for group in WEIGHT_SYNC_GROUPS)
     ranks = {
         key: record
         for key, record in sorted(records.items())
-        if key[0] in PROCESS_GROUP_MEMBERS or (key[0] == "rollout" and collectives(record).get("entered"))
+        if key[0] in PROCESS_GROUP_MEMBERS or (sync_group and key[0] == "rollout")
     }
     kept: dict[tuple[str, int], dict] = {}  # (group, seq) → {rank key: its entry}
     for key, record in ranks.items():
