@@ -496,6 +496,22 @@ def controller_of(running: Fleetrl) -> psutil.Process | None:
     return None
 
 
+def processes_alive(pids: list[int]) -> list[str]:
+    """Those of `pids` still running (a zombie has ended), described; ends them, so that a failed
+    test leaves none behind."""
+    alive = []
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    described = [describe(process) for process in alive]
+    end(alive)
+    return described
+
+
 def end(processes: list[psutil.Process]) -> None:
     """SIGKILL each of `processes` (gone already is fine) and reap them."""
     for process in processes:

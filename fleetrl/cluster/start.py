@@ -18,6 +18,7 @@ from fleetrl.cluster.groups import NotAWorkerMethod
 from fleetrl.errors import UserError
 from fleetrl.plan.layout import lane_sizes
 from fleetrl.plan.run_plan import RunPlan
+from fleetrl.probe.child_activity import descendant_pids, end_descendants
 from fleetrl.watch.respond import IncidentStop
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.rollout_worker import RolloutWorker
@@ -28,7 +29,9 @@ BACKENDS: dict[str, type[Backend]] = {"inline": InlineBackend, "ray": RayBackend
 def start_backend(plan: RunPlan, run_dir: Path, session: WatchSession | None = None) -> Backend:
     """`session`: how the workers are watched (default: from this process, `WatchSession`)."""
     session = session or WatchSession(plan.config, run_dir)
+    spare = descendant_pids()  # running before any worker: never ended as a simulator's
     with contextlib.ExitStack() as undo:
+        undo.callback(end_descendants, spare)  # last, once the workers are closed
         try:
             backend = BACKENDS[plan.layout.backend].start(plan, session, undo)
             configure_lanes(backend, plan)
@@ -42,6 +45,7 @@ def start_backend(plan: RunPlan, run_dir: Path, session: WatchSession | None = N
             undo.pop_all()
             session.fail(error)
         undo.pop_all()
+    backend.spare = spare
     return backend
 
 

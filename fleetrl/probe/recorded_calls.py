@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from fleetrl.probe import flight_recorder
+from fleetrl.probe.child_activity import become_subreaper
 from fleetrl.probe.flight_recorder import PhaseStats, Recorder
 from fleetrl.probe.stack_requests import connect_answerer
 from fleetrl.probe.stacks import register_stack_dump, stack_file
@@ -38,6 +39,7 @@ def start_watching(component: str, rank: int, node: int, spec: WatchSpec) -> Rec
     (through the store, and SIGUSR1 from its own machine)."""
     recorder = Recorder(component, rank, node)
     flight_recorder.install(recorder)
+    become_subreaper()  # a simulator's daemonised servers stay its descendants (probe/child_activity.py)
     register_stack_dump(stack_file(Path(spec.stack_dir), component, rank))
     publish = connect_publisher(spec.store_host, spec.store_port, component, rank, spec.secret)
     answer = connect_answerer(spec.store_host, spec.store_port, component, rank, spec.secret)

@@ -18,7 +18,6 @@ once).
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import json
 import logging
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from fleetrl import exit_codes
 from fleetrl.checkpoint import newest_intact
+from fleetrl.probe.child_activity import become_subreaper
 from fleetrl.probe.seal import new_run_secret
 from fleetrl.supervise.attempt import Attempt, closing_message, kill_run_tree
 from fleetrl.supervise.restarts import Restart, RestartPolicy
@@ -42,12 +42,6 @@ if TYPE_CHECKING:
     from fleetrl.supervise.janitor import Janitor
 
 log = logging.getLogger("fleetrl")
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper() -> None:
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: orphans of a killed controller may outlive the run")
 
 
 class Supervisor:
@@ -61,7 +55,8 @@ class Supervisor:
 
     def run(self) -> int:
         """Supervise the controller until the run ends; the exit code."""
-        become_subreaper()
+        if not become_subreaper():
+            log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: orphans of a killed controller may outlive the run")
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self.on_signal)
         restart = None

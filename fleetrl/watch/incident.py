@@ -53,6 +53,9 @@ class Incident:
     # A dead worker's last words (watch/judging/last_words.py LastWords.as_dict): how it ended, its node,
     # the tail of its own stderr
     last_words: dict | None = None
+    # A stalled call's subprocesses, which it waits on (watch/judging/judgement.py): pid, command, state,
+    # cpu (a share of a core over the judged window) and, added by the response, stack
+    waits_on: list[dict] = field(default_factory=list)
 
 
 def died(key: tuple[str, int], record: dict, words, doing: str, started: float) -> Incident:

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from fleetrl import exit_codes
 from fleetrl.probe.stack_requests import StackAsker
-from fleetrl.probe.stacks import capture_stacks
+from fleetrl.probe.stacks import capture_stacks, py_spy_dump
 from fleetrl.teardown import kill_own_children
 from fleetrl.watch.incident import Incident
 from fleetrl.watch.reporting.hang_report import (
@@ -35,6 +35,21 @@ log = logging.getLogger("fleetrl")
 # Every process of the run ends within this many seconds of an incident's detection: the stacks,
 # the report and the teardown included (a loaded host's margin aside; docs/concepts/incidents.md).
 TEARDOWN_PROMISE_S = 10.0
+SUBPROCESS_STACK_TIMEOUT_S = 2.0  # py-spy's read of one subprocess a stalled call waits on (~0.3 s; within the promise)
+STACKED_SUBPROCESSES = 2  # of those, the first this many have their stacks read (within the response's bound)
+
+
+def subprocess_stack(pid: int, command: str) -> str:
+    """The Python stack of a worker's subprocess, read from outside by py-spy where it runs on this
+    machine (its command line is the one its worker published) and is a Python process."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            here = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "(not on this machine, or gone)"
+    if not here.startswith(command):
+        return "(not on this machine, or gone)"
+    return py_spy_dump(pid, SUBPROCESS_STACK_TIMEOUT_S, "--nonblocking") or "(no Python stack: not a Python process)"
 
 
 class IncidentStop(Exception):
@@ -95,6 +110,8 @@ class Responder:
                 self.run_dir / "stacks",
                 self.ask_stacks,
             )
+            for process in incident.waits_on[:STACKED_SUBPROCESSES]:  # what a stalled call waits on
+                process["stack"] = subprocess_stack(process["pid"], process["command"])
             self.report = build_hang_report(incident, workers, stacks, detected_at)
             text, folder = write_hang_report(self.run_dir, self.report)
             print(text, file=sys.stderr)

@@ -31,6 +31,7 @@ from typing import NoReturn
 
 from fleetrl.config.schema import Config
 from fleetrl.probe import flight_recorder
+from fleetrl.probe.child_activity import become_subreaper
 from fleetrl.probe.flight_recorder import Recorder
 from fleetrl.probe.recorded_calls import WatchSpec
 from fleetrl.probe.seal import run_secret
@@ -66,6 +67,7 @@ class WatchSession:
         store = self.watcher.store
         self.recorder = Recorder(component, rank, 0)
         flight_recorder.install(self.recorder)
+        become_subreaper()  # a simulator's daemonised servers stay its descendants (probe/child_activity.py)
         register_stack_dump(stack_file(Path(spec.stack_dir), component, rank))
         answer = StackAnswerer(store.sealed, component, rank)
         self.recorder.start_publishing(store.publisher(component, rank), spec.interval_s, answer)

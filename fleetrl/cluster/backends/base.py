@@ -21,6 +21,7 @@ import gymnasium as gym
 from fleetrl.cluster.exchange.collect import Iterations
 from fleetrl.cluster.groups import WorkerGroup
 from fleetrl.plan.run_plan import RunPlan
+from fleetrl.probe.child_activity import end_descendants
 from fleetrl.watch.session import WatchSession
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.eval_worker import EvalWorker
@@ -40,6 +41,7 @@ class Workers:
 class Backend(ABC):
     shares_policy: bool = False  # rollout acts with the actor's own policy object (one process)
     sync_transport: str = "ray"  # "collective": over the weight-sync group (parallel/sync_group.py)
+    spare: frozenset[int] = frozenset()  # this process's descendants before the workers: not theirs to end
 
     def __init__(self, session: WatchSession, workers: Workers, collector: Iterations):
         self.session: WatchSession = session
@@ -64,7 +66,10 @@ class Backend(ABC):
     def shutdown(self) -> None:
         """Stop the threads that use the heartbeat store, close the simulators (they may own
         subprocesses; an evaluation still running finishes first), then whatever the backend
-        itself holds — unless an incident already ended every worker."""
+        itself holds — unless an incident already ended every worker. Then end what the
+        simulators left running: every descendant of this process that was not there before the
+        workers (a server a simulator did not stop; a Ray worker's, re-parented here when Ray
+        ended it: this process is a subreaper, probe/child_activity.py)."""
         self.session.stop()
         if self.session.torn_down:
             return
@@ -72,6 +77,7 @@ class Backend(ABC):
         if self.evaluator is not None:
             close_evaluator(self.evaluator)
         self.close()
+        end_descendants(set(self.spare))
 
     @abstractmethod
     def close(self) -> None:

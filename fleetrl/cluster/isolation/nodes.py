@@ -38,6 +38,7 @@ import psutil
 from fleetrl.cluster.isolation.bridge import build_bridge, existing_bridge, ip, remove_bridge
 from fleetrl.cluster.ray.worker_path import NODE_PATHS_VARIABLE, node_paths
 from fleetrl.net import free_port
+from fleetrl.probe.child_activity import starting_ray
 from fleetrl.teardown import kill_tree, wait_ended
 
 log = logging.getLogger("fleetrl")
@@ -122,13 +123,14 @@ class IsolatedNodes:
             f"--temp-dir={self.work_dir / 'ray'}",
             f"--object-store-memory={OBJECT_STORE_BYTES}",
         ]
-        self.head = subprocess.Popen(
-            command,
-            env=ray_environment(self.tag),
-            start_new_session=True,
-            stdout=self.log_file("head"),
-            stderr=subprocess.STDOUT,
-        )
+        with starting_ray():  # Ray's, not a simulator's (probe/child_activity.py)
+            self.head = subprocess.Popen(
+                command,
+                env=ray_environment(self.tag),
+                start_new_session=True,
+                stdout=self.log_file("head"),
+                stderr=subprocess.STDOUT,
+            )
         self.undo.callback(stop_process_tree, self.head)
         wait_for_port(self.host_address, port, self.head, self.work_dir / "head.log")
 
@@ -161,13 +163,14 @@ class IsolatedNodes:
         )
         command = ["ip", "netns", "exec", netns, "unshare", "--pid", "--fork", "--mount-proc", "--uts"]
         command += ["--kill-child", "sh", "-c", inside]
-        process = subprocess.Popen(
-            command,
-            env=ray_environment(self.tag, clock),
-            start_new_session=True,
-            stdout=self.log_file(f"n{index}"),
-            stderr=subprocess.STDOUT,
-        )
+        with starting_ray():  # Ray's, not a simulator's (probe/child_activity.py)
+            process = subprocess.Popen(
+                command,
+                env=ray_environment(self.tag, clock),
+                start_new_session=True,
+                stdout=self.log_file(f"n{index}"),
+                stderr=subprocess.STDOUT,
+            )
         self.undo.callback(stop_process_tree, process)
         log.info("simulated node %d: %s in %s, hostname %s%s", index, address, netns, hostname, skew_note(skew_s))
         return IsolatedNode(index, netns, address, hostname, process)

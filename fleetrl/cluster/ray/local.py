@@ -28,6 +28,8 @@ from ray._private.parameter import RayParams
 from ray._private.services import wait_for_node
 from ray._private.utils import write_ray_address
 
+from fleetrl.probe.child_activity import starting_ray
+
 NODE_JOIN_TIMEOUT_S = 60
 # Ray starts one idle Python worker per CPU slot when the first driver connects, for tasks;
 # fleetrl's workers are actors with a runtime_env of their own and never reuse them, so they are
@@ -64,13 +66,16 @@ class LocalRay:
         if num_nodes > 1:  # several object stores in one machine's memory
             common["object_store_memory"] = SIMULATED_OBJECT_STORE_BYTES
         head = RayParams(**common, no_monitor=True, _system_config=NO_PRESTARTED_WORKERS)
-        self.nodes: list[Node] = [HeadWithoutApiServer(head, head=True, shutdown_at_exit=True, spawn_reaper=True)]
-        self.address: str = self.nodes[0].address
-        for _ in range(num_nodes - 1):
-            params = RayParams(**common, gcs_address=self.address, include_log_monitor=False, node_manager_port=0)
-            node = NodeWithoutSignalHandler(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
-            wait_for_node(self.address, node.plasma_store_socket_name, NODE_JOIN_TIMEOUT_S)  # in order
-            self.nodes.append(node)
+        # Ray's daemons are this process's children but no simulator's: never evidence that a
+        # waiting call works, never ended as a simulator's leftovers (probe/child_activity.py)
+        with starting_ray():
+            self.nodes: list[Node] = [HeadWithoutApiServer(head, head=True, shutdown_at_exit=True, spawn_reaper=True)]
+            self.address: str = self.nodes[0].address
+            for _ in range(num_nodes - 1):
+                params = RayParams(**common, gcs_address=self.address, include_log_monitor=False, node_manager_port=0)
+                node = NodeWithoutSignalHandler(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
+                wait_for_node(self.address, node.plasma_store_socket_name, NODE_JOIN_TIMEOUT_S)  # in order
+                self.nodes.append(node)
         if num_nodes > 1:  # as `ray.cluster_utils.Cluster` did (the janitor forgets it after a kill -9)
             write_ray_address(self.address)
 

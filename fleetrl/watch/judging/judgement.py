@@ -77,6 +77,7 @@ class Sample:
     subprocesses_cpu_s: float | None = None  # ... and the CPU seconds they have used
     thread_run_delay_s: float | None = None  # seconds the phase's thread waited, runnable, for a CPU
     thread_ready: int = 0  # samples of what it sits in that found it ready to run or running
+    subprocess_list: tuple = ()  # (pid, command, state, CPU seconds) of the first few of them
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Judgement:
     gpu_util_pct: float | None = None  # its GPU's mean utilisation over the window, where read
     subprocesses: tuple[int, float] | None = None  # (how many, share of a core they used), where it has any
     starved: float | None = None  # busy (starved): the share of the window its thread waited for a CPU
+    waited_on: tuple = ()  # (pid, command, state, share of a core over the window) of its first subprocesses
 
     @property
     def stalled(self) -> bool:
@@ -101,10 +103,12 @@ class Judgement:
         cpu += f", its GPU {self.gpu_util_pct:.0f} % utilised" if self.gpu_util_pct is not None else ""
         if self.subprocesses is not None:
             count, share = self.subprocesses
+            them = f"its {count} subprocesses" if count > 1 else "its subprocess"
             if share >= SUBPROCESSES_BUSY:
-                cpu += f"; waiting on its {count} subprocesses, which are computing ({share:.0%} CPU)"
+                cpu += f"; waiting on {them}, which {'are' if count > 1 else 'is'} computing ({share:.0%} CPU)"
             else:
-                cpu += f"; its {count} subprocesses are not computing either ({share:.0%} CPU)"
+                cpu += f"; {them} {'are' if count > 1 else 'is'} not computing either ({share:.0%} CPU)"
+            cpu += "".join(f"{': ' if i == 0 else ', '}{process_text(p)}" for i, p in enumerate(self.waited_on))
         if self.state == SPINNING:
             waits, samples, wait = self.waits
             return (
@@ -121,6 +125,15 @@ class Judgement:
                 f"other processes held the cores), {moved}, {cpu} over the last {self.window_s:.1f} s"
             )
         return f"busy: {moved}, {cpu} over the last {self.window_s:.1f} s"
+
+
+STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible sleep", "T": "stopped", "t": "stopped by a tracer"}
+
+
+def process_text(process: tuple) -> str:
+    """'pid 4242 (`python server.py`, sleeping, 0% CPU)': one subprocess a call waits on."""
+    pid, command, state, share = process
+    return f"pid {pid} (`{command}`, {STATES.get(state, state)}, {share:.0%} CPU)"
 
 
 def on_watcher_clock(record: dict, worker_time: float, now: float) -> float:
@@ -169,6 +182,7 @@ class Seen:
                 record.get("subprocesses_cpu_s"),
                 record.get("thread_run_delay_s"),
                 record.get("thread_ready", 0),
+                tuple(tuple(process) for process in record.get("subprocess_list", ())),
             )
         )
 
@@ -212,7 +226,8 @@ class Seen:
         waits = None if computing else spin_waits(first, last, thread, process, moved)
         starved = None if waits is not None else starved_share(first, last, span, thread)
         state = SPINNING if waits is not None else BUSY if busy or starved is not None else BLOCKED
-        return Judgement(state, span, thread, process, moved, waits, gpu, children, starved)
+        waited_on = subprocess_shares(first, last, span) if children is not None else ()
+        return Judgement(state, span, thread, process, moved, waits, gpu, children, starved, waited_on)
 
 
 def gpu_utilisation(samples: list[Sample]) -> float | None:
@@ -228,6 +243,17 @@ def subprocess_use(first: Sample, last: Sample, span: float) -> tuple[int, float
     if not last.subprocesses or first.subprocesses_cpu_s is None or last.subprocesses_cpu_s is None:
         return None
     return last.subprocesses, max(0.0, (last.subprocesses_cpu_s - first.subprocesses_cpu_s) / span)
+
+
+def subprocess_shares(first: Sample, last: Sample, span: float) -> tuple:
+    """(pid, command, state, share of a core) of the subprocesses the last beat names, their CPU
+    from the first beat to the last (all of it for one that started in between), most first."""
+    before = {process[0]: process[3] for process in first.subprocess_list}
+    shares = [
+        (pid, command, state, max(0.0, (cpu - before.get(pid, 0.0)) / span))
+        for pid, command, state, cpu in last.subprocess_list
+    ]
+    return tuple(sorted(shares, key=lambda process: -process[3]))  # the computing ones first
 
 
 def spin_waits(first: Sample, last: Sample, thread: float, process: float, moved: bool) -> tuple | None:

@@ -317,6 +317,10 @@ class Checks:
             now - age,
             key,
             state=judgement.state,
+            waits_on=[
+                {"pid": pid, "command": command, "state": state, "cpu": share}
+                for pid, command, state, share in judgement.waited_on
+            ],
         )
 
     def warn_slow(self, key: tuple[str, int], record: dict, limit: float, judgement: Judgement) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from fleetrl.config.redact import redact_text
 from fleetrl.watch.incident import Incident
 from fleetrl.watch.judging.alignment import waits_for
+from fleetrl.watch.judging.judgement import process_text
 from fleetrl.watch.naming import collective_text, describe, where
 from fleetrl.watch.reporting.collective_table import aligned_collectives, render_table, render_torch_traces
 from fleetrl.watch.reporting.report_groups import GROUPED, grouped_stacks, grouped_worker_lines
@@ -107,6 +108,7 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
         "incident_started": incident.started,
         "reported_at": now,
         "detected_after_s": now - incident.started,
+        "waits_on": incident.waits_on,
         "detail": incident.detail,
         "last_words": incident.last_words,
         "workers": entries,
@@ -141,6 +143,9 @@ def render_text(report: dict) -> str:
         f"(detected {report['detected_after_s']:.1f} s after it began)",
         "",
     ]
+    for process in report.get("waits_on") or []:
+        lines += [f"it waits on {process_text((process['pid'], process['command'], process['state'], process['cpu']))}"]
+        lines += [f"  {line}" for line in (process.get("stack") or "").splitlines()] + [""]
     words = report.get("last_words")
     if words:  # the detail is then the tail of the dead worker's stderr
         source = f" ({words['stderr_path']})" if words.get("stderr_path") else ""
