@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
@@ -94,3 +96,30 @@ class MetronomeEnv(gym.Env):
 
     def _obs(self) -> np.ndarray:
         return np.array([self.t / self.length], np.float32)
+
+
+class BreaksItsSpaces(CartPoleEnv):
+    """CartPole whose `at`-th step breaks what it declared: `fault` = "shape" (a 5-element
+    observation), "dtype" (strings), "actions" (its action space becomes Discrete(3)) or "info"
+    (an info holding a lock, which cannot be pickled) — or, "float64", only returns float64
+    observations for its float32 space, as many simulators do (no fault)."""
+
+    def __init__(self, fault: str = "shape", at: int = 3):
+        super().__init__()
+        self.fault, self.at, self.steps = fault, at, 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        if self.steps >= self.at:
+            if self.fault == "shape":
+                obs = np.zeros(5, np.float32)
+            elif self.fault == "dtype":
+                obs = np.array(["x"] * 4)
+            elif self.fault == "actions":
+                self.action_space = gym.spaces.Discrete(3)
+            elif self.fault == "info":
+                info = {**info, "lock": threading.Lock()}
+            elif self.fault == "float64":
+                obs = obs.astype(np.float64)
+        return obs, reward, terminated, truncated, info

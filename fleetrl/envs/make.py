@@ -7,6 +7,7 @@ That is what bootstrapping truncated episodes needs, and it wastes no step on re
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import Callable
@@ -18,21 +19,25 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from fleetrl.config.schema import EnvConfig
 from fleetrl.entry_points import check_keyword_arguments, resolve_entry_point
 from fleetrl.envs.atari import atari_wrappers
+from fleetrl.envs.contract import SimulatorContract
 from fleetrl.envs.text import ArrayObservations, needs_conversion
 from fleetrl.errors import ConfigError, nearest
 
 
-def env_factory(config: EnvConfig, chunk: int = 1, gamma: float = 1.0) -> Callable[[], gym.Env]:
-    """A zero-argument function that builds one simulator (checked now, built later), its
-    observations made arrays (`ArrayObservations`) when they are not a Box already; with `chunk`
-    > 1 each step executes an action chunk (`ActionChunk`, discounting within it by `gamma`)."""
+def env_factory(config: EnvConfig, chunk: int = 1, gamma: float = 1.0) -> Callable[..., gym.Env]:
+    """A function that builds one simulator (checked now, built later), its observations made
+    arrays (`ArrayObservations`) when they are not a Box already; with `chunk` > 1 each step
+    executes an action chunk (`ActionChunk`, discounting within it by `gamma`). Called with
+    `contract_index`, each answer is checked against the spaces it declared (`SimulatorContract`,
+    for a simulator in a subprocess of its own), as env `contract_index` of its worker."""
     simulator = simulator_factory(config)
 
-    def make() -> gym.Env:
+    def make(contract_index: int | None = None) -> gym.Env:
         env = simulator()
         if config.wrappers == "atari":
             env = atari_wrappers(env, config.id)
         env = ArrayObservations(env, config.id) if needs_conversion(env.observation_space) else env
+        env = SimulatorContract(env, contract_index) if contract_index is not None else env
         return ActionChunk(env, chunk, gamma) if chunk > 1 else env
 
     return make
@@ -146,11 +151,15 @@ def step_action_space(space: gym.Space, chunk: int) -> gym.Space:
 
 
 def make_vector_env(
-    config: EnvConfig, num_envs: int | None = None, chunk: int = 1, gamma: float = 1.0
+    config: EnvConfig, num_envs: int | None = None, chunk: int = 1, gamma: float = 1.0, first: int = 0
 ) -> gym.vector.VectorEnv:
-    factory = env_factory(config, chunk, gamma)
+    """`num_envs` simulators (default env.num_envs) as one vector env; with `env.vectorization:
+    async` each is held to the spaces it declared in its subprocess (`SimulatorContract`), as env
+    `first + i` of its worker (a sync one's are checked by the env worker: `SyncContract`)."""
     count = config.num_envs if num_envs is None else num_envs
+    factory = env_factory(config, chunk, gamma)
     if config.vectorization == "sync":
         return SyncVectorEnv([factory] * count, autoreset_mode=AutoresetMode.SAME_STEP)
+    factories = [functools.partial(factory, first + i) for i in range(count)]
     # Spawned, never forked: a fork after torch has started its threads can deadlock the child.
-    return AsyncVectorEnv([factory] * count, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")
+    return AsyncVectorEnv(factories, autoreset_mode=AutoresetMode.SAME_STEP, context="spawn")

@@ -16,9 +16,10 @@ import contextlib
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 from fleetrl.config.schema import EnvConfig
+from fleetrl.envs.contract import SyncContract
 from fleetrl.envs.make import make_vector_env, step_action_space
 from fleetrl.envs.normalize import RewardNormalizer, observation_normalizer
 from fleetrl.observations import map_obs, obs_len, stack_obs
@@ -67,8 +68,14 @@ class EnvWorker:
         count = config.num_envs if num_envs is None else num_envs
         self.reset_group_size = reset_group_size
         self.chunk = chunk
-        self.stages = [make_vector_env(config, count // stages, chunk, gamma) for _ in range(stages)]
+        self.stages = [
+            make_vector_env(config, count // stages, chunk, gamma, stage * (count // stages)) for stage in range(stages)
+        ]
         self.num_envs, self.stage_size = count, count // stages
+        self.contracts = [  # a sync vector's simulators held to their spaces here (envs/contract.py)
+            SyncContract(vector, stage * self.stage_size) if isinstance(vector, SyncVectorEnv) else None
+            for stage, vector in enumerate(self.stages)
+        ]
         self.seed, self.training = seed, training
         self.observation_space = self.stages[0].single_observation_space
         self.action_space = step_action_space(self.stages[0].single_action_space, chunk)  # of one env step
@@ -94,26 +101,41 @@ class EnvWorker:
         each group starts from one state."""
         base = self.seed + epoch * self.num_envs
         group = self.reset_group_size
-        obs = [
-            vector.reset(
-                seed=base + stage * self.stage_size
-                if group == 1
-                else [base + (stage * self.stage_size + i) // group for i in range(self.stage_size)]
-            )[0]
-            for stage, vector in enumerate(self.stages)
-        ]
         self.episode_return[:] = 0
         self.episode_length[:] = 0
+        obs = []
+        for stage, vector in enumerate(self.stages):
+            first = stage * self.stage_size
+            seeds = base + first if group == 1 else [base + (first + i) // group for i in range(self.stage_size)]
+            stage_obs = self.answer(stage, "reset", vector.reset, seed=seeds)[0]
+            if self.contracts[stage] is not None:
+                self.contracts[stage].check(vector, range(self.stage_size), "reset")
+            obs.append(stage_obs)
         return self._observe(map_obs(lambda *stages: np.concatenate(stages), *obs))
+
+    def answer(self, stage: int, call: str, method, *args, **kwargs):
+        """`method(*args, **kwargs)` of stage `stage`'s vector env; a failure the simulators' bad
+        data caused (the batcher's) raised as the `BadSimulatorData` naming it."""
+        try:
+            return method(*args, **kwargs)
+        except Exception as error:
+            if self.contracts[stage] is not None:
+                self.contracts[stage].diagnose(self.stages[stage], error, call)
+            raise
 
     def step(self, actions: np.ndarray, stage: int = 0) -> StepResult:
         if isinstance(self.action_space, gym.spaces.Box):
             actions = np.clip(actions, self.low, self.high)
+        vector = self.stages[stage]
         with phase("env.execute_chunk") if self.chunk > 1 else contextlib.nullcontext():  # K steps: a phase of its own
-            obs, reward, terminated, truncated, info = self.stages[stage].step(actions)
+            obs, reward, terminated, truncated, info = self.answer(stage, "step", vector.step, actions)
         truncated = truncated & ~terminated
-        done = terminated | truncated
+        if self.contracts[stage] is not None and "_final_obs" in info:  # episodes ended: what their simulators said
+            self.contracts[stage].check(vector, np.flatnonzero(info["_final_obs"]), "step", info["final_obs"])
         envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
+        truncated_index = np.flatnonzero(truncated)
+        final_obs = final_observations(info, truncated_index, obs)
+        done = terminated | truncated
         steps = chunk_return = None
         if self.chunk > 1:
             steps = chunk_info(info, done, "chunk_steps").astype(np.int64)
@@ -124,10 +146,6 @@ class EnvWorker:
             self._count(envs, reward, done)
         self._count_games(envs, info.get("final_info", {}))
         self._count_successes(envs, info.get("final_info", {}))
-        truncated_index = np.flatnonzero(truncated)
-        final_obs = (
-            stack_obs(info["final_obs"][truncated_index]) if len(truncated_index) else map_obs(lambda x: x[:0], obs)
-        )
         if self.reward_norm is not None:
             reward = self.reward_norm(envs, reward, done, self.training)
         return StepResult(
@@ -240,6 +258,14 @@ class EnvWorker:
                 vector.close(timeout=ASYNC_CLOSE_TIMEOUT_S)
             else:
                 vector.close()
+
+
+def final_observations(info: dict, truncated_index: np.ndarray, obs):
+    """The final observations of the truncated envs `truncated_index` (bootstrapped from), stacked
+    in env order; empty, shaped as `obs`, with none."""
+    if not len(truncated_index):
+        return map_obs(lambda x: x[:0], obs)
+    return stack_obs(info["final_obs"][truncated_index])
 
 
 def chunk_info(info: dict, done: np.ndarray, key: str) -> np.ndarray:
