@@ -10,6 +10,14 @@ Loading (`load_latest`) takes the newest checkpoint that matches its sum and loa
 ones (a truncated file, a disk that lied) are skipped with one warning naming each and why, and
 when none is intact the error names every file and what is wrong with it.
 
+Only finite state is saved: `save_checkpoint` looks at every float tensor and array of the state
+first, and a NaN or infinity anywhere (weights, optimizer moments, normaliser statistics) raises
+`NonFiniteError` naming it, writing nothing — so every checkpoint on disk is finite, and rotation,
+which deletes only checkpoints older than the newest `keep`, never deletes the newest finite one.
+Loading skips a checkpoint that holds non-finite values (one an older fleetrl wrote) as it skips a
+damaged one. The actor's updates check their parameters themselves (algos/common/finite.py), which
+covers the shards of a sharded checkpoint, written by the ranks.
+
 Sharded checkpoints (`actor.checkpoint_format: sharded`, fleetrl/parallel/dcp.py): the actor
 ranks write their shards into a staging folder; `save_checkpoint` records each file's sha256 in
 the state under `shards`, renames the folder to `ckpt_<n>.dcp` beside `ckpt_<n>.pt`, and only
@@ -22,6 +30,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
+import math
 import os
 import re
 import shutil
@@ -71,6 +80,15 @@ def save_checkpoint(run_dir: Path, iteration: int, state: dict, keep: int, shard
     temporary = folder / f".{final.name}.tmp-{os.getpid()}"
     import torch  # here, not at the top: `fleetrl train`'s supervisor lists checkpoints without torch
 
+    found = non_finite_entry(state)
+    if found is not None:
+        from fleetrl.non_finite import NonFiniteError
+
+        if shards is not None:
+            shutil.rmtree(shards, ignore_errors=True)
+        key, value = found
+        raise NonFiniteError("checkpoint state", key, value, f"checkpoint {final.name} was not written")
+
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if shards is not None:
@@ -96,6 +114,33 @@ def save_checkpoint(run_dir: Path, iteration: int, state: dict, keep: int, shard
         sum_file(old).unlink(missing_ok=True)
         shutil.rmtree(shards_dir(old), ignore_errors=True)
     return final
+
+
+def non_finite_entry(state, key: str = "") -> tuple[str, float] | None:
+    """(dotted key, value) of the first NaN or infinity in a state's float tensors and arrays
+    (dicts, lists and tuples walked in order), or None."""
+    import numpy as np  # here, not at the top: `fleetrl train`'s supervisor imports this module
+    import torch
+
+    from fleetrl.non_finite import all_finite, first_non_finite
+
+    if isinstance(state, dict):
+        entries = state.items()
+    elif isinstance(state, list | tuple):
+        entries = enumerate(state)
+    elif isinstance(state, torch.Tensor) and state.is_floating_point() and not bool(torch.isfinite(state).all()):
+        return key, float(state[~torch.isfinite(state)].flatten()[0])
+    elif isinstance(state, np.ndarray) and not all_finite(state):
+        return key, first_non_finite(state)[1]
+    elif isinstance(state, float) and not math.isfinite(state):
+        return key, state
+    else:
+        return None
+    for name, value in entries:
+        found = non_finite_entry(value, f"{key}.{name}" if key else str(name))
+        if found is not None:
+            return found
+    return None
 
 
 def full_disk(error: BaseException | None) -> bool:
@@ -211,6 +256,10 @@ def load_latest(run_dir: Path) -> dict:
             state = verified_load(checkpoint)
         except (ValueError, OSError) as error:
             problems[checkpoint] = str(error)
+            continue
+        found = non_finite_entry(state)
+        if found is not None:  # written before checkpoints were checked: never resumed from
+            problems[checkpoint] = f"it holds a non-finite value: {found[0]} is {found[1]}"
             continue
         if problems:
             skipped = "; ".join(f"{path}: {why}" for path, why in problems.items())

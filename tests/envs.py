@@ -98,6 +98,40 @@ class MetronomeEnv(gym.Env):
         return np.array([self.t / self.length], np.float32)
 
 
+class NonFiniteAt(CartPoleEnv):
+    """CartPole whose sub-env `index` (told apart by the seed of its first reset: seed + i) answers
+    its `at`-th step of the run with a non-finite value: `what` = "reward" (NaN), "obs" (NaN in
+    element 2 of the observation) or "inf_obs" (+inf there); every other step is CartPole's. With
+    `always`, every step of that env from the `at`-th on is non-finite (a simulator that only gives
+    those)."""
+
+    def __init__(self, index: int = 1, at: int = 3, what: str = "reward", always: bool = False):
+        super().__init__()
+        self.target, self.at, self.what, self.always = index, at, what, always
+        self.index, self.steps = None, 0
+
+    def reset(self, *, seed=None, options=None):
+        if self.index is None and seed is not None:
+            self.index = seed
+        obs, info = super().reset(seed=seed, options=options)
+        return (self.spoil(obs) if self.always and self.steps >= self.at else obs), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        if self.steps == self.at or (self.always and self.steps > self.at):
+            if self.what == "reward" and self.index == self.target:
+                reward = float("nan")
+            obs = self.spoil(obs)
+        return obs, reward, terminated, truncated, info
+
+    def spoil(self, obs: np.ndarray) -> np.ndarray:
+        if self.index == self.target and self.what in ("obs", "inf_obs"):
+            obs = obs.copy()
+            obs[2] = np.nan if self.what == "obs" else np.inf
+        return obs
+
+
 class BreaksItsSpaces(CartPoleEnv):
     """CartPole whose `at`-th step breaks what it declared: `fault` = "shape" (a 5-element
     observation), "dtype" (strings), "actions" (its action space becomes Discrete(3)) or "info"

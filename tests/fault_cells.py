@@ -35,7 +35,8 @@ from pathlib import Path
 from tests.incidents import DETECTIONS, SMALL, assert_ended_in_time, promised_detection_s
 from tests.support import LOADED_HOST_MARGIN_S
 
-KINDS = ("kill", "sigstop", "gil", "hang", "exception", "extra_collective", "skip_forward")
+NON_FINITE = ("nan_reward", "nan_obs", "nan_loss", "inf_grad")  # a simulator's NaN, a NaN loss, an exploding gradient
+KINDS = ("kill", "sigstop", "gil", "hang", "exception", "extra_collective", "skip_forward", *NON_FINITE)
 HF_KINDS = (*KINDS, "hang_in_forward")
 HF_WHERE = ("rollout", "actor")  # where the model runs
 WHERE = ("env", "rollout", "actor", "controller")
@@ -44,7 +45,7 @@ BACKENDS = ("inline", "ray", "fused", "nodes", "async")
 
 FAULT_KIND = {"kill": "kill", "sigstop": "stop", "gil": "gil_hang", "hang": "hang", "exception": "exception"}
 FAULT_KIND |= {"extra_collective": "extra_collective", "skip_forward": "skip_forward"}
-FAULT_KIND |= {"hang_in_forward": "hang_in_forward"}
+FAULT_KIND |= {"hang_in_forward": "hang_in_forward"} | {kind: kind for kind in NON_FINITE}
 # The method each component's fault hits, per time: a start-up step (env's first reset, the
 # rollout's lanes, the actor's process-group join), its main method's first call, its 40th
 # (3rd for the actor: one per iteration) once deadlines are learned.
@@ -130,6 +131,14 @@ def why_infeasible(kind: str, where: str, when: str, backend: str) -> str:
         return "one actor rank inline: no peer to disagree with"
     if kind in COLLECTIVE and when == "startup":
         return "the start-up join makes no training collective to add or skip"
+    if kind in ("nan_reward", "nan_obs") and where != "env":
+        return "only a simulator returns rewards and observations"
+    if kind in ("nan_loss", "inf_grad") and where != "actor":
+        return "only an actor rank has a loss and gradients"
+    if kind == "nan_reward" and when == "startup":
+        return "the start-up reset returns no reward"
+    if kind in ("nan_loss", "inf_grad") and when == "startup":
+        return "no loss or gradient before the first train"
     if where == "controller" and kind not in ("kill", "sigstop"):
         return "debug.fault hits worker methods, the controller runs none (inline: see env/rollout/actor)"
     if where == "controller" and when == "first_call":
@@ -209,7 +218,7 @@ def hf_cells(folder: str) -> list[Cell]:
 
 def rotation(cells: list[Cell]) -> list[Cell]:
     """The order CI's slice windows are cut from (tests/test_matrix_slice.py): every cell once,
-    round-robin over the (kind, backend) pairs — pair i is kind i mod 7 on backend i mod 5, 7 and
+    round-robin over the (kind, backend) pairs — pair i is kind i mod 11 on backend i mod 5, 11 and
     5 coprime, with the collective kinds, which have no inline cell, on fused instead — so that
     neighbours differ in kind and in backend wherever the pairs left allow."""
     by_pair: dict[tuple[str, str], list[Cell]] = defaultdict(list)

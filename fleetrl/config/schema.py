@@ -56,6 +56,13 @@ class EnvConfig:
     wrappers: Literal["none", "atari"] = "none"
     """A preset of standard wrappers around each simulator: `atari` is CleanRL's Atari preprocessing
     (docs: guides/atari.md); `none` leaves the env as it is."""
+    nan_policy: Literal["error", "zero", "skip_episode"] = "error"
+    """What a NaN or infinite reward or observation from a simulator does, checked before any
+    normalisation: `error` stops the run as the incident `non_finite`, naming the env worker, the
+    env, the key and the step; `zero` replaces each such value by 0; `skip_episode` ends that env's
+    episode there (reward 0, no bootstrap, the env reset) and counts it in no return. Both are
+    counted (`non_finite_replaced`, `non_finite_skipped` in metrics.jsonl and summary.json): for
+    simulators known to emit them now and then (docs: concepts/incidents.md)."""
 
 
 @dataclass
@@ -305,7 +312,7 @@ class RunnerConfig:
     most this often within `restart_window_s` (docs: concepts/supervisor.md, Restarts)."""
     restart_on: list[str] = field(default_factory=lambda: list(RESTARTABLE))
     """Incident causes that restart (docs: reference/incident-causes.md); never `interrupted`,
-    `disk_full` or `watchdog_error`, which a restart cannot cure."""
+    `disk_full`, `watchdog_error` or `non_finite`, which a restart cannot cure."""
     restart_window_s: Annotated[float, Positive] = 3600.0
     """A restart storm ends the run: more than `max_restarts` within this many seconds is exit 4."""
 

@@ -38,6 +38,8 @@ from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker, success_metrics
 
 log = logging.getLogger("fleetrl")
+# What env.nan_policy replaced or skipped, summed over env ranks (workers/nan_policy.py)
+NON_FINITE_COUNTS = ("non_finite_replaced", "non_finite_skipped")
 
 
 class Trainer:
@@ -80,6 +82,7 @@ class Trainer:
                 policy = saved["actor"].get("policy") or dcp.model_tensors(Path(saved["shards_path"]), HASH_KEY)
                 check_resumed_base(config.model, policy)
         self.state = RunState()  # its counters and recent episodes (run_state.py): what a checkpoint saves
+        self.non_finite = dict.fromkeys(NON_FINITE_COUNTS, 0)  # env.nan_policy's, over all env ranks
         self.target_reached_at: tuple[int, float] | None = None
         self.live_progress = live_progress
         self.evaluations = EvalSchedule(runner.eval_interval, self.run_dir)
@@ -240,6 +243,7 @@ class Trainer:
             **update.timings,
             **staleness_fields(update.ages),
             "samples_dropped": self.state.samples_dropped,
+            **(self.non_finite if self.config.env.nan_policy != "error" else {}),
             **update.metrics,
         }
         if self.target_reached_at is None and self.target_met():
@@ -273,6 +277,7 @@ class Trainer:
         self.state.recent_returns.extend(returns)
         self.state.recent_lengths.extend(lengths)
         games = [x for r in reports for x in r["game_returns"]]
+        self.non_finite = {key: sum(r[key] for r in reports) for key in NON_FINITE_COUNTS}
         return returns, lengths, games, [tuple(x) for r in reports for x in r["successes"]]
 
     def target_met(self) -> bool:
@@ -313,6 +318,7 @@ class Trainer:
             "target_reached_s": reached[1] if reached else None,
             "staleness": {str(age): samples for age, samples in sorted(self.state.staleness.items())},
             "samples_dropped": self.state.samples_dropped,
+            **(self.non_finite if self.config.env.nan_policy != "error" else {}),
         }
         path = self.run_dir / SUMMARY_FILE
         try:

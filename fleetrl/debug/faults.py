@@ -20,10 +20,18 @@ its main method `run` is one whole evaluation). Kinds:
   skip_forward      (actor) the call returns at once, without its forward, backward, optimizer step
                     and collectives (an early return on local data): the peers wait in DDP's
                     gradient all-reduce for a rank that skipped it
+  nan_reward        (env) the simulators' answer to the call (a step, or a reset) has a NaN
+                    reward for the worker's env 0: a simulator whose reward turns NaN
+  nan_obs           (env) ... a NaN in the first element of env 0's observation
+  nan_loss          (actor) from the call on, the policy's value output in the loss is NaN (a
+                    forward hook of the policy): the loss turns NaN
+  inf_grad          (actor) from the call on, the gradient of the policy's first trainable
+                    parameter is infinite (a hook on that tensor): an exploding gradient
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -40,8 +48,13 @@ KINDS = (
     "extra_step",
     "hang_in_forward",
     "skip_forward",
+    "nan_reward",
+    "nan_obs",
+    "nan_loss",
+    "inf_grad",
 )
-ACTOR_ONLY = ("extra_collective", "extra_step", "hang_in_forward", "skip_forward")
+ACTOR_ONLY = ("extra_collective", "extra_step", "hang_in_forward", "skip_forward", "nan_loss", "inf_grad")
+ENV_ONLY = ("nan_reward", "nan_obs")
 DEFAULT_METHOD = {"env": "step", "rollout": "act", "actor": "train", "eval": "run"}  # the component's main method
 FAULT_KEYS = ("kind", "component", "rank", "method", "call")  # rank defaults to 0, call to 1
 
@@ -84,6 +97,10 @@ def check_fault(fault: dict, algorithm: str) -> None:
             "debug.fault.component",
             component,
             f"'actor' with kind {kind!r} (a collective or an optimisation step only an actor rank makes)",
+        )
+    if kind in ENV_ONLY and component != "env":
+        raise ConfigError(
+            "debug.fault.component", component, f"'env' with kind {kind!r} (a value only a simulator returns)"
         )
     for key, low in (("rank", 0), ("call", 1)):
         value = fault.get(key, low)
@@ -138,8 +155,15 @@ class FaultPlan:
             return None
         if self.kind == "hang_in_forward":
             block_in_forward(worker)
+        if self.kind == "nan_loss":
+            poison_value_output(worker)
+        if self.kind == "inf_grad":
+            explode_first_gradient(worker)
         if self.kind == "extra_step":
             getattr(worker, method)(*args)
+        if self.kind in ENV_ONLY:
+            with poisoned_simulators(worker, self.kind):
+                return getattr(worker, method)(*args)
         result = getattr(worker, method)(*args)
         if self.kind == "extra_collective":
             inject_extra_collective()
@@ -170,6 +194,67 @@ def block_in_forward(worker) -> None:
     sleeps forever, inside the model's call."""
     for module in worker.replicated_modules().values():
         module.register_forward_pre_hook(sleep_forever)
+
+
+def poison_value_output(worker) -> None:
+    """From now on the value the actor's policy returns in its loss path is NaN (a forward hook)."""
+    worker.replicated_modules()[first_module(worker)].register_forward_hook(
+        lambda module, inputs, outputs: outputs._replace(value=outputs.value * float("nan"))
+    )
+
+
+def explode_first_gradient(worker) -> None:
+    """From now on the gradient of the actor's first trainable parameter is +inf (a tensor hook:
+    it fires before DDP reduces the gradient)."""
+    import torch
+
+    module = worker.replicated_modules()[first_module(worker)]
+    parameter = next(p for p in module.parameters() if p.requires_grad)
+    parameter.register_hook(lambda grad: torch.full_like(grad, float("inf")))
+
+
+def first_module(worker) -> str:
+    """The name of the actor's policy among its replicated modules (the first one)."""
+    return next(iter(worker.replicated_modules()))
+
+
+@contextlib.contextmanager
+def poisoned_simulators(worker, kind: str):
+    """While inside, each of the env worker's vector envs answers with a NaN: in env 0's reward
+    (`nan_reward`) or in the first element of its observation (`nan_obs`)."""
+
+    def poison(obs, reward):
+        if kind == "nan_reward" and reward is not None:
+            reward[0] = float("nan")
+        if kind == "nan_obs":
+            leaf = next(v for v in (obs.values() if isinstance(obs, dict) else [obs]) if v.dtype.kind == "f")
+            leaf[0].flat[0] = float("nan")
+
+    def poisoned_step(step):
+        def wrapped(*args, **kwargs):
+            obs, reward, terminated, truncated, info = step(*args, **kwargs)
+            reward = reward.astype(float)
+            poison(obs, reward)
+            return obs, reward, terminated, truncated, info
+
+        return wrapped
+
+    def poisoned_reset(reset):
+        def wrapped(*args, **kwargs):
+            obs, info = reset(*args, **kwargs)
+            poison(obs, None)
+            return obs, info
+
+        return wrapped
+
+    vectors = list(worker.stages)
+    for vector in vectors:
+        vector.step, vector.reset = poisoned_step(vector.step), poisoned_reset(vector.reset)
+    try:
+        yield
+    finally:
+        for vector in vectors:
+            del vector.step, vector.reset  # the class's methods again
 
 
 def inject_extra_collective() -> None:

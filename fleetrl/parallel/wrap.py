@@ -77,11 +77,13 @@ class LossPath:
             check_all_ranks_reach_every_parameter(loss, self.policy, self.ignored, loss_name, grad_step)
         loss.backward()
 
-    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
-        """Clip to the global gradient norm (after reduction: the norm of the full gradient)."""
+    def clip_grad_norm_(self, max_norm: float, norms: tuple | None = None) -> torch.Tensor:
+        """Clip to the global gradient norm (after reduction: the norm of the full gradient);
+        `norms`: (the gradients, each one's norm stacked) where already computed (the non-finite
+        checks' `UpdateChecks.gradients`), on one device."""
         params = self.parameters()
         if self.strategy != "fsdp":
-            return clip_grad_norm_(params, max_norm)
+            return clip_grad_norm_(params, max_norm, norms)
         from torch.distributed.tensor import DTensor
 
         # Sharded gradients: each rank's norm covers its shard; the DTensor norm is a pending
@@ -300,13 +302,17 @@ def shard_with_fsdp2(policy: nn.Module, config: ActorConfig, device: torch.devic
 FOREACH_KERNELS = all(hasattr(torch, name) for name in ("_foreach_norm", "_foreach_mul_"))
 
 
-def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+def clip_grad_norm_(params: list[torch.Tensor], max_norm: float, norms: tuple | None = None) -> torch.Tensor:
     """`torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)` for parameters on one
     device: the same operations in the same order (so bitwise the same result) without its
-    per-call Python (grouping by device and dtype, a `.to()` per norm, checks). Returns the norm."""
+    per-call Python (grouping by device and dtype, a `.to()` per norm, checks). Returns the norm.
+    `norms`: (the gradients, `torch.stack(torch._foreach_norm(gradients))`) where computed already."""
     if not FOREACH_KERNELS:
         return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-    grads = [p.grad for p in params if p.grad is not None]
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    if norms is None:
+        grads = [p.grad for p in params if p.grad is not None]
+        norms = grads, torch.stack(torch._foreach_norm(grads))
+    grads, per_tensor = norms
+    total = torch.linalg.vector_norm(per_tensor)
     torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     return total

@@ -25,10 +25,13 @@ CAUSES = (
     "interrupted",
     "startup_timeout",
     "watchdog_error",
+    "non_finite",
 )
 # Causes a restart cannot help with: an interruption (the user asked to stop), a full disk (it
-# would fill again) and a failed watchdog (the run would go on unwatched).
-NEVER_RESTART = ("interrupted", "disk_full", "watchdog_error")
+# would fill again), a failed watchdog (the run would go on unwatched) and a non-finite value (the
+# newest checkpoint and the same simulators bring it back: `env.nan_policy` is the way to live with
+# a simulator that emits them).
+NEVER_RESTART = ("interrupted", "disk_full", "watchdog_error", "non_finite")
 # What a `startup_timeout` report tells the user to check.
 DEADLINE_HINT = "Check the address and that the network interface it names is reachable from here (`fleetrl doctor`)."
 

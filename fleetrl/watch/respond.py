@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from fleetrl import exit_codes
+from fleetrl.checkpoint import list_checkpoints
 from fleetrl.probe.stack_requests import StackAsker
 from fleetrl.probe.stacks import capture_stacks, py_spy_dump
 from fleetrl.teardown import kill_own_children
@@ -112,7 +113,9 @@ class Responder:
             )
             for process in incident.waits_on[:STACKED_SUBPROCESSES]:  # what a stalled call waits on
                 process["stack"] = subprocess_stack(process["pid"], process["command"])
-            self.report = build_hang_report(incident, workers, stacks, detected_at)
+            checkpoints = list_checkpoints(self.run_dir)
+            newest = checkpoints[-1] if checkpoints else None
+            self.report = build_hang_report(incident, workers, stacks, detected_at, newest)
             text, folder = write_hang_report(self.run_dir, self.report)
             print(text, file=sys.stderr)
             log.error("%s: %s (report: %s)", incident.cause, self.report["summary"], folder / REPORT_TEXT)

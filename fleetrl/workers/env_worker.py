@@ -22,9 +22,11 @@ from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.contract import SyncContract
 from fleetrl.envs.make import make_vector_env, step_action_space
 from fleetrl.envs.normalize import RewardNormalizer, observation_normalizer
+from fleetrl.non_finite import all_finite
 from fleetrl.observations import map_obs, obs_len, stack_obs
 from fleetrl.probe.flight_recorder import phase
 from fleetrl.step_result import StepResult
+from fleetrl.workers.nan_policy import NanPolicy, StepPlace, values_finite
 
 ALL_TASKS = "all"  # the task name of episodes whose env names none
 
@@ -72,6 +74,7 @@ class EnvWorker:
             make_vector_env(config, count // stages, chunk, gamma, stage * (count // stages)) for stage in range(stages)
         ]
         self.num_envs, self.stage_size = count, count // stages
+        self.nan_policy = NanPolicy(config.nan_policy, self.stage_size)
         self.contracts = [  # a sync vector's simulators held to their spaces here (envs/contract.py)
             SyncContract(vector, stage * self.stage_size) if isinstance(vector, SyncVectorEnv) else None
             for stage, vector in enumerate(self.stages)
@@ -110,7 +113,8 @@ class EnvWorker:
             stage_obs = self.answer(stage, "reset", vector.reset, seed=seeds)[0]
             if self.contracts[stage] is not None:
                 self.contracts[stage].check(vector, range(self.stage_size), "reset")
-            obs.append(stage_obs)
+            place = StepPlace(self.episode_length, self.env_steps)
+            obs.append(self.nan_policy.reset(vector, stage_obs, stage, place))
         return self._observe(map_obs(lambda *stages: np.concatenate(stages), *obs))
 
     def answer(self, stage: int, call: str, method, *args, **kwargs):
@@ -134,16 +138,24 @@ class EnvWorker:
             self.contracts[stage].check(vector, np.flatnonzero(info["_final_obs"]), "step", info["final_obs"])
         envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
         truncated_index = np.flatnonzero(truncated)
-        final_obs = final_observations(info, truncated_index, obs)
+        final_obs, skipped = final_observations(info, truncated_index, obs), None
+        if not values_finite(reward, obs, final_obs):  # before anything counts or normalises them
+            place = StepPlace(self.episode_length, self.env_steps)
+            checked = self.nan_policy.step(vector, stage, obs, reward, terminated, truncated, final_obs, place)
+            obs, reward, terminated, truncated = checked.obs, checked.reward, checked.terminated, checked.truncated
+            final_obs, skipped, truncated_index = checked.final_obs, checked.skipped, np.flatnonzero(checked.truncated)
         done = terminated | truncated
         steps = chunk_return = None
         if self.chunk > 1:
-            steps = chunk_info(info, done, "chunk_steps").astype(np.int64)
-            chunk_return = chunk_info(info, done, "chunk_return")
-            self._count(envs, chunk_return, done, steps)
+            ended = info.get("_final_obs", np.zeros(len(done), bool))  # as the simulators say: their final infos
+            steps = chunk_info(info, ended, "chunk_steps").astype(np.int64)
+            chunk_return = chunk_info(info, ended, "chunk_return")
+            if not all_finite(chunk_return):  # a reward env.nan_policy replaced: the same in the chunk's return
+                chunk_return = np.where(np.isfinite(chunk_return), chunk_return, 0.0)
+            self._count(envs, chunk_return, done, steps, skipped)
             chunk_return = chunk_return.astype(np.float32)
         else:
-            self._count(envs, reward, done)
+            self._count(envs, reward, done, skipped=skipped)
         self._count_games(envs, info.get("final_info", {}))
         self._count_successes(envs, info.get("final_info", {}))
         if self.reward_norm is not None:
@@ -166,13 +178,25 @@ class EnvWorker:
             obs = self.obs_norm(obs, update and self.training)
         return map_obs(lambda x: x.astype(np.float32, copy=False) if x.dtype.kind == "f" else x, obs)
 
-    def _count(self, envs: slice, reward: np.ndarray, done: np.ndarray, steps: np.ndarray | None = None) -> None:
+    def _count(
+        self,
+        envs: slice,
+        reward: np.ndarray,
+        done: np.ndarray,
+        steps: np.ndarray | None = None,
+        skipped: np.ndarray | None = None,
+    ) -> None:
         """Episode returns and lengths, env steps and episodes; `steps`: env steps executed per
-        env (a chunk's; one each without chunks)."""
+        env (a chunk's; one each without chunks); `skipped`: envs whose episode env.nan_policy
+        skipped (it counts in no return and no episode)."""
         episode_return, episode_length = self.episode_return[envs], self.episode_length[envs]
         episode_return += reward
         episode_length += 1 if steps is None else steps
         self.env_steps += len(reward) if steps is None else int(steps.sum())
+        if skipped is not None:
+            episode_return[skipped] = 0
+            episode_length[skipped] = 0
+            done = done & ~skipped
         if done.any():
             self.finished_returns.extend(episode_return[done].tolist())
             self.finished_lengths.extend(episode_length[done].tolist())
@@ -214,6 +238,8 @@ class EnvWorker:
             "returns": returns,
             "lengths": lengths,
             "game_returns": games,
+            "non_finite_replaced": self.nan_policy.replaced,
+            "non_finite_skipped": self.nan_policy.skipped,
         }
 
     def drain_episodes(self) -> tuple[list[float], list[int]]:
@@ -240,10 +266,12 @@ class EnvWorker:
             "episodes": self.episodes,
             "obs_norm": self.obs_norm.state_dict() if self.obs_norm else None,
             "reward_norm": self.reward_norm.stats.state_dict() if self.reward_norm else None,
+            "non_finite": [self.nan_policy.replaced, self.nan_policy.skipped],
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.env_steps, self.episodes = state["env_steps"], state["episodes"]
+        self.nan_policy.replaced, self.nan_policy.skipped = state.get("non_finite", (0, 0))  # older: none
         if self.obs_norm is not None and state["obs_norm"] is not None:
             self.obs_norm.load_state_dict(state["obs_norm"])
         if self.reward_norm is not None and state["reward_norm"] is not None:

@@ -23,6 +23,7 @@ import torch
 
 from fleetrl.config.schema import Config
 from fleetrl.models.policy import Policy
+from fleetrl.non_finite import NonFiniteError, all_finite, first_non_finite
 from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel import seeds
 from fleetrl.parallel.changed_values import apply_changes
@@ -54,6 +55,18 @@ def rollout_dtype(config: Config) -> torch.dtype:
         bf16 = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         return torch.bfloat16 if bf16 else torch.float32
     return getattr(torch, config.rollout.dtype)
+
+
+def check_finite(what: str, array: np.ndarray, lane: int, t: int, of: str) -> None:
+    """`NonFiniteError` naming the env and step of the policy's first non-finite `what` in
+    `array` (one per env of the lane, or per token / chunk action): the policy's outputs are
+    checked before they are recorded, so a NaN log-probability or value never trains."""
+    if all_finite(array):
+        return
+    index, value = first_non_finite(array)
+    element = f", element {list(index[1:])}" if len(index) > 1 else ""
+    where = f"lane {lane}, env {index[0]} of the lane{element}, rollout step {t}{' ' + of if of else ''}"
+    raise NonFiniteError(f"policy {what}", what, value, where)
 
 
 class RolloutWorker(SyncMember):
@@ -147,12 +160,19 @@ class RolloutWorker(SyncMember):
         buffer = self.lanes[lane]
         if t > 0:
             final_values = self.values(step.final_obs).numpy() if len(step.truncated_index) else None
+            if final_values is not None:
+                check_finite("value", final_values, lane, t, "of a truncated episode's final observation")
             buffer.record_outcome(t - 1, step, final_values)
         if t == buffer.steps:
-            self.finished[lane] = buffer.finish(self.values(step.obs).numpy())
+            last_values = self.values(step.obs).numpy()
+            check_finite("value", last_values, lane, t, "bootstrapped from at the rollout's end")
+            self.finished[lane] = buffer.finish(last_values)
             return None
         actions, logprobs, values = self.infer(step.obs)
-        buffer.record_policy(t, step.obs, actions.numpy(), logprobs.numpy(), values.numpy(), self.version)
+        logprobs, values = logprobs.numpy(), values.numpy()
+        check_finite("log-probability", logprobs, lane, t, "of the action it drew")
+        check_finite("value", values, lane, t, "")
+        buffer.record_policy(t, step.obs, actions.numpy(), logprobs, values, self.version)
         return self.env_actions(actions).numpy()
 
     def trajectory(self) -> Trajectory:

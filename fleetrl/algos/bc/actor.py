@@ -25,6 +25,7 @@ from __future__ import annotations
 import gymnasium as gym
 import torch
 
+from fleetrl.algos.common.finite import UpdateChecks
 from fleetrl.algos.common.logprobs import decision_logprob, executed_mean
 from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.config.schema import Config
@@ -35,6 +36,8 @@ from fleetrl.parallel.seeds import ACTOR_SAMPLING, rank_seed
 from fleetrl.trajectory import Trajectory
 
 from .config import BCConfig
+
+LOSS_TERMS = ("behaviour-cloning loss", "value loss", "prediction error")
 
 
 class BCActor(ActorWorker):
@@ -73,7 +76,11 @@ class BCActor(ActorWorker):
             group["lr"] = lr
         per_rank = self.minibatch_size // self.world_size
         totals = torch.zeros(4, dtype=torch.float64, device=self.device)
-        for _ in range(algo.updates_per_iteration):
+        checks = UpdateChecks(
+            self.loss_path.policy, LOSS_TERMS, "the behaviour-cloning update", self.rank, self.world_size
+        )
+        params = self.loss_path.parameters()
+        for grad_step in range(1, algo.updates_per_iteration + 1):
             index = torch.randint(len(self.actions), (per_rank,), generator=self.sampler).to(self.device)
             obs, actions = map_obs(lambda x, i=index: x[i], self.obs), self.actions[index]
             steps = None if self.steps is None else self.steps[index]
@@ -97,13 +104,16 @@ class BCActor(ActorWorker):
             if not self.checked:
                 check_every_parameter_has_a_gradient(self.loss_path.policy, self.loss_path.ignored, "behaviour-cloning")
                 self.checked = True
-            if algo.max_grad_norm > 0:
-                self.loss_path.clip_grad_norm_(algo.max_grad_norm)
+            if algo.max_grad_norm > 0:  # the gradients checked before clipping, which takes their norms
+                self.loss_path.clip_grad_norm_(algo.max_grad_norm, checks.gradient_norms(params, grad_step))
             self.optimizer.step()
+            checks.loss(torch.stack([action_loss.detach(), value_loss.detach(), prediction.detach()]), grad_step)
             totals += torch.stack(
                 [action_loss.detach(), value_loss.detach(), probability, prediction.detach()]
             ).double()
-        means = (self.all_reduce(totals) / (self.world_size * algo.updates_per_iteration)).tolist()
+        reduced = self.all_reduce(torch.cat([totals, checks.evidence()]))  # [4:6]: ranks whose loss, gradients failed
+        checks.verify(reduced[4:6])  # a NaN or inf loss, gradient or parameter: NonFiniteError
+        means = (reduced[:4] / (self.world_size * algo.updates_per_iteration)).tolist()
         likelihood = {"expert_action_prob": means[2]} if self.imitation_loss is None else {}
         return {
             "bc_loss": means[0],  # minus the log-likelihood, or the continuous head's own loss

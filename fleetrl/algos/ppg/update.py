@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import torch
 
+from fleetrl.algos.common.finite import UpdateChecks
 from fleetrl.algos.common.optim import fused_step
 from fleetrl.algos.ppg.config import PPGConfig
 from fleetrl.parallel.grad_check import check_every_parameter_has_a_gradient
@@ -59,6 +60,14 @@ def aux_update(
     policy, device = loss_path.policy, obs.device
     scale = minibatches.shard.world_size / minibatches.size  # a piece's sums × W / M (module docstring)
     step = fused_step(optimizer)
+    checks = UpdateChecks(
+        policy,
+        ("aux-head loss", "KL", "value loss"),
+        "the PPG auxiliary phase",
+        minibatches.shard.rank,
+        minibatches.shard.world_size,
+    )
+    params = loss_path.parameters()
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # Σ aux-head loss, KL, value loss
     grad_steps = 0
     for _ in range(config.aux_epochs):
@@ -75,12 +84,16 @@ def aux_update(
                     value_sum = 0.5 * (values - target).pow(2).sum()
                     loss = (aux_sum + config.beta_clone * kl_sum + value_sum) * scale
                     loss_path.backward(loss, last, "PPG auxiliary", grad_steps + 1)
-                totals.add_(torch.stack([aux_sum.detach(), kl_sum.detach(), value_sum.detach()]).double())
+                terms = torch.stack([aux_sum.detach(), kl_sum.detach(), value_sum.detach()])
+                checks.loss(terms, grad_steps + 1)
+                totals.add_(terms.double())
             if grad_steps == 0:
                 check_every_parameter_has_a_gradient(policy, loss_path.ignored, "PPG auxiliary")
-            if config.max_grad_norm > 0:
-                loss_path.clip_grad_norm_(config.max_grad_norm)
+            if config.max_grad_norm > 0:  # the gradients checked before clipping, which takes their norms
+                loss_path.clip_grad_norm_(config.max_grad_norm, checks.gradient_norms(params, grad_steps + 1))
             step()
             grad_steps += 1
-    head, kl, value = (all_reduce(totals) / (grad_steps * minibatches.size)).tolist()
+    reduced = all_reduce(torch.cat([totals, checks.evidence()]))  # [3:5]: ranks whose loss, gradients went non-finite
+    checks.verify(reduced[3:5])  # a NaN or inf loss, gradient or parameter: NonFiniteError
+    head, kl, value = (reduced[:3] / (grad_steps * minibatches.size)).tolist()
     return {"aux_head_loss": head, "aux_kl": kl, "aux_value_loss": value, "aux_grad_steps": grad_steps}

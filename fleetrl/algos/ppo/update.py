@@ -32,6 +32,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import nn
 
+from fleetrl.algos.common.finite import UpdateChecks
 from fleetrl.algos.common.logprobs import combine, per_sample
 from fleetrl.algos.common.optim import fused_step
 from fleetrl.algos.ppo.config import PPOConfig
@@ -40,6 +41,8 @@ from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.grad_check import check_every_parameter_has_a_gradient
 from fleetrl.parallel.sharding import Minibatches
 from fleetrl.parallel.wrap import LossPath
+
+LOSS_TERMS = ("policy loss", "value loss", "entropy", "prediction error")  # `ppo_loss`'s detached parts
 
 
 @dataclass
@@ -179,6 +182,9 @@ def ppo_update(
     share = minibatches.size / minibatches.shard.world_size  # what a piece's sums are divided by
     normalise = config.norm_adv and minibatches.size > 1
     step = fused_step(optimizer)  # optimizer.step() and zero_grad(), less their per-call Python
+    shard = minibatches.shard  # NaN/inf: algos/common/finite.py
+    checks = UpdateChecks(loss_path.policy, LOSS_TERMS, "the PPO update", shard.rank, shard.world_size)
+    params = loss_path.parameters()
     parts: list[torch.Tensor] = []  # each piece's [policy loss, value loss, entropy, prediction], divided by `share`
     grad_steps, epochs_done, reduced_kl = 0, 0, None
     for _ in range(config.update_epochs):
@@ -200,12 +206,13 @@ def ppo_update(
                         loss_path.module, piece, advantages, config, clip_coef, share, train_policy, predict_coef
                     )
                     loss_path.backward(loss, last, "PPO", grad_steps + 1)
+                checks.loss(loss_parts, grad_steps + 1)
                 parts.append(loss_parts)
                 ratios.append(ratio)
             if grad_steps == 0 and not minibatches.whole:
                 check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored, "PPO")
-            if config.max_grad_norm > 0:
-                loss_path.clip_grad_norm_(config.max_grad_norm)
+            if config.max_grad_norm > 0:  # the gradients checked before clipping, which takes their norms
+                loss_path.clip_grad_norm_(config.max_grad_norm, checks.gradient_norms(params, grad_steps + 1))
             step()
             grad_steps += 1
         epochs_done += 1
@@ -215,17 +222,19 @@ def ppo_update(
             if (reduced_kl[0] / size).item() > config.target_kl:
                 break
     totals = (torch.stack(parts).double() * share).sum(0)  # Σ over this rank's samples
+    totals = torch.cat([totals, checks.evidence()])  # [4:6]: ranks whose loss, whose gradients went non-finite
     if reduced_kl is None:
         reduced = all_reduce(torch.cat([totals, kl_and_clipped(Ratios.cat(ratios), clip_coef)]))
     else:
         reduced = torch.cat([all_reduce(totals), reduced_kl])
+    checks.verify(reduced[4:6])  # a NaN or inf loss, gradient or parameter: NonFiniteError, nothing returned
     policy_loss, value_loss, entropy, prediction = (reduced[:4] / (grad_steps * minibatches.size)).tolist()
     metrics = {
         "policy_loss": policy_loss,
         "value_loss": value_loss,
         "entropy": entropy,
-        "approx_kl": float(reduced[4] / size),
-        "clip_fraction": float(reduced[5] / size),
+        "approx_kl": float(reduced[6] / size),
+        "clip_fraction": float(reduced[7] / size),
         "grad_steps": grad_steps,
         "epochs": epochs_done,
     }

@@ -132,7 +132,7 @@ class SACActorWorker(ActorBase):
     def run_updates(self, count: int) -> dict:
         """`count` gradient steps on samples of this rank's shard; their mean statistics."""
         learner, algo, device = self.learner, self.config.algorithm, self.device
-        learner.reset_stats()
+        learner.reset_stats(self.rank, self.world_size)
         done = 0
         while done < count:
             chunk = min(count - done, SAMPLE_CHUNK)
@@ -159,9 +159,9 @@ class SACActorWorker(ActorBase):
         }
         if count == 0:  # the same on every rank: no collective either
             return metrics
-        q_loss, q_mean, actor_loss, alpha_loss, entropy = (
-            self.all_reduce(learner.mean_stats()) / self.world_size
-        ).tolist()
+        reduced = self.all_reduce(torch.cat([learner.mean_stats(), learner.evidence()]))
+        learner.verify(reduced[5:])  # a NaN or inf loss, gradient or parameter: NonFiniteError
+        q_loss, q_mean, actor_loss, alpha_loss, entropy = (reduced[:5] / self.world_size).tolist()
         metrics.update(q_loss=q_loss, q_mean=q_mean)
         if learner.policy_stats:
             metrics.update(actor_loss=actor_loss, entropy=entropy, alpha_loss=alpha_loss if algo.autotune else None)

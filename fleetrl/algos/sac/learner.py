@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fleetrl.algos.common.finite import UpdateChecks
 from fleetrl.algos.common.optim import FusedAdamStep, build_optimizer
 from fleetrl.algos.sac.config import SACConfig
 from fleetrl.algos.sac.networks import EntropyCoefficient, SquashedGaussianActor, TwinQ
@@ -111,10 +112,26 @@ class SACLearner:
         if self.algo.autotune:
             self.policy_optimizer.param_groups[1]["lr"] = self.q_lr * scale
 
-    def reset_stats(self) -> None:
-        """Per-step statistics, kept as detached tensors (no reduction, no `.item()` per step)."""
+    def reset_stats(self, rank: int = 0, ranks: int = 1) -> None:
+        """Per-step statistics, kept as detached tensors (no reduction, no `.item()` per step),
+        and the round's non-finite checks (algos/common/finite.py) of actor rank `rank` of `ranks`."""
         self.critic_stats: list[torch.Tensor] = []  # [critic loss, Q1] of each critic update
         self.policy_stats: list[torch.Tensor] = []  # [actor loss, temperature loss, log π] of each policy update
+        self.critic_checks = UpdateChecks(self.critic, ("critic loss",), "the SAC critic update", rank, ranks)
+        policy_and_alpha = getattr(self.policy_path, "module", self.policy_path)  # under DDP, what it wraps
+        self.policy_checks = UpdateChecks(
+            policy_and_alpha, ("actor loss", "temperature loss"), "the SAC policy update", rank, ranks
+        )
+
+    def evidence(self) -> torch.Tensor:
+        """The critic's and the policy's `UpdateChecks.evidence()`, one after the other."""
+        return torch.cat([self.critic_checks.evidence(), self.policy_checks.evidence()]).float()
+
+    def verify(self, evidence: torch.Tensor) -> None:
+        """`NonFiniteError` for the first non-finite loss, gradient or parameter of the round;
+        `evidence`: `evidence()` summed over ranks."""
+        self.critic_checks.verify(evidence[:2])
+        self.policy_checks.verify(evidence[2:])
 
     def mean_stats(self) -> torch.Tensor:
         """[critic loss, mean Q1, actor loss, temperature loss, entropy estimate -log π], means
@@ -140,8 +157,10 @@ class SACLearner:
         critic_loss = 0.5 * (F.mse_loss(q1, target) + F.mse_loss(q2, target))
         self.critic_step.zero_grad()
         critic_loss.backward()
-        if algo.max_grad_norm > 0:
-            clip_grad_norm_(self.critic_params, algo.max_grad_norm)
+        self.critic_checks.loss(critic_loss.detach().reshape(1), self.grad_steps + 1)
+        if algo.max_grad_norm > 0:  # the gradients checked before clipping, which takes their norms
+            norms = self.critic_checks.gradient_norms(self.critic_params, self.grad_steps + 1)
+            clip_grad_norm_(self.critic_params, algo.max_grad_norm, norms)
         self.critic_step()
         self.critic_stats.append((critic_loss.detach(), q1.detach()))
 
@@ -157,8 +176,10 @@ class SACLearner:
                 alpha_loss, loss = actor_loss.new_zeros(()), actor_loss
             self.policy_step.zero_grad()
             loss.backward()
-            if algo.max_grad_norm > 0:
-                clip_grad_norm_(self.actor_params, algo.max_grad_norm)
+            self.policy_checks.loss(torch.stack([actor_loss.detach(), alpha_loss.detach()]), self.grad_steps + 1)
+            if algo.max_grad_norm > 0:  # the gradients checked before clipping, which takes their norms
+                norms = self.policy_checks.gradient_norms(self.actor_params, self.grad_steps + 1)
+                clip_grad_norm_(self.actor_params, algo.max_grad_norm, norms)
             self.policy_step()
             self.policy_stats.append((actor_loss.detach(), alpha_loss.detach(), log_prob))
 

@@ -27,6 +27,14 @@ DISK_FULL_HINT = (
     "(runner.resume=<run dir>): the last complete checkpoint is intact, a failed save never replaces it."
 )
 
+NON_FINITE_ERROR = "NonFiniteError"  # fleetrl/non_finite.py's, matched by name as a worker's error arrives
+NON_FINITE_HINT = (
+    "A NaN or infinity stopped the run before it reached a checkpoint: every checkpoint holds finite "
+    "weights, and the report names the newest. A simulator known to emit them now and then can run "
+    "with env.nan_policy=zero or skip_episode; a loss or gradient that overflows wants a smaller "
+    "algorithm.lr or a max_grad_norm."
+)
+
 
 class RemoteWorkers(Protocol):
     """Workers in processes this one did not fork (Ray actors), as the incident response sees them."""
@@ -83,6 +91,8 @@ def incident_from_error(
     raised = worker_error(error)
     if raised is None and full_disk(error):  # the controller's own write: a checkpoint, metrics
         return Incident("disk_full", disk_full_summary(error, run_dir), now, None, DISK_FULL_HINT)
+    if raised is None and type(error).__name__ == NON_FINITE_ERROR:  # the controller's own check (a checkpoint's state)
+        return Incident("non_finite", f"the controller found {error}", now, None, NON_FINITE_HINT)
     if raised is None:  # raised in the controller itself
         return Incident(
             "worker_exception",
@@ -112,6 +122,10 @@ def incident_from_error(
         culprit = ("actor", int(diverged.group(1)))
         said = f"{describe(culprit)} diverged ({describe(key)} raised {raised.error_type} in {raised.phase}): {message}"
         return Incident("worker_exception", said, started, culprit, raised.trace, clock=clock)
+    if raised.error_type == NON_FINITE_ERROR:  # fleetrl/non_finite.py: a NaN or inf where training needs numbers
+        return Incident(
+            "non_finite", said, started, key, f"{NON_FINITE_HINT}\n\n{raised.trace}", clock=clock, host=raised.clock
+        )
     if "No space left on device" in raised.message:
         return Incident("disk_full", said, started, key, raised.trace, clock=clock, host=raised.clock)
     return Incident("worker_exception", said, started, key, raised.trace, clock=clock, host=raised.clock)

@@ -66,7 +66,11 @@ def with_hosted_culprit(incident: Incident, workers: list[dict]) -> list[dict]:
     return [*workers[: at + 1], hosted, *workers[at + 1 :]]
 
 
-def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now: float) -> dict:
+def build_hang_report(
+    incident: Incident, workers: list[dict], stacks: dict, now: float, checkpoint: Path | None = None
+) -> dict:
+    """The report (module docstring); `checkpoint`: the run's newest checkpoint, which a resume
+    starts from (written from finite, complete state only: fleetrl/checkpoint.py)."""
     entries = []
     for worker in with_hosted_culprit(incident, workers):
         key = (worker["component"], worker["rank"])
@@ -108,6 +112,7 @@ def build_hang_report(incident: Incident, workers: list[dict], stacks: dict, now
         "incident_started": incident.started,
         "reported_at": now,
         "detected_after_s": now - incident.started,
+        "newest_checkpoint": str(checkpoint) if checkpoint else None,
         "waits_on": incident.waits_on,
         "detail": incident.detail,
         "last_words": incident.last_words,
@@ -141,6 +146,9 @@ def render_text(report: dict) -> str:
         f"fleetrl stopped: {report['cause']}",
         report["summary"],
         f"(detected {report['detected_after_s']:.1f} s after it began)",
+        f"newest checkpoint: {report['newest_checkpoint']} (runner.resume continues from it)"
+        if report.get("newest_checkpoint")
+        else "no checkpoint was written",
         "",
     ]
     for process in report.get("waits_on") or []:
