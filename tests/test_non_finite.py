@@ -108,7 +108,7 @@ def test_a_vla_s_non_finite_values_are_named_before_they_are_recorded(tiny_palig
     from tests.vla_support import MINIGRID, vla
 
     worker = EnvWorker(MINIGRID, gamma=0.99, seed=0)
-    policy = vla(tiny_paligemma, worker.observation_space, worker.action_space, lora={"rank": 2})
+    policy = vla(tiny_paligemma, worker.observation_space, worker.action_space)
     rollout = RolloutWorker(policy.requires_grad_(False))
     rollout.configure_lanes([4], 4, worker.observation_space, worker.action_space)
     rollout.act(0, 0, StepResult(worker.reset(), *([None] * 7)))

@@ -17,6 +17,7 @@ from fleetrl.algos.common.vtrace import compute_vtrace
 from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.algos.ppo.correction import Proximal, importance_weights
 from fleetrl.algos.ppo.update import policy_objective
+from fleetrl.non_finite import NonFiniteError
 from fleetrl.plan.load import load_config
 from fleetrl.trajectory import Trajectory
 from tests.support import REPO
@@ -189,3 +190,28 @@ def test_stale_samples_are_weighed_by_how_far_the_acting_policy_lags():
     assert metrics["importance_weight_mean"] == pytest.approx(ratio.mean().item(), rel=1e-5)
     assert metrics["importance_truncated"] == pytest.approx((ratio > 1.001).double().mean().item())
     assert metrics["importance_weight_mean"] != pytest.approx(1.0, abs=1e-4)
+
+
+def test_a_non_finite_proximal_log_probability_is_named_before_the_update_trains_on_it():
+    """The proximal pass (a forward of the actor's weights over the batch, whose log-probs the
+    decoupled objective's ratios and weights are taken to) is checked as the rollout's outputs
+    are: a log-prob that comes out NaN from finite weights and observations — here the policy
+    head's output for step 3, env 1 — stops the update before any step, named where it is,
+    rather than as the NaN loss it would make."""
+    actor = cartpole_actor("algorithm.off_policy_correction=decoupled")
+    trajectory = acted_trajectory(actor)
+    before = [parameter.detach().clone() for parameter in actor.policy.parameters()]
+
+    def spoil(module, inputs, output):
+        output = output.clone()
+        output[3 * 4 + 1] = float("nan")  # rows are (step, env) flattened, 4 envs
+        return output
+
+    actor.policy.network.policy_head.register_forward_hook(spoil)
+    with pytest.raises(
+        NonFiniteError,
+        match=r"non-finite proximal policy log-probability: log-probability is nan \(step 3, env 1 of this rank's batch, in the proximal pass\)",
+    ):
+        actor.train(trajectory, 0.0)
+    for mine, theirs in zip(actor.policy.parameters(), before):
+        assert torch.equal(mine, theirs)  # nothing trained

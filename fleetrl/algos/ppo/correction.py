@@ -23,6 +23,7 @@ from torch import nn
 from fleetrl.algos.common.logprobs import combine
 from fleetrl.algos.common.vtrace import compute_vtrace
 from fleetrl.algos.ppo.config import PPOConfig
+from fleetrl.non_finite import NonFiniteError, all_finite, first_non_finite
 from fleetrl.observations import map_obs
 from fleetrl.trajectory import Trajectory
 
@@ -53,7 +54,25 @@ def proximal_pass(module: nn.Module, trajectory: Trajectory, piece: int, device:
             outputs = module(map_obs(lambda x, rows=rows: x[rows].to(device), obs), actions[rows].to(device))
             logprobs.append(outputs.logprobs.float().cpu())
             values.append(outputs.value.float().cpu())
-    return Proximal(torch.cat(logprobs).reshape(trajectory.logprobs.shape), torch.cat(values).reshape(steps, envs))
+    return checked(
+        Proximal(torch.cat(logprobs).reshape(trajectory.logprobs.shape), torch.cat(values).reshape(steps, envs))
+    )
+
+
+def checked(proximal: Proximal) -> Proximal:
+    """`proximal` if its log-probs and values are all finite, else `NonFiniteError` naming the
+    first non-finite one by its step and env in this rank's batch: the check the rollout makes of
+    the acting policy's outputs before recording them (workers/rollout_worker.py), made of the
+    proximal policy's before the decoupled objective weighs by them or V-trace targets them — the
+    update would show such a NaN only as its loss. One pass over T x N values already on the host."""
+    for what, tensor in (("log-probability", proximal.logprobs), ("value", proximal.values)):
+        array = tensor.numpy()
+        if not all_finite(array):
+            index, value = first_non_finite(array)
+            element = f", element {list(index[2:])}" if len(index) > 2 else ""
+            where = f"step {index[0]}, env {index[1]} of this rank's batch{element}, in the proximal pass"
+            raise NonFiniteError(f"proximal policy {what}", what, value, where)
+    return proximal
 
 
 def log_ratio(proximal: Proximal, trajectory: Trajectory, level: str) -> torch.Tensor:
