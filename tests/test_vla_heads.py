@@ -87,7 +87,7 @@ def test_the_flow_chain_acts_from_the_expert_and_deterministically_runs_the_ode(
 def test_the_expert_runs_inside_the_denoise_phase_when_acting_and_in_the_loss_path(
     tiny_paligemma, with_state, monkeypatch
 ):
-    """Where a hang inside the denoising loop is named: the phase a hang report gives."""
+    """Where a hang inside the denoising loop is named (tests/test_vla_heads_watched.py makes one)."""
     observation_space, obs = with_state
     policy = vla(tiny_paligemma, observation_space, BOX, **head_keys("flow"))
     seen = []
@@ -144,3 +144,16 @@ def test_the_heads_spaces_are_checked_before_any_model_loads(with_state):
     typo = load_config(VLA_CONFIG, ["model.action_head=flow", "model.state_key=stat"])
     with pytest.raises(ConfigError, match="model.state_key.*did you mean 'state'"):
         check_spaces(typo, observation_space, BOX)
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["model.action_head=l1", "debug.fault={kind: hang_in_denoising, component: rollout}"], "debug.fault.kind"),
+        (["model.action_head=flow", "debug.fault={kind: hang_in_denoising, component: env}"], "debug.fault.component"),
+    ],
+)
+def test_a_hang_in_denoising_is_a_fault_of_a_flow_head_s_rollout_or_actor_only(overrides, key):
+    with pytest.raises(ConfigError) as refused:
+        validate(load_config(VLA_CONFIG, overrides))
+    assert refused.value.key == key, refused.value

@@ -27,6 +27,9 @@ its main method `run` is one whole evaluation). Kinds:
                     forward hook of the policy): the loss turns NaN
   inf_grad          (actor) from the call on, the gradient of the policy's first trainable
                     parameter is infinite (a hook on that tensor): an exploding gradient
+  hang_in_denoising (rollout or actor, with model.action_head: flow) the next forward of the flow
+                    action expert blocks forever (a forward pre-hook that sleeps): inside the
+                    denoising loop of acting (a rollout) or of the loss path (an actor rank)
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ KINDS = (
     "nan_obs",
     "nan_loss",
     "inf_grad",
+    "hang_in_denoising",
 )
 ACTOR_ONLY = ("extra_collective", "extra_step", "hang_in_forward", "skip_forward", "nan_loss", "inf_grad")
 ENV_ONLY = ("nan_reward", "nan_obs")
@@ -91,6 +95,12 @@ def check_fault(fault: dict, algorithm: str) -> None:
             component,
             f"one of {list(DEFAULT_METHOD)}",
             nearest(str(component), DEFAULT_METHOD),
+        )
+    if kind == "hang_in_denoising" and component not in ("rollout", "actor"):
+        raise ConfigError(
+            "debug.fault.component",
+            component,
+            "'rollout' or 'actor' with kind 'hang_in_denoising' (the workers that run the flow expert)",
         )
     if kind in ACTOR_ONLY and component != "actor":
         raise ConfigError(
@@ -159,6 +169,8 @@ class FaultPlan:
             poison_value_output(worker)
         if self.kind == "inf_grad":
             explode_first_gradient(worker)
+        if self.kind == "hang_in_denoising":
+            worker.policy.network.head.register_forward_pre_hook(sleep_forever)  # the flow expert
         if self.kind == "extra_step":
             getattr(worker, method)(*args)
         if self.kind in ENV_ONLY:

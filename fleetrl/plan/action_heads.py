@@ -30,6 +30,10 @@ TOKENS_ONLY = ("decode", "action_bins", "temperature", "top_k")  # the tokens he
 
 def validate_action_head(config: Config) -> None:
     model = config.model
+    if config.debug.fault.get("kind") == "hang_in_denoising" and getattr(model, "action_head", None) != "flow":
+        raise ConfigError(
+            "debug.fault.kind", "hang_in_denoising", "another kind: only model.id hf with action_head flow denoises"
+        )
     if model.id != "hf":
         return
     head, defaults = model.action_head, HfModelConfig()
