@@ -201,8 +201,8 @@ def test_subprocesses_that_compute_make_a_still_call_busy_and_veto_spinning():
     """A call waiting on its async vector env's subprocesses (probe/child_activity.py): their CPU
     at 5 % of a core between them makes it busy, under that it stays blocked; a thread found in
     waits while they compute waits on real work; one that ended takes its CPU seconds with it."""
-    waiting = [beat(at, subprocesses=8, subprocesses_cpu_s=cpu) for at, cpu in zip(THREE, (3.0, 3.05, 3.1))]
-    assert judged(*waiting) == Judgement(BUSY, 2.0, 0.0, 0.0, False, subprocesses=(8, pytest.approx(0.05)))
+    waiting = [beat(at, subprocesses=8, subprocesses_cpu_s=cpu) for at, cpu in zip(THREE, (0.0, 0.05, 0.1))]
+    assert judged(*waiting) == Judgement(BUSY, 2.0, 0.0, 0.0, False, subprocesses=(8, 0.05))  # exactly at 5 %
     under = [beat(at, subprocesses=8, subprocesses_cpu_s=cpu) for at, cpu in zip(THREE, (3.0, 3.0, 3.09))]
     assert judged(*under) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=(8, pytest.approx(0.045)))
     polling = [
