@@ -15,7 +15,17 @@ from __future__ import annotations
 from fleetrl.debug.fleet import Shaped
 from fleetrl.probe.collectives import DEFAULT_GROUP, JOIN_GROUP, WEIGHT_SYNC_GROUP, WEIGHT_SYNC_JOIN
 from fleetrl.probe.flight_recorder import Recorder
-from fleetrl.watch.judging.alignment import Finding, behind_peers, collectives, diagnose, entered, held_up_by, waits_for
+from fleetrl.watch.judging.alignment import (
+    WEIGHT_SYNC_GROUPS,
+    Finding,
+    behind_peers,
+    collectives,
+    diagnose,
+    entered,
+    held_up_by,
+    is_member,
+    waits_for,
+)
 
 TRAIN = "actor.train"
 CLOCK = 1000.0  # each rank's own clock when it published the record judged
@@ -291,6 +301,21 @@ def test_the_weight_sync_group_is_actor_rank_0_and_every_rollout_worker_entered_
     found = records(joining, Rank(0, "rollout").enters("rollout.join_weight_sync"))
     assert diagnose(found, NOW, timeout_s=30.0, join_timeout_s=5.0).culprit == ("rollout", 0)
     assert diagnose(found, NOW, timeout_s=5.0, join_timeout_s=30.0) is None
+
+
+def test_who_belongs_to_each_group():
+    """The default group and its join: every actor or fused rank, entered or not; a sub-mesh group:
+    the actor ranks that have entered it; the weight-sync group and its join: actor rank 0 and every
+    rollout worker. Never an env or eval worker."""
+    used, unused = {"collectives": {"entered": {"mesh": 2}}}, {"collectives": {"entered": {}}}
+    ranks = [("actor", 1), ("fused", 0), ("env", 0), ("rollout", 0)]
+    for group in (DEFAULT_GROUP, JOIN_GROUP):
+        assert [is_member(key, unused, group) for key in ranks] == [True, True, False, False], group
+    mesh = [(("actor", 1), used), (("actor", 2), unused), (("env", 0), used)]
+    assert [is_member(key, record, "mesh") for key, record in mesh] == [True, False, False]
+    for group in WEIGHT_SYNC_GROUPS:
+        weight_sync = [("actor", 0), ("actor", 1), ("rollout", 3), ("env", 0), ("eval", 0)]
+        assert [is_member(key, unused, group) for key in weight_sync] == [True, False, True, False, False], group
 
 
 def test_of_several_waits_the_lowest_sequence_number_is_judged_first():
