@@ -15,6 +15,7 @@ from fleetrl.config.model_sections import FlowConfig, L1Config
 from fleetrl.errors import ConfigError
 from fleetrl.models.hf.flow import FlowChain, denoise
 from fleetrl.models.loss_outputs import ImitationOutputs
+from fleetrl.non_finite import NonFiniteError
 from fleetrl.plan.load import load_config
 from fleetrl.plan.rules import check_spaces, validate
 from fleetrl.probe import flight_recorder
@@ -157,3 +158,21 @@ def test_a_hang_in_denoising_is_a_fault_of_a_flow_head_s_rollout_or_actor_only(o
     with pytest.raises(ConfigError) as refused:
         validate(load_config(VLA_CONFIG, overrides))
     assert refused.value.key == key, refused.value
+
+
+def test_a_non_finite_velocity_while_acting_is_an_incident_naming_the_denoising_step(tiny_paligemma, with_state):
+    observation_space, obs = with_state
+    policy = vla(tiny_paligemma, observation_space, BOX, **head_keys("flow"))
+    calls = []
+
+    def nan_at_step_2(module, inputs, output):
+        calls.append(len(calls))
+        return output.masked_fill(torch.tensor(len(calls) == 3), float("nan"))  # the third call: step 2
+
+    policy.expert.register_forward_hook(nan_at_step_2)
+    with pytest.raises(NonFiniteError) as raised:
+        policy.act(obs)
+    error = raised.value
+    assert (error.what, error.key) == ("flow velocity", f"denoising step 2 of {FLOW.steps}"), error
+    assert error.value != error.value and "observation 0 of the batch: x_3" in error.where  # NaN
+    assert len(calls) == FLOW.steps  # the chain ran to its end, then was checked once

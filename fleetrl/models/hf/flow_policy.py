@@ -14,6 +14,9 @@ reads the prompt's last token (backbone.py).
   then the same Gaussian log-densities — equal to acting's within float32 rounding
   (tests/test_vla_heads.py checks 1e-5). The entropy reported is the steps' Gaussian entropy,
   a constant of the fixed schedule.
+- **Non-finite values**: a chain that turns NaN or infinite while acting stops the run as the
+  incident `non_finite`, naming the denoising step whose velocity made it so (`check_chain`), before
+  the rollout records anything; the update's loss and gradients are the actor's checks.
 - **Imitation** (`fleetrl sft`): π0's flow-matching loss, a time from Beta(1.5, 1) and fresh noise per
   sample, the squared error of the predicted velocity (per chunk action, over its dimensions).
 """
@@ -40,7 +43,26 @@ from fleetrl.models.hf.flow import (
 from fleetrl.models.hf.lora import keep_trainable_state
 from fleetrl.models.hf.prompts import Prompts
 from fleetrl.models.loss_outputs import LossOutputs
+from fleetrl.non_finite import NonFiniteError
 from fleetrl.probe.flight_recorder import phase
+
+
+def check_chain(samples: torch.Tensor) -> None:
+    """`NonFiniteError` naming the denoising step whose velocity first made acting's chain `samples`
+    (B, S + 1, K, D) non-finite: x_{k+1} is step k's Euler (or SDE) step from x_k and v_k. One
+    check of the whole chain (a host sync the rollout makes anyway when it takes the actions)."""
+    finite = torch.isfinite(samples).flatten(2).all(-1)  # (B, S + 1)
+    if bool(finite.all()):
+        return
+    column = int((~finite).any(0).nonzero()[0])
+    row = int((~finite[:, column]).nonzero()[0])
+    sample = samples[row, column].flatten()
+    value = float(sample[~torch.isfinite(sample)][0])
+    steps = samples.shape[1] - 1
+    key = "the start noise x_0" if column == 0 else f"denoising step {column - 1} of {steps}"
+    raise NonFiniteError(
+        "flow velocity", key, value, f"acting, observation {row} of the batch: x_{column} is not finite"
+    )
 
 
 class FlowVLAPolicy(ContinuousVLA):
@@ -97,6 +119,7 @@ class FlowVLAPolicy(ContinuousVLA):
 
             noise = torch.randn(prefix.shape[0], self.actions.chunk, self.actions.dim, device=self.device)
             samples, logprob = denoise(self.chain, velocity, noise, deterministic)
+        check_chain(samples)
         return samples, self.per_action(logprob), self.value_of(prefix[:, -1])
 
     def scored(self, obs, records: torch.Tensor) -> LossOutputs:
