@@ -75,11 +75,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="repetitions of every cell; the median is reported")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from fleetrl.models.hf import builders
+    from fleetrl.models.hf.builders import PALIGEMMA_SIZES, Dims
     from fleetrl.models.hf.init_model import init_model
     from tests.vla_support import minigrid_batch
 
-    builders.PALIGEMMA_SIZES["wide"] = builders.Dims(128, 256, 2, 4, 32, 8, 256, 1024, 4, 4, 1, 64)
+    PALIGEMMA_SIZES["wide"] = Dims(128, 256, 2, 4, 32, 8, 256, 1024, 4, 4, 1, 64)
     observation_space, _, obs = minigrid_batch()
     observation_space = gym.spaces.Dict(
         dict(observation_space.spaces, state=gym.spaces.Box(-np.inf, np.inf, (5,), np.float32))
