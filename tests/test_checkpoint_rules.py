@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -24,6 +26,7 @@ from fleetrl.checkpoint import (
     list_checkpoints,
     load_latest,
     newest_intact,
+    non_finite_entry,
     save_checkpoint,
     sha256,
     shards_dir,
@@ -209,3 +212,26 @@ def test_init_from_names_the_key_the_path_and_what_is_wrong(tmp_path, source, wh
     assert caught.value.key == "runner.init_from" and message.startswith(start), message
     assert why in message.removeprefix(start) if source in ("empty run", "damaged file") else message == start + why
     assert isinstance(caught.value, UserError)
+
+
+def test_the_first_non_finite_value_of_a_state_is_named_by_its_dotted_key():
+    """Dicts, lists and tuples walked in order; float tensors, arrays and floats checked; integer
+    tensors and other values never non-finite. What a checkpoint that would hold a NaN names."""
+    policy = {"steps": torch.tensor([1, 2]), "w": torch.tensor([1.0, math.inf, math.nan])}
+    moments = (np.array([0.0, 1.0]), np.array([[0.0, -math.inf]]))
+    state = {
+        "iteration": 3,
+        "name": "run",
+        "actor": {"policy": policy},
+        "optim": [{"lr": 0.1}, moments],
+        "loss": math.nan,
+    }
+    assert non_finite_entry(state) == ("actor.policy.w", math.inf)
+    policy["w"] = torch.tensor([1.0, 2.0])
+    assert non_finite_entry(state) == ("optim.1.1", -math.inf)
+    state["optim"] = [{"lr": 0.1}, (np.array([0.0]), np.array([[1.0]]))]
+    key, value = non_finite_entry(state)
+    assert key == "loss" and math.isnan(value)
+    state["loss"] = 0.5
+    assert non_finite_entry(state) is None
+    assert non_finite_entry([torch.tensor([0.0]), torch.tensor([-math.inf])]) == ("1", -math.inf)
