@@ -1,8 +1,8 @@
 """A simulator's own server processes (tests/server_envs.py: Popen'd, forked, through a shell,
 daemonised with setsid and a double fork) are its worker's: a server computing past the start-up
-allowance keeps the waiting worker busy and the run trains to its end, on every backend; a server
-that never answers is named in the report by pid, command, state, CPU and Python stack; and none
-outlives the run — whatever way it was started, also after kill -9 of the controller.
+allowance keeps the waiting worker busy and the run trains to its end, and a server that never
+answers is named in the report by pid, command, state, CPU and Python stack, on every backend (Ray
+and fused: slow); and none outlives the run — whatever way it was started, also after kill -9 of the controller.
 
 CI's cases shorten the start-up: `watchdog.startup_step_allowance_s` 3 s against a server that
 computes 8 CPU seconds (the margin: 5 CPU seconds, many more of wall time on a loaded host). The
@@ -55,7 +55,16 @@ def start_up(tmp_path, backend: str, compute_s: float, allowance_s: float | None
     assert processes_alive(pids) == [], processes_alive(pids)
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+# slow: a Ray cluster each (~70 s on a loaded host), over this issue's share of CI; the evidence rule
+# is inline's, and the matrix slice's hang cells on Ray hold that Ray's daemons are not evidence
+SLOW_OFF_INLINE = [
+    "inline",
+    pytest.param("ray", marks=pytest.mark.slow),
+    pytest.param("fused", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("backend", SLOW_OFF_INLINE)
 def test_a_server_computing_past_the_startup_allowance_trains_to_the_end_and_ends_with_it(tmp_path, backend):
     start_up(tmp_path, backend, compute_s=8, allowance_s=3)
 
@@ -66,11 +75,13 @@ def test_a_90_s_server_start_up_trains_to_the_end_with_the_default_allowance(tmp
     start_up(tmp_path, backend, compute_s=90, allowance_s=None)
 
 
-def test_a_server_that_never_answers_is_named_with_its_pid_command_state_and_stack(tmp_path):
+@pytest.mark.parametrize("backend", SLOW_OFF_INLINE)
+def test_a_server_that_never_answers_is_named_with_its_pid_command_state_and_stack(tmp_path, backend):
     """Daemonised (setsid, a double fork): its parent is gone at once, yet it is the worker's."""
     result = train(
         "configs/ppo_cartpole.yaml",
         *SMALL,
+        *BACKENDS[backend],
         *servers(tmp_path, how="daemon", answer="false"),
         "watchdog.startup_step_allowance_s=3",
         runs=tmp_path / "runs",
