@@ -117,7 +117,9 @@ def test_on_ray_grpo_collects_while_the_actor_trains_a_stop_settles_and_a_resume
     queued batch as dropped and collects its steps again."""
     config, runs = str(REPO / "configs" / "ppo_cartpole_grpo.yaml"), tmp_path / "ray"
     batch = 8 * 25
-    job = [*SMALL_GRPO, ASYNC, "runner.checkpoint_interval=3"]
+    # every checkpoint kept: on a loaded host the run may pass iteration 6 before SIGTERM lands, and
+    # the default rotation (3) would then have deleted checkpoint 3
+    job = [*SMALL_GRPO, ASYNC, "runner.checkpoint_interval=3", "runner.keep_checkpoints=100"]
     with Fleetrl("train", config, *job, *TWO_ACTOR_RANKS_ON_RAY, f"runner.run_dir={runs}", runs=runs) as running:
         metrics = first_iteration(runs, running) / "metrics.jsonl"
         while len(metrics.read_text().splitlines()) < 5:
