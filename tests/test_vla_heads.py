@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from fleetrl.config.model_sections import FlowConfig, L1Config
+from fleetrl.config.model_sections import FlowConfig, L1Config, LoraConfig
 from fleetrl.errors import ConfigError
 from fleetrl.models.hf.flow import FlowChain, denoise
 from fleetrl.models.loss_outputs import ImitationOutputs
@@ -176,3 +176,21 @@ def test_a_non_finite_velocity_while_acting_is_an_incident_naming_the_denoising_
     assert (error.what, error.key) == ("flow velocity", f"denoising step 2 of {FLOW.steps}"), error
     assert error.value != error.value and "observation 0 of the batch: x_3" in error.where  # NaN
     assert len(calls) == FLOW.steps  # the chain ran to its end, then was checked once
+
+
+@pytest.mark.parametrize("head", ["flow", "l1"])
+def test_a_bfloat16_vlm_with_lora_feeds_a_float32_head_and_the_log_probability_still_recomputes(
+    tiny_paligemma, with_state, head
+):
+    observation_space, obs = with_state
+    policy = vla(tiny_paligemma, observation_space, BOX, dtype="bfloat16", lora=LoraConfig(rank=2), **head_keys(head))
+    assert policy.network.hf.dtype == torch.bfloat16
+    assert {p.dtype for p in policy.network.head.parameters()} == {torch.float32}  # trained in full, in float32
+    torch.manual_seed(3)
+    records, logprobs, values = policy.act(obs)
+    outputs = policy(obs, records)
+    assert torch.allclose(outputs.logprobs, logprobs, atol=1e-5, rtol=0), (outputs.logprobs - logprobs).abs().max()
+    assert torch.allclose(outputs.value, values, atol=1e-5)
+    (outputs.logprobs.sum() + outputs.value.sum()).backward()
+    untouched = [name for name, p in policy.named_parameters() if p.requires_grad and p.grad is None]
+    assert untouched == []  # the adapters, the head and the value head all get a gradient
