@@ -51,6 +51,11 @@ class SACRolloutWorker(RolloutWorker):
         zeros = torch.zeros(len(obs))
         return actions, zeros, zeros
 
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """`infer`'s actions as they are: already mapped onto the env's Box (the actor's `to_env`
+        maps numpy actions, and must not be applied twice)."""
+        return actions
+
     def configure_lanes(
         self, lane_sizes: list[int], steps: int, observation_space: gym.Space, action_space: gym.Space
     ) -> None:
