@@ -13,6 +13,7 @@ from kit.load import ForeignLoad, per_call_us, wait_for_quiet
 from kit.places import BENCH, RESULTS, ROOT, VENVS, fleetrl_executable, log, results_dir, subprocess_env, write_json
 from kit.runs import (
     FIXED_WORK,
+    TWO_ENV_NODES,
     collect_rate,
     first_at_target,
     read_run,
@@ -28,6 +29,7 @@ from kit.trees import base_tree, before_after
 __all__ = [
     "BENCH",
     "FIXED_WORK",
+    "TWO_ENV_NODES",
     "RESULTS",
     "ROOT",
     "VENVS",

@@ -20,6 +20,16 @@ RAY_DAEMONS = ("raylet", "gcs_server")
 # Overrides for runs that compare throughput: the same fixed work in every run (no stop at the
 # target return, no checkpoints or console lines inside the measured iterations).
 FIXED_WORK = ["runner.checkpoint_interval=100000", "runner.log_interval=1000", "runner.target_return=null"]
+# The seed layout's env side: two env workers, one on each of two simulated nodes, the rollout
+# pipelined in two stages (the scaling suite's runs beside inline).
+TWO_ENV_NODES = [
+    "cluster.backend=ray",
+    "cluster.simulate_nodes=2",
+    "cluster.num_nodes=2",
+    "cluster.devices_per_node=1",
+    "cluster.component_placement={actor: 0, rollout: 0, env: 0-1}",
+    "rollout.pipeline_stage_num=2",
+]
 
 
 def ray_daemon_pids() -> set[int]:

@@ -45,14 +45,6 @@ import kit  # noqa: E402
 ASYNC = ["runner.asynchronous=true"]
 MODES = {"sync": [], "async": ASYNC}
 RAY = ["cluster.backend=ray"]
-TWO_ENV_NODES = [
-    "cluster.backend=ray",
-    "cluster.simulate_nodes=2",
-    "cluster.num_nodes=2",
-    "cluster.devices_per_node=1",
-    "cluster.component_placement={actor: 0, rollout: 0, env: 0-1}",
-    "rollout.pipeline_stage_num=2",
-]
 RENDER_NODE = [  # benchmarks/robot/render_node.py's layout: 2 env workers on node 1
     "cluster.backend=ray",
     "cluster.num_nodes=2",
@@ -80,7 +72,7 @@ JOBS = {
     "cartpole": Job("configs/ppo_cartpole.yaml", RAY, 8 * 32, target_return=475, learning_steps=400_000),
     "burn": Job(
         "configs/ppo_cartpole.yaml",
-        ["env.id=fleetrl/BurnCPU-v0", "env.kwargs={step_cpu_ms: 1.0}", "env.num_envs=16", *TWO_ENV_NODES],
+        ["env.id=fleetrl/BurnCPU-v0", "env.kwargs={step_cpu_ms: 1.0}", "env.num_envs=16", *kit.TWO_ENV_NODES],
         16 * 32,
         target_return=475,
         learning_steps=400_000,

@@ -29,14 +29,6 @@ import kit  # noqa: E402
 BURN_CONFIG = "configs/ppo_cartpole.yaml"
 SEED_CONFIG = "configs/ppo_cartpole_2nodes.yaml"
 BURN_JOB = ["env.id=fleetrl/BurnCPU-v0", "env.num_envs=16", "algorithm.num_steps=32", "algorithm.update_epochs=1"]
-TWO_ENV_NODES = [
-    "cluster.backend=ray",
-    "cluster.simulate_nodes=2",
-    "cluster.num_nodes=2",
-    "cluster.devices_per_node=1",
-    "cluster.component_placement={actor: 0, rollout: 0, env: 0-1}",
-    "rollout.pipeline_stage_num=2",
-]
 DIRECT = "cluster.exchange=direct"  # the variants beside the default (auto: the compiled graph)
 # The seed layout's job with everything in one process (one actor rank: inline has no DDP).
 SEED_INLINE = [
@@ -55,8 +47,8 @@ def burn_variants(step_cpu_ms: float, steps: int, nodes: list[str]) -> dict[str,
     job = [*kit.FIXED_WORK, *BURN_JOB, f"env.kwargs={{step_cpu_ms: {step_cpu_ms}}}", f"runner.total_env_steps={steps}"]
     return {
         "burn, inline": [*job, "cluster.backend=inline"],
-        "burn, 2 env workers on 2 nodes": [*job, *TWO_ENV_NODES, *nodes],
-        "burn, 2 env workers on 2 nodes, direct": [*job, *TWO_ENV_NODES, *nodes, DIRECT],
+        "burn, 2 env workers on 2 nodes": [*job, *kit.TWO_ENV_NODES, *nodes],
+        "burn, 2 env workers on 2 nodes, direct": [*job, *kit.TWO_ENV_NODES, *nodes, DIRECT],
     }
 
 
