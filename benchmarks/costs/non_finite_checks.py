@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import dataclasses
 import statistics
 import sys
 import time
@@ -41,6 +40,7 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kit  # noqa: E402
+from update_step import rlzoo_ppo_update  # noqa: E402 - beside this script: the same update it times
 
 
 class NoChecks:
@@ -71,39 +71,6 @@ def checks_off():
         stack.enter_context(mock.patch(f"{module}.UpdateChecks", NoChecks))
     stack.enter_context(mock.patch("fleetrl.workers.env_worker.values_finite", lambda *values: True))
     return stack
-
-
-def ppo_update(clip: bool):
-    """One RL-Zoo CartPole `ppo_update` (a callable), clipping on or off."""
-    import gymnasium as gym
-    import torch
-
-    from fleetrl.algos.ppo.actor import policy_optimizer
-    from fleetrl.algos.ppo.update import PPOBatch, ppo_update
-    from fleetrl.models.policy import Policy
-    from fleetrl.parallel.sharding import EnvShard, Minibatches
-    from fleetrl.parallel.wrap import local_loss_path
-    from fleetrl.plan.load import load_config
-
-    config = load_config(kit.ROOT / "benchmarks/compare/configs/ppo_cartpole_rlzoo.yaml")
-    algo = config.algorithm if clip else dataclasses.replace(config.algorithm, max_grad_norm=0.0)
-    env = gym.make("CartPole-v1")
-    policy = Policy.from_config(config.model, env.observation_space, env.action_space)
-    optimizer = policy_optimizer(config, policy)
-    steps, envs = algo.num_steps, config.env.num_envs
-    size = steps * envs
-    generator = torch.Generator().manual_seed(0)
-    obs = torch.randn(size, 4, generator=generator)
-    with torch.no_grad():
-        actions, logprobs, values = policy.act(obs)
-    batch = PPOBatch(obs, actions, logprobs, values, torch.randn(size, generator=generator), values + 1)
-    path = local_loss_path(policy)
-
-    def update() -> None:
-        minibatches = Minibatches(EnvShard(steps, envs), algo.minibatch_size, None, generator)
-        ppo_update(path, optimizer, batch, algo, algo.clip_coef, minibatches, lambda t: t)
-
-    return update
 
 
 def sac_round():
@@ -195,9 +162,9 @@ def build(workload: str, on: bool):
     """The workload's call, with its checks on or (env: built) off; the updates' checks are
     turned off around the timing (`checks_off`)."""
     if workload == "ppo":
-        return ppo_update(clip=True)
+        return rlzoo_ppo_update(clip=True)
     if workload == "ppo_noclip":
-        return ppo_update(clip=False)
+        return rlzoo_ppo_update(clip=False)
     if workload == "sac":
         return sac_round()
     return env_steps(on)

@@ -34,6 +34,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def ppo_workload(updates: int) -> tuple[list[float], int]:
+    return measure(rlzoo_ppo_update(), updates)
+
+
+def rlzoo_ppo_update(clip: bool = True):
+    """One `ppo_update` of RL-Zoo's CartPole set (a callable), gradient clipping on or off;
+    benchmarks/costs/non_finite_checks.py times the same call."""
+    import dataclasses
+
     import gymnasium as gym
     import torch
 
@@ -45,10 +53,10 @@ def ppo_workload(updates: int) -> tuple[list[float], int]:
     from fleetrl.plan.load import load_config
 
     config = load_config(ROOT / "benchmarks/compare/configs/ppo_cartpole_rlzoo.yaml")
+    algo = config.algorithm if clip else dataclasses.replace(config.algorithm, max_grad_norm=0.0)
     env = gym.make("CartPole-v1")
     policy = Policy.from_config(config.model, env.observation_space, env.action_space)
     optimizer = policy_optimizer(config, policy)
-    algo = config.algorithm
     steps, envs = algo.num_steps, config.env.num_envs
     size = steps * envs
     generator = torch.Generator().manual_seed(0)
@@ -62,7 +70,7 @@ def ppo_workload(updates: int) -> tuple[list[float], int]:
         minibatches = Minibatches(EnvShard(steps, envs), algo.minibatch_size, None, generator)
         ppo_update(path, optimizer, batch, algo, algo.clip_coef, minibatches, lambda t: t)
 
-    return measure(update, updates)
+    return update
 
 
 def sac_workload(updates: int) -> tuple[list[float], int]:
