@@ -125,7 +125,12 @@ class ControllerWatch:
         if failure is not None:
             return self.from_controller(link.incident_from_fields(failure))
         self.follow_controller()
-        return self.overdue_step() or self.stopped_before_first_beat() or self.watchdog_incident()
+        incident = self.overdue_step() or self.stopped_before_first_beat() or self.watchdog_incident()
+        if incident is not None and self.controller.poll() is not None:
+            # It ended since the caller's poll: its end comes first, as it explains what the
+            # watchdog saw since (on Ray, the actors a killed controller owned end with it).
+            return None
+        return incident
 
     def records(self) -> dict:
         """Every watched process's latest heartbeat record that is readable (a broken one is the
