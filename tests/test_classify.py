@@ -1,7 +1,8 @@
 """An exception that reached the controller → the incident it stands for (watch/judging/classify.py), each
 kind exactly: a worker's exception and when it began on the watcher's clock, a rank that could not
 reach its peers, a rank that diverged, a full disk (a worker's or the controller's own, with the
-file and the free bytes), the controller's own exception, a Ray worker that died, and any of these
+file and the free bytes), a NaN or infinity (the controller's own check or a worker's), the
+controller's own exception, a Ray worker that died, and any of these
 while a node no longer runs Ray.
 
 The errors are the real ones (fleetrl's WorkerError and UnusedParameterError, Ray's exception
@@ -21,10 +22,17 @@ import traceback
 
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
+from fleetrl.non_finite import NonFiniteError
 from fleetrl.parallel.grad_check import UnusedParameterError
 from fleetrl.probe.recorded_calls import WorkerError
 from fleetrl.watch.incident import Incident
-from fleetrl.watch.judging.classify import DISK_FULL_HINT, incident_from_error, ray_pid, worker_error
+from fleetrl.watch.judging.classify import (
+    DISK_FULL_HINT,
+    NON_FINITE_HINT,
+    incident_from_error,
+    ray_pid,
+    worker_error,
+)
 
 TRACE = 'Traceback (most recent call last):\n  File "env.py", line 9, in step\nInjectedFault: injected at step 40\n'
 RAISED_AT = 1000.0  # on the raiser's clock
@@ -142,6 +150,32 @@ def test_the_controller_s_own_exception_is_a_worker_exception_with_no_culprit():
         None,
     )
     assert incident.detail == detail and before <= incident.started <= after
+
+
+def test_a_nan_is_non_finite_in_the_controller_s_own_check_and_in_a_worker_s():
+    """fleetrl/non_finite.py's NonFiniteError: the controller's own (a checkpoint's state) has no
+    culprit and begins now; a worker's arrives by name in its WorkerError, names the worker and
+    begins when it was raised, the hint before its traceback."""
+    try:
+        raise NonFiniteError("parameter", "policy.head.weight", float("nan"), "checkpoint of iteration 7")
+    except NonFiniteError as error:
+        incident, before, after = classified(error)
+    said = "the controller found non-finite parameter: policy.head.weight is nan (checkpoint of iteration 7)"
+    assert (incident.cause, incident.summary, incident.culprit, incident.detail) == (
+        "non_finite",
+        said,
+        None,
+        NON_FINITE_HINT,
+    )
+    assert before <= incident.started <= after
+    message = "non-finite env reward: reward is inf (lane 1, step 40)"
+    error = raised("env", 1, "NonFiniteError", message, "env.step", ("inline", 0))
+    said = f"env rank 1 raised NonFiniteError in env.step: {message}"
+    hinted = f"{NON_FINITE_HINT}\n\n{TRACE}"
+    expected = Incident("non_finite", said, RAISED_AT + 30.0, ("env", 1), hinted, host=("inline", 0))
+    assert classified(error, {("inline", 0): {"clock_offset_s": 30.0}})[0] == expected
+    on_its_clock = Incident("non_finite", said, RAISED_AT, ("env", 1), hinted, clock=("inline", 0), host=("inline", 0))
+    assert classified(error)[0] == on_its_clock
 
 
 def test_a_ray_worker_that_died_is_worker_died():

@@ -212,8 +212,25 @@ def test_subprocesses_that_compute_make_a_still_call_busy_and_veto_spinning():
     assert judged(*polling) == Judgement(BUSY, 2.0, 0.9, 0.9, False, subprocesses=(2, 1.0))
     ended = [beat(at, subprocesses=n, subprocesses_cpu_s=cpu) for at, n, cpu in zip(THREE, (2, 2, 1), (5.0, 5.0, 2.0))]
     assert judged(*ended) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=(1, 0.0))
-    first_without = [beat(100.0), *[beat(at, subprocesses=1, subprocesses_cpu_s=9.0) for at in THREE[1:]]]
+    named = {"subprocesses": 1, "subprocesses_cpu_s": 9.0, "subprocess_list": [[77, "sim --serve", "S", 9.0]]}
+    first_without = [beat(100.0), *[beat(at, **named) for at in THREE[1:]]]
     assert judged(*first_without) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)  # none in the whole window
+
+
+def test_the_subprocesses_a_call_waits_on_are_named_with_their_share_the_computing_ones_first():
+    """Each subprocess the last beat names (probe/child_activity.py: pid, command, state, CPU
+    seconds) with its share of a core since the first beat: all its CPU for one started in
+    between, never below 0 (a pid reused by a process with less CPU), most first."""
+    first = [[11, "python a.py", "S", 4.0], [12, "python b.py", "R", 2.0], [14, "old", "S", 3.0]]
+    last = [[11, "python a.py", "S", 4.0], [12, "python b.py", "R", 3.0], [13, "sim --serve", "D", 0.5]]
+    last += [[14, "new", "S", 1.0]]
+    beats = [
+        beat(at, subprocesses=4, subprocesses_cpu_s=cpu, subprocess_list=named)
+        for at, cpu, named in zip(THREE, (9.0, 9.5, 8.5), (first, first, last))
+    ]
+    waited_on = ((12, "python b.py", "R", 0.5), (13, "sim --serve", "D", 0.25), (11, "python a.py", "S", 0.0))
+    waited_on += ((14, "new", "S", 0.0),)
+    assert judged(*beats) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=(4, 0.0), waited_on=waited_on)
 
 
 def test_only_the_current_call_s_beats_in_the_window_are_judged():
@@ -238,6 +255,10 @@ def test_beats_that_show_no_time_passing_on_the_worker_are_no_judgement():
     assert judged(beat(102.0), beat(101.0), beat(100.0)) is None  # its clock set back
 
 
+# (pid, command, state, share of a core): a state the words do not know is named as the kernel gives it
+TWO_WAITED_ON = ((4242, "python server.py --port 0", "S", 0.0), (4243, "sim", "Z", 0.0))
+
+
 @pytest.mark.parametrize(
     ("judgement", "text"),
     [
@@ -260,14 +281,26 @@ def test_beats_that_show_no_time_passing_on_the_worker_are_no_judgement():
             "select.select in 3 of 6 samples (a wait that polls), over the last 2.0 s",
         ),
         (
-            Judgement(BUSY, 2.0, 0.0, 0.01, False, subprocesses=(8, 0.62)),
-            "busy: its stack did not move, 0% CPU in its thread, 1% in its process; waiting on its 8 "
+            Judgement(BUSY, 2.0, 0.0, 0.01, False, subprocesses=(2, 0.62)),
+            "busy: its stack did not move, 0% CPU in its thread, 1% in its process; waiting on its 2 "
             "subprocesses, which are computing (62% CPU) over the last 2.0 s",
         ),
         (
-            Judgement(BLOCKED, 2.0, 0.0, 0.01, False, subprocesses=(2, 0.0)),
+            Judgement(BUSY, 2.0, 0.0, 0.01, False, subprocesses=(1, 0.05), waited_on=((7, "sim", "R", 0.05),)),
+            "busy: its stack did not move, 0% CPU in its thread, 1% in its process; waiting on its subprocess, "
+            "which is computing (5% CPU): pid 7 (`sim`, running, 5% CPU) over the last 2.0 s",
+        ),
+        (
+            Judgement(BLOCKED, 2.0, 0.0, 0.01, False, subprocesses=(2, 0.0), waited_on=TWO_WAITED_ON),
             "blocked: its stack did not move and it used 0% CPU in its thread, 1% in its process; its 2 "
-            "subprocesses are not computing either (0% CPU) over the last 2.0 s",
+            "subprocesses are not computing either (0% CPU): pid 4242 (`python server.py --port 0`, sleeping, "
+            "0% CPU), pid 4243 (`sim`, Z, 0% CPU) over the last 2.0 s",
+        ),
+        (
+            Judgement(BLOCKED, 2.0, 0.0, 0.01, False, subprocesses=(1, 0.049), waited_on=TWO_WAITED_ON[:1]),
+            "blocked: its stack did not move and it used 0% CPU in its thread, 1% in its process; its "
+            "subprocess is not computing either (5% CPU): pid 4242 (`python server.py --port 0`, sleeping, "
+            "0% CPU) over the last 2.0 s",
         ),
         (
             Judgement(BUSY, 2.0, 0.04, 0.05, False, starved=0.93),
@@ -275,7 +308,17 @@ def test_beats_that_show_no_time_passing_on_the_worker_are_no_judgement():
             "the cores), its stack did not move, 4% CPU in its thread, 5% in its process over the last 2.0 s",
         ),
     ],
-    ids=["blocked", "busy-gpu", "busy", "spinning", "busy-subprocesses", "blocked-subprocesses", "starved"],
+    ids=[
+        "blocked",
+        "busy-gpu",
+        "busy",
+        "spinning",
+        "busy-subprocesses",
+        "busy-one-subprocess",
+        "blocked-subprocesses",
+        "blocked-one-subprocess",
+        "starved",
+    ],
 )
 def test_the_judgement_s_words(judgement, text):
     assert judgement.text() == text

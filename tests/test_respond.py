@@ -3,22 +3,29 @@ report is written — cause, summary, culprit, the detection and the end of the 
 order — the report hooks run each within its bound, the remote workers and every child process
 are ended, and IncidentStop carries the report; a second caller waits for the first and raises
 the same; with `exit_process` the process ends with exit 4 once all of that is done. Each case
-runs in a process of its own (tests/respond_script.py): the response ends its process's children."""
+runs in a process of its own (tests/respond_script.py): the response ends its process's children.
+The in-process cases (what the mutation run sees) also read real processes' stacks: a worker's
+faulthandler dump and py-spy's, and py-spy's of the simulator server a stalled call waits on."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 import pytest
 
 from fleetrl import exit_codes
+from fleetrl.checkpoint import save_checkpoint
+from fleetrl.watch.incident import Incident
 from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT
-from fleetrl.watch.respond import IncidentStop, Responder
+from fleetrl.watch.respond import IncidentStop, Responder, subprocess_stack
 from tests.respond_script import WORKERS, incident
 from tests.support import REPO, is_interpreter_helper, subprocess_env
 
@@ -129,3 +136,95 @@ def test_in_this_process_the_response_ends_what_this_process_started(tmp_path, c
     with pytest.raises(IncidentStop) as again:  # a later caller gets the same report
         responder.respond(incident(), WORKERS)
     assert again.value.report is stop.value.report
+
+
+def simulator_server(tmp_path) -> tuple[subprocess.Popen, str]:
+    """tests/sim_server.py serving (asleep in `serve_forever`), and the command line its worker publishes."""
+    server = subprocess.Popen(
+        [sys.executable, "tests/sim_server.py", tmp_path, "0", "answer"], cwd=REPO, stdout=subprocess.PIPE
+    )
+    assert server.stdout.readline() == b"ready\n"  # in serve_forever from here on
+    return server, f"{sys.executable} tests/sim_server.py {tmp_path} 0 answer"
+
+
+def test_a_subprocess_s_stack_is_read_by_py_spy_where_its_command_line_is_the_one_published(tmp_path):
+    """A stalled call's subprocess (watch/respond.py `subprocess_stack`): a Python one's stack read
+    from outside; a pid whose command line is not the published one (another machine's pid, or
+    reused here), a pid that is gone: each says so; a process that is not Python, named by a
+    command line that is not UTF-8 (a Latin-1 file name, read with a replacement character as its
+    worker publishes it), says that."""
+    server, command = simulator_server(tmp_path)
+    latin_1 = tmp_path / os.fsdecode(b"caf\xe9.log")
+    latin_1.touch()
+    follower = subprocess.Popen(["tail", "-f", latin_1])
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    try:
+        stack = subprocess_stack(server.pid, command)
+        assert stack.startswith(f"Process {server.pid}: {command}\n"), stack
+        assert "serve_forever (tests/sim_server.py:" in stack, stack
+        another = command.replace(" answer", " never")  # another server's, say, whose pid this one now has
+        assert subprocess_stack(server.pid, another) == "(not on this machine, or gone)"
+        assert subprocess_stack(gone.pid, "true") == "(not on this machine, or gone)"
+        published = f"tail -f {tmp_path}/caf\ufffd.log"
+        assert subprocess_stack(follower.pid, published) == "(no Python stack: not a Python process)"
+    finally:
+        for process in (server, follower):
+            process.kill()
+            process.wait()
+
+
+# A worker's process as the response sees it: its stacks dumped on SIGUSR1 into the run's stacks folder
+ACTOR_PROCESS = (
+    "import pathlib, sys, time; from fleetrl.probe.stacks import register_stack_dump; "
+    "register_stack_dump(pathlib.Path(sys.argv[1])); print('ready', flush=True); time.sleep(600)"
+)
+
+
+def test_in_this_process_the_report_has_each_worker_s_stack_what_the_call_waits_on_and_the_newest_checkpoint(
+    tmp_path,
+):
+    """The in-process response with a stalled call's subprocesses (the first two have their stacks
+    read; a third is only named), a worker on another machine (its record says so: named, not
+    signalled), a worker here whose faulthandler writes its stacks into the run's stacks folder,
+    and three checkpoints, the newest named."""
+    for iteration in (4, 8, 12):
+        save_checkpoint(tmp_path, iteration, {"iteration": iteration}, keep=3)
+    server, command = simulator_server(tmp_path)
+    actor = subprocess.Popen(
+        [sys.executable, "-c", ACTOR_PROCESS, tmp_path / "stacks" / "actor-1.txt"],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+    )
+    assert actor.stdout.readline() == b"ready\n"
+    waited = {"pid": server.pid, "command": command, "state": "S", "cpu": 0.0}
+    records = {
+        ("env", 0): {"pid": 1, "machine": "another-machine", "host": "far-host", "phase": "env.step"},
+        ("actor", 1): {"pid": actor.pid, "phase": "actor.train"},
+    }
+    waits_on = [waited, {**waited, "command": "other"}, dict(waited)]
+    stalled = Incident("phase_timeout", "stuck", time.time() - 7.0, ("env", 0), records=records, waits_on=waits_on)
+    try:
+        with pytest.raises(IncidentStop):
+            Responder(tmp_path).respond(stalled, WORKERS)
+    finally:  # the response ends them; a test that failed before it must too
+        for process in (server, actor):
+            process.kill() if process.poll() is None else None
+    assert [psutil.pid_exists(process.pid) for process in (server, actor)] == [False, False]
+    written = report(tmp_path)
+    assert written["newest_checkpoint"] == str(tmp_path / "checkpoints" / "ckpt_00000012.pt")
+    stacks = {(w["component"], w["rank"]): w["stack"] for w in written["workers"]}
+    assert stacks[("env", 0)] == (
+        "(did not answer through the heartbeat store, and it runs on far-host, not on this machine: "
+        "its pid cannot be signalled from here)"
+    )
+    faulthandler_s, native = stacks[("actor", 1)].split("\n--- py-spy (native) ---\n")
+    assert re.fullmatch(
+        r'Current thread 0x[0-9a-f]+ \(most recent call first\):\n  File "<string>", line 1 in <module>\n*',
+        faulthandler_s,
+    ), faulthandler_s
+    assert native.startswith(f"Process {actor.pid}: "), native
+    first, second, third = written["waits_on"]
+    assert "serve_forever (tests/sim_server.py:" in first["stack"], first
+    assert (second["stack"], "stack" in third) == ("(not on this machine, or gone)", False)
