@@ -155,6 +155,15 @@ def first_gradient_inf(policy) -> None:
     next(policy.parameters()).register_hook(lambda grad: torch.full_like(grad, float("inf")))
 
 
+def last_gradient_inf(policy) -> None:
+    """The 4th and last gradient step's first gradient infinite: without clipping no step's loss
+    shows it, only the parameters Adam made NaN from it."""
+    backwards = iter(range(1, 5))
+    next(policy.parameters()).register_hook(
+        lambda grad: torch.full_like(grad, float("inf")) if next(backwards) == 4 else grad
+    )
+
+
 @pytest.mark.parametrize(
     "max_grad_norm, spoil, said",
     [
@@ -167,12 +176,31 @@ def first_gradient_inf(policy) -> None:
         ),
         # without clipping the gradients are not checked step by step: the next step's loss shows it, and says so
         (0.0, first_gradient_inf, "non-finite loss: policy loss is nan (gradient step 2 of the PPO update; without"),
+        (
+            0.0,
+            last_gradient_inf,
+            "non-finite parameter: network.trunk.0.weight is nan (its norm, after gradient step 4",
+        ),
     ],
 )
 def test_an_update_names_its_first_non_finite_loss_term_gradient_or_parameter(max_grad_norm, spoil, said):
     with pytest.raises(NonFiniteError) as raised:
         ppo_update_of(max_grad_norm, spoil)
     assert str(raised.value).startswith(said), str(raised.value)
+
+
+def test_finite_values_too_large_to_sum_are_no_incident_and_a_nan_beside_them_is_named():
+    """`verify` sums every value in float64 and looks closer only where the sum is not finite:
+    finite float64 terms whose sum overflows are finite, a NaN among them is still named."""
+    from fleetrl.algos.common.finite import UpdateChecks
+
+    checks = UpdateChecks(torch.nn.Linear(2, 1), ("first", "second"), "the test update")
+    for step in (1, 2):
+        checks.loss(torch.tensor([1e308, 1e308], dtype=torch.float64), step)
+    checks.verify()
+    checks.loss(torch.tensor([1e308, float("nan")], dtype=torch.float64), 3)
+    with pytest.raises(NonFiniteError, match=r"^non-finite loss: second is nan \(gradient step 3 of the test update"):
+        checks.verify()
 
 
 def test_clipping_with_the_checked_norms_is_torchs_clipping_bit_for_bit():

@@ -128,9 +128,10 @@ class SyncContract:
         """The answers of `envs` (indices in the vector) and, for those that ended an episode,
         `final_obs` (the vector's info['final_obs'])."""
         for i in envs:
-            found = self.declared.broken(vector._env_obs[i], vector.envs[i].action_space)
+            action_space = vector.envs[i].action_space  # read through the simulator's wrappers: once
+            found = self.declared.broken(vector._env_obs[i], action_space)
             if found is None and final_obs is not None:
-                found = self.declared.broken(final_obs[i], vector.envs[i].action_space)
+                found = self.declared.broken(final_obs[i], action_space)
             if found is not None:
                 raise bad_data(self.first + int(i), call, found)
 

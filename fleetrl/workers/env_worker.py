@@ -135,7 +135,7 @@ class EnvWorker:
             obs, reward, terminated, truncated, info = self.answer(stage, "step", vector.step, actions)
         truncated = truncated & ~terminated
         if self.contracts[stage] is not None and "_final_obs" in info:  # episodes ended: what their simulators said
-            self.contracts[stage].check(vector, np.flatnonzero(info["_final_obs"]), "step", info["final_obs"])
+            self.contracts[stage].check(vector, info["_final_obs"].nonzero()[0], "step", info["final_obs"])
         envs = slice(stage * self.stage_size, (stage + 1) * self.stage_size)
         truncated_index = np.flatnonzero(truncated)
         final_obs, skipped = final_observations(info, truncated_index, obs), None

@@ -24,6 +24,7 @@ record and in summary.json.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -150,8 +151,14 @@ class StepPlace:
 
 def values_finite(reward: np.ndarray, obs, final_obs) -> bool:
     """A step's rewards, observations and final observations (where any env was truncated) are
-    all finite: the check every step pays, a BLAS dot product per array
-    (`fleetrl.non_finite.all_finite`)."""
+    all finite: the check every step pays. Where the observation is one float array and no env was
+    truncated (nearly every step), one sum of squares of the rewards and observations (two BLAS dot
+    products): finite exactly when every value is, unless large finite values overflow it, and
+    only then the arrays are looked at one by one (`fleetrl.non_finite.all_finite`, per array)."""
+    if type(obs) is np.ndarray and obs.dtype.kind == "f" and reward.ndim == 1 and not len(final_obs):
+        flat = obs.reshape(-1)
+        if math.isfinite(np.dot(flat, flat) + np.dot(reward, reward)):
+            return True
     return all_finite(reward) and finite_leaves(obs) and (not obs_len(final_obs) or finite_leaves(final_obs))
 
 

@@ -2,11 +2,14 @@
 
 `UpdateChecks` watches one update (a `train` call's gradient steps) without a host sync per step:
 each step's loss terms and per-parameter gradient norms stay tensors in lists — the norms are the
-ones gradient clipping computes anyway (`norms_of`), handed on to it — and `verify`, at the
-update's end, where the update reads its metrics anyway, checks them all with the parameters'
-norms (one pass over the trainable weights) in one finiteness check and one host sync: a dozen
-device operations, whatever the number of steps. Only when something is not finite are the steps
-looked at. The first non-finite value raises `NonFiniteError`
+ones gradient clipping computes anyway (`norms_of`), handed on to it; the loss terms are the ones
+the update sums for its metrics (`loss_table`, stacked once for both) — and `verify`, at the
+update's end, where the update reads its metrics anyway, sums them all with the parameters' norms
+(one pass over the trainable weights) in float64 and reads the sum in one host sync: a handful of
+device operations, whatever the number of steps. The sum is finite exactly when every value is
+(float32 values cannot overflow a float64 sum; where float64 ones do, the values are looked at one
+by one before anything is said). Only when it is not finite are the steps looked at. The first
+non-finite value raises `NonFiniteError`
 naming the loss term or the parameters and the gradient step (1-based, of this update) — the loss
 where its step is as early as the gradients' (a NaN loss makes NaN gradients: the loss is the
 cause). Nothing in between reaches a checkpoint: the controller saves only after an update has
@@ -50,11 +53,21 @@ class UpdateChecks:
     loss terms `loss` is given, in order; `update`: what the messages call the update; this is
     actor rank `rank` of `ranks`."""
 
-    def __init__(self, module: nn.Module, terms: tuple[str, ...], update: str, rank: int = 0, ranks: int = 1):
+    def __init__(
+        self,
+        module: nn.Module,
+        terms: tuple[str, ...],
+        update: str,
+        rank: int = 0,
+        ranks: int = 1,
+        params: list[torch.Tensor] | None = None,
+    ):
         self.module, self.terms, self.update, self.rank, self.ranks = module, terms, update, rank, ranks
-        self.params = [p for p in module.parameters() if p.requires_grad]
+        # `params`: the module's trainable parameters where the update has listed them already
+        self.params = [p for p in module.parameters() if p.requires_grad] if params is None else params
         self.device = self.params[0].device if self.params else torch.device("cpu")
         self.losses: list[torch.Tensor] = []  # each piece's detached loss terms
+        self.stacked: torch.Tensor | None = None  # ... stacked, once asked for (`loss_table`)
         self.loss_steps: list[int] = []  # ... and its gradient step
         self.norms: list[torch.Tensor] = []  # each step's per-parameter gradient norms
         self.norm_steps: list[int] = []  # ... its gradient step
@@ -64,12 +77,20 @@ class UpdateChecks:
         """This piece's detached loss terms (in `terms` order), for gradient step `grad_step`."""
         self.losses.append(terms)
         self.loss_steps.append(grad_step)
+        self.stacked = None
+
+    def loss_table(self) -> torch.Tensor:
+        """(pieces, terms): every piece's loss terms so far, stacked once — the update sums them
+        for its metrics, `verify` checks the same tensor. Every piece gives the same terms."""
+        if self.stacked is None:
+            self.stacked = torch.stack(self.losses)
+        return self.stacked
 
     def gradient_norms(self, params: list[torch.Tensor], grad_step: int) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Record gradient step `grad_step`'s gradients before clipping; returns (the gradients,
         their norms stacked), which clipping takes (`LossPath.clip_grad_norm_(..., norms=)`)."""
-        with_grad = [p for p in params if p.grad is not None]
-        grads = [p.grad for p in with_grad]
+        grads = [p.grad for p in params if p.grad is not None]
+        with_grad = params if len(grads) == len(params) else [p for p in params if p.grad is not None]
         norms = norms_of(grads)
         self.norms.append(norms)
         self.norm_steps.append(grad_step)
@@ -96,20 +117,22 @@ class UpdateChecks:
     def verify(self, evidence: torch.Tensor | None = None) -> None:
         """Raise `NonFiniteError` for the first non-finite loss term, gradient or parameter of the
         update (see the module docstring); `evidence`: `evidence()` summed over ranks, where there
-        are several. Every value of the update in one finiteness check and one host sync; only when
-        something is not finite, the steps are looked at."""
+        are several. Every value of the update summed in float64 and one host sync: the sum is
+        finite exactly when every value is, unless large finite float64 values overflow it (float32
+        ones cannot); only when it is not finite are the steps looked at, element by element."""
         with torch.no_grad():
-            params = norms_of(self.params)
-        watched = [params]
-        for tensors in (self.losses, self.norms):
-            if tensors:
-                watched += (
-                    [torch.stack(tensors).reshape(-1)] if same_shapes(tensors) else [t.reshape(-1) for t in tensors]
-                )
-        ranks = torch.zeros(2, device=self.device) if evidence is None else evidence.reshape(2).to(self.device)
-        finite = torch.isfinite(torch.cat([t.to(device=self.device, dtype=torch.float32) for t in watched])).all()
-        finite, loss_causes, gradient_ranks = torch.cat([finite.reshape(1).double(), ranks.double()]).tolist()
-        if finite:  # the one host sync
+            watched = [norms_of(self.params)]
+        if self.losses:
+            watched += [self.loss_table().reshape(-1)] if same_shapes(self.losses) else self.losses
+        if self.norms:
+            watched += [torch.stack(self.norms).reshape(-1)] if same_shapes(self.norms) else self.norms
+        total = torch.cat([t.to(self.device).reshape(-1) for t in watched]).sum(dtype=torch.float64)
+        if evidence is None or self.ranks == 1:
+            total, loss_causes, gradient_ranks = total.item(), 0.0, 0.0  # the one host sync
+        else:
+            ranks = evidence.reshape(2).to(self.device, torch.float64)
+            total, loss_causes, gradient_ranks = torch.cat([total.reshape(1), ranks]).tolist()  # the one host sync
+        if math.isfinite(total):
             return
         loss_step, grad_step = (step.item() for step in self.first_steps())
         if loss_step < NEVER and loss_step <= grad_step:
@@ -120,7 +143,10 @@ class UpdateChecks:
             if self.rank != 0 and gradient_ranks == self.ranks:
                 return  # every rank holds the same reduced gradients (DDP): rank 0 names them
             raise self.gradient_error(int(grad_step))
-        raise self.parameter_error()
+        error = self.parameter_error()
+        if error is not None:
+            raise error
+        # every value finite: large ones overflowed the sum
 
     def loss_error(self, step: int) -> NonFiniteError:
         terms = self.losses[self.loss_steps.index(step)]
@@ -142,10 +168,12 @@ class UpdateChecks:
         where = f"its norm, at gradient step {step} of {self.update}, before clipping"
         return NonFiniteError("gradient", self.named([params[i] for i in bad]), norms[bad[0]].item(), where)
 
-    def parameter_error(self) -> NonFiniteError:
+    def parameter_error(self) -> NonFiniteError | None:
         with torch.no_grad():
             norms = norms_of(self.params)
         bad = (~torch.isfinite(norms)).nonzero().flatten().tolist()
+        if not bad:
+            return None
         steps = max(self.loss_steps + self.norm_steps, default=0)
         where = f"its norm, after gradient step {steps} of {self.update}"
         return NonFiniteError("parameter", self.named([self.params[i] for i in bad]), norms[bad[0]].item(), where)

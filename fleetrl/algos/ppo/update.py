@@ -183,9 +183,8 @@ def ppo_update(
     normalise = config.norm_adv and minibatches.size > 1
     step = fused_step(optimizer)  # optimizer.step() and zero_grad(), less their per-call Python
     shard = minibatches.shard  # NaN/inf: algos/common/finite.py
-    checks = UpdateChecks(loss_path.policy, LOSS_TERMS, "the PPO update", shard.rank, shard.world_size)
     params = loss_path.parameters()
-    parts: list[torch.Tensor] = []  # each piece's [policy loss, value loss, entropy, prediction], divided by `share`
+    checks = UpdateChecks(loss_path.policy, LOSS_TERMS, "the PPO update", shard.rank, shard.world_size, params)
     grad_steps, epochs_done, reduced_kl = 0, 0, None
     for _ in range(config.update_epochs):
         plan = minibatches.epoch()  # per minibatch, this rank's pieces (sample indices)
@@ -206,8 +205,7 @@ def ppo_update(
                         loss_path.module, piece, advantages, config, clip_coef, share, train_policy, predict_coef
                     )
                     loss_path.backward(loss, last, "PPO", grad_steps + 1)
-                checks.loss(loss_parts, grad_steps + 1)
-                parts.append(loss_parts)
+                checks.loss(loss_parts, grad_steps + 1)  # [policy loss, value loss, entropy, prediction] / share
                 ratios.append(ratio)
             if grad_steps == 0 and not minibatches.whole:
                 check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored, "PPO")
@@ -221,7 +219,7 @@ def ppo_update(
             reduced_kl = all_reduce(kl_and_clipped(Ratios.cat(ratios), clip_coef))
             if (reduced_kl[0] / size).item() > config.target_kl:
                 break
-    totals = (torch.stack(parts).double() * share).sum(0)  # Σ over this rank's samples
+    totals = (checks.loss_table().double() * share).sum(0)  # Σ over this rank's samples
     totals = torch.cat([totals, checks.evidence()])  # [4:6]: ranks whose loss, whose gradients went non-finite
     if reduced_kl is None:
         reduced = all_reduce(torch.cat([totals, kl_and_clipped(Ratios.cat(ratios), clip_coef)]))
