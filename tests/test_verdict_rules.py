@@ -1,12 +1,13 @@
 """The watchdog's checks over one poll's records (watch/judging/verdict.py), rule by rule and at each
 rule's threshold: the start-up allowance, a silent worker (stopped, gone, elsewhere, starved,
-rejected records), the learned deadlines and what a call past its deadline is (blocked: an
+rejected records), a dead one's last words, the learned deadlines and what a call past its deadline is (blocked: an
 incident, a start-up step's `startup_timeout`; busy: one warning, an incident past the busy
 allowance), and the checks' precedence.
 
 The records are real flight-recorder records with the fields the checks read set to chosen values
 (ages as the watcher measures them, `phase_max_s`), and the processes they name are real: this
-test process (alive, running), a child stopped with SIGSTOP, one that has exited. Exact on any
+test process (alive, running), a child stopped with SIGSTOP, one that has exited; the watcher's
+samples of a silent process's threads are chosen states as /proc gives them. Exact on any
 host, and fast: the mutation run's tests for the checks (benchmarks/diagnosis/mutation.sh)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from functools import cache
 
@@ -24,8 +26,9 @@ import psutil
 import pytest
 
 from fleetrl.config.schema import WatchdogConfig
-from fleetrl.probe.flight_recorder import Recorder
+from fleetrl.probe.flight_recorder import Recorder, machine_identity
 from fleetrl.watch.judging.judgement import Seen
+from fleetrl.watch.judging.starved_process import Silence
 from fleetrl.watch.judging.verdict import STARTUP_STEPS, Checks, startup_step
 
 CONFIG = WatchdogConfig()  # heartbeat 5 s, deadlines x10 in [5, 1800] s, first call 15 s, start-up step 60 s
@@ -96,6 +99,8 @@ def test_a_worker_without_a_heartbeat_is_a_startup_timeout_only_past_the_allowan
     records = {ENV: record()}
     assert watching.check_started(records, watching.started + CONFIG.startup_allowance_s - 1) is None
     assert watching.check_started({ENV: record(), ACTOR: record()}, watching.started + 1e6) is None
+    watching.started = 1000.0  # exactly at the allowance: late
+    assert watching.check_started(records, 1000.0 + CONFIG.startup_allowance_s).culprit == ACTOR
     late = watching.started + CONFIG.startup_allowance_s + 1
     incident = watching.check_started(records, late)
     assert (incident.cause, incident.culprit, incident.started) == ("startup_timeout", ACTOR, watching.started)
@@ -167,6 +172,62 @@ def test_a_dead_worker_on_this_machine_is_worker_died_timed_from_its_last_beat(g
     assert (incident.cause, incident.culprit, incident.started) == ("worker_died", ACTOR, 998.5)
 
 
+def test_a_dead_worker_s_last_words_are_read_from_its_ray_log_on_this_machine(tmp_path, gone_pid):
+    """Its heartbeat names its Ray worker log (watch/judging/last_words.py from_record): how it ended is read there."""
+    log = tmp_path / f"worker-{'ab' * 14}-{'01' * 4}-{gone_pid}.err"
+    log.write_text("step 40\n*** SIGSEGV received at time=1765000000 on cpu 1 ***\n")
+    dead = record(gone_pid, heartbeat_age_s=1.5, stderr=str(log), machine=machine_identity())
+    incident = checks().check_alive({ACTOR: dead}, 1000.0)
+    assert (incident.cause, incident.culprit, incident.started) == ("worker_died", ACTOR, 998.5)
+    assert incident.last_words["ended"] == "killed by SIGSEGV" and incident.last_words["stderr_path"] == str(log)
+    node = f"node 0 ({socket.gethostname()})"
+    assert (
+        incident.summary
+        == f"actor rank 1 (pid {gone_pid}, {node}) died: killed by SIGSEGV; it was in env.step for 0.1 s"
+    )
+
+
+def test_a_silent_worker_starved_of_cpu_is_warned_once_and_frozen_only_past_the_busy_allowance(caplog):
+    """The watcher's samples of its threads (watch/judging/starved_process.py, here with chosen
+    states, as /proc gives them): one thread found ready to run in 4 of 5 samples over 2 s while
+    using no CPU waited for a CPU 80 % of the time — starved, exactly at the share; 3 of 4 is not."""
+    tid = threading.get_native_id()
+
+    def silence(ready: list[bool]) -> Silence:
+        sampled = Silence(0.0, {tid: (True, 7.0)})
+        for n, is_ready in enumerate(ready, 1):
+            sampled.add(2.0 * n / len(ready), {tid: (is_ready, 7.0)})
+        return sampled
+
+    watching = checks()
+    watching.silent.silences[os.getpid()] = silence([True, True, False, True, True])
+    silent = {ENV: record(heartbeat_age_s=CONFIG.heartbeat_timeout_s + 1)}
+    with caplog.at_level(logging.WARNING, logger="fleetrl"):
+        assert watching.check_beating(silent, 1000.0) is None
+        assert watching.check_beating(silent, 1000.0) is None
+    starved = "a thread of it waited for a CPU 80% of the last 2.0 s (the host's other load)"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            f"env rank 0 (pid {os.getpid()}) has published no heartbeat for 6.0 s: {starved}; not judged frozen "
+            "until it has been silent for watchdog.busy_allowance_s (600 s)",
+        )
+    ]
+    past = {ENV: record(heartbeat_age_s=CONFIG.busy_allowance_s + 1)}
+    said = f"env rank 0 (pid {os.getpid()}) stopped publishing heartbeats %s s ago: %s; last seen in env.step for 0.1 s"
+    incident = watching.check_beating(past, 1000.0)
+    assert (incident.cause, incident.started) == ("process_frozen", 1000.0 - CONFIG.busy_allowance_s - 1)
+    assert incident.summary == said % ("601.0", f"the process is alive but starved of CPU: {starved}")
+    watching.silent.silences[os.getpid()] = silence([True, False, True, True])  # 75 %
+    gil = "the process is alive but its Python threads do not run (the GIL is held by a C call)"
+    assert watching.check_beating(silent, 1000.0).summary == said % ("6.0", gil)
+    elsewhere = {ENV: record(heartbeat_age_s=CONFIG.heartbeat_timeout_s + 1, host="another-machine")}
+    assert watching.check_beating(elsewhere, 1000.0).summary == said % (
+        "6.0",
+        "it is on another machine (no local process check)",
+    )
+
+
 # ------------------------------------------------------------------------------ deadlines
 
 
@@ -180,7 +241,7 @@ def test_a_learned_deadline_is_the_factor_times_the_longest_call_clamped():
         assert watching.deadline(record(), f"env.{step}") == CONFIG.startup_step_allowance_s
     assert watching.deadline(record(), "startup.backend") == CONFIG.startup_step_allowance_s
     assert startup_step("startup.resume") and startup_step("actor.init_distributed") and not startup_step("env.step")
-    assert not startup_step("env.reset_all")
+    assert not startup_step("env.reset_all") and not startup_step("evaluation")  # a phase of one word
 
 
 def test_a_blocked_call_past_its_deadline_is_an_incident_naming_the_deadline_and_the_call():
@@ -259,6 +320,53 @@ def test_a_call_is_not_judged_without_fresh_beats_nor_without_a_phase():
     assert watching.check_deadlines({ENV: record(phase_age_s=100.0)}, 1000.0) is None
     beats(watching, ENV, BLOCKED)
     assert watching.check_deadlines({ENV: record(phase=None, phase_age_s=100.0)}, 1000.0) is None
+
+
+def test_each_call_is_checked_past_those_left_to_others_and_a_held_up_rank_is_its_collective_s_miss():
+    """Workers before the overdue one in the records are each passed over for their own reason (no
+    phase, within the deadline, no fresh beats, waiting in a collective within its patience): the
+    check goes on to the next, not stops. A rank past its deadline that a peer waits for in a
+    collective it has not entered is that collective's miss, begun when its call began."""
+    watching = checks(workers=(ENV, ("rollout", 0), ("eval", 0), ACTOR, ("actor", 0)))
+    for key in (ENV, ("rollout", 0), ACTOR, ("actor", 0)):
+        beats(watching, key, BLOCKED)
+    watching.seen[("eval", 0)] = Seen()
+    entry = {"group": "train", "seq": 3, "started": 99.9, "op": "all_reduce", "call_site": "update.py:40"}
+    in_flight = {"in_flight": [{**entry, "shapes": [[64]]}], "entered": {"train": 3}, "recent": []}
+    records = {
+        ENV: record(phase=None, phase_age_s=None),
+        ("rollout", 0): record(phase_age_s=1.0),
+        ("eval", 0): record(phase_age_s=100.0),
+        ("actor", 0): record(phase="actor.update", phase_age_s=100.0, time=100.0, collectives=in_flight),
+        ACTOR: record(
+            phase="actor.update", phase_age_s=100.0, collectives={**in_flight, "in_flight": [], "entered": {"train": 2}}
+        ),
+    }
+    incident = watching.check_deadlines(records, 1000.0)
+    assert (incident.cause, incident.culprit, incident.started, incident.state) == (
+        "rank_missing_from_collective",
+        ACTOR,
+        900.0,
+        "blocked",
+    )
+    assert incident.summary == (
+        "actor rank 1 is behind: its last collective is #2, and it is in actor.update for 100.0 s; actor rank 0 "
+        "waits in all_reduce #3 of group train (update.py:40, shapes [[64]])"
+    )
+
+
+def test_a_call_is_judged_from_the_beats_of_the_last_four_heartbeat_intervals_at_least_two_seconds():
+    """Heartbeats every 0.5 s: a call's judgement reads its beats of the last 2 s. One 2.25 s old,
+    before which its thread had used no CPU, is not among them: the call is blocked, not busy."""
+    watching = checks(heartbeat_interval_s=0.5)
+    seen, now = Seen(), time.monotonic()
+    for number, (ago, cpu) in enumerate([(2.25, 0.0), (1.5, 1.0), (1.0, 1.0), (0.5, 1.0), (0.0, 1.0)], 1):
+        beat = {**published(), "time": 100.0 - ago, "beat": number, "phase_started": 50.0, "stack_signature": 7}
+        beat |= {"thread_cpu_s": cpu, "cpu_s": cpu, "thread_io_bytes": 4096, "thread_samples": 0, "thread_waits": 0}
+        seen.update(beat, now=now - ago)
+    watching.seen[ENV] = seen
+    incident = watching.check_deadlines({ENV: record(phase_age_s=100.0)}, 1000.0)
+    assert (incident.cause, incident.state) == ("phase_timeout", "blocked"), incident.summary
 
 
 # ------------------------------------------------------------------------------ precedence
