@@ -98,6 +98,33 @@ class MetronomeEnv(gym.Env):
         return np.array([self.t / self.length], np.float32)
 
 
+class ActionEcho(gym.Env):
+    """An env with a lopsided Box action space, (-2, 0) to (2, 4) — its centre (0, 2), its half
+    widths (2, 2) — that keeps every action it receives (`received`): a test tells an action
+    mapped onto the Box once from one not mapped, or mapped twice. The observation is the step's
+    place in the episode, [t / length]; an episode terminates after `length` steps, rewards 0."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, length: int = 3):
+        self.length, self.t, self.received = length, 0, []
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 4.0], np.float32))
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.received.append(np.array(action, np.float32))
+        self.t += 1
+        return self._obs(), 0.0, self.t >= self.length, False, {}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t / self.length], np.float32)
+
+
 class NonFiniteAt(CartPoleEnv):
     """CartPole whose sub-env `index` (told apart by the seed of its first reset: seed + i) answers
     its `at`-th step of the run with a non-finite value: `what` = "reward" (NaN), "obs" (NaN in

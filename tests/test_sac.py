@@ -30,6 +30,7 @@ from fleetrl.errors import ConfigError
 from fleetrl.plan.load import load_config
 from fleetrl.plan.rules import check_spaces
 from fleetrl.workers.env_worker import EnvWorker
+from fleetrl.workers.eval_worker import play
 from fleetrl.workers.rollout_worker import RolloutWorker
 from tests import sac_support
 from tests.compare import max_difference
@@ -191,7 +192,7 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
     expected = (normal.log_prob(u) - torch.log(1 - torch.tanh(u) ** 2)).sum(-1)
     assert torch.allclose(actions, torch.tanh(u))
     assert torch.allclose(log_prob, expected, atol=1e-4)
-    assert np.allclose(actor.to_env(np.array([[-1.0, 1.0], [0.0, 0.0]])), [[-2.0, 1.0], [0.0, 0.0]])
+    assert actor.to_env(torch.tensor([[-1.0, 1.0], [0.0, 0.0]])).tolist() == [[-2.0, 1.0], [0.0, 0.0]]
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["private-kernels", "fallback"])
@@ -299,6 +300,36 @@ def test_sac_lanes_record_the_true_next_observation_and_ppo_lanes_do_not():
     ppo.configure_lanes([2], 4, env.observation_space, gym.spaces.Discrete(2))
     assert ppo.lanes[0].next_obs is None
     assert trajectory.shard(1, 2).next_obs.shape == (8, 1, 3)
+
+
+def test_the_env_receives_the_actors_actions_mapped_onto_its_box_once_in_training_and_evaluation():
+    """SAC's actor acts in [-1, 1]^d; the env takes `action_bias + action_scale · a`, through the
+    rollout worker's one seam (`env_actions`, the actor's `to_env`) on both paths: collecting (the
+    lanes record a, the env receives the mapped action) and `fleetrl eval`'s play of the
+    deterministic action (what a resumed or published checkpoint is judged by). A lopsided Box
+    (tests/envs.py `ActionEcho`) tells a mapped action from one not mapped or mapped twice."""
+    env = EnvWorker(EnvConfig(id="tests.envs:ActionEcho", num_envs=2, kwargs={"length": 3}), 0.99, seed=0)
+    try:
+        echoes = [sub.unwrapped for sub in env.stages[0].envs]
+        torch.manual_seed(0)
+        actor = SquashedGaussianActor(1, 2, [8], "relu", env.action_space.low, env.action_space.high)
+        rollout = SACRolloutWorker(actor, torch.Generator().manual_seed(0))
+        rollout.configure_lanes([2], 4, env.observation_space, env.action_space)
+        collector = Collector(InlineGroup([], [env]), InlineGroup([], [rollout]), 1, 4)
+        collector.start(0)
+        recorded = collector.collect().actions  # (T, N, 2)
+        assert (recorded.abs() <= 1).all()  # the actor's a, as the replay buffer keeps it
+        received = torch.tensor(np.array([echo.received for echo in echoes])).transpose(0, 1)
+        assert torch.allclose(received, torch.tensor([0.0, 2.0]) + 2 * recorded)
+        for echo in echoes:
+            echo.received.clear()
+        played = play(env, rollout, episodes=2, deterministic=True, film=False)
+    finally:
+        env.close()
+    assert played.lengths == [3, 3]
+    mode = actor.to_env(actor.act(torch.tensor([[0.0], [1 / 3], [2 / 3]]), deterministic=True))
+    for echo in echoes:
+        assert torch.allclose(torch.tensor(np.array(echo.received)), mode)
 
 
 # --------------------------------------------------------------------------------- config

@@ -10,6 +10,8 @@ error (B,) third. fleetrl owns
 the Gaussian's state-independent log std. docs/guides/model.md ("Your own network") has an example.
 
 `forward(obs, actions)` is the loss path (what DDP wraps): `LossOutputs`; `act` is inference only.
+`to_env(records)` turns what `act` returned and the trajectory records into the env's actions:
+every policy a rollout worker acts with has it (here the identity: the record is the action).
 
 Token policies (`model.action_bins`): a 1-D Box action becomes K tokens (one per dimension), each
 a categorical over `action_bins` values (`ActionTokens`). Their log-probs and entropies are
@@ -182,6 +184,10 @@ class Policy(nn.Module):
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.network(obs)[1]
+
+    def to_env(self, records: torch.Tensor) -> torch.Tensor:
+        """The env's actions for `act`'s: the same (this policy records the action itself)."""
+        return records
 
     def distribution_inputs(self, params: torch.Tensor) -> torch.Tensor:
         """The network's action parameters → the tensor that fixes the action distribution (see

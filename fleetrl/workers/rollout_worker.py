@@ -112,10 +112,11 @@ class RolloutWorker(SyncMember):
         return actions.cpu(), logprobs.float().cpu(), values.float().cpu()
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        """`infer`'s actions as the env takes them: the policy's `to_env` where it records something
-        else than the action (the continuous heads of `model.id: hf`), else as they are."""
-        to_env = getattr(self.policy, "to_env", None)
-        return actions if to_env is None else to_env(actions)
+        """`infer`'s actions as the env takes them: the policy's `to_env`, which every policy a
+        rollout worker acts with has (the identity where the record is the action; the continuous
+        heads of `model.id: hf` record normalised actions or a whole chain, a squashed actor its
+        [-1, 1]^d)."""
+        return self.policy.to_env(actions)
 
     def values(self, obs: np.ndarray) -> torch.Tensor:
         with self.precision():

@@ -97,8 +97,11 @@ class SquashedGaussianActor(nn.Module):
         noise = torch.randn(mean.shape, generator=generator, device=mean.device)
         return torch.tanh(mean + log_std.exp() * noise)
 
-    def to_env(self, actions: np.ndarray) -> np.ndarray:
-        return self.action_bias + self.action_scale * actions
+    def to_env(self, actions: torch.Tensor) -> torch.Tensor:
+        """Actions in [-1, 1]^d (what `act` returns and the replay buffer keeps) → the env's Box:
+        `action_bias + action_scale · a`."""
+        bias, scale = (torch.as_tensor(v, device=actions.device) for v in (self.action_bias, self.action_scale))
+        return bias + scale * actions
 
 
 class TwinQ(nn.Module):

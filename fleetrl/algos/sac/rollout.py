@@ -3,8 +3,8 @@ uniform random actions) and records every step's true next observation for the r
 
 It is a `RolloutWorker` with lanes that record `next_obs` (the env worker's final observation on
 truncation). Recorded actions are the actor's, in [-1, 1]^d; the env receives them mapped onto
-its Box (`action_bias + action_scale · a`). Log-probs and values are not needed off-policy and
-stay zero.
+its Box (`action_bias + action_scale · a`: the actor's `to_env`, applied by `env_actions` as for
+every policy). Log-probs and values are not needed off-policy and stay zero.
 
 Whether to act at random is decided by the actor from global counters (identical on every
 rank): it sets `random_actions` on the actor module it shares with this worker (inline
@@ -46,15 +46,11 @@ class SACRolloutWorker(RolloutWorker):
         return self.policy.act(self.tensor(obs), deterministic, self.generator).cpu().numpy()
 
     def infer(self, obs: np.ndarray, deterministic: bool = False):
-        """(env actions, zeros, zeros) as CPU tensors: what `fleetrl eval` plays."""
-        actions = torch.from_numpy(self.policy.to_env(self.sample(obs, deterministic)).astype(np.float32))
+        """(actions in [-1, 1]^d, zeros, zeros) as CPU tensors: what `fleetrl eval` plays, through
+        `env_actions` (the actor's `to_env`) as every rollout worker's."""
+        actions = torch.from_numpy(self.sample(obs, deterministic))
         zeros = torch.zeros(len(obs))
         return actions, zeros, zeros
-
-    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        """`infer`'s actions as they are: already mapped onto the env's Box (the actor's `to_env`
-        maps numpy actions, and must not be applied twice)."""
-        return actions
 
     def configure_lanes(
         self, lane_sizes: list[int], steps: int, observation_space: gym.Space, action_space: gym.Space
@@ -73,7 +69,7 @@ class SACRolloutWorker(RolloutWorker):
             return None
         actions = self.sample(step.obs)
         buffer.record_policy(t, step.obs, actions, zeros, zeros, self.version)
-        return self.policy.to_env(actions)
+        return self.env_actions(torch.from_numpy(actions)).numpy()
 
     def load_weights(self, weights: SACWeights | dict) -> None:
         """Weights synced by the actor (`SACWeights`), or an actor state_dict (a checkpoint's

@@ -131,6 +131,10 @@ class VLAPolicy(VLABackbone):
                 bins, chosen, value = self.generate(obs, pick)
         return self.actions.decode(bins), self.per_token(chosen), value
 
+    def to_env(self, records: torch.Tensor) -> torch.Tensor:
+        """The env's actions for `act`'s: the same (the tokens' action values are the actions)."""
+        return records
+
     def generate(self, obs, pick) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Autoregressive sampling with the KV cache: (bins (B, N), their log-probs, value)."""
         empty = torch.empty((self.batch(obs), 0), dtype=torch.long, device=self.device)
