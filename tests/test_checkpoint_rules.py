@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import math
 import os
 
@@ -35,6 +36,7 @@ from fleetrl.checkpoint import (
     verified_load,
 )
 from fleetrl.errors import ConfigError, UserError
+from fleetrl.non_finite import NonFiniteError
 
 
 def state(iteration: int, **more) -> dict:
@@ -235,3 +237,41 @@ def test_the_first_non_finite_value_of_a_state_is_named_by_its_dotted_key():
     state["loss"] = 0.5
     assert non_finite_entry(state) is None
     assert non_finite_entry([torch.tensor([0.0]), torch.tensor([-math.inf])]) == ("1", -math.inf)
+
+
+def test_a_state_holding_a_non_finite_value_is_never_written_and_a_checkpoint_holding_one_is_passed_over(
+    tmp_path, caplog
+):
+    """A save of a state with an infinity raises NonFiniteError naming its key and writes nothing
+    (its staged shards are dropped, also when already gone); checkpoints written with a NaN before
+    saves were checked are passed over, each named, for the newest finite one; pruning drops them
+    though they have no sum file."""
+    run_dir = tmp_path / "runs" / "run-1"  # not made yet: its folders are
+    assert save_checkpoint(run_dir, 4, state(4), keep=5) == run_dir / "checkpoints" / "ckpt_00000004.pt"
+    infinite = {"iteration": 8, "actor": {"policy": {"w": torch.tensor([1.0, math.inf])}}}
+    shards = staged(run_dir, 8, {"shard-0": b"x"})
+    for staged_shards in (shards, shards):  # the second time, already gone
+        with pytest.raises(NonFiniteError) as refused:
+            save_checkpoint(run_dir, 8, infinite, keep=5, shards=staged_shards)
+        assert str(refused.value) == (
+            "non-finite checkpoint state: actor.policy.w is inf (checkpoint ckpt_00000008.pt was not written)"
+        )
+        assert (refused.value.what, refused.value.key, refused.value.value) == (
+            "checkpoint state",
+            "actor.policy.w",
+            math.inf,
+        )
+        assert not shards.exists()
+    assert sorted(p.name for p in checkpoint_dir(run_dir).iterdir()) == ["ckpt_00000004.pt", "ckpt_00000004.pt.sha256"]
+    for iteration in (12, 16):  # as an older fleetrl wrote them: no check, no sum file
+        torch.save(state(iteration, loss=math.nan), checkpoint_dir(run_dir) / f"ckpt_{iteration:08d}.pt")
+    with caplog.at_level(logging.WARNING, logger="fleetrl"):
+        assert load_latest(run_dir)["iteration"] == 4
+    newer = [checkpoint_dir(run_dir) / f"ckpt_{iteration:08d}.pt" for iteration in (16, 12)]
+    assert [r.getMessage() for r in caplog.records if r.name == "fleetrl"] == [
+        "skipping damaged checkpoint(s), using ckpt_00000004.pt instead. "
+        + "; ".join(f"{path}: it holds a non-finite value: loss is nan" for path in newer)
+    ]
+    for iteration in (20, 24):
+        save_checkpoint(run_dir, iteration, state(iteration), keep=2)
+    assert [p.name for p in list_checkpoints(run_dir)] == ["ckpt_00000020.pt", "ckpt_00000024.pt"]
