@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -157,6 +160,31 @@ class NonFiniteAt(CartPoleEnv):
             obs = obs.copy()
             obs[2] = np.nan if self.what == "obs" else np.inf
         return obs
+
+
+class MarksACollection(CartPoleEnv):
+    """CartPole that tells a test when a collection has begun. Its `at`-th step writes the file
+    `marker`, saying which worker wrote it at which step ("env 0 step 9"; with
+    `algorithm.num_steps` N, step N + 1 is the first of the second collection: an env worker
+    steps only in collections, every sub-env once per vector step, its resets within that step),
+    and from there on each step also sleeps `step_time_s`: the collection that begins at the
+    marker lasts num_steps x num_envs x step_time_s, the ones before it cost nothing."""
+
+    def __init__(self, marker: str = "", at: int = 1, step_time_s: float = 0.0):
+        super().__init__()
+        self.marker, self.at, self.step_time_s, self.steps = Path(marker), at, step_time_s, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at:
+            written = self.marker.with_name(f"{self.marker.name}.{os.getpid()}.{id(self)}")
+            written.write_text(
+                f"{os.environ.get('FLEETRL_COMPONENT')} {os.environ.get('FLEETRL_RANK')} step {self.steps}"
+            )
+            written.replace(self.marker)  # whole or absent, for a reader in another process
+        if self.steps >= self.at:
+            time.sleep(self.step_time_s)
+        return super().step(action)
 
 
 class BreaksItsSpaces(CartPoleEnv):

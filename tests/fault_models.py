@@ -2,7 +2,8 @@
 (`tests.fault_models:UnusedHeadNet`), one dropped by one actor rank mid-training
 (`tests.fault_models:HeadDroppingNet`), and a cross-rank sync of their own that one rank enters
 with another size (`tests.fault_models:StatSyncingNet`); and one that tells a test it is in the
-middle of an update (`tests.fault_models:MidUpdateNet`), for a signal sent there."""
+middle of an update (`tests.fault_models:MidUpdateNet`), for a signal sent there; and one whose
+update fails only once a collection is known to be under way (`tests.fault_models:FailsOnMarkNet`)."""
 
 from __future__ import annotations
 
@@ -99,3 +100,33 @@ class MidUpdateNet(nn.Module):
         deadline = time.monotonic() + self.hold_s
         while self.marker.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+class UpdateFailed(RuntimeError):
+    """The error `FailsOnMarkNet` raises."""
+
+
+class FailsOnMarkNet(nn.Module):
+    """An actor-critic whose actor rank `on_rank` fails its first training forward (gradients on),
+    but only once the file `marker` exists, waiting for it at most `wait_s`: beside an env that
+    writes the marker at the first step of the next collection (tests/envs.py `MarksACollection`),
+    an update that fails while the overlapped collection is under way, whatever the host's load.
+    It raises `UpdateFailed` either way, its message saying whether the marker was seen."""
+
+    def __init__(self, observation_space, num_action_params, marker: str = "", on_rank: int = 1, wait_s: float = 60.0):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(observation_space.shape[0], 32), nn.Tanh())
+        self.pi, self.v = nn.Linear(32, num_action_params), nn.Linear(32, 1)
+        self.marker, self.wait_s = Path(marker), wait_s
+        self.fails = (os.environ.get("FLEETRL_COMPONENT"), os.environ.get("FLEETRL_RANK")) == ("actor", str(on_rank))
+
+    def forward(self, obs: torch.Tensor):
+        if self.fails and torch.is_grad_enabled():
+            deadline = time.monotonic() + self.wait_s
+            while not self.marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self.marker.exists():
+                raise UpdateFailed("the update failed while the next collection was under way")
+            raise UpdateFailed(f"{self.marker} was not written within {self.wait_s:g} s: no collection began")
+        h = self.body(obs)
+        return self.pi(h), self.v(h).squeeze(-1)

@@ -252,36 +252,41 @@ def test_a_restart_resumes_the_checkpoint_counts_its_queued_batch_as_dropped_and
     assert "64 samples were collected and not yet trained when checkpoint 4 was taken" in result.stderr
 
 
-# slow: on the loaded CI host the controller was once not yet inside the collection when rank 1's
-# exception was reported (its phase None: the scenario's premise, not the promise, failed; 1 of 3
-# full-suite rehearsals at f7f1b72). It stays out of CI until the test waits for the collection to
-# start before the update may fail.
-@pytest.mark.slow
+MARKED_STEP_S = 1.0  # each step of the collection the update fails in: 2 envs x 8 steps = 16 s of it left
+
+
 def test_an_update_that_fails_during_a_collection_is_reported_at_once(tmp_path):
-    """Actor rank 1 raises in the first update, while rank 0 waits for it in the gradient
-    all-reduce, so the update is not done; the controller is inside the next collection (8 s
-    of a slow simulator). The collection gives up at once and rank 1's own exception is the
-    incident, within the exception bound — not when the collection would have ended, nor as
-    rank 0's wait in the collective."""
+    """Actor rank 1 fails the first update (which rank 0 cannot finish without it: the gradient
+    all-reduce), and only once the env has begun the next collection: the env writes a marker at
+    its first step of it (tests/envs.py `MarksACollection`) and rank 1's network raises only when
+    it sees the marker (tests/fault_models.py `FailsOnMarkNet`), so the update fails inside the
+    overlapped collection whatever the host's load. From the marker on each env step takes a
+    second: ~16 s of the collection are left when the update fails. The collection gives up at
+    once and rank 1's own exception is the incident, within the exception bound and the loaded
+    host's margin (6 s) — not when the collection would have ended, nor as rank 0's wait in the
+    collective."""
+    marker = tmp_path / "second-collection-began"
     result = train(
         CARTPOLE,
         *SMALL,
         ASYNC,
         *TWO_ACTOR_RANKS_ON_RAY,
-        "env.id=fleetrl.envs.slow:SlowCartPole",
-        "env.kwargs={step_time_s: 0.5}",
+        "env.id=tests.envs:MarksACollection",
+        f"env.kwargs={{marker: '{marker}', at: 9, step_time_s: {MARKED_STEP_S}}}",  # step 9: the 2nd collection's first
         "env.num_envs=2",
         "algorithm.num_steps=8",
         "algorithm.minibatch_size=16",
-        fault("exception", "actor", 1, 1),
-        runs=tmp_path,
+        "model.id=tests.fault_models:FailsOnMarkNet",
+        f"model.kwargs={{marker: '{marker}', on_rank: 1}}",
+        "--skip-doctor",
+        runs=tmp_path / "runs",
         timeout=240,
     )
-    assert_incident(result, "worker_exception", ["actor", 1], promised_detection_s("exception"))  # a collection: 8 s
-    report = result.hang_report
-    assert "InjectedFault in actor.train" in report["summary"]
-    workers = {(w["component"], w["rank"]): w for w in report["workers"]}
-    assert workers[("controller", 0)]["phase"] == "async.collect"
+    assert_incident(result, "worker_exception", ["actor", 1], promised_detection_s("exception"))
+    assert result.hang_report["summary"] == (
+        "actor rank 1 raised UpdateFailed in actor.train: the update failed while the next collection was under way"
+    )
+    assert marker.read_text() == "env 0 step 9"  # the run's env worker, at its 2nd collection's first step
 
 
 @pytest.mark.slow  # ~4 min on a loaded 2-core host: a Ray cluster, then ~170k env steps
