@@ -315,7 +315,7 @@ TWO_WAITED_ON = ((4242, "python server.py --port 0", "S", 0.0), (4243, "sim", "Z
         "spinning",
         "busy-subprocesses",
         "busy-one-subprocess",
-        "blocked-subprocesses",
+        "blocked-two-subprocesses",
         "blocked-one-subprocess",
         "starved",
     ],

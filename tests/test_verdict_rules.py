@@ -53,16 +53,16 @@ def checks(workers=(ENV, ACTOR), **config) -> Checks:
     return Checks(WatchdogConfig(**config), list(workers))
 
 
-def beats(checks: Checks, key, thread_s: list[float], stack: int = 7) -> None:
+def beats(checks: Checks, key, thread_s: list[float], stack: int = 7, **fields) -> None:
     """The watcher has seen `key` beat every half second until now (inside the 2 s it judges a
     call from), its call's thread having used `thread_s` CPU seconds at each (the same stack
-    throughout, no data moved)."""
+    throughout, no data moved), with `fields` in every beat."""
     seen, now = Seen(), time.monotonic()
     for number, cpu in enumerate(thread_s, 1):
         at = now - 0.5 * (len(thread_s) - number)
         beat = {**published(), "time": 100.0 + 0.5 * number, "beat": number, "phase_started": 50.0}
         beat |= {"thread_cpu_s": cpu, "cpu_s": cpu, "stack_signature": stack, "thread_io_bytes": 4096}
-        beat |= {"thread_samples": 0, "thread_waits": 0, "thread_wait": None}
+        beat |= {"thread_samples": 0, "thread_waits": 0, "thread_wait": None, **fields}
         seen.update(beat, now=at)
     checks.seen[key] = seen
 
@@ -261,6 +261,20 @@ def test_a_blocked_call_past_its_deadline_is_an_incident_naming_the_deadline_and
         "env rank 0 has been in env.step for 15.5 s (deadline 15.0 s; longest before 1.500 s) and is blocked: its "
         "stack did not move and it used 0% CPU in its thread, 0% in its process over the last 1.5 s"
     )
+
+
+def test_a_blocked_call_s_incident_names_the_subprocess_it_waits_on():
+    """A simulator's server, asleep: in the report's `waits_on` (pid, command, state, share of a
+    core over the window) and in the judgement's words."""
+    watching = checks()
+    server = {"subprocesses": 1, "subprocesses_cpu_s": 3.0, "subprocess_list": [[4242, "python server.py", "S", 3.0]]}
+    beats(watching, ENV, BLOCKED, **server)
+    incident = watching.check_deadlines({ENV: record(phase_age_s=15.5, phase_max_s={"env.step": 1.5})}, 1000.0)
+    assert incident.waits_on == [{"pid": 4242, "command": "python server.py", "state": "S", "cpu": 0.0}]
+    assert incident.summary.endswith(
+        "; its subprocess is not computing either (0% CPU): pid 4242 (`python server.py`, sleeping, 0% CPU) "
+        "over the last 1.5 s"
+    ), incident.summary
 
 
 def test_a_start_up_step_never_seen_finishing_is_a_startup_timeout_and_a_first_call_a_phase_timeout():
