@@ -53,8 +53,9 @@ def staged(run_dir, iteration: int, files: dict[str, bytes]):
 
 
 def test_the_staging_folder_is_hidden_beside_the_checkpoints_and_named_by_iteration_and_process(tmp_path):
+    folder = staging_dir(tmp_path / "new-run", 7)  # a run directory not made yet: its folders are
+    assert folder.parent == checkpoint_dir(tmp_path / "new-run") and folder.parent.is_dir()
     folder = staging_dir(tmp_path, 7)
-    assert folder.parent == checkpoint_dir(tmp_path) and folder.parent.is_dir()
     assert folder.name == f".ckpt_00000007.dcp.tmp-{os.getpid()}"
     assert list_checkpoints(tmp_path) == []
 
@@ -69,6 +70,10 @@ def test_a_sharded_checkpoint_records_each_shard_s_sum_and_moves_them_beside_its
     assert list(loaded["shards"]) == ["a.distcp", "b.distcp"]  # sorted
     assert loaded["shards"]["b.distcp"] == sha256(shards_dir(final) / "b.distcp")
     assert loaded["shards_path"] == str(shards_dir(final))
+    # saved again (a resumed run's older attempt at the same iteration): the new shards replace the old
+    again = save_checkpoint(tmp_path, 3, state(3), keep=2, shards=staged(tmp_path, 3, {"c.distcp": b"c"}))
+    assert again == final and os.listdir(shards_dir(final)) == ["c.distcp"]
+    assert list(verified_load(final)["shards"]) == ["c.distcp"]
 
 
 def test_a_damaged_or_missing_shard_damages_its_checkpoint_and_the_one_before_is_used(tmp_path):
@@ -194,6 +199,7 @@ def test_init_from_takes_a_run_s_newest_intact_policy_or_one_file_s(tmp_path):
         ("damaged file", "does not match"),
         ("no policy", "it holds no actor policy weights"),
         ("no actor", "it holds no actor policy weights"),
+        ("not a mapping", "it holds no actor policy weights"),
     ],
 )
 def test_init_from_names_the_key_the_path_and_what_is_wrong(tmp_path, source, why):
@@ -206,6 +212,9 @@ def test_init_from_names_the_key_the_path_and_what_is_wrong(tmp_path, source, wh
         path = final
     elif source in ("no policy", "no actor"):
         path = save_checkpoint(tmp_path, 1, {"iteration": 1, "actor": {}} if source == "no policy" else {}, keep=1)
+    elif source == "not a mapping":  # a file of torch.save's that is not a checkpoint's state
+        path = tmp_path / "ckpt_00000001.pt"
+        torch.save([1.0, 2.0], path)
     with pytest.raises(ConfigError) as caught:
         initial_weights(str(path))
     valid = "a fleetrl run directory holding an intact checkpoint, or a checkpoint file (ckpt_*.pt)"
