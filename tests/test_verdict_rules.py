@@ -131,6 +131,11 @@ def test_the_stopped_process_among_the_silent_is_named_whichever_fell_silent_fir
     # one that only missed two beats is not silent: the first silent one is named
     records[ACTOR]["heartbeat_age_s"] = 2 * CONFIG.heartbeat_interval_s
     assert watching.check_beating(records, 1000.0).culprit == ENV
+    records[ACTOR]["heartbeat_age_s"] = 2.5 * CONFIG.heartbeat_interval_s  # past two beats: silent
+    assert watching.check_beating(records, 1000.0).culprit == ACTOR
+    # silent only for as long as the watcher was there to see it: 0.5 s, the rest it was away
+    records[ACTOR] |= {"heartbeat_age_s": 5.5, "silence_s": 0.5}
+    assert watching.check_beating(records, 1000.0).culprit == ENV
 
 
 def test_how_a_silent_process_is_described(stopped_child, gone_pid):
@@ -338,12 +343,14 @@ def test_a_call_is_not_judged_without_fresh_beats_nor_without_a_phase():
 
 def test_each_call_is_checked_past_those_left_to_others_and_a_held_up_rank_is_its_collective_s_miss():
     """Workers before the overdue one in the records are each passed over for their own reason (no
-    phase, within the deadline, no fresh beats, waiting in a collective within its patience): the
+    phase, within the deadline, no fresh beats, busy within the busy allowance (warned), waiting in
+    a collective within its patience): the
     check goes on to the next, not stops. A rank past its deadline that a peer waits for in a
     collective it has not entered is that collective's miss, begun when its call began."""
-    watching = checks(workers=(ENV, ("rollout", 0), ("eval", 0), ACTOR, ("actor", 0)))
+    watching = checks(workers=(ENV, ("rollout", 0), ("eval", 0), ("rollout", 1), ACTOR, ("actor", 0)))
     for key in (ENV, ("rollout", 0), ACTOR, ("actor", 0)):
         beats(watching, key, BLOCKED)
+    beats(watching, ("rollout", 1), BUSY)
     watching.seen[("eval", 0)] = Seen()
     entry = {"group": "train", "seq": 3, "started": 99.9, "op": "all_reduce", "call_site": "update.py:40"}
     in_flight = {"in_flight": [{**entry, "shapes": [[64]]}], "entered": {"train": 3}, "recent": []}
@@ -351,6 +358,7 @@ def test_each_call_is_checked_past_those_left_to_others_and_a_held_up_rank_is_it
         ENV: record(phase=None, phase_age_s=None),
         ("rollout", 0): record(phase_age_s=1.0),
         ("eval", 0): record(phase_age_s=100.0),
+        ("rollout", 1): record(phase_age_s=100.0),
         ("actor", 0): record(phase="actor.update", phase_age_s=100.0, time=100.0, collectives=in_flight),
         ACTOR: record(
             phase="actor.update", phase_age_s=100.0, collectives={**in_flight, "in_flight": [], "entered": {"train": 2}}
@@ -415,10 +423,13 @@ def test_the_watcher_s_own_absence_is_no_evidence_of_a_worker_s_silence():
         time.sleep(0.1)
     seen_there = present.observe({ENV: dict(beat)})
     assert seen_there[ENV]["silence_s"] == seen_there[ENV]["heartbeat_age_s"] >= 1.5
+    assert seen_there[ENV]["clock_offset_s"] == present.seen[ENV].clock_offset is not None
+    assert list(present.silent.silences) == [os.getpid()]  # silent here: its threads are sampled
     assert present.check_beating(seen_there, time.time()).cause == "process_frozen"
     away = absent.observe({ENV: dict(beat)})
     assert away[ENV]["heartbeat_age_s"] >= 1.5  # true
     assert CONFIG.poll_interval_s <= away[ENV]["silence_s"] < CONFIG.poll_interval_s + 0.2  # 1.5 s away, less a poll
     assert absent.check_beating(away, time.time()) is None
+    assert absent.silent.silences == {}
     absent.observe({ENV: {**beat, "beat": 2}})  # a new beat: nothing of the absence is carried over
     assert absent.seen[ENV].watcher_absent_s == 0.0
