@@ -176,6 +176,10 @@ def test_a_thread_found_ready_to_run_but_barely_running_is_starved_though_its_ru
     assert judged(*asleep).state == BLOCKED
     few = [beat(at, thread_s=0.02 * (at - 100), samples=n, thread_ready=n) for at, n in zip(THREE, (0, 2, 5))]
     assert judged(*few).state == BLOCKED
+    # counters begun before the window: only its own 6 samples count (exactly SPIN_MIN_SAMPLES), all ready
+    later = [beat(at, thread_s=0.02 * (at - 100), samples=n, thread_ready=n) for at, n in zip(THREE, (20, 23, 26))]
+    judgement = judged(*later)
+    assert (judgement.state, judgement.starved) == (BUSY, pytest.approx(1.0 - 0.02)), judgement.text()
 
 
 def test_a_beat_without_a_run_delay_is_no_evidence_of_starvation():

@@ -218,6 +218,8 @@ def test_a_silent_worker_starved_of_cpu_is_warned_once_and_frozen_only_past_the_
             "until it has been silent for watchdog.busy_allowance_s (600 s)",
         )
     ]
+    elsewhere_too = {**silent, ACTOR: record(heartbeat_age_s=6.0, host="another-machine")}
+    assert watching.check_beating(elsewhere_too, 1000.0).culprit == ACTOR  # the next silent one is judged
     past = {ENV: record(heartbeat_age_s=CONFIG.busy_allowance_s + 1)}
     said = f"env rank 0 (pid {os.getpid()}) stopped publishing heartbeats %s s ago: %s; last seen in env.step for 0.1 s"
     incident = watching.check_beating(past, 1000.0)
