@@ -2,8 +2,9 @@
 
 The env worker checks every step's rewards, observations and the final observations it will
 bootstrap from, as the simulators return them — before the observation and reward normalisers see
-them, so a NaN never reaches their running statistics (which a checkpoint keeps). One vectorised
-`isfinite` per array per step: integer leaves (images, token ids) are never looked at.
+them, so a NaN never reaches their running statistics (which a checkpoint keeps). A sum of squares
+per step (`values_finite`), element by element only where it is not finite: integer leaves (images,
+token ids) are never looked at.
 
 What a non-finite value does is one choice for the run:
 
