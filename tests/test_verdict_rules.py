@@ -138,6 +138,29 @@ def test_the_stopped_process_among_the_silent_is_named_whichever_fell_silent_fir
     assert watching.check_beating(records, 1000.0).culprit == ENV
 
 
+def test_silent_workers_on_a_node_whose_ray_no_longer_answers_are_that_node_s_loss():
+    """Node 1's raylet refuses connections (a socket bound, not listening: as a dead node's
+    does): its silent workers are one `node_lost`, named by its first worker, begun at the silent
+    one's last beat; node 0's answers (listening)."""
+    with socket.socket() as alive, socket.socket() as gone:
+        alive.bind(("127.0.0.1", 0))
+        alive.listen()
+        gone.bind(("127.0.0.1", 0))
+        answers, refuses = (f"127.0.0.1:{s.getsockname()[1]}" for s in (alive, gone))
+        on_node_1 = {"host": "sim-host-1", "node": 1, "raylet": refuses}
+        records = {
+            ACTOR: record(raylet=answers),
+            ("env", 1): record(heartbeat_age_s=0.5, **on_node_1),
+            ENV: record(heartbeat_age_s=12.0, time=988.0, **on_node_1),  # its last beat, on its clock
+        }
+        incident = checks(workers=(ENV, ("env", 1), ACTOR)).check_beating(records, 1000.0)
+    assert (incident.cause, incident.culprit, incident.started) == ("node_lost", ENV, 988.0)
+    assert incident.summary == (
+        f"node 1 (sim-host-1) is lost: its Ray node manager at {refuses} does not answer, and its workers "
+        "(env rank 0, env rank 1) stopped 12.0 s ago"
+    )
+
+
 def test_how_a_silent_process_is_described(stopped_child, gone_pid):
     watching = checks()
     assert watching.process_state(record(gone_pid), stopped=False) == "the process is gone"
