@@ -8,7 +8,8 @@ trained from configs/ppo_minigrid_vla.yaml (LoRA, 8 MiniGrid envs, 32 steps an i
                         rollout gets the LoRA adapters by `runner.weight_sync: trainable`).
 
 On a GPU (`--device cuda`, the device machine), the two variants are the actor and rollout on the
-GPU acting in float32 against bfloat16 autocast (`rollout.dtype`), both inline, with `--size` the
+GPU acting in float32 against bfloat16 autocast (`rollout.dtype`) and the whole model loaded in
+bfloat16 (`model.dtype`: the actor's weights and update too), all inline, with `--size` the
 family's real size (a 3 B PaliGemma: `--size 3b --num-steps 8 --minibatch 16 --micro-batch 4`; the actor's update
 accumulates micro-batches with gradient checkpointing).
 
@@ -46,6 +47,8 @@ ON_GPU = ["cluster.backend=inline", "actor.device=cuda", "rollout.device=cuda"]
 GPU_VARIANTS = {
     "cuda, float32 acting": [*ON_GPU, "rollout.dtype=float32"],
     "cuda, bfloat16 acting": [*ON_GPU, "rollout.dtype=bfloat16"],
+    # the whole model loaded in bfloat16 (`model.dtype`): the actor's weights, its update and its memory too
+    "cuda, bfloat16 model": [*ON_GPU, "model.dtype=bfloat16"],
 }
 
 
@@ -61,7 +64,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=1, help="model.action_chunk: actions per inference")
     parser.add_argument(
-        "--device", choices=["cpu", "cuda"], default="cpu", help="cuda: float32 against bfloat16 acting"
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="cuda: float32 against bfloat16 acting and a bfloat16 model",
     )
     parser.add_argument("--family", choices=["paligemma", "smolvlm"], default="paligemma")
     parser.add_argument("--size", default="tiny", help="init-model's size: tiny, or the family's real one (3b, 2b)")
@@ -103,9 +109,9 @@ def main() -> None:
     )
     extra = {"rollout actions/s (collect)": lambda rs: f"{actions_per_s(rs):.0f}"}
     print(kit.throughput_table(runs, threads, baseline, extra))
-    if all(ok.values()):
-        (other_name,) = (name for name in variants if name != baseline)
-        other_runs, base = ok[other_name], ok[baseline]
+    base = ok[baseline]
+    for other_name in (name for name in variants if name != baseline and ok[name] and base):
+        other_runs = ok[other_name]
         steps = kit.median(r["steady"]["steps_per_s"] for r in other_runs) / kit.median(
             r["steady"]["steps_per_s"] for r in base
         )
