@@ -152,11 +152,15 @@ def test_a_subprocess_s_stack_is_read_by_py_spy_where_its_command_line_is_the_on
     from outside; a pid whose command line is not the published one (another machine's pid, or
     reused here), a pid that is gone: each says so; a process that is not Python, named by a
     command line that is not UTF-8 (a Latin-1 file name, read with a replacement character as its
-    worker publishes it), says that."""
+    worker publishes it), says that; a Python process with such a command line, which py-spy cannot
+    read, says that py-spy could not read it."""
     server, command = simulator_server(tmp_path)
     latin_1 = tmp_path / os.fsdecode(b"caf\xe9.log")
     latin_1.touch()
     follower = subprocess.Popen(["tail", "-f", latin_1])
+    waits = "import time; print('ready', flush=True); time.sleep(600)"
+    python_latin_1 = subprocess.Popen([sys.executable, "-c", waits, latin_1], stdout=subprocess.PIPE)
+    assert python_latin_1.stdout.readline() == b"ready\n"
     gone = subprocess.Popen(["true"])
     gone.wait()
     try:
@@ -168,8 +172,11 @@ def test_a_subprocess_s_stack_is_read_by_py_spy_where_its_command_line_is_the_on
         assert subprocess_stack(gone.pid, "true") == "(not on this machine, or gone)"
         published = f"tail -f {tmp_path}/caf\ufffd.log"
         assert subprocess_stack(follower.pid, published) == "(no Python stack: not a Python process)"
+        # py-spy 0.4.2 cannot read a Python process with such a command line: that, not "not Python"
+        published = f"{sys.executable} -c {waits} {tmp_path}/caf\ufffd.log"
+        assert subprocess_stack(python_latin_1.pid, published) == "(no Python stack: py-spy could not read it)"
     finally:
-        for process in (server, follower):
+        for process in (server, follower, python_latin_1):
             process.kill()
             process.wait()
 

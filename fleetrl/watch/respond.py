@@ -50,7 +50,24 @@ def subprocess_stack(pid: int, command: str) -> str:
         return "(not on this machine, or gone)"
     if not here.startswith(command):
         return "(not on this machine, or gone)"
-    return py_spy_dump(pid, SUBPROCESS_STACK_TIMEOUT_S, "--nonblocking") or "(no Python stack: not a Python process)"
+    stack = py_spy_dump(pid, SUBPROCESS_STACK_TIMEOUT_S, "--nonblocking")
+    if stack:
+        return stack
+    # py-spy also fails on some Python processes (one whose command line is not UTF-8): say which
+    return (
+        "(no Python stack: py-spy could not read it)" if runs_python(pid) else "(no Python stack: not a Python process)"
+    )
+
+
+def runs_python(pid: int) -> bool:
+    """Whether process `pid` runs a Python interpreter: its executable is one, or it maps libpython."""
+    try:
+        if os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python"):
+            return True
+        with open(f"/proc/{pid}/maps", "rb") as maps:
+            return b"libpython" in maps.read()
+    except OSError:
+        return False
 
 
 class IncidentStop(Exception):
