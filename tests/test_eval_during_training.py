@@ -192,7 +192,10 @@ def test_on_ray_evaluations_run_while_training_goes_on(tmp_path):
     evaluated = [r for r in records if "eval_return_mean" in r]
     assert len(records) == 30 and len(evaluated) >= 2
     assert evaluated[-1] is records[-1]  # the last one waited for
-    assert all(r["iteration"] > r["eval_iteration"] for r in evaluated)  # picked up later, never waited
+    # picked up later, never waited for, but the last: the end waits for the one in flight, which may
+    # have started at the last iteration itself (a quiet host finishes the one before in time)
+    assert all(r["iteration"] > r["eval_iteration"] for r in evaluated[:-1])
+    assert evaluated[-1]["iteration"] >= evaluated[-1]["eval_iteration"]
     assert any(r["iteration"] - r["eval_iteration"] >= 2 for r in evaluated)  # an iteration ran meanwhile
     skipped = [r["eval_skipped"] for r in evaluated]
     assert skipped == sorted(skipped) and skipped[-1] == len(records) - len(evaluated)  # one per iteration
