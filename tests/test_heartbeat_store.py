@@ -35,14 +35,15 @@ def beat(worker: tuple[str, int], phase: str, n: int) -> dict:
 
 
 def test_a_run_delay_is_optional_and_when_present_a_number_or_null():
-    """Records of workers older than the field carry no run delay (no evidence of starvation,
+    """Records of workers older than the fields carry no run delay (no evidence of starvation,
     watch/judging/judgement.py); a present one that is not a number is rejected before it is judged."""
     worker = ("env", 0)
-    for delay in ({}, {"thread_run_delay_s": 1.5}, {"thread_run_delay_s": 2}, {"thread_run_delay_s": None}):
-        record = {**beat(worker, "env.step", 1), **delay}
-        assert parse_record(worker, json.dumps(record)) == (record, "")
-    malformed = json.dumps({**beat(worker, "env.step", 1), "thread_run_delay_s": "1.5"})
-    assert parse_record(worker, malformed) == (None, 'its thread_run_delay_s is "1.5", not a number or null')
+    for field in ("thread_run_delay_s", "subprocesses_run_delay_s"):
+        for delay in ({}, {field: 1.5}, {field: 2}, {field: None}):
+            record = {**beat(worker, "env.step", 1), **delay}
+            assert parse_record(worker, json.dumps(record)) == (record, "")
+        malformed = json.dumps({**beat(worker, "env.step", 1), field: "1.5"})
+        assert parse_record(worker, malformed) == (None, f'its {field} is "1.5", not a number or null')
 
 
 def test_read_returns_the_latest_record_of_each_worker_that_published():

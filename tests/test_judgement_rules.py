@@ -221,6 +221,34 @@ def test_subprocesses_that_compute_make_a_still_call_busy_and_veto_spinning():
     assert judged(*first_without) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)  # none in the whole window
 
 
+def test_subprocesses_starved_of_cpu_make_a_still_call_busy_and_veto_spinning():
+    """A server loading a scene on a host loaded past its cores (stop 48's CI: under 5 % of a core
+    over the window, falsely blocked at start-up): its threads waited, ready to run, for a CPU half
+    the window or more (`subprocesses_run_delay_s`) — busy, and a thread polling for it waits on
+    real work. Under half, or without the field (an older worker), the CPU rule alone: blocked; one
+    that ended takes its wait with it."""
+
+    def waiting(run_delays):
+        return [
+            beat(at, subprocesses=5, subprocesses_cpu_s=c, subprocesses_run_delay_s=d)
+            for at, c, d in zip(THREE, (3.0, 3.0, 3.09), run_delays)
+        ]
+
+    using = (5, pytest.approx(0.045))
+    starved = Judgement(BUSY, 2.0, 0.0, 0.0, False, subprocesses=using, subprocesses_starved=0.5)
+    assert judged(*waiting((10.0, 10.5, 11.0))) == starved  # exactly at half
+    assert judged(*waiting((10.0, 10.4, 10.98))) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=using)
+    older = [{k: v for k, v in b.items() if k != "subprocesses_run_delay_s"} for b in waiting((10.0, 10.9, 11.8))]
+    assert judged(*older) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=using)
+    assert judged(*waiting((10.0, 10.0, 4.0))) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=using)
+    polling = [
+        beat(at, thread_s=t, cpu_s=t, samples=n, waits=n, subprocesses=5, subprocesses_run_delay_s=t)
+        for at, t, n in zip(THREE, (0.0, 0.9, 1.8), (0, 3, 6))
+    ]
+    polling = [{**b, "subprocesses_cpu_s": 3.0} for b in polling]
+    assert judged(*polling) == Judgement(BUSY, 2.0, 0.9, 0.9, False, subprocesses=(5, 0.0), subprocesses_starved=0.9)
+
+
 def test_the_subprocesses_a_call_waits_on_are_named_with_their_share_the_computing_ones_first():
     """Each subprocess the last beat names (probe/child_activity.py: pid, command, state, CPU
     seconds) with its share of a core since the first beat: all its CPU for one started in
@@ -295,6 +323,12 @@ TWO_WAITED_ON = ((4242, "python server.py --port 0", "S", 0.0), (4243, "sim", "Z
             "which is computing (5% CPU): pid 7 (`sim`, running, 5% CPU) over the last 2.0 s",
         ),
         (
+            Judgement(BUSY, 1.6, 0.0, 0.0, False, subprocesses=(5, 0.046), subprocesses_starved=0.9),
+            "busy: its stack did not move, 0% CPU in its thread, 0% in its process; waiting on its 5 "
+            "subprocesses, which are starved (5% CPU, 1.4 s waiting for a CPU in 1.6 s: the host's other "
+            "processes held the cores) over the last 1.6 s",
+        ),
+        (
             Judgement(BLOCKED, 2.0, 0.0, 0.01, False, subprocesses=(2, 0.0), waited_on=TWO_WAITED_ON),
             "blocked: its stack did not move and it used 0% CPU in its thread, 1% in its process; its 2 "
             "subprocesses are not computing either (0% CPU): pid 4242 (`python server.py --port 0`, sleeping, "
@@ -319,6 +353,7 @@ TWO_WAITED_ON = ((4242, "python server.py --port 0", "S", 0.0), (4243, "sim", "Z
         "spinning",
         "busy-subprocesses",
         "busy-one-subprocess",
+        "busy-starved-subprocesses",
         "blocked-two-subprocesses",
         "blocked-one-subprocess",
         "starved",

@@ -49,7 +49,9 @@ def start_up(tmp_path, backend: str, compute_s: float, allowance_s: float | None
         timeout=3 * compute_s + 240,  # the server gives up computing after 3 x compute_s of wall time
     ).succeeded()
     slow = [line for line in result.stderr.splitlines() if "slow: " in line and ".construct for" in line]
-    assert any("which are computing" in line and "sim_server.py" in line for line in slow), result.stderr[-4000:]
+    # busy: the server computes, or on a host loaded past its cores waits for a CPU (starved)
+    busy = ("which are computing", "which are starved")
+    assert any(any(b in line for b in busy) and "sim_server.py" in line for line in slow), result.stderr[-4000:]
     pids = server_pids(tmp_path)
     assert len(pids) == 4, pids  # popen, daemon, fork and shell: each started, each gone
     assert processes_alive(pids) == [], processes_alive(pids)

@@ -3,8 +3,9 @@ thread computes while pinned to one CPU at the lowest priority (`SCHED_IDLE`), b
 at the normal one, publishes through its real heartbeat that it waited for a CPU most of the wall
 time (its run delay, and samples that find it ready to run: probe/thread_activity.py) — the
 evidence the watchdog judges it busy (starved) on (watch/judging/judgement.py), where its few % of CPU
-alone would read as blocked. And a process starved so that it never beats is not judged frozen
-before the busy allowance (watch/judging/starved_process.py)."""
+alone would read as blocked. The same for a call waiting on a subprocess that computes so starved
+(a simulator's server loading a scene: probe/child_activity.py). And a process starved so that it
+never beats is not judged frozen before the busy allowance (watch/judging/starved_process.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,15 @@ import pytest
 
 from fleetrl.config.schema import WatchdogConfig
 from fleetrl.watch.incident import Incident
-from fleetrl.watch.judging.judgement import BLOCKED, BUSY, MIN_SAMPLES, STARVED_SHARE, Judgement, Seen
+from fleetrl.watch.judging.judgement import (
+    BLOCKED,
+    BUSY,
+    MIN_SAMPLES,
+    STARVED_SHARE,
+    SUBPROCESSES_BUSY,
+    Judgement,
+    Seen,
+)
 from fleetrl.watch.judging.verdict import Checks
 from tests.support import subprocess_env
 
@@ -91,6 +100,66 @@ def test_a_thread_starved_of_cpu_publishes_its_run_delay_and_is_judged_busy():
         [{key: value for key, value in r.items() if key not in ("thread_run_delay_s", "thread_ready")} for r in in_loop]
     )
     assert older.state == BLOCKED, older.text()
+
+
+# A worker whose call waits on a server it started (as tests/server_envs.py's simulators do): the
+# server pins itself to the hogs' CPU at SCHED_IDLE and computes for 4 s of wall time, then says
+# `ready`; the worker's thread sits in the pipe read meanwhile (no CPU, a stack that does not move)
+# and its real heartbeat publishes what its subprocess does. The records are printed as one JSON list.
+STARVED_SERVER = """
+import hashlib, os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+end, data = time.monotonic() + 4.0, bytes(1 << 20)
+while time.monotonic() < end: hashlib.sha256(data).digest()
+print("ready", flush=True)
+"""
+WAITS_ON_A_STARVED_SERVER = """
+import json, subprocess, sys
+from fleetrl.probe.flight_recorder import Recorder
+
+records = []
+recorder = Recorder("env", 0, 0)
+recorder.start_publishing(records.append, 0.25)
+recorder.enter_phase("env.construct")
+server = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE)
+assert server.stdout.readline() == b"ready\\n"
+recorder.stop()
+server.wait(timeout=30)
+print(json.dumps([json.loads(record) for record in records]))
+"""
+
+
+@pytest.mark.needs("sched_idle", "a starved server made with Linux's SCHED_IDLE policy")
+def test_a_call_waiting_on_a_starved_server_is_judged_busy_by_its_run_delay():
+    cpu = min(os.sched_getaffinity(0))
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(cpu)]) for _ in range(2)]
+    try:
+        worker = subprocess.run(
+            [sys.executable, "-c", WAITS_ON_A_STARVED_SERVER, STARVED_SERVER, str(cpu)],
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait(timeout=30)
+    assert worker.returncode == 0, worker.stderr
+    records = [r for r in json.loads(worker.stdout) if r["phase"] == "env.construct" and r.get("subprocesses")]
+    assert len(records) >= MIN_SAMPLES, records
+    first, last = records[0], records[-1]
+    wall = last["time"] - first["time"]
+    waited = (last["subprocesses_run_delay_s"] - first["subprocesses_run_delay_s"]) / wall
+    used = (last["subprocesses_cpu_s"] - first["subprocesses_cpu_s"]) / wall
+    assert waited >= STARVED_SHARE and used < SUBPROCESSES_BUSY, (waited, used)
+
+    judgement = judged(records)
+    assert judgement.state == BUSY and judgement.subprocesses_starved == pytest.approx(waited), judgement.text()
+    assert "waiting on its subprocess, which is starved" in judgement.text(), judgement.text()
+    older = judged([{key: value for key, value in r.items() if key != "subprocesses_run_delay_s"} for r in records])
+    assert older.state == BLOCKED, older.text()  # its few % of CPU alone: what CI's false kill saw
 
 
 def judged(records: list[dict]) -> Judgement:

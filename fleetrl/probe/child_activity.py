@@ -7,10 +7,12 @@ a shell, some daemonised (`setsid`, a double fork). The caller's thread then sit
 while they load a scene or take a step — no CPU, a stack that does not move: exactly what a
 blocked call looks like from inside the process. Judged on the waiting process alone, a server
 that computes for 90 s at start-up was a false `startup_timeout`. So each beat also carries the
-worker's descendants: how many, the CPU seconds they have used, and the first few by pid, command,
-state and CPU (`subprocess_cpu`). The watcher calls the call busy while their CPU grows — up to
-`busy_allowance_s`, as for a thread that computes — and, when it is blocked, names the ones it
-waits on (watch/judging/judgement.py).
+worker's descendants: how many, the CPU seconds they have used, the seconds their threads waited,
+ready to run, for a CPU (the kernel's run delay: a server computing on a host loaded past its cores
+may get 5 % of one, and the wait is what tells it from one asleep), and the first few by pid,
+command, state and CPU (`subprocess_cpu`). The watcher calls the call busy while their CPU grows,
+or while they wait for a CPU most of the time — up to `busy_allowance_s`, as for a thread that
+computes — and, when it is blocked, names the ones it waits on (watch/judging/judgement.py).
 
 Which processes: every descendant of this process — `/proc/<pid>/task/*/children`, transitively —
 but Ray's daemons and multiprocessing's idle helpers (its resource tracker, its fork server). A watched process is a child subreaper (`become_subreaper`): a daemonised
@@ -29,7 +31,7 @@ those that were there before the run's workers were built, daemonised servers in
 
 Read from `/proc` (Linux; elsewhere nothing is published, and the verdict is the process's own).
 ~0.3 ms a beat for a process with a few dozen threads and no descendants (one small read a
-thread), more with many descendants.
+thread), more with many descendants (three small reads a thread of theirs).
 """
 
 from __future__ import annotations
@@ -106,17 +108,41 @@ def multiprocessing_helpers() -> set[int]:
 
 def subprocess_cpu() -> dict:
     """`subprocesses` (how many live descendants, Ray's daemons left out), `subprocesses_cpu_s`
-    (the CPU seconds they have used) and `subprocess_list` ([pid, command, state, CPU seconds] of
-    the `LISTED` that used the most CPU), or {} with none or where `/proc` cannot be read."""
+    (the CPU seconds they have used), `subprocesses_run_delay_s` (the seconds their threads waited,
+    ready to run, for a CPU, `run_delay_s`; null where none can be read) and
+    `subprocess_list` ([pid, command, state, CPU seconds] of the `LISTED` that used the most CPU),
+    or {} with none or where `/proc` cannot be read."""
     found = descendants()
     if not found:
         return {}
     listed = sorted(found, key=lambda process: -cpu_s(process[1]))[:LISTED]
+    delays = [delay for delay in (run_delay_s(pid) for pid, _ in found) if delay is not None]
     return {
         "subprocesses": len(found),
         "subprocesses_cpu_s": sum(cpu_s(fields) for _, fields in found),
+        "subprocesses_run_delay_s": sum(delays) if delays else None,
         "subprocess_list": [[pid, command(pid, fields), fields[0], cpu_s(fields)] for pid, fields in listed],
     }
+
+
+def run_delay_s(pid: int) -> float | None:
+    """The seconds the threads of `pid` have waited, ready to run, for a CPU: the sum of the second
+    fields of their `/proc/<pid>/task/<tid>/schedstat`, which the kernel brings up to date when a
+    thread next runs; None where none can be read (the process ended meanwhile, or a kernel
+    without scheduler statistics)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    waited_ns, read = 0, False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as schedstat:
+                waited_ns += int(schedstat.read().split()[1])
+                read = True
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return waited_ns / 1e9 if read else None
 
 
 def command(pid: int, fields: list[str]) -> str:

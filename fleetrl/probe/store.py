@@ -38,6 +38,7 @@ FIELDS = (
     ("phase_started", (*NUMBER, NONE), "a number or null"),
     # optional (absent in older workers' records: no evidence of starvation, watch/judging/judgement.py)
     ("thread_run_delay_s", (*NUMBER, NONE), "a number or null"),
+    ("subprocesses_run_delay_s", (*NUMBER, NONE), "a number or null"),
 )
 
 

@@ -9,7 +9,7 @@ Blocked or busy is told from the beats of the current call in the last `window_s
 thread using CPU, the process using CPU (a simulator computing in threads of its own), its GPU
 running kernels while it is in no collective (probe/gpu.py), the subprocesses it started computing
 (an async vector env's workers loading a scene while it waits on their pipes:
-probe/child_activity.py), or the thread's stack moving between beats means *busy* — the call works and is only slow; none of these
+probe/child_activity.py) computing or starved (below), or the thread's stack moving between beats means *busy* — the call works and is only slow; none of these
 means *blocked* — a sleep, a lock, a socket or a peer that will not answer. CPU shares are taken
 between two beats of the worker's own clock, so skew cancels out.
 
@@ -31,8 +31,12 @@ cores while it waits, runnable, for one. The kernel counts that wait (its run de
 it ready to run (`thread_ready`); a thread that waited for a CPU at least `STARVED_SHARE` of the
 window wanted one most of the time and is *busy (starved)*, never blocked (`starved_share`). A blocked thread sleeps and has next to no run delay. Spinning stays
 spinning: its evidence is the wait the thread is found in, which a starved computation is not
-(preempted, the kernel shows it outside any system call). A
-record without the field (an older worker) is judged by the rules above.
+(preempted, the kernel shows it outside any system call). The subprocesses a call waits on
+are starved the same way: a server loading a scene on such a host once got 5 % of a core over the
+window and was falsely judged blocked at start-up; their threads' run delay
+(`subprocesses_run_delay_s`) at least `STARVED_SHARE` of the window means they wanted a CPU, and
+the call waiting on them is busy. A record without the fields (an older worker) is judged by the
+rules above.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class Sample:
     thread_run_delay_s: float | None = None  # seconds the phase's thread waited, runnable, for a CPU
     thread_ready: int = 0  # samples of what it sits in that found it ready to run or running
     subprocess_list: tuple = ()  # (pid, command, state, CPU seconds) of the first few of them
+    subprocesses_run_delay_s: float | None = None  # seconds their threads waited, runnable, for a CPU
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class Judgement:
     subprocesses: tuple[int, float] | None = None  # (how many, share of a core they used), where it has any
     starved: float | None = None  # busy (starved): the share of the window its thread waited for a CPU
     waited_on: tuple = ()  # (pid, command, state, share of a core over the window) of its first subprocesses
+    subprocesses_starved: float | None = None  # the share of the window its subprocesses waited for a CPU, if starved
 
     @property
     def stalled(self) -> bool:
@@ -106,6 +112,12 @@ class Judgement:
             them = f"its {count} subprocesses" if count > 1 else "its subprocess"
             if share >= SUBPROCESSES_BUSY:
                 cpu += f"; waiting on {them}, which {'are' if count > 1 else 'is'} computing ({share:.0%} CPU)"
+            elif self.subprocesses_starved is not None:
+                waited = self.subprocesses_starved * self.window_s
+                cpu += (
+                    f"; waiting on {them}, which {'are' if count > 1 else 'is'} starved ({share:.0%} CPU, "
+                    f"{waited:.1f} s waiting for a CPU in {self.window_s:.1f} s: the host's other processes held the cores)"
+                )
             else:
                 cpu += f"; {them} {'are' if count > 1 else 'is'} not computing either ({share:.0%} CPU)"
             cpu += "".join(f"{': ' if i == 0 else ', '}{process_text(p)}" for i, p in enumerate(self.waited_on))
@@ -183,6 +195,7 @@ class Seen:
                 record.get("thread_run_delay_s"),
                 record.get("thread_ready", 0),
                 tuple(tuple(process) for process in record.get("subprocess_list", ())),
+                record.get("subprocesses_run_delay_s"),
             )
         )
 
@@ -221,13 +234,16 @@ class Seen:
         moved = len({s.stack_signature for s in recent}) > 1
         gpu = gpu_utilisation(recent)
         children = subprocess_use(first, last, span)
-        computing = children is not None and children[1] >= SUBPROCESSES_BUSY
+        children_starved = None if children is None else subprocesses_starved(first, last, span)
+        computing = children is not None and (children[1] >= SUBPROCESSES_BUSY or children_starved is not None)
         busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved or (gpu or 0.0) >= GPU_BUSY_PCT or computing
         waits = None if computing else spin_waits(first, last, thread, process, moved)
         starved = None if waits is not None else starved_share(first, last, span, thread)
         state = SPINNING if waits is not None else BUSY if busy or starved is not None else BLOCKED
         waited_on = subprocess_shares(first, last, span) if children is not None else ()
-        return Judgement(state, span, thread, process, moved, waits, gpu, children, starved, waited_on)
+        return Judgement(
+            state, span, thread, process, moved, waits, gpu, children, starved, waited_on, children_starved
+        )
 
 
 def gpu_utilisation(samples: list[Sample]) -> float | None:
@@ -243,6 +259,18 @@ def subprocess_use(first: Sample, last: Sample, span: float) -> tuple[int, float
     if not last.subprocesses or first.subprocesses_cpu_s is None or last.subprocesses_cpu_s is None:
         return None
     return last.subprocesses, max(0.0, (last.subprocesses_cpu_s - first.subprocesses_cpu_s) / span)
+
+
+def subprocesses_starved(first: Sample, last: Sample, span: float) -> float | None:
+    """The share of the `span` worker seconds from `first` to `last` that the call's subprocesses'
+    threads, between them, waited runnable for a CPU, if at least `STARVED_SHARE`, else None (also
+    without the field: an older worker, no scheduler statistics). One that ended meanwhile takes
+    its wait with it: never below 0. As for a thread (`starved_share`), the kernel brings the wait
+    up to date only when a thread next runs: one starved since its last turn shows none yet."""
+    if first.subprocesses_run_delay_s is None or last.subprocesses_run_delay_s is None:
+        return None
+    share = max(0.0, (last.subprocesses_run_delay_s - first.subprocesses_run_delay_s) / span)
+    return share if share >= STARVED_SHARE else None
 
 
 def subprocess_shares(first: Sample, last: Sample, span: float) -> tuple:
