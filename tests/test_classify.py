@@ -9,8 +9,9 @@ The errors are the real ones (fleetrl's WorkerError and UnusedParameterError, Ra
 classes, OSError), built in this process; a lost node is a raylet address on which a socket is
 bound and not listening (the connection is refused, as a dead node's is). The Ray runs that
 raise them for real are tests/test_freeze_proof.py, test_param_check.py, test_checkpoint_trust.py,
-test_isolated_nodes.py and test_last_words.py; these run in well under a second (the mutation
-run, benchmarks/diagnosis/mutation.sh)."""
+test_isolated_nodes.py and test_last_words.py, and in this process with a real Ray worker's death
+and last words tests/test_classify_on_ray.py; these run in well under a second (the mutation run,
+benchmarks/diagnosis/mutation.sh)."""
 
 from __future__ import annotations
 
