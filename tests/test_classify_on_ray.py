@@ -140,7 +140,8 @@ def test_a_killed_worker_is_named_with_the_pid_in_ray_s_error_its_node_and_its_l
 
 
 def test_a_worker_whose_error_carries_no_pid_is_named_with_the_pid_of_its_heartbeat(cluster, tmp_path):
-    """A host failing as it is built: Ray's error names no `pid: N`; its beat's pid reads its last words."""
+    """A host failing as it is built: Ray's error names no `pid: N`; its beat's pid reads its last
+    words. Before its first beat there is no pid: the report says what it knows."""
     key = ("env", 1)
     pid_file = tmp_path / "pid"
     group = cluster.start_processes(
@@ -167,6 +168,11 @@ def test_a_worker_whose_error_carries_no_pid_is_named_with_the_pid_of_its_heartb
     incident, before, after = classified(error, beats, cluster)
     assert replace(incident, started=0.0) == expected
     assert before - 3.0 <= incident.started <= after - 3.0
+    # failed before its first beat: no pid to read its last words by, and nothing to say of it it does not know
+    unread = Incident("worker_died", f"env rank 1 died: its process is gone; Ray lost its process: {first}", 0.0, key)
+    incident, before, after = classified(error, {}, cluster)
+    assert replace(incident, started=0.0) == unread
+    assert before <= incident.started <= after
 
 
 def test_a_dead_actor_the_run_did_not_start_is_a_worker_unnamed(cluster):

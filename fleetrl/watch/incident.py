@@ -65,18 +65,22 @@ def died(key: tuple[str, int], record: dict, words, doing: str, started: float) 
     """`worker_died` for `key` with its last words (a `LastWords`, or None where they could not be
     read) — or, where its stderr says Gloo or NCCL aborted it on a collective mismatch, that
     mismatch (`collective_mismatch`), naming it as the rank whose collectives diverged."""
-    pid = f"pid {record['pid']}, " if record.get("pid") else ""
-    node = words.node if words else f"node {record.get('node')}"
+    pid = f"pid {record['pid']}" if record.get("pid") else ""
+    node = words.node if words else (f"node {record['node']}" if record.get("node") is not None else "")
+    # what is known of its process: a Ray worker that died before its first beat, with no pid in
+    # Ray's error (its construction failed), has neither pid nor node here
+    where = ", ".join(part for part in (pid, node) if part)
+    who = f"{describe(key)} ({where})" if where else describe(key)
     ended = words.ended if words else "its process is gone"
     fields = {"last_words": words.as_dict() if words else None, "detail": words.stderr_tail if words else ""}
     mismatch = words.mismatch if words else None
     if mismatch:
         return Incident(
             "collective_mismatch",
-            f"{describe(key)} ({pid}{node}) was aborted by a collective mismatch: its collectives diverged "
+            f"{who} was aborted by a collective mismatch: its collectives diverged "
             f'from its peers\' ({ended}; its stderr: "{mismatch}"); {doing}',
             started,
             key,
             **fields,
         )
-    return Incident("worker_died", f"{describe(key)} ({pid}{node}) died: {ended}; {doing}", started, key, **fields)
+    return Incident("worker_died", f"{who} died: {ended}; {doing}", started, key, **fields)
