@@ -61,9 +61,27 @@ def stop_gate() -> Iterator[None]:
         raise
     held[0] = False
     if deferred:
-        raise Stop(deferred[0])
+        raise Stop(deferred.pop())  # once: the stop's own work must not meet it again at a later gate
 
 
 def hold_stops() -> None:
     """Inside a `stop_gate`: from now on, a stop waits for the gate's end."""
     held[0] = True
+
+
+@contextmanager
+def stops_wait() -> Iterator[None]:
+    """A block a stop must not cut in half: the calls that start one step on every rank. A first
+    stop signal inside it is raised (as `Stop`) when the block ends — or, inside a `stop_gate`
+    that holds stops already, at the gate's end. A stop raised between two ranks' calls left one
+    rank in an update (or a collective) its peers never entered, unknown to the controller, whose
+    stop then waited behind it for ever: the watchdog reported the ranks' mismatch and the
+    supervisor killed the stopping run before its checkpoint. A second signal still stops at once."""
+    outer = held[0]
+    held[0] = True
+    try:
+        yield
+    finally:
+        held[0] = outer
+    if deferred and not outer:
+        raise Stop(deferred.pop())

@@ -137,6 +137,12 @@ def test_on_ray_grpo_collects_while_the_actor_trains_a_stop_settles_and_a_resume
     assert saved["global_step"] == 3 * batch  # the queued batch's env steps are not counted
     last = verified_load(stopped)
     iterations = len(result.metrics)
+    # A clean stop: no report, and the summary written (a stop that split an update's submission
+    # between the ranks once left rank 0 alone in its collectives: reported, killed, no summary)
+    assert result.summary is not None and result.hang_report is None, (
+        (result.hang_report or {}).get("summary"),
+        result.stderr[-3000:],
+    )
     assert last["iteration"] == iterations == result.summary["iterations"]  # the update in flight was recorded
     assert last["global_step"] == iterations * batch and sum(last["staleness"].values()) == iterations * batch
     for later in list_checkpoints(result.run_dir)[1:]:

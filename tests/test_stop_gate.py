@@ -1,6 +1,7 @@
 """A stop signal that arrives once an iteration has trained waits for its metrics to be logged
 (fleetrl/signals.py `stop_gate`): a real SIGINT to a real process, before and after
-`hold_stops()`, and a second signal still stopping at once."""
+`hold_stops()`, and a second signal still stopping at once. One that arrives while an update is
+sent to the ranks waits until every rank has it (`stops_wait`), and is raised once."""
 
 from __future__ import annotations
 
@@ -46,3 +47,48 @@ def test_a_second_stop_inside_the_gate_stops_at_once():
     done = run("twice")
     assert done.returncode == 128 + 2, (done.returncode, done.stdout, done.stderr)
     assert "second SIGINT: stopping now" in done.stderr and done.stdout == ""
+
+
+WHOLE = """
+import os, signal, sys
+from fleetrl.signals import Stop, hold_stops, install_stop_handlers, stop_gate, stops_wait
+
+install_stop_handlers()
+steps = []
+try:
+    with stop_gate():
+        if sys.argv[1] == "held":
+            hold_stops()
+        with stops_wait():
+            steps.append("rank 0")
+            os.kill(os.getpid(), signal.SIGTERM)
+            steps.append("rank 1")  # reached: the stop waits for the block's end
+        steps.append("after the block")
+    steps.append("after the gate")
+except Stop as stop:
+    steps.append(f"| stopped by {stop} |")
+    with stop_gate():  # the stop's own work (settle, record, checkpoint) meets it no more
+        hold_stops()
+        with stops_wait():
+            steps.append("settled")
+    steps.append("checkpointed")
+print(" ".join(steps), flush=True)
+"""
+
+
+def run_whole(mode: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", WHOLE, mode], env=subprocess_env(), capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_stop_while_an_update_is_sent_waits_until_every_rank_has_it_and_is_raised_once():
+    done = run_whole("free")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "rank 0 rank 1 | stopped by SIGTERM | settled checkpointed"
+
+
+def test_inside_a_gate_that_holds_stops_it_waits_for_the_gate_s_end():
+    done = run_whole("held")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "rank 0 rank 1 after the block | stopped by SIGTERM | settled checkpointed"

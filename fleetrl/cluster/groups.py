@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fleetrl.plan.placement import Assignment
+from fleetrl.signals import stops_wait
 
 Method = Callable[..., Any]  # a function defined on a worker class, e.g. `EnvWorker.step`
 
@@ -129,6 +130,12 @@ class RayGroup(WorkerGroup):
     def call(self, rank: int, method: Method, *args):
         name = self.wire_names.get(method) or self.wire_name(method)
         return self.handles[rank].call.remote(name, *args)
+
+    def call_all(self, method: Method, *args) -> list:
+        """Every rank gets the call, or a stop came first and none did (signals.py `stops_wait`):
+        a collective method sent to some ranks only would never end."""
+        with stops_wait():
+            return super().call_all(method, *args)
 
     def built(self) -> None:
         """Wait until every rank's worker is built (`build_workers` does not); a rank's constructor

@@ -46,7 +46,7 @@ from fleetrl.config.schema import Config
 from fleetrl.controller.policy_versions import PolicyVersions
 from fleetrl.controller.updates import Update
 from fleetrl.probe.flight_recorder import phase
-from fleetrl.signals import hold_stops
+from fleetrl.signals import hold_stops, stops_wait
 from fleetrl.trajectory import Trajectory
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker
@@ -179,12 +179,16 @@ class AsyncUpdates:
         trajectory, submitted = batch.trajectory, time.perf_counter()
         if self.updates_here:  # a stop must not cut this thread's update in half: it waits for the record
             hold_stops()
-        futures = [
-            actor.call(rank, ActorBase.train, trajectory.shard(rank, world), batch.progress) for rank in range(world)
-        ]
-        self.training = InFlight(batch, futures, ages, len(self.queue), submitted)
-        self.versions.updated()
-        self.versions.request()
+        # Nor its submission: every rank gets the update and it is in flight, for a stop to settle
+        # (a stop between two ranks' calls left one rank in the update's collectives alone)
+        with stops_wait():
+            futures = [
+                actor.call(rank, ActorBase.train, trajectory.shard(rank, world), batch.progress)
+                for rank in range(world)
+            ]
+            self.training = InFlight(batch, futures, ages, len(self.queue), submitted)
+            self.versions.updated()
+            self.versions.request()
         if not self.training_ready():
             self.training.watcher = threading.Thread(
                 target=self.watch, args=(self.training,), name="fleetrl-update-watch", daemon=True

@@ -256,9 +256,14 @@ class ControllerWatch:
             busy = {key: r for key, r in records.items() if r.get("phase_started")}
             culprit = min(busy, key=lambda key: busy[key]["phase_started"], default=self.controller_key)
             why = f"{describe(culprit)} was {where(records[culprit])}" if culprit in records else "no heartbeat"
+        ended = (
+            f"the controller did not stop within watchdog.stop_grace_s={grace:g} s"
+            if seen is None
+            else "the watchdog found an incident while the controller was stopping"
+        )
         return Incident(
             "interrupted",
-            f"stopped by {with_signal}: the controller did not stop within watchdog.stop_grace_s={grace:g} s; {why}",
+            f"stopped by {with_signal}: {ended}; {why}",
             asked_at,
             culprit,
         )
