@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -76,7 +77,12 @@ def stops_wait() -> Iterator[None]:
     that holds stops already, at the gate's end. A stop raised between two ranks' calls left one
     rank in an update (or a collective) its peers never entered, unknown to the controller, whose
     stop then waited behind it for ever: the watchdog reported the ranks' mismatch and the
-    supervisor killed the stopping run before its checkpoint. A second signal still stops at once."""
+    supervisor killed the stopping run before its checkpoint. A second signal still stops at once.
+    Only the main thread's blocks hold a stop: the signal is raised there, and another thread's
+    block must neither delay it nor raise it in the wrong thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     outer = held[0]
     held[0] = True
     try:

@@ -1,7 +1,8 @@
 """A stop signal that arrives once an iteration has trained waits for its metrics to be logged
 (fleetrl/signals.py `stop_gate`): a real SIGINT to a real process, before and after
 `hold_stops()`, and a second signal still stopping at once. One that arrives while an update is
-sent to the ranks waits until every rank has it (`stops_wait`), and is raised once."""
+sent to the ranks waits until every rank has it (`stops_wait`), and is raised once; another
+thread's such block neither delays it nor takes it."""
 
 from __future__ import annotations
 
@@ -92,3 +93,38 @@ def test_inside_a_gate_that_holds_stops_it_waits_for_the_gate_s_end():
     done = run_whole("held")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "rank 0 rank 1 after the block | stopped by SIGTERM | settled checkpointed"
+
+
+IN_ANOTHER_THREAD = """
+import os, signal, threading
+from fleetrl.signals import Stop, install_stop_handlers, stops_wait
+
+install_stop_handlers()
+inside, release, steps = threading.Event(), threading.Event(), []
+
+def sends():
+    with stops_wait():
+        inside.set()
+        release.wait(30)
+    steps.append("the thread's block ended")
+
+thread = threading.Thread(target=sends)
+thread.start()
+inside.wait(30)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    steps.append("never")
+except Stop as stop:
+    steps.append(f"main stopped by {stop}")
+release.set()
+thread.join(30)
+print(" | ".join(steps), flush=True)
+"""
+
+
+def test_another_thread_s_block_neither_delays_the_main_thread_s_stop_nor_takes_it():
+    done = subprocess.run(
+        [sys.executable, "-c", IN_ANOTHER_THREAD], env=subprocess_env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "main stopped by SIGTERM | the thread's block ended"
