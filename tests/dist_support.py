@@ -55,6 +55,14 @@ SCENARIOS = {
         "actor.micro_batch_size=8",
         "actor.global_batch_size=64",
     ],
+    # started from other weights (runner.init_from), held near them by the KL to the reference:
+    # each rank runs the reference over its own micro-batches
+    "ddp_kl_to_reference": [
+        "algorithm.kl_coef=0.5",
+        "runner.init_from=/nonexistent/fleetrl-run",  # the weights are given by hand (init_from_weights)
+        "actor.micro_batch_size=4",
+        "algorithm.lr=0.01",
+    ],
     "fsdp": ["actor.strategy=fsdp"],
     "fsdp_target_kl_accumulation": [
         "actor.strategy=fsdp",
@@ -74,6 +82,7 @@ SCENARIOS = {
 }
 CONTINUOUS = {"ddp_continuous", "fsdp_continuous_resume"}
 RESUME = {"fsdp_continuous_resume"}  # rank state loaded from the reference after iteration 1
+INIT_FROM = {"ddp_kl_to_reference"}  # load_policy_weights after construction, as runner.init_from
 PERTURB = {"ddp"}  # rank > 0 starts from other weights: init_distributed must make them rank 0's
 
 
@@ -136,10 +145,18 @@ def random_obs(space: gym.Space, leading: tuple, generator: torch.Generator):
     return map_obs(leaf, leaf_spaces(space))
 
 
+def init_from_weights(name: str) -> dict:
+    """Weights of the scenario's policy other than the seeded ones: what runner.init_from would load."""
+    torch.manual_seed(11)
+    return Policy.from_config(config_for(name).model, *spaces(name)).state_dict()
+
+
 def train_reference(name: str, iterations: int = len(PROGRESS)) -> dict:
     """One process, the whole trajectory: the result the ranks must reproduce."""
     config = config_for(name)
     worker = ActorWorker(config, *spaces(name))
+    if name in INIT_FROM:
+        worker.load_policy_weights(init_from_weights(name))
     initial = worker.policy_weights()
     metrics, states = [], []
     for iteration in range(iterations):
@@ -162,6 +179,8 @@ def train_rank(name: str, rank: int, world: int) -> dict:
             for parameter in worker.policy.parameters():
                 parameter.add_(0.1)
     worker.init_distributed("127.0.0.1", 0)  # the group exists already: joined, not re-created
+    if name in INIT_FROM:  # after joining, as the controller loads runner.init_from
+        worker.load_policy_weights(init_from_weights(name))
     initial = worker.policy_weights()  # collective under FSDP
     first = 0
     metrics = []

@@ -219,6 +219,8 @@ def test_every_shipped_config_passes_the_dry_run(capsys, request, tmp_path, conf
 # --- rules that relate keys (validate.py, and the placement) ------------------------------------
 
 TWO_ACTORS = ["cluster.devices_per_node=2", "cluster.component_placement.actor=0-1"]
+# the rules run before runner.init_from's path is read
+KL_FROM = ["algorithm.kl_coef=0.1", "runner.init_from=/nonexistent/fleetrl-run"]
 CROSS_FIELD = {
     # id: (key the error names, overrides)
     "heartbeat interval not below the timeout": (
@@ -275,6 +277,16 @@ CROSS_FIELD = {
         "debug.fault.component",
         ["debug.fault={kind: hang_in_forward, component: rollout}"],
     ),
+    "KL to the reference without runner.init_from": ("algorithm.kl_coef", ["algorithm.kl_coef=0.1"]),
+    "KL to the reference in a sharded checkpoint": (
+        "algorithm.kl_coef",
+        [*KL_FROM, "actor.strategy=fsdp", "actor.checkpoint_format=sharded"],
+    ),
+    "KL to the reference over FSDP-sharded actor ranks": (
+        "algorithm.kl_coef",
+        [*KL_FROM, *TWO_ACTORS, "actor.strategy=fsdp"],
+    ),
+    "KL to the reference with PPG, whose actor keeps none": ("algorithm.kl_coef", [*KL_FROM, "algorithm.name=ppg"]),
 }
 
 
@@ -292,6 +304,10 @@ def test_messages_say_what_is_valid(capsys):
     assert "got 2" in err and "world size 2" in err
     err = assert_rejected(capsys, "watchdog.poll_interval_s", "watchdog.poll_interval_s=0")
     assert "got 0.0" in err and "> 0" in err
+    err = assert_rejected(capsys, "algorithm.kl_coef", "algorithm.kl_coef=0.1")
+    assert "got 0.1" in err and "expected 0.0 without runner.init_from" in err
+    err = assert_rejected(capsys, "algorithm.kl_coef", *KL_FROM, *TWO_ACTORS, "actor.strategy=fsdp")
+    assert "expected 0.0 with actor.strategy fsdp over 2 actor ranks (or actor.strategy ddp)" in err
 
 
 @pytest.mark.parametrize(

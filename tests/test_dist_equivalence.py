@@ -25,7 +25,7 @@ from tests.ranks import each_scenario, spawn_ranks
 from tests.support import LOADED_HOST_MARGIN_S
 
 WORLD = 2
-DDP = ["ddp", "ddp_target_kl", "ddp_accumulation", "ddp_continuous", "ddp_checkpointing"]
+DDP = ["ddp", "ddp_target_kl", "ddp_accumulation", "ddp_continuous", "ddp_checkpointing", "ddp_kl_to_reference"]
 FSDP = [
     "fsdp",
     "fsdp_target_kl_accumulation",
@@ -61,7 +61,9 @@ def assert_close_ppo_metrics(actual: dict, expected: dict, rtol: float) -> None:
     assert actual.keys() == expected.keys()
     for key in ("grad_steps", "epochs", "lr", "clip_coef"):
         assert actual[key] == expected[key], key
-    for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance"):
+    for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance", "reference_kl"):
+        if key not in expected:
+            continue
         assert math.isclose(actual[key], expected[key], rel_tol=rtol, abs_tol=rtol * 1e-2), (
             key,
             actual[key],
@@ -94,6 +96,10 @@ def test_ddp_two_ranks_equal_one_process(ddp_runs, references, name):
     assert max_difference(rank1["initial"], rank0["initial"]) == 0
     assert max_difference(rank1["local"], rank0["local"]) == 0
     assert max_difference(rank1["weights"], rank0["weights"]) == 0
+    if name == "ddp_kl_to_reference":  # the penalty is there, and every rank kept the weights it started from
+        assert all(m["reference_kl"] > 0 for m in rank0["metrics"])
+        assert max_difference(rank1["state"]["reference"], rank0["state"]["reference"]) == 0
+        assert max_difference(rank0["state"]["reference"], references[name]["initial"]) == 0
 
 
 def test_target_kl_stops_every_rank_at_the_same_epoch(ddp_runs, fsdp_runs, references):

@@ -37,8 +37,16 @@ def aux_minibatch_size(config: Config) -> int:
 
 
 def validate_ppg(config: Config) -> None:
-    validate_ppo(config)
     algo, model = config.algorithm, config.model
+    if algo.kl_coef > 0:  # PPO's key, read by PPO's update alone: refused, never silently dropped
+        raise ConfigError(
+            "algorithm.kl_coef",
+            algo.kl_coef,
+            "0.0 with algorithm.name ppg (or algorithm.name ppo)",
+            "PPG's actor keeps no reference policy, and its auxiliary phase has a KL of its own "
+            "(algorithm.beta_clone, to the policy before the phase)",
+        )
+    validate_ppo(config)
     if algo.adv_type == "vtrace" or algo.off_policy_correction == "decoupled":
         key = "algorithm.adv_type" if algo.adv_type == "vtrace" else "algorithm.off_policy_correction"
         raise ConfigError(

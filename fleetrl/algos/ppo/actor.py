@@ -11,6 +11,10 @@ Collective methods — every rank must call them, in the same order, or the othe
 `state_dict`, `load_state_dict` and `policy_weights`, which gather or scatter the shards (rank 0
 receives the full state, other ranks an empty dict).
 
+With `algorithm.kl_coef` > 0 each rank also holds the reference policy
+(`fleetrl.algos.ppo.reference`): a frozen copy of the policy taken when `runner.init_from`'s weights
+are loaded, kept in the checkpoint as `reference` and restored from it on resume.
+
 `spec` registers the `ppo` algorithm.
 """
 
@@ -24,7 +28,7 @@ import torch
 
 from fleetrl.algos.common.gae import compute_gae
 from fleetrl.algos.common.optim import build_optimizer
-from fleetrl.algos.ppo.config import decoupled, needs_proximal_pass
+from fleetrl.algos.ppo.config import decoupled, needs_proximal_pass, reference_kl_coef
 from fleetrl.algos.ppo.correction import (
     Proximal,
     importance_metrics,
@@ -33,9 +37,11 @@ from fleetrl.algos.ppo.correction import (
     vtrace_targets,
 )
 from fleetrl.algos.ppo.grpo import grpo_advantages
+from fleetrl.algos.ppo.reference import frozen_copy
 from fleetrl.algos.ppo.update import PPOBatch, ppo_update
 from fleetrl.config.keys import effective_minibatch_size
 from fleetrl.config.schema import Config
+from fleetrl.errors import ConfigError
 from fleetrl.models.policy import Policy
 from fleetrl.observations import map_obs
 from fleetrl.parallel import dcp, state, weight_sync
@@ -69,6 +75,9 @@ class ActorWorker(ActorBase):
         # the weight of the policy's auxiliary prediction error (model.predict_keys); None: none
         self.predict_coef = config.model.prediction_weight
         self.changes: Changes | None = None  # runner.weight_sync changed: what the rollouts hold
+        # algorithm.kl_coef > 0: the frozen policy the run started from (load_policy_weights, or a
+        # checkpoint's on resume); None otherwise, and then no reference forward pass runs
+        self.reference: Policy | None = None
         # One rank: the policy itself. Several ranks get theirs (DDP or FSDP) in init_distributed.
         self.loss_path: LossPath = local_loss_path(self.policy)
         if world_size == 1 and config.actor.strategy == "fsdp":
@@ -147,6 +156,7 @@ class ActorWorker(ActorBase):
             self.all_reduce,
             train_policy,
             self.predict_coef,
+            self.reference,
         )
         metrics.update(
             lr=lr,
@@ -157,6 +167,13 @@ class ActorWorker(ActorBase):
         if proximal is not None:
             metrics.update(importance_metrics(proximal, trajectory, algo.importance_cap, self.all_reduce))
         return metrics
+
+    def load_policy_weights(self, weights: dict) -> None:
+        """`runner.init_from`'s weights, and with `algorithm.kl_coef` > 0 the reference policy: a
+        frozen copy of the policy holding them."""
+        super().load_policy_weights(weights)
+        if reference_kl_coef(self.config) > 0:
+            self.reference = frozen_copy(self.policy)
 
     def critic_warmup(self, progress: float) -> bool:
         """Whether the iteration at `progress` (env steps before it / total) is one of
@@ -260,7 +277,10 @@ class ActorWorker(ActorBase):
         else:
             policy = state.model_state(self.policy, True)
             optimizer = state.optimizer_state(self.policy, self.optimizer, True)
-        return {"policy": policy, "optimizer": optimizer, "generator": self.generator.get_state()}
+        saved = {"policy": policy, "optimizer": optimizer, "generator": self.generator.get_state()}
+        if self.reference is not None:  # full checkpoints only (validate_reference)
+            saved["reference"] = state.to_cpu(self.reference.state_dict())
+        return saved
 
     def save_sharded(self, folder: str) -> dict:
         """Each rank writes its shards of the policy and optimizer into `folder` (collective);
@@ -278,3 +298,22 @@ class ActorWorker(ActorBase):
             state.load_model_state(self.policy, saved["policy"], self.sharded)
             state.load_optimizer_state(self.policy, self.optimizer, saved["optimizer"], self.sharded)
         self.generator.set_state(saved["generator"])
+        self.load_reference(saved.get("reference"))
+
+    def load_reference(self, weights: dict | None) -> None:
+        """On resume with `algorithm.kl_coef` > 0: the reference the run started with, from its
+        checkpoint — never the resumed policy, nor `runner.init_from` read again (that run may have
+        trained on since). A checkpoint without one (written with kl_coef 0) is a `ConfigError`."""
+        if reference_kl_coef(self.config) == 0:
+            self.reference = None
+            return
+        if weights is None:
+            raise ConfigError(
+                "algorithm.kl_coef",
+                reference_kl_coef(self.config),
+                "0.0 when resuming a run that started without it (or start a new run with runner.init_from)",
+                "its checkpoints hold no reference policy to stay near",
+            )
+        reference = frozen_copy(self.policy)
+        reference.load_state_dict(weights)
+        self.reference = reference

@@ -44,6 +44,13 @@ class PPOConfig(AlgorithmConfig):
     updates' advantages would otherwise be noise that undoes the supervised policy (docs:
     guides/manipulation.md). A network whose policy and value share layers (the transformer) still
     moves its policy a little through them: `approx_kl` shows how much."""
+    kl_coef: Annotated[float, NonNegative] = 0.0
+    """Weight of a KL penalty to the reference policy — the weights the run started from
+    (`runner.init_from`, which it needs): each sample's k3 estimate exp(d) − d − 1, d = log π_ref − log π
+    of the taken action at `logprob_type`'s level, averaged like the other terms; the metric
+    `reference_kl` is its mean. Holds RL near a supervised start. The reference is a second copy of
+    the policy on every actor rank and in every checkpoint, and costs one more forward pass, without
+    gradients, per minibatch piece (docs: concepts/algorithms.md, KL to the reference). 0: none."""
     target_kl: Annotated[float, Positive] | None = None
     """Stop the epoch loop once the approximate KL exceeds this (agreed across ranks; null: never)."""
     adv_type: Literal["gae", "grpo", "vtrace"] = "gae"
@@ -105,8 +112,16 @@ def needs_proximal_pass(config: Config) -> bool:
     return decoupled(config) or config.algorithm.adv_type == "vtrace"
 
 
+def reference_kl_coef(config: Config) -> float:
+    """`algorithm.kl_coef`: the weight of the KL to the reference policy; 0 for an algorithm whose
+    section has no such key (behaviour cloning's, which builds on PPO's actor)."""
+    algo = config.algorithm
+    return algo.kl_coef if isinstance(algo, PPOConfig) else 0.0
+
+
 def validate_ppo(config: Config) -> None:
-    """Token-level ratios and entropies, GRPO advantages, and the minibatch dividing the batch."""
+    """Token-level ratios and entropies, GRPO advantages, the KL to the reference, and the
+    minibatch dividing the batch."""
     algo, model = config.algorithm, config.model
     for key in ("algorithm.logprob_type", "algorithm.entropy_type"):
         if get(config, key) == "token_level" and not model.emits_tokens:
@@ -134,6 +149,8 @@ def validate_ppo(config: Config) -> None:
                 "group-relative advantages are normalised within each group already, and "
                 "steps outside complete episodes must keep advantage 0",
             )
+    if algo.kl_coef > 0:
+        validate_reference(config)
     if config.batch_size % effective_minibatch_size(config):
         key = minibatch_key(config)
         raise ConfigError(
@@ -144,9 +161,39 @@ def validate_ppo(config: Config) -> None:
         )
 
 
+def validate_reference(config: Config) -> None:
+    """`algorithm.kl_coef` > 0 needs the weights it holds the policy near (`runner.init_from`) and a
+    checkpoint that can keep them (the full format)."""
+    coef = config.algorithm.kl_coef
+    if config.runner.init_from is None:
+        raise ConfigError(
+            "algorithm.kl_coef",
+            coef,
+            "0.0 without runner.init_from (or set runner.init_from to the run or checkpoint to stay near)",
+            "the KL is to the reference policy, the weights the run starts from; a run from random "
+            "weights has none to be held near",
+        )
+    if config.actor.checkpoint_format != "full":
+        raise ConfigError(
+            "algorithm.kl_coef",
+            coef,
+            f"0.0 with actor.checkpoint_format {config.actor.checkpoint_format!r} (or actor.checkpoint_format full)",
+            "the reference policy is kept in the checkpoint beside the policy, which the full format holds",
+        )
+
+
 def check_ppo_layout(config: Config, world: int) -> None:
-    """GRPO groups never span actor ranks."""
+    """GRPO groups never span actor ranks; the KL's reference policy is a full copy on every rank,
+    never an FSDP shard."""
     algo = config.algorithm
+    if algo.kl_coef > 0 and world > 1 and config.actor.strategy == "fsdp":
+        raise ConfigError(
+            "algorithm.kl_coef",
+            algo.kl_coef,
+            f"0.0 with actor.strategy fsdp over {world} actor ranks (or actor.strategy ddp)",
+            "the reference policy is a full, unsharded copy of the policy on every rank; sharded "
+            "actors are not supported",
+        )
     if algo.adv_type == "grpo" and (config.env.num_envs // world) % algo.group_size:
         raise ConfigError(
             "algorithm.group_size",

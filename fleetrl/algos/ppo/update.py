@@ -36,13 +36,16 @@ from fleetrl.algos.common.finite import UpdateChecks
 from fleetrl.algos.common.logprobs import combine, per_sample
 from fleetrl.algos.common.optim import fused_step
 from fleetrl.algos.ppo.config import PPOConfig
+from fleetrl.algos.ppo.reference import k3
 from fleetrl.constants import constant
 from fleetrl.observations import Observation, map_obs
 from fleetrl.parallel.grad_check import check_every_parameter_has_a_gradient
 from fleetrl.parallel.sharding import Minibatches
 from fleetrl.parallel.wrap import LossPath
 
-LOSS_TERMS = ("policy loss", "value loss", "entropy", "prediction error")  # `ppo_loss`'s detached parts
+# `ppo_loss`'s detached parts
+LOSS_TERMS = ("policy loss", "value loss", "entropy", "prediction error", "KL to the reference")
+EVIDENCE = len(LOSS_TERMS)  # where the reduced totals' non-finite evidence starts, then the KL statistics
 
 
 @dataclass
@@ -134,14 +137,19 @@ def ppo_loss(
     share: float | None = None,
     train_policy: bool = True,
     predict_coef: float | None = None,
+    reference: nn.Module | None = None,
 ):
-    """(scalar loss, detached [policy loss, value loss, entropy, prediction error], detached
-    `Ratios`) of `batch` with these (normalised) `advantages`: each per-sample term summed and
-    divided by `share` (None: the batch's size — the mean; `ppo_update` passes M / W, module
-    docstring). With `predict_coef` the policy's auxiliary prediction error (`model.predict_keys`)
-    weighs that much; without, it is 0. Without `train_policy` (a critic warm-up) the policy loss,
-    entropy bonus and prediction error weigh 0: still in the graph, so every parameter gets its
-    (zero) gradient and DDP's reductions line up."""
+    """(scalar loss, detached [policy loss, value loss, entropy, prediction error, KL to the
+    reference], detached `Ratios`) of `batch` with these (normalised) `advantages`: each per-sample
+    term summed and divided by `share` (None: the batch's size — the mean; `ppo_update` passes
+    M / W, module docstring). With `predict_coef` the policy's auxiliary prediction error
+    (`model.predict_keys`) weighs that much; without, it is 0. With a `reference` policy
+    (`algorithm.kl_coef`, fleetrl/algos/ppo/reference.py) its log-probs of the batch's actions, in
+    one forward pass without gradients shaped as the policy's, give each sample's k3 KL estimate at
+    the ratio's level, which weighs `config.kl_coef`; without, the KL is 0 and nothing more runs.
+    Without `train_policy` (a critic warm-up) the policy loss, entropy bonus, prediction error and
+    KL weigh 0: still in the graph, so every parameter gets its (zero) gradient and DDP's
+    reductions line up."""
     divisor = constant(float(len(batch) if share is None else share))
     outputs = module(batch.obs, batch.actions)
     values = outputs.value
@@ -159,7 +167,16 @@ def ppo_loss(
     if predict_coef is not None:
         prediction = outputs.prediction_error.sum() / divisor
         loss = loss + prediction * constant(predict_coef if train_policy else 0.0)
-    parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(), prediction.detach()])
+    kl = torch.zeros_like(value_loss)
+    if reference is not None:
+        with torch.no_grad():
+            reference_logprobs = reference(batch.obs, batch.actions).logprobs
+        reference_logprobs = combine(
+            outputs.logprobs, reference_logprobs, outputs.entropy, batch.steps, config.logprob_type, config.entropy_type
+        )[1]
+        kl = per_sample(k3(reference_logprobs, logprobs), weights).sum() / divisor
+        loss = loss + kl * constant(config.kl_coef if train_policy else 0.0)
+    parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(), prediction.detach(), kl.detach()])
     return loss, parts, Ratios(log_ratio.detach(), weights)
 
 
@@ -173,10 +190,12 @@ def ppo_update(
     all_reduce: Callable[[torch.Tensor], torch.Tensor],
     train_policy: bool = True,
     predict_coef: float | None = None,
+    reference: nn.Module | None = None,
 ) -> dict:
     """Run the epochs on this rank's `batch` (its env columns, flattened step-major); returns the
-    mean losses, KL, clip fraction, grad steps and the epochs done, global over ranks, and with
-    `predict_coef` (`model.predict_keys`) the mean prediction error. `all_reduce` sums a tensor
+    mean losses, KL, clip fraction, grad steps and the epochs done, global over ranks, with
+    `predict_coef` (`model.predict_keys`) the mean prediction error, and with a `reference` policy
+    (`algorithm.kl_coef`) the mean k3 KL to it, `reference_kl`. `all_reduce` sums a tensor
     over ranks (identity with one); without `train_policy` only the value loss trains (`ppo_loss`)."""
     size, device = minibatches.shard.global_size, batch.actions.device
     share = minibatches.size / minibatches.shard.world_size  # what a piece's sums are divided by
@@ -202,10 +221,18 @@ def ppo_update(
                         mean, std = (advantages.mean(), advantages.std()) if minibatches.whole else (means[k], stds[k])
                         advantages = standardised(advantages, mean, std)
                     loss, loss_parts, ratio = ppo_loss(
-                        loss_path.module, piece, advantages, config, clip_coef, share, train_policy, predict_coef
+                        loss_path.module,
+                        piece,
+                        advantages,
+                        config,
+                        clip_coef,
+                        share,
+                        train_policy,
+                        predict_coef,
+                        reference,
                     )
                     loss_path.backward(loss, last, "PPO", grad_steps + 1)
-                checks.loss(loss_parts, grad_steps + 1)  # [policy loss, value loss, entropy, prediction] / share
+                checks.loss(loss_parts, grad_steps + 1)  # LOSS_TERMS / share
                 ratios.append(ratio)
             if grad_steps == 0 and not minibatches.whole:
                 check_every_parameter_has_a_gradient(loss_path.policy, loss_path.ignored, "PPO")
@@ -220,24 +247,29 @@ def ppo_update(
             if (reduced_kl[0] / size).item() > config.target_kl:
                 break
     totals = (checks.loss_table().double() * share).sum(0)  # Σ over this rank's samples
-    totals = torch.cat([totals, checks.evidence()])  # [4:6]: ranks whose loss, whose gradients went non-finite
+    # [EVIDENCE:EVIDENCE + 2]: ranks whose loss, whose gradients went non-finite
+    totals = torch.cat([totals, checks.evidence()])
     if reduced_kl is None:
         reduced = all_reduce(torch.cat([totals, kl_and_clipped(Ratios.cat(ratios), clip_coef)]))
     else:
         reduced = torch.cat([all_reduce(totals), reduced_kl])
-    checks.verify(reduced[4:6])  # a NaN or inf loss, gradient or parameter: NonFiniteError, nothing returned
-    policy_loss, value_loss, entropy, prediction = (reduced[:4] / (grad_steps * minibatches.size)).tolist()
+    # a NaN or inf loss, gradient or parameter: NonFiniteError, nothing returned
+    checks.verify(reduced[EVIDENCE : EVIDENCE + 2])
+    means = (reduced[:EVIDENCE] / (grad_steps * minibatches.size)).tolist()
+    policy_loss, value_loss, entropy, prediction, reference_kl = means
     metrics = {
         "policy_loss": policy_loss,
         "value_loss": value_loss,
         "entropy": entropy,
-        "approx_kl": float(reduced[6] / size),
-        "clip_fraction": float(reduced[7] / size),
+        "approx_kl": float(reduced[EVIDENCE + 2] / size),
+        "clip_fraction": float(reduced[EVIDENCE + 3] / size),
         "grad_steps": grad_steps,
         "epochs": epochs_done,
     }
     if predict_coef is not None:
         metrics["prediction_error"] = prediction
+    if reference is not None:
+        metrics["reference_kl"] = reference_kl
     return metrics
 
 
