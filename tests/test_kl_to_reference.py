@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from fleetrl.algos.ppo.actor import ActorWorker
+from fleetrl.algos.ppo.spec import PPO
 from fleetrl.algos.ppo.update import PPOBatch, ppo_loss
 from fleetrl.checkpoint import load_latest
 from fleetrl.controller.loop import Trainer
@@ -27,6 +28,7 @@ from fleetrl.errors import ConfigError
 from fleetrl.models.policy import Policy
 from fleetrl.plan.load import load_config
 from fleetrl.plan.resolve import resolve
+from fleetrl.progress import summary_line
 from fleetrl.tracking.jsonl import read_metrics
 from tests.support import REPO, TIMING_METRICS
 
@@ -151,6 +153,8 @@ def test_a_run_from_init_from_trains_with_the_kl_and_a_resume_keeps_the_same_ref
     assert resumed == uninterrupted  # the KL to the reference included, after the resume too
     assert all(r["reference_kl"] > 0 for r in resumed)
     assert resumed[-1]["reference_kl"] > resumed[0]["reference_kl"]  # the policy moved away from the start
+    line = summary_line(read_metrics(Path(half))[-1], PPO.console_metrics)  # the console shows it
+    assert line.endswith(f" | ref_kl {resumed[-1]['reference_kl']:.4f}"), line
     for run_dir in (half, straight):
         actor = load_latest(Path(run_dir))["actor"]
         assert actor["reference"].keys() == started_with.keys()

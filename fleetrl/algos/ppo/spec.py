@@ -14,7 +14,11 @@ PPO = register_algorithm(
         rollout="fleetrl.workers.rollout_worker:RolloutWorker",
         validate=validate_ppo,
         check_layout=check_ppo_layout,
-        console_metrics=(ConsoleMetric("approx_kl", "kl", ".4f"), ConsoleMetric("clip_fraction", "clip", ".3f")),
+        console_metrics=(
+            ConsoleMetric("approx_kl", "kl", ".4f"),
+            ConsoleMetric("clip_fraction", "clip", ".3f"),
+            ConsoleMetric("reference_kl", "ref_kl", ".4f"),  # algorithm.kl_coef > 0 only
+        ),
         asynchronous=True,
     )
 )
