@@ -225,8 +225,8 @@ def test_subprocesses_starved_of_cpu_make_a_still_call_busy_and_veto_spinning():
     """A server loading a scene on a host loaded past its cores (stop 48's CI: under 5 % of a core
     over the window, falsely blocked at start-up): its threads waited, ready to run, for a CPU half
     the window or more (`subprocesses_run_delay_s`) — busy, and a thread polling for it waits on
-    real work. Under half, or without the field (an older worker), the CPU rule alone: blocked; one
-    that ended takes its wait with it."""
+    real work. Under half, or without the field (an older worker) at either end of the window, the
+    CPU rule alone: blocked; one that ended takes its wait with it."""
 
     def waiting(run_delays):
         return [
@@ -240,6 +240,8 @@ def test_subprocesses_starved_of_cpu_make_a_still_call_busy_and_veto_spinning():
     assert judged(*waiting((10.0, 10.4, 10.98))) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=using)
     older = [{k: v for k, v in b.items() if k != "subprocesses_run_delay_s"} for b in waiting((10.0, 10.9, 11.8))]
     assert judged(*older) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=using)
+    for half in (older[:1] + waiting((10.0, 10.9, 11.8))[1:], waiting((10.0, 10.9, 11.8))[:2] + older[2:]):
+        assert judged(*half) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=using)  # one end without it
     assert judged(*waiting((10.0, 10.0, 4.0))) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=using)
     polling = [
         beat(at, thread_s=t, cpu_s=t, samples=n, waits=n, subprocesses=5, subprocesses_run_delay_s=t)
@@ -329,6 +331,12 @@ TWO_WAITED_ON = ((4242, "python server.py --port 0", "S", 0.0), (4243, "sim", "Z
             "processes held the cores) over the last 1.6 s",
         ),
         (
+            Judgement(BUSY, 2.0, 0.0, 0.0, False, subprocesses=(1, 0.02), subprocesses_starved=0.6),
+            "busy: its stack did not move, 0% CPU in its thread, 0% in its process; waiting on its subprocess, "
+            "which is starved (2% CPU, 1.2 s waiting for a CPU in 2.0 s: the host's other processes held the "
+            "cores) over the last 2.0 s",
+        ),
+        (
             Judgement(BLOCKED, 2.0, 0.0, 0.01, False, subprocesses=(2, 0.0), waited_on=TWO_WAITED_ON),
             "blocked: its stack did not move and it used 0% CPU in its thread, 1% in its process; its 2 "
             "subprocesses are not computing either (0% CPU): pid 4242 (`python server.py --port 0`, sleeping, "
@@ -354,6 +362,7 @@ TWO_WAITED_ON = ((4242, "python server.py --port 0", "S", 0.0), (4243, "sim", "Z
         "busy-subprocesses",
         "busy-one-subprocess",
         "busy-starved-subprocesses",
+        "busy-one-starved-subprocess",
         "blocked-two-subprocesses",
         "blocked-one-subprocess",
         "starved",
