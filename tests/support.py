@@ -207,6 +207,23 @@ def own_children() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if not is_interpreter_helper(p)]
 
 
+@contextlib.contextmanager
+def reaping_new_children():
+    """Inside: a block that starts processes of this one's — an in-process Ray's daemons, which
+    `ray.shutdown()` ends but on a loaded host may leave unreaped (zombies) or still ending. After
+    it: each child that appeared meanwhile is killed and reaped, so the next test in this pytest
+    worker finds no child it did not start."""
+    before = {child.pid for child in psutil.Process().children()}
+    try:
+        yield
+    finally:
+        left = [child for child in psutil.Process().children() if child.pid not in before]
+        for child in left:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(left, timeout=30)
+
+
 def end_leftovers(processes: list[psutil.Process], what: str, grace_s: float = 3) -> None:
     """Fail naming whichever of `processes` is still alive after a grace period (for processes
     already on their way out, e.g. vector-env workers after close()); kill those, so one leaky

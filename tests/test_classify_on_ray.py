@@ -32,6 +32,7 @@ from fleetrl.config.schema import ClusterConfig
 from fleetrl.plan.placement import Assignment
 from fleetrl.watch.incident import Incident
 from fleetrl.watch.judging.classify import incident_from_error
+from tests.support import reaping_new_children
 
 LAST_LINE = "a worker's last line on its stderr"
 SIGKILLED = "ended without a signal or error in its stderr (SIGKILL, the OOM killer, or an exit)"
@@ -69,14 +70,15 @@ def cluster():
     test ends what it started."""
     environment, loopback = dict(os.environ), ray_constants.ENABLE_RAY_CLUSTER
     # The deadline a run's session gives the connection is its supervisor's; Ray's own bounds it here
-    started = RayCluster(ClusterConfig(), 0, lambda seconds, what: contextlib.nullcontext())
-    try:
-        yield started
-    finally:
-        started.shutdown()
-        os.environ.clear()
-        os.environ.update(environment)
-        ray_constants.ENABLE_RAY_CLUSTER = loopback
+    with reaping_new_children():  # Ray's daemons: CI once found them as the next test's children
+        started = RayCluster(ClusterConfig(), 0, lambda seconds, what: contextlib.nullcontext())
+        try:
+            yield started
+        finally:
+            started.shutdown()
+            os.environ.clear()
+            os.environ.update(environment)
+            ray_constants.ENABLE_RAY_CLUSTER = loopback
 
 
 def assignment(component: str, rank: int) -> Assignment:

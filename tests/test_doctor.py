@@ -37,7 +37,7 @@ from fleetrl.doctor.processes import RESULT
 from fleetrl.exit_codes import CHECK_FAILED, OK
 from fleetrl.net import free_port
 from fleetrl.plan.load import load_config
-from tests.support import LOADED_HOST_MARGIN_S, fill, fleetrl, mounted_tmpfs, own_children
+from tests.support import LOADED_HOST_MARGIN_S, fill, fleetrl, mounted_tmpfs, own_children, reaping_new_children
 
 MIB = 1024**2
 
@@ -412,18 +412,19 @@ def loopback_ray(monkeypatch):
 
     # On Linux Ray swaps a loopback node address for the machine's routable one; keep loopback.
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
-    ray.init(
-        address="local",
-        num_cpus=1,
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    with reaping_new_children():
+        ray.init(
+            address="local",
+            num_cpus=1,
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
 
 
 class TestLiveRay:
