@@ -251,6 +251,35 @@ def test_subprocesses_starved_of_cpu_make_a_still_call_busy_and_veto_spinning():
     assert judged(*polling) == Judgement(BUSY, 2.0, 0.9, 0.9, False, subprocesses=(5, 0.0), subprocesses_starved=0.9)
 
 
+def test_subprocesses_found_ready_to_run_but_barely_running_are_starved_though_their_run_delay_lags():
+    """The kernel brings a run delay up to date only when the thread next runs: a server starved
+    since its last turn shows none. The beats that found one of the call's subprocesses ready to
+    run (`subprocesses_ready`), less the share of a core they used, half the window or more: busy
+    (starved). Found asleep (none ready), the same CPU is blocked; a beat without the field does
+    not count, and fewer than three with it are no evidence."""
+
+    def waiting(ready, cpu=(3.0, 3.0, 3.02)):
+        return [
+            beat(at, subprocesses=2, subprocesses_cpu_s=c, subprocesses_run_delay_s=7.0, subprocesses_ready=r)
+            for at, c, r in zip(THREE, cpu, ready)
+        ]
+
+    using = (2, pytest.approx(0.01))
+    judgement = judged(*waiting((1, 2, 1)))
+    assert judgement == Judgement(
+        BUSY, 2.0, 0.0, 0.0, False, subprocesses=using, subprocesses_starved=judgement.subprocesses_starved
+    )
+    assert judgement.subprocesses_starved == pytest.approx(1.0 - 0.01)
+    two_of_three = judged(*waiting((1, 0, 1), cpu=(3.0, 3.0, 3.0)))
+    assert two_of_three.state == BUSY and two_of_three.subprocesses_starved == pytest.approx(2 / 3)
+    assert judged(*waiting((0, 0, 0))) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=using)
+    assert judged(*waiting((1, 0, 0), cpu=(3.0, 3.0, 3.0))).state == BLOCKED  # a third of the beats
+    one_read = [
+        {k: v for k, v in b.items() if k != "subprocesses_ready" or i == 2} for i, b in enumerate(waiting((1, 1, 1)))
+    ]
+    assert judged(*one_read) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False, subprocesses=using)
+
+
 def test_the_subprocesses_a_call_waits_on_are_named_with_their_share_the_computing_ones_first():
     """Each subprocess the last beat names (probe/child_activity.py: pid, command, state, CPU
     seconds) with its share of a core since the first beat: all its CPU for one started in

@@ -103,13 +103,16 @@ def test_a_thread_starved_of_cpu_publishes_its_run_delay_and_is_judged_busy():
 
 
 # A worker whose call waits on a server it started (as tests/server_envs.py's simulators do): the
-# server pins itself to the hogs' CPU at SCHED_IDLE and computes for 4 s of wall time, then says
-# `ready`; the worker's thread sits in the pipe read meanwhile (no CPU, a stack that does not move)
-# and its real heartbeat publishes what its subprocess does. The records are printed as one JSON list.
+# server pins itself to the hogs' CPU at SCHED_IDLE, says `computing` and computes for 4 s of wall
+# time, then says `ready`; the worker's call begins at `computing` (the server's own start-up, at
+# the normal priority, is not judged) and its thread sits in the pipe read meanwhile (no CPU, a
+# stack that does not move); its real heartbeat publishes what its subprocess does. The records
+# are printed as one JSON list.
 STARVED_SERVER = """
 import hashlib, os, sys, time
 os.sched_setaffinity(0, {int(sys.argv[1])})
 os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+print("computing", flush=True)
 end, data = time.monotonic() + 4.0, bytes(1 << 20)
 while time.monotonic() < end: hashlib.sha256(data).digest()
 print("ready", flush=True)
@@ -121,8 +124,9 @@ from fleetrl.probe.flight_recorder import Recorder
 records = []
 recorder = Recorder("env", 0, 0)
 recorder.start_publishing(records.append, 0.25)
-recorder.enter_phase("env.construct")
 server = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE)
+assert server.stdout.readline() == b"computing\\n"
+recorder.enter_phase("env.construct")
 assert server.stdout.readline() == b"ready\\n"
 recorder.stop()
 server.wait(timeout=30)
@@ -151,15 +155,25 @@ def test_a_call_waiting_on_a_starved_server_is_judged_busy_by_its_run_delay():
     assert len(records) >= MIN_SAMPLES, records
     first, last = records[0], records[-1]
     wall = last["time"] - first["time"]
-    waited = (last["subprocesses_run_delay_s"] - first["subprocesses_run_delay_s"]) / wall
+    delay = (last["subprocesses_run_delay_s"] - first["subprocesses_run_delay_s"]) / wall
+    ready = sum(r["subprocesses_ready"] > 0 for r in records) / len(records)
     used = (last["subprocesses_cpu_s"] - first["subprocesses_cpu_s"]) / wall
-    assert waited >= STARVED_SHARE and used < SUBPROCESSES_BUSY, (waited, used)
+    # the kernel's run delay is brought up to date when the server next runs, so it may lag; the
+    # beats found it ready to run and it barely ran (stop 48's CI saw a run delay of 45 % alone)
+    waited = max(delay, ready - used)
+    assert waited >= STARVED_SHARE and used < SUBPROCESSES_BUSY, (delay, ready, used)
 
     judgement = judged(records)
     assert judgement.state == BUSY and judgement.subprocesses_starved == pytest.approx(waited), judgement.text()
     assert "waiting on its subprocess, which is starved" in judgement.text(), judgement.text()
-    older = judged([{key: value for key, value in r.items() if key != "subprocesses_run_delay_s"} for r in records])
-    assert older.state == BLOCKED, older.text()  # its few % of CPU alone: what CI's false kill saw
+    # Without the evidence (a worker older than the fields), its few % of CPU at the pipe read —
+    # the commonest line: a beat before it was reached may show the thread entering the phase —
+    # read as blocked: what stop 48's CI's false kill saw
+    at_the_read = Counter(r["stack_signature"] for r in records).most_common(1)[0][0]
+    evidence = ("subprocesses_run_delay_s", "subprocesses_ready")
+    older = [{k: v for k, v in r.items() if k not in evidence} for r in records if r["stack_signature"] == at_the_read]
+    assert len(older) >= MIN_SAMPLES, [r["stack_signature"] for r in records]
+    assert judged(older).state == BLOCKED, judged(older).text()
 
 
 def judged(records: list[dict]) -> Judgement:

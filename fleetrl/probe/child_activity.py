@@ -109,8 +109,8 @@ def multiprocessing_helpers() -> set[int]:
 def subprocess_cpu() -> dict:
     """`subprocesses` (how many live descendants, Ray's daemons left out), `subprocesses_cpu_s`
     (the CPU seconds they have used), `subprocesses_run_delay_s` (the seconds their threads waited,
-    ready to run, for a CPU, `run_delay_s`; null where none can be read) and
-    `subprocess_list` ([pid, command, state, CPU seconds] of the `LISTED` that used the most CPU),
+    ready to run, for a CPU, `run_delay_s`; null where none can be read), `subprocesses_ready`
+    (how many of them the kernel shows ready to run or running: state `R`) and `subprocess_list` ([pid, command, state, CPU seconds] of the `LISTED` that used the most CPU),
     or {} with none or where `/proc` cannot be read."""
     found = descendants()
     if not found:
@@ -121,6 +121,7 @@ def subprocess_cpu() -> dict:
         "subprocesses": len(found),
         "subprocesses_cpu_s": sum(cpu_s(fields) for _, fields in found),
         "subprocesses_run_delay_s": sum(delays) if delays else None,
+        "subprocesses_ready": sum(fields[0] == "R" for _, fields in found),
         "subprocess_list": [[pid, command(pid, fields), fields[0], cpu_s(fields)] for pid, fields in listed],
     }
 

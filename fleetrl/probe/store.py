@@ -39,6 +39,7 @@ FIELDS = (
     # optional (absent in older workers' records: no evidence of starvation, watch/judging/judgement.py)
     ("thread_run_delay_s", (*NUMBER, NONE), "a number or null"),
     ("subprocesses_run_delay_s", (*NUMBER, NONE), "a number or null"),
+    ("subprocesses_ready", (int, NONE), "an integer or null"),
 )
 
 

@@ -33,9 +33,10 @@ window wanted one most of the time and is *busy (starved)*, never blocked (`star
 spinning: its evidence is the wait the thread is found in, which a starved computation is not
 (preempted, the kernel shows it outside any system call). The subprocesses a call waits on
 are starved the same way: a server loading a scene on such a host once got 5 % of a core over the
-window and was falsely judged blocked at start-up; their threads' run delay
-(`subprocesses_run_delay_s`) at least `STARVED_SHARE` of the window means they wanted a CPU, and
-the call waiting on them is busy. A record without the fields (an older worker) is judged by the
+window and was falsely judged blocked at start-up. Their threads' run delay
+(`subprocesses_run_delay_s`), or the share of the beats that found one of them ready to run
+(`subprocesses_ready`) less the share of a core they used, at least `STARVED_SHARE` of the window
+means they wanted a CPU, and the call waiting on them is busy. A record without the fields (an older worker) is judged by the
 rules above.
 """
 
@@ -83,6 +84,7 @@ class Sample:
     thread_ready: int = 0  # samples of what it sits in that found it ready to run or running
     subprocess_list: tuple = ()  # (pid, command, state, CPU seconds) of the first few of them
     subprocesses_run_delay_s: float | None = None  # seconds their threads waited, runnable, for a CPU
+    subprocesses_ready: int | None = None  # how many of them were ready to run or running at this beat
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,7 @@ class Seen:
                 record.get("thread_ready", 0),
                 tuple(tuple(process) for process in record.get("subprocess_list", ())),
                 record.get("subprocesses_run_delay_s"),
+                record.get("subprocesses_ready"),
             )
         )
 
@@ -234,7 +237,7 @@ class Seen:
         moved = len({s.stack_signature for s in recent}) > 1
         gpu = gpu_utilisation(recent)
         children = subprocess_use(first, last, span)
-        children_starved = None if children is None else subprocesses_starved(first, last, span)
+        children_starved = None if children is None else subprocesses_starved(recent, span, children[1])
         computing = children is not None and (children[1] >= SUBPROCESSES_BUSY or children_starved is not None)
         busy = thread >= THREAD_BUSY or process >= PROCESS_BUSY or moved or (gpu or 0.0) >= GPU_BUSY_PCT or computing
         waits = None if computing else spin_waits(first, last, thread, process, moved)
@@ -261,15 +264,21 @@ def subprocess_use(first: Sample, last: Sample, span: float) -> tuple[int, float
     return last.subprocesses, max(0.0, (last.subprocesses_cpu_s - first.subprocesses_cpu_s) / span)
 
 
-def subprocesses_starved(first: Sample, last: Sample, span: float) -> float | None:
-    """The share of the `span` worker seconds from `first` to `last` that the call's subprocesses'
-    threads, between them, waited runnable for a CPU, if at least `STARVED_SHARE`, else None (also
-    without the field: an older worker, no scheduler statistics). One that ended meanwhile takes
-    its wait with it: never below 0. As for a thread (`starved_share`), the kernel brings the wait
-    up to date only when a thread next runs: one starved since its last turn shows none yet."""
-    if first.subprocesses_run_delay_s is None or last.subprocesses_run_delay_s is None:
-        return None
-    share = max(0.0, (last.subprocesses_run_delay_s - first.subprocesses_run_delay_s) / span)
+def subprocesses_starved(recent: list[Sample], span: float, used: float) -> float | None:
+    """The share of the `span` worker seconds of the beats `recent` that the call's subprocesses
+    waited for a CPU, if at least `STARVED_SHARE`, else None (also without the fields: an older
+    worker, no scheduler statistics); `used`: the share of a core they used. Two measures, the
+    larger taken, as for a thread (`starved_share`): their threads' run delay between them (one
+    that ended meanwhile takes its wait with it: never below 0), which the kernel brings up to date
+    only when a thread next runs — one starved since its last turn shows none yet — and the share
+    of the beats that found one of them ready to run, less the share of a core they used."""
+    first, last, shares = recent[0], recent[-1], []
+    if first.subprocesses_run_delay_s is not None and last.subprocesses_run_delay_s is not None:
+        shares.append(max(0.0, (last.subprocesses_run_delay_s - first.subprocesses_run_delay_s) / span))
+    read = [s.subprocesses_ready for s in recent if s.subprocesses_ready is not None]
+    if len(read) >= MIN_SAMPLES:
+        shares.append(sum(ready > 0 for ready in read) / len(read) - used)
+    share = max(shares, default=0.0)
     return share if share >= STARVED_SHARE else None
 
 
