@@ -366,6 +366,12 @@ TWO_WAITED_ON = ((4242, "python server.py --port 0", "S", 0.0), (4243, "sim", "Z
             "cores) over the last 2.0 s",
         ),
         (
+            Judgement(BUSY, 2.0, 0.0, 0.0, False, subprocesses=(2, 0.02), subprocesses_starved=0.6),
+            "busy: its stack did not move, 0% CPU in its thread, 0% in its process; waiting on its 2 "
+            "subprocesses, which are starved (2% CPU, 1.2 s waiting for a CPU in 2.0 s: the host's other "
+            "processes held the cores) over the last 2.0 s",
+        ),
+        (
             Judgement(BLOCKED, 2.0, 0.0, 0.01, False, subprocesses=(2, 0.0), waited_on=TWO_WAITED_ON),
             "blocked: its stack did not move and it used 0% CPU in its thread, 1% in its process; its 2 "
             "subprocesses are not computing either (0% CPU): pid 4242 (`python server.py --port 0`, sleeping, "
@@ -392,6 +398,7 @@ TWO_WAITED_ON = ((4242, "python server.py --port 0", "S", 0.0), (4243, "sim", "Z
         "busy-one-subprocess",
         "busy-starved-subprocesses",
         "busy-one-starved-subprocess",
+        "busy-two-starved-subprocesses",
         "blocked-two-subprocesses",
         "blocked-one-subprocess",
         "starved",
