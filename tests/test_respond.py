@@ -13,10 +13,12 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -25,7 +27,7 @@ from fleetrl import exit_codes
 from fleetrl.checkpoint import save_checkpoint
 from fleetrl.watch.incident import Incident
 from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT
-from fleetrl.watch.respond import IncidentStop, Responder, subprocess_stack
+from fleetrl.watch.respond import IncidentStop, Responder, runs_python, subprocess_stack
 from tests.respond_script import WORKERS, incident
 from tests.support import REPO, is_interpreter_helper, subprocess_env
 
@@ -177,6 +179,29 @@ def test_a_subprocess_s_stack_is_read_by_py_spy_where_its_command_line_is_the_on
         assert subprocess_stack(python_latin_1.pid, published) == "(no Python stack: py-spy could not read it)"
     finally:
         for process in (server, follower, python_latin_1):
+            process.kill()
+            process.wait()
+
+
+def test_a_python_interpreter_is_told_by_its_executable_or_by_the_libpython_it_maps(tmp_path):
+    """`runs_python`: this interpreter (its executable named python3.x); the same interpreter under
+    another name (as a simulator embedding Python is), by the libpython it maps; `tail`, neither; a
+    pid that is gone, not. (This host's interpreters map libpython, as pyenv's and Debian's do.)"""
+    assert b"libpython" in Path(f"/proc/{os.getpid()}/maps").read_bytes(), "a statically linked interpreter"
+    embedding = tmp_path / "sim"
+    shutil.copy(os.path.realpath(sys.executable), embedding)
+    waits = "import time; print('ready', flush=True); time.sleep(600)"
+    renamed = subprocess.Popen([embedding, "-c", waits], stdout=subprocess.PIPE)
+    follower = subprocess.Popen(["tail", "-f", "/dev/null"])
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    try:
+        assert renamed.stdout.readline() == b"ready\n"
+        assert os.path.basename(os.readlink(f"/proc/{renamed.pid}/exe")) == "sim"
+        pids = (os.getpid(), renamed.pid, follower.pid, gone.pid)
+        assert [runs_python(pid) for pid in pids] == [True, True, False, False]
+    finally:
+        for process in (renamed, follower):
             process.kill()
             process.wait()
 
