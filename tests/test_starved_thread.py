@@ -57,22 +57,21 @@ print(json.dumps([json.loads(record) for record in records]))
 HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 
 
-@pytest.mark.needs("sched_idle", "a starved thread made with Linux's SCHED_IDLE policy")
-def test_a_thread_starved_of_cpu_publishes_its_run_delay_and_is_judged_busy():
-    cpu = min(os.sched_getaffinity(0))
+def beside_two_hogs(cpu: int, command: list[str]) -> subprocess.CompletedProcess:
+    """Run `command` to its end while two busy loops hold CPU `cpu` at the normal priority."""
     hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(cpu)]) for _ in range(2)]
     try:
-        starved = subprocess.run(
-            [sys.executable, "-c", STARVED, str(cpu)],
-            env=subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=120)
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait(timeout=30)
+
+
+@pytest.mark.needs("sched_idle", "a starved thread made with Linux's SCHED_IDLE policy")
+def test_a_thread_starved_of_cpu_publishes_its_run_delay_and_is_judged_busy():
+    cpu = min(os.sched_getaffinity(0))
+    starved = beside_two_hogs(cpu, [sys.executable, "-c", STARVED, str(cpu)])
     assert starved.returncode == 0, starved.stderr
     records = [r for r in json.loads(starved.stdout) if r["phase"] == "env.step"]
     assert len(records) >= 3, records
@@ -137,19 +136,7 @@ print(json.dumps([json.loads(record) for record in records]))
 @pytest.mark.needs("sched_idle", "a starved server made with Linux's SCHED_IDLE policy")
 def test_a_call_waiting_on_a_starved_server_is_judged_busy_by_its_run_delay():
     cpu = min(os.sched_getaffinity(0))
-    hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(cpu)]) for _ in range(2)]
-    try:
-        worker = subprocess.run(
-            [sys.executable, "-c", WAITS_ON_A_STARVED_SERVER, STARVED_SERVER, str(cpu)],
-            env=subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait(timeout=30)
+    worker = beside_two_hogs(cpu, [sys.executable, "-c", WAITS_ON_A_STARVED_SERVER, STARVED_SERVER, str(cpu)])
     assert worker.returncode == 0, worker.stderr
     records = [r for r in json.loads(worker.stdout) if r["phase"] == "env.construct" and r.get("subprocesses")]
     assert len(records) >= MIN_SAMPLES, records

@@ -32,20 +32,20 @@ except Stop as stop:
 """
 
 
-def run(mode: str) -> subprocess.CompletedProcess:
+def run(script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", GATED, mode], env=subprocess_env(), capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script, *args], env=subprocess_env(), capture_output=True, text=True, timeout=60
     )
 
 
 def test_a_stop_after_training_is_raised_once_the_record_is_logged():
-    done = run("once")
+    done = run(GATED, "once")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "trained logged | stopped by SIGINT"
 
 
 def test_a_second_stop_inside_the_gate_stops_at_once():
-    done = run("twice")
+    done = run(GATED, "twice")
     assert done.returncode == 128 + 2, (done.returncode, done.stdout, done.stderr)
     assert "second SIGINT: stopping now" in done.stderr and done.stdout == ""
 
@@ -77,20 +77,14 @@ print(" ".join(steps), flush=True)
 """
 
 
-def run_whole(mode: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", WHOLE, mode], env=subprocess_env(), capture_output=True, text=True, timeout=60
-    )
-
-
 def test_a_stop_while_an_update_is_sent_waits_until_every_rank_has_it_and_is_raised_once():
-    done = run_whole("free")
+    done = run(WHOLE, "free")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "rank 0 rank 1 | stopped by SIGTERM | settled checkpointed"
 
 
 def test_inside_a_gate_that_holds_stops_it_waits_for_the_gate_s_end():
-    done = run_whole("held")
+    done = run(WHOLE, "held")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "rank 0 rank 1 after the block | stopped by SIGTERM | settled checkpointed"
 
@@ -123,8 +117,6 @@ print(" | ".join(steps), flush=True)
 
 
 def test_another_thread_s_block_neither_delays_the_main_thread_s_stop_nor_takes_it():
-    done = subprocess.run(
-        [sys.executable, "-c", IN_ANOTHER_THREAD], env=subprocess_env(), capture_output=True, text=True, timeout=60
-    )
+    done = run(IN_ANOTHER_THREAD)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "main stopped by SIGTERM | the thread's block ended"
