@@ -105,14 +105,13 @@ class TorchTrace:
         self.first_seen = {(e["group"], e["seq"]): e["started"] for e in in_flight}
         if any(now - entry["started"] >= DETAIL_AFTER_S and entry["op"] == "?" for entry in in_flight):
             self.fetch_detail(in_flight)
-            # NCCL's counters learn of a completion only when torch's watchdog retires the work; an
-            # entry's state is read from its CUDA event at the dump
-            done = {key for key, entry in self.detail.items() if entry["finished"] is not None}
-            for group, seq in done:
-                completed[group] = max(completed[group], seq)
-            in_flight = [
-                self.in_flight(e["group"], e["seq"], now) for e in in_flight if (e["group"], e["seq"]) not in done
-            ]
+        # The counters may lag behind a completion for good (NCCL's learn of one only when torch's
+        # watchdog retires the work; Gloo's were seen stuck two broadcasts behind): an entry the
+        # dump found finished stays finished at every later beat, not only at the one that dumped
+        done = {key for key, entry in self.detail.items() if entry["finished"] is not None}
+        for group, seq in done:
+            completed[group] = max(completed[group], seq)
+        in_flight = [self.in_flight(e["group"], e["seq"], now) for e in in_flight if (e["group"], e["seq"]) not in done]
         return {
             "authoritative": authoritative,
             "entered": entered,
