@@ -43,6 +43,8 @@ import signal
 import sys
 import time
 
+from fleetrl.probe.thread_activity import schedstat_run_delay_s
+
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PR_SET_CHILD_SUBREAPER = 36
 LISTED = 4  # descendants a beat names (by pid, command, state, CPU), the first found
@@ -135,15 +137,9 @@ def run_delay_s(pid: int) -> float | None:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
-    waited_ns, read = 0, False
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as schedstat:
-                waited_ns += int(schedstat.read().split()[1])
-                read = True
-        except (OSError, IndexError, ValueError):
-            continue  # the thread ended meanwhile
-    return waited_ns / 1e9 if read else None
+    read = [schedstat_run_delay_s(f"/proc/{pid}/task/{task}/schedstat") for task in tasks]
+    waited = [delay for delay in read if delay is not None]  # a thread that ended meanwhile adds none
+    return sum(waited) if waited else None
 
 
 def command(pid: int, fields: list[str]) -> str:

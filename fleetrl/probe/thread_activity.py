@@ -238,10 +238,14 @@ def thread_run_delay_s(native_id: int | None) -> float | None:
     cannot be read. A thread that uses little CPU because the host's other processes take the
     cores has a run delay growing with the wall clock; one asleep on a lock or a socket has none
     (watch/judging/judgement.py: `starved_share`). One small file read: ~20 us of CPU a beat on a loaded host."""
-    if native_id is None:
-        return None
+    return None if native_id is None else schedstat_run_delay_s(f"/proc/self/task/{native_id}/schedstat")
+
+
+def schedstat_run_delay_s(path: str) -> float | None:
+    """The run delay in one thread's `schedstat` file (its second field, in nanoseconds), in
+    seconds; None where it cannot be read (the thread ended, or no scheduler statistics)."""
     try:
-        with open(f"/proc/self/task/{native_id}/schedstat") as schedstat:
+        with open(path) as schedstat:
             return int(schedstat.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
