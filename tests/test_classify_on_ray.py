@@ -22,6 +22,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 import ray
 from ray._private import ray_constants
@@ -32,12 +33,13 @@ from fleetrl.config.schema import ClusterConfig
 from fleetrl.plan.placement import Assignment
 from fleetrl.watch.incident import Incident
 from fleetrl.watch.judging.classify import incident_from_error
-from tests.support import reaping_new_children
+from tests.support import own_children, reaping_new_children
 
 LAST_LINE = "a worker's last line on its stderr"
 SIGKILLED = "ended without a signal or error in its stderr (SIGKILL, the OOM killer, or an exit)"
 DIED = "The actor died unexpectedly before finishing this task."  # Ray's first line for a dead actor
 CALL_TIMEOUT_S = 60  # Ray reports a dead actor within a second or two; this only ends a wait that would not
+IDLE_END_S = 60  # Ray ends an idle worker ~1 s after its task on a quiet host; on a loaded one, seconds later
 
 
 class Host:
@@ -79,6 +81,17 @@ def cluster():
             os.environ.clear()
             os.environ.update(environment)
             ray_constants.ENABLE_RAY_CLUSTER = loopback
+
+
+@pytest.fixture(autouse=True)
+def ray_ended_this_test_s_workers():
+    """Waits, after each test, for the Ray worker processes it started to end. The hosts end when
+    killed or failed; the last-words reader's process is Ray's to end once idle, about a second
+    after its task on a quiet host but later than the session-wide check's 3 s grace on a loaded
+    CI host (seen as 'ray::IDLE' left alive). A worker Ray never ends still fails that check."""
+    before = {child.pid for child in own_children()}
+    yield
+    psutil.wait_procs([child for child in own_children() if child.pid not in before], timeout=IDLE_END_S)
 
 
 def assignment(component: str, rank: int) -> Assignment:
