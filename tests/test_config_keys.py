@@ -236,6 +236,10 @@ CROSS_FIELD = {
         ["rollout.pipeline_stage_num=3"],
     ),
     "simulated nodes unlike num_nodes": ("cluster.simulate_nodes", ["cluster.simulate_nodes=2"]),
+    "standardised inputs with no statistics to read": (
+        "model.standardize_inputs",
+        ["model.id=transformer", "model.standardize_inputs=true"],
+    ),
     "simulated nodes and a Ray address": (
         "cluster.simulate_nodes",
         ["cluster.num_nodes=2", "cluster.simulate_nodes=2", "cluster.ray_address=10.0.0.1:6379"],

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 import pytest
+import torch
 
+from fleetrl.checkpoint import load_latest
 from tests.support import fleetrl, sft_then_train, train
 
 TASKS = ["reach-v3", "button-press-topdown-v3"]
@@ -28,7 +33,7 @@ def small_env(observation: str) -> str:
 SMALL = ["env.num_envs=2", "algorithm.num_steps=8", "algorithm.minibatch_size=8", "runner.tensorboard=false"]
 
 
-def record_sft_train(tmp_path, env: str, record_env: str, *extra: str):
+def record_sft_train(tmp_path, env: str, record_env: str, *extra: str, both: tuple[str, ...] = ()):
     """`fleetrl record` (2 episodes), `fleetrl sft` from them, `fleetrl train` from that: the SFT
     run's and the RL run's results. Start-up bounds far below a scene's build (a MuJoCo compile)
     and EGL's first render: each computes past them, and is a warning, not a startup_timeout."""
@@ -48,9 +53,10 @@ def record_sft_train(tmp_path, env: str, record_env: str, *extra: str):
             f"algorithm.demonstrations={demos}",
             "algorithm.updates_per_iteration=3",
             "runner.total_env_steps=16",
+            *both,
             *bounds,
         ),
-        ("configs/ppo_metaworld.yaml", env, *SMALL, *extra, *bounds),
+        ("configs/ppo_metaworld.yaml", env, *SMALL, *extra, *both, *bounds),
     )
     assert "slow: " in sft.stderr + rl.stderr and "startup_timeout" not in sft.stderr + rl.stderr
     assert all(record["bc_loss"] > 0 for record in sft.metrics)
@@ -58,13 +64,33 @@ def record_sft_train(tmp_path, env: str, record_env: str, *extra: str):
 
 
 def test_record_sft_train_then_eval_per_task(tmp_path):
-    """On state: the pipeline, then Meta-World's figures from `fleetrl eval`: 20 episodes on 10
-    envs are one round of both tasks per env, 10 per task, each episode listed and written."""
+    """On state, inputs standardised (`model.standardize_inputs`): the pipeline, then Meta-World's
+    figures from `fleetrl eval`: 20 episodes on 10 envs are one round of both tasks per env, 10
+    per task, each episode listed and written."""
     env = small_env("state")
     # the scripted policies need ~50-70 steps: record with a longer limit than RL's
-    _, rl = record_sft_train(
-        tmp_path, env, env.replace("{reach-v3: 12, button-press-topdown-v3: 12}", "150"), "runner.total_env_steps=32"
+    sft, rl = record_sft_train(
+        tmp_path,
+        env,
+        env.replace("{reach-v3: 12, button-press-topdown-v3: 12}", "150"),
+        "runner.total_env_steps=32",
+        both=("model.standardize_inputs=true",),
     )
+    # The statistics are the demonstrations' (read here from LeRobot's parquet), in both trunks,
+    # and the RL stage holds them unchanged: the weights carry them, no update moves them.
+    files = sorted((tmp_path / "demos/data").glob("*/*.parquet"))
+    frames = pd.concat([pq.read_table(path).to_pandas() for path in files])
+    sft_weights, rl_weights = (load_latest(run.run_dir)["actor"]["policy"] for run in (sft, rl))
+    for key in ("state", "proprio"):
+        values = np.stack(frames[f"observation.{key}"].to_numpy()).astype(np.float64)
+        std = values.std(0)
+        expected = {"mean": values.mean(0), "std": np.where(std < 1e-6, 1.0, std)}
+        assert (std > 1e-3).any() and (key == "proprio" or (std < 1e-6).any())  # state: a second object's constant
+        for trunk in ("network", "network.critic"):
+            for name, value in expected.items():
+                held = sft_weights[f"{trunk}.inputs.{key}.{name}"]
+                assert torch.allclose(held.double(), torch.from_numpy(value), rtol=1e-5, atol=1e-6), (trunk, key, name)
+                assert torch.equal(rl_weights[f"{trunk}.inputs.{key}.{name}"], held)
     assert [record["policy_trained"] for record in rl.metrics] == [0, 0]  # the config's critic warm-up
     per_task = {key for record in rl.metrics for key in record if key.startswith("success_rate/")}
     assert per_task == {f"success_rate/{task}" for task in TASKS}

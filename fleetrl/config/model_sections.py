@@ -119,6 +119,13 @@ class TransformerModelConfig(ModelConfig):
     predict_coef: Annotated[float, Positive] = 100.0
     """Weight of the `predict_keys` loss: the mean squared error of the prediction, in the keys' own
     units (metres for `sim_state`: an error of 10 cm costs 1)."""
+    standardize_inputs: bool = False
+    """Centre and scale each element of every float vector input (a state, proprioception) by its
+    mean and standard deviation over the behaviour-cloning demonstrations before the input's
+    token projection. `fleetrl sft` computes them; they are part of the weights (checkpoints,
+    `runner.init_from`, evaluation), so the RL stage's config must set this too. Meta-World's raw
+    state mixes positions that vary by centimetres with quaternion elements near 1: one linear
+    token of it resolves a goal's position slowly (docs: guides/model.md)."""
     init_log_std: Annotated[float, Finite] = 0.0
     """Initial log std of the Gaussian policy (Box actions without `action_bins`)."""
 

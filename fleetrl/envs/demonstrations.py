@@ -35,6 +35,7 @@ KEY = "algorithm.demonstrations"
 FEATURES_KEY = "algorithm.features"
 ACTION_KEY = "algorithm.action_feature"
 REWARD = "next.reward"  # LeRobot's name for the reward that followed a frame's action
+CONSTANT_STD = 1e-6  # an element whose demonstrations vary less is constant: not scaled (Demonstrations.statistics)
 WHOLE = "observation"  # the env key `algorithm.features` names a non-Dict observation by
 
 
@@ -50,6 +51,19 @@ class Demonstrations:
 
     def __len__(self) -> int:
         return len(self.actions)
+
+    def statistics(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """(mean, std) per element of each float observation key ("obs" for a non-Dict
+        observation), over every step: what `model.standardize_inputs` scales the policy's inputs
+        by. An element constant in every step gets std 1 (it is only centred)."""
+        leaves = self.obs if isinstance(self.obs, dict) else {"obs": self.obs}
+        out = {}
+        for key, values in leaves.items():
+            if values.dtype.kind == "f":
+                flat = values.reshape(len(values), -1).astype(np.float64)
+                std = flat.std(0)
+                out[key] = (flat.mean(0), np.where(std < CONSTANT_STD, 1.0, std))
+        return out
 
 
 def feature_names(space: gym.Space) -> dict[str | None, str]:

@@ -84,6 +84,7 @@ def build_network(config: ModelConfig, observation_space: gym.Space, action_spac
             config.shared_trunk,
             tuple(config.critic_keys),
             tuple(config.predict_keys),
+            config.standardize_inputs,
         )
     return resolve_entry_point("model.id", config.id)(observation_space, params, **config.kwargs)
 

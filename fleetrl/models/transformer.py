@@ -11,7 +11,8 @@ while it runs, and with `actor.gradient_checkpointing` recomputed on its own in 
   one token per cell. With `model.keypoints: N` it is read instead as N learned keypoints
   (`ImageKeypoints`): the image coordinates of what a small CNN responds to, one token each;
 - token ids (a mission, `envs.text`) are embedded; padding is masked out of attention;
-- any other key (a one-hot direction, a state vector) is projected to one token;
+- any other key (a one-hot direction, a state vector) is projected to one token (with
+  `model.standardize_inputs` first standardised by the demonstrations' mean and std per element);
 - the action queries are learned embeddings, one per action token: K for a token policy
   (`model.action_bins`: K action dimensions, each a categorical over the bins), one for a
   Discrete action or a Gaussian's means. Each query's output is projected to its logits (or
@@ -128,25 +129,42 @@ class InstructionTokens(nn.Module):
 
 
 class VectorToken(nn.Module):
-    """Any other leaf → one token."""
+    """Any other leaf → one token. With `standardize` (`model.standardize_inputs`) each element is
+    first centred and scaled by the buffers `mean` and `std` — part of the weights, so that every
+    checkpoint, `runner.init_from` and evaluation reads the statistics behaviour cloning set
+    (`set_statistics`); until then they are 0 and 1."""
 
-    def __init__(self, space: gym.spaces.Box, dim: int):
+    def __init__(self, space: gym.spaces.Box, dim: int, standardize: bool = False):
         super().__init__()
-        self.project = nn.Linear(int(np.prod(space.shape)), dim)
+        size = int(np.prod(space.shape))
+        self.project = nn.Linear(size, dim)
         self.count = 1
+        self.standardize = standardize
+        if standardize:  # only then: checkpoints of models without them load as they were saved
+            self.register_buffer("mean", torch.zeros(size))
+            self.register_buffer("std", torch.ones(size))
+
+    def set_statistics(self, mean: np.ndarray, std: np.ndarray) -> None:
+        self.mean.copy_(torch.as_tensor(mean, dtype=self.mean.dtype).flatten())
+        self.std.copy_(torch.as_tensor(std, dtype=self.std.dtype).flatten())
 
     def forward(self, x: torch.Tensor) -> Tokens:
-        return Tokens(self.project(x.flatten(1).to(self.project.weight.dtype)).unsqueeze(1))
+        x = x.flatten(1)
+        if self.standardize:
+            x = (x.float() - self.mean) / self.std
+        return Tokens(self.project(x.to(self.project.weight.dtype)).unsqueeze(1))
 
 
-def tokenizer(space: gym.Space, dim: int, patch_size: int | None, keypoints: int | None) -> nn.Module:
+def tokenizer(
+    space: gym.Space, dim: int, patch_size: int | None, keypoints: int | None, standardize: bool = False
+) -> nn.Module:
     if is_image(space) and keypoints is not None:
         return ImageKeypoints(space, dim, keypoints)
     if is_image(space):
         return ImagePatches(space, dim, patch_size)
     if is_tokens(space):
         return InstructionTokens(space, dim)
-    return VectorToken(space, dim)
+    return VectorToken(space, dim, standardize)
 
 
 class TransformerTrunk(nn.Module):
@@ -162,13 +180,17 @@ class TransformerTrunk(nn.Module):
         num_heads: int,
         patch_size: int | None,
         keypoints: int | None,
+        standardize: bool = False,
     ):
         super().__init__()
         leaves = leaf_spaces(observation_space)
         self.keyed = isinstance(leaves, dict)
         leaves = leaves if self.keyed else {"obs": leaves}
         self.inputs = nn.ModuleDict(
-            {key: tokenizer(leaf, embed_dim, patch_size, keypoints) for key, leaf in sorted(leaves.items())}
+            {
+                key: tokenizer(leaf, embed_dim, patch_size, keypoints, standardize)
+                for key, leaf in sorted(leaves.items())
+            }
         )
         self.queries = queries
         length = sum(part.count for part in self.inputs.values()) + queries
@@ -184,6 +206,13 @@ class TransformerTrunk(nn.Module):
 
     def forward(self, obs) -> torch.Tensor:
         return self.read(obs)[0]
+
+    def set_input_statistics(self, statistics: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Each standardised vector input's (mean, std), by observation key ("obs" for a
+        non-Dict observation); a key this trunk does not read is ignored."""
+        for key, part in self.inputs.items():
+            if isinstance(part, VectorToken) and part.standardize:
+                part.set_statistics(*statistics[key])
 
     def read(self, obs) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """(the queries' outputs, each keypoint image's positions (B, keypoints, 2))."""
@@ -260,12 +289,13 @@ class TransformerPolicy(TransformerTrunk):
         shared_trunk: bool = True,
         critic_keys: tuple[str, ...] = (),
         predict_keys: tuple[str, ...] = (),
+        standardize_inputs: bool = False,
     ):
         if embed_dim % num_heads:
             raise ConfigError(
                 "model.num_heads", num_heads, f"a divisor of model.embed_dim ({embed_dim})", "each head reads a slice"
             )
-        dims = (embed_dim, num_layers, num_heads, patch_size, keypoints)
+        dims = (embed_dim, num_layers, num_heads, patch_size, keypoints, standardize_inputs)
         reads = policy_space(observation_space, critic_keys, shared_trunk, predict_keys)
         super().__init__(reads, queries + int(shared_trunk), *dims)
         self.action_queries = queries
@@ -280,6 +310,12 @@ class TransformerPolicy(TransformerTrunk):
             self.predictor = nn.Linear(2 * keypoints * images, size)
         nn.init.orthogonal_(self.action_head.weight, 0.01)  # near-uniform initial policy, as the MLP's
         nn.init.zeros_(self.action_head.bias)
+
+    def set_input_statistics(self, statistics: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """`model.standardize_inputs`: the statistics of both trunks' vector inputs."""
+        super().set_input_statistics(statistics)
+        if self.critic is not None:
+            self.critic.set_input_statistics(statistics)
 
     def wrap_units(self) -> list[nn.Module]:
         """The blocks, each sharded (FSDP) and checkpointed on its own (parallel/wrap.py); the

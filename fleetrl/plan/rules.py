@@ -39,6 +39,7 @@ def validate(config: Config) -> None:
     algorithm_spec(config.algorithm.name).validate(config)
     resume_dir(config)  # raises naming the run directory that cannot be continued
     validate_trunk_keys(config)
+    validate_input_statistics(config)
     validate_precision(config)
     validate_action_attention(config)
     validate_action_head(config)
@@ -232,6 +233,22 @@ def validate_trunk_keys(config: Config) -> None:
             model.predict_keys,
             "[] unless model.keypoints is set",
             "the keypoints' positions are what predicts them",
+        )
+
+
+def validate_input_statistics(config: Config) -> None:
+    """The transformer's `model.standardize_inputs` only where its statistics come from: the
+    demonstrations of a supervised stage (`fleetrl sft`), or the weights of `runner.init_from`.
+    Set without either, they would stay 0 and 1 and standardise nothing."""
+    model = config.model
+    supervised = algorithm_spec(config.algorithm.name).stage == "sft"
+    if model.id == "transformer" and model.standardize_inputs and not supervised and config.runner.init_from is None:
+        raise ConfigError(
+            "model.standardize_inputs",
+            True,
+            "false unless the run is a supervised stage (fleetrl sft: the demonstrations' statistics) or "
+            "runner.init_from names a run whose weights hold them",
+            "nothing would set the statistics",
         )
 
 

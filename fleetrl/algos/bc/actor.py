@@ -56,6 +56,8 @@ class BCActor(ActorWorker):
             config.model.action_chunk,
             algo.vf_coef,
         )
+        if getattr(config.model, "standardize_inputs", False):  # before any rank wraps the policy
+            self.policy.network.set_input_statistics(demos.statistics())
         self.obs = map_obs(lambda x: torch.from_numpy(x).to(self.device), demos.obs)
         self.actions = torch.from_numpy(demos.actions).to(self.device)
         self.steps = None if demos.steps is None else torch.from_numpy(demos.steps).to(self.device)
