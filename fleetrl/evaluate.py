@@ -31,7 +31,7 @@ import torch
 from fleetrl.checkpoint import load_latest
 from fleetrl.errors import UserError
 from fleetrl.parallel import dcp
-from fleetrl.plan.load import load_config
+from fleetrl.plan.load import load_run_config
 from fleetrl.run_dir import CONFIG_FILE
 from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.env_worker import EnvWorker
@@ -68,7 +68,7 @@ def evaluate(
             f"fleetrl eval overrides only env keys (env.kwargs.instructions=held_out), got {foreign}: "
             "the policy is the checkpoint's"
         )
-    config = load_config(run_dir / CONFIG_FILE, list(overrides))
+    config = load_run_config(run_dir / CONFIG_FILE, list(overrides))
     if config.runner.torch_threads:
         torch.set_num_threads(config.runner.torch_threads)
     state = load_latest(run_dir)

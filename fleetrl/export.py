@@ -23,7 +23,7 @@ from fleetrl.checkpoint import load_latest
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.models.hf.folder import VALUE_HEAD_FILE, copy_processor_files
 from fleetrl.parallel import dcp
-from fleetrl.plan.load import load_config
+from fleetrl.plan.load import load_run_config
 from fleetrl.probe.flight_recorder import phase
 from fleetrl.run_dir import CONFIG_FILE
 
@@ -38,7 +38,7 @@ def export_run(run_dir: Path, out: Path) -> Path:
     run_dir, out = Path(run_dir), Path(out)
     if not (run_dir / CONFIG_FILE).is_file():
         raise UserError(f"{run_dir} is not a fleetrl run directory (no {CONFIG_FILE})")
-    config = load_config(run_dir / CONFIG_FILE)
+    config = load_run_config(run_dir / CONFIG_FILE)
     if config.model.id != "hf":
         raise ConfigError("model.id", config.model.id, "'hf' in the run's config: only Hugging Face VLAs export")
     if (out / "config.json").exists():

@@ -175,22 +175,31 @@ def test_sft_loads_a_lerobot_dataset_through_the_feature_mapping():
         demonstrations.check_spaces(str(folder), features, "action", 0.5, wider, spaces[1])
 
 
-def test_sft_trains_from_a_v21_dataset_lerobot_wrote(tmp_path):
-    folder = LEROBOT_DATASETS / "v2.1" / "dataset"
+def test_sft_trains_from_a_v21_dataset_lerobot_wrote_and_evaluates_once_the_dataset_is_gone(tmp_path, capsys):
+    """The SFT run trains from a copy of the v2.1 fixture. Once that copy is removed (moved or
+    re-recorded since), `fleetrl eval` of the finished run still plays its weights (it reads no
+    demonstrations), while a new `fleetrl sft` of the same config still exits 2 naming the folder."""
+    folder = tmp_path / "dataset"
+    shutil.copytree(LEROBOT_DATASETS / "v2.1" / "dataset", folder)
     run = fleetrl(
         "sft",
         "configs/sft_manipulation.yaml",
         *SMALL_SFT,
         f"algorithm.demonstrations={folder}",
         LEROBOT_NAMES,
-        f"runner.run_dir={tmp_path}",
+        f"runner.run_dir={tmp_path / 'runs'}",
         "--skip-doctor",
-        runs=tmp_path,
+        runs=tmp_path / "runs",
         timeout=300,
     ).succeeded()
     frames = json.loads((folder / "meta/info.json").read_text())["total_frames"]
     assert [record["demonstration_steps"] for record in run.metrics] == [frames, frames]
     assert all(record["grad_steps"] == 3 and record["bc_loss"] > 0 for record in run.metrics)
+    shutil.rmtree(folder)
+    assert main(["eval", str(run.run_dir), "--episodes", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 2
+    assert main(["sft", str(run.run_dir / "config.yaml"), "--dry-run"]) == 2
+    assert "'algorithm.demonstrations'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

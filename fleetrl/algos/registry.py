@@ -88,6 +88,10 @@ class AlgorithmSpec:
     console_metrics: tuple[ConsoleMetric, ...] = ()  # shown after the return on the console line
     # Cross-field rules that need only the config (run by `plan.rules.validate`).
     validate: Callable[[Config], None] = no_rule
+    # What a run of it reads before it starts, such as its demonstrations folder (run by
+    # `plan.rules.check_inputs`: for a run and the doctor, not for a finished run's saved config
+    # read back by `fleetrl eval` or `export`, whose inputs may have moved or changed since).
+    check_inputs: Callable[[Config], None] = no_rule
     # Rules that need the actor world size (run by `plan.rules.check_actor_layout`).
     check_layout: Callable[[Config, int], None] = no_rule
     # Rules that need the env's spaces (`plan.rules.check_spaces`, before any actor is built).

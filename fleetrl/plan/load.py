@@ -3,8 +3,10 @@
 config/loader.py reads the YAML and checks each key against its field; it knows no algorithm,
 so the `algorithm` section's dataclass comes from the registry (`SECTIONS`). `load_unchecked`
 stops there, for the commands that resolve a run plan next (plan/resolve.py runs every rule
-across sections, once); `load_config` also runs the rules that need no placement, for what plans
-no run (`fleetrl eval`, `export`, `doctor`, tests). A `Config` built in code holds the common
+across sections, once); `load_config` also runs the rules that need no placement and checks the
+inputs a run would read, for what checks a config without planning a run (`doctor`, a sweep's base,
+tests); `load_run_config` runs those rules only, for a finished run's saved config read back
+(`fleetrl eval`, `export`). A `Config` built in code holds the common
 `AlgorithmConfig` until `parsed_algorithm` gives it its algorithm's own section.
 """
 
@@ -16,7 +18,7 @@ from pathlib import Path
 from fleetrl.algos.registry import SECTIONS, algorithm_spec
 from fleetrl.config.loader import build_config, read_config
 from fleetrl.config.schema import Config
-from fleetrl.plan.rules import validate
+from fleetrl.plan.rules import check_inputs, validate
 
 
 def load_unchecked(path: str | Path | None, overrides: list[str] = ()) -> Config:
@@ -26,7 +28,17 @@ def load_unchecked(path: str | Path | None, overrides: list[str] = ()) -> Config
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
-    """`load_unchecked`, then the rules across sections that need no placement."""
+    """`load_run_config`, then the inputs a run of it would read (`check_inputs`: a supervised
+    stage's demonstrations folder)."""
+    config = load_run_config(path, overrides)
+    check_inputs(config)
+    return config
+
+
+def load_run_config(path: str | Path, overrides: list[str] = ()) -> Config:
+    """`load_unchecked`, then the rules across sections that need no placement: for a run's own
+    saved config read back (`fleetrl eval`, `export`), which must not fail on what only its
+    training read — the demonstrations folder may have moved or been re-recorded since."""
     config = load_unchecked(path, overrides)
     validate(config)
     return config

@@ -25,6 +25,7 @@ from fleetrl.plan.rules import (
     check_entry_points,
     check_eval_fault,
     check_fault_placement,
+    check_inputs,
     check_stage,
     validate,
 )
@@ -38,6 +39,7 @@ def resolve(config: Config, command: Literal["train", "sft"] | None = None) -> R
     them. The first broken rule raises its `ConfigError` (exit 2 on the command line)."""
     config = copy.deepcopy(parsed_algorithm(config))
     validate(config)
+    check_inputs(config)
     check_entry_points(config)
     if command is not None:
         check_stage(config, command)

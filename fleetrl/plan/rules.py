@@ -9,7 +9,7 @@ the kinds it implements. Nothing outside plan/ imports this module (an import-li
 pyproject.toml): the backends, the controller and the workers take a checked `RunPlan`.
 
 The rules on an algorithm's own keys live with the algorithm and run through its registered spec
-(`fleetrl.algos.registry`): `validate` runs `spec.validate`, `check_actor_layout` runs
+(`fleetrl.algos.registry`): `validate` runs `spec.validate`, `check_inputs` runs `spec.check_inputs`, `check_actor_layout` runs
 `spec.check_layout`, `check_spaces` runs `spec.check_spaces`.
 """
 
@@ -47,6 +47,14 @@ def validate(config: Config) -> None:
     validate_watchdog(config)
     validate_restarts(config)
     check_fault(config.debug.fault, config.algorithm.name)
+
+
+def check_inputs(config: Config) -> None:
+    """What a run of `config` reads before it starts (the algorithm's `check_inputs`: a supervised
+    stage's demonstrations folder). Apart from `validate`: a finished run's saved config is read
+    back by `fleetrl eval` and `export` without it, since the folder it trained from may have moved
+    or been re-recorded, and neither command reads it."""
+    algorithm_spec(config.algorithm.name).check_inputs(config)
 
 
 def validate_cluster(config: Config) -> None:

@@ -1,6 +1,6 @@
 """Registers the `bc` algorithm (the supervised stage, run by `fleetrl sft`): its section, its
 workers by reference, and the rules that its demonstrations folder is a dataset with the features
-it names (before anything starts) and of the env's shapes (once they are known)."""
+it names (before a run starts, not when a finished run's config is read back) and of the env's shapes (once they are known)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fleetrl.config.schema import Config
 from fleetrl.envs import demonstrations
 
 
-def validate_bc(config: Config) -> None:
+def check_demonstrations(config: Config) -> None:
     """The demonstrations folder is a LeRobotDataset with the features the config names."""
     algo = config.algorithm
     demonstrations.check_folder(algo.demonstrations, algo.features, algo.action_feature)
@@ -32,7 +32,7 @@ BC = register_algorithm(
         actor="fleetrl.algos.bc.actor:BCActor",
         rollout="fleetrl.workers.rollout_worker:RolloutWorker",
         stage="sft",
-        validate=validate_bc,
+        check_inputs=check_demonstrations,
         check_spaces=check_bc_spaces,
         console_metrics=(ConsoleMetric("bc_loss", "bc", ".3f"),),
     )
