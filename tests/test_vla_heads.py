@@ -194,3 +194,29 @@ def test_a_bfloat16_vlm_with_lora_feeds_a_float32_head_and_the_log_probability_s
     (outputs.logprobs.sum() + outputs.value.sum()).backward()
     untouched = [name for name, p in policy.named_parameters() if p.requires_grad and p.grad is None]
     assert untouched == []  # the adapters, the head and the value head all get a gradient
+
+
+@pytest.mark.parametrize("head", ["tokens", "flow"])
+def test_the_value_loss_trains_the_vlm_only_with_value_gradient_model(tiny_paligemma, with_state, head):
+    """`model.value_gradient`: the value's gradient reaches the VLM's weights with `model` (the
+    default) and only the value head's with `head`; the action's log-probability trains the VLM
+    either way, and the value is the same number."""
+    observation_space, obs = with_state
+    values = {}
+    for where in ("model", "head"):
+        policy = vla(tiny_paligemma, observation_space, BOX, value_gradient=where, **head_keys(head))
+        torch.manual_seed(3)
+        records, _, _ = policy.act(obs)
+        outputs = policy(obs, records)
+        outputs.value.sum().backward()
+        values[where] = outputs.value.detach()
+
+        def reached(module: torch.nn.Module) -> bool:
+            return any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters())
+
+        assert reached(policy.network.value_head)
+        assert reached(policy.network.model) == (where == "model"), where
+        policy.zero_grad(set_to_none=True)
+        policy(obs, records).logprobs.sum().backward()
+        assert reached(policy.network.model)
+    assert torch.equal(values["model"], values["head"])

@@ -256,6 +256,12 @@ class HfModelConfig(ModelConfig):
     """With `action_head` l1 or flow: the observation key read as proprioception, one token (π0's
     state token: the expert's first token, or one input position of the VLM for l1), where the
     env has it (a 1-D Box); null: none. The tokens head reads no state."""
+    value_gradient: Literal["model", "head"] = "model"
+    """Where the value loss trains: `model`, the value head and, through the hidden state it reads,
+    the VLM (RLinf's), so the value loss, even in a critic warm-up (`algorithm.critic_warmup_steps`),
+    moves the policy too; `head`, the value head alone on the VLM's hidden state detached: only the
+    policy's loss moves the policy, and the critic learns on the features that loss shapes (the
+    value loss's pull on a fully fine-tuned VLM is measured in docs: benchmarks/vla-heads.md, Reading)."""
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
     """The attention kernel transformers builds the model with: `auto` is PyTorch's
     scaled-dot-product attention (`sdpa`) where the architecture has it and `eager` where it has not

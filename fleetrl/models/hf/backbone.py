@@ -12,7 +12,8 @@ column (`injecting`: the L1 head's state token) — a hook on the model's input 
 it, so that every family embeds its inputs as it always does.
 
 The value head, an MLP hidden → 512 → 128 → 1 with GELU (RLinf's), reads the last hidden state
-of the last prompt token, the one before the suffix: the critic sees the VLM's prefix only.
+of the last prompt token, the one before the suffix: the critic sees the VLM's prefix only. With
+`model.value_gradient: head` it reads that state detached, so its loss trains the head alone.
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ class VLANetwork(nn.Module):
     """The Hugging Face model (LoRA-wrapped or not), the value head and the action head's own module
     (`head`: the flow expert, the L1 regression head; None for tokens): what trains."""
 
-    def __init__(self, model: nn.Module, hidden_size: int):
+    def __init__(self, model: nn.Module, hidden_size: int, value_trains_model: bool = True):
         super().__init__()
         self.model = model
+        self.value_trains_model = value_trains_model  # `model.value_gradient: model`
         self.value_head = nn.Sequential(
             nn.Linear(hidden_size, 512), nn.GELU(), nn.Linear(512, 128), nn.GELU(), nn.Linear(128, 1)
         )
@@ -98,7 +100,7 @@ def load_network(config: HfModelConfig, observation_space: gym.Space) -> tuple[V
     attention = None if config.attn_implementation == "auto" else config.attn_implementation
     model, processor, family = load_folder(config.path, config.trust_remote_code, dtype, attention)
     prompts = Prompts(processor, family, observation_space, config.prompt_template)
-    network = VLANetwork(model, model.config.get_text_config().hidden_size)
+    network = VLANetwork(model, model.config.get_text_config().hidden_size, config.value_gradient == "model")
     head = Path(config.path).expanduser() / VALUE_HEAD_FILE
     if head.is_file():  # a folder fleetrl exported: its critic too
         from safetensors.torch import load_file
@@ -196,6 +198,8 @@ class VLABackbone(nn.Module):
         return hidden, decoding.mask
 
     def value_of(self, hidden: torch.Tensor) -> torch.Tensor:
+        if not self.network.value_trains_model:
+            hidden = hidden.detach()
         return self.network.value_head(hidden.float()).squeeze(-1).float()
 
     def batch(self, obs) -> int:
