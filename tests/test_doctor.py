@@ -152,8 +152,11 @@ class TestDisk:
         assert ray_temp["status"] == "fail"
         assert f"{tiny_fs}/ray (on {tiny_fs})" in ray_temp["detail"]  # not created yet: its parent
         assert "RAY_TMPDIR" in ray_temp["remedy"]
+        # the run directory is judged on its own filesystem (this host's, whose fill varies: a
+        # stop-50 rehearsal found it over the 90 % warning), not on the full one
         (run_dir,) = checks_named(document, "disk.run_dir")
-        assert run_dir["status"] == "pass"
+        own = check_directory("disk.run_dir", "run directory", tmp_path / "runs", DoctorOptions(min_free_bytes=0), "x")
+        assert run_dir["status"] == own.status and str(tiny_fs) not in run_dir["detail"], (run_dir, own)
 
     def test_run_dir_and_spill_dir_from_the_config_and_ray_settings(self, tiny_fs, tmp_path, monkeypatch):
         fill(tiny_fs)
