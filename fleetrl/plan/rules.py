@@ -9,8 +9,9 @@ the kinds it implements. Nothing outside plan/ imports this module (an import-li
 pyproject.toml): the backends, the controller and the workers take a checked `RunPlan`.
 
 The rules on an algorithm's own keys live with the algorithm and run through its registered spec
-(`fleetrl.algos.registry`): `validate` runs `spec.validate`, `check_inputs` runs `spec.check_inputs`, `check_actor_layout` runs
-`spec.check_layout`, `check_spaces` runs `spec.check_spaces`.
+(`fleetrl.algos.registry`): `validate` runs `spec.validate`, `check_inputs` runs
+`spec.check_inputs`, `check_actor_layout` runs `spec.check_layout`, `check_spaces` runs
+`spec.check_spaces`.
 """
 
 from __future__ import annotations

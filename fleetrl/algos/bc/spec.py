@@ -1,6 +1,7 @@
 """Registers the `bc` algorithm (the supervised stage, run by `fleetrl sft`): its section, its
 workers by reference, and the rules that its demonstrations folder is a dataset with the features
-it names (before a run starts, not when a finished run's config is read back) and of the env's shapes (once they are known)."""
+it names (before a run starts, not when a finished run's config is read back) and of the env's
+shapes (once they are known)."""
 
 from __future__ import annotations
 
