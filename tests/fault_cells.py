@@ -33,7 +33,7 @@ from functools import cache
 from pathlib import Path
 
 from tests.incidents import DETECTIONS, SMALL, assert_ended_in_time, promised_detection_s
-from tests.support import LOADED_HOST_MARGIN_S
+from tests.support import LOADED_HOST_MARGIN_S, detection_s
 
 NON_FINITE = ("nan_reward", "nan_obs", "nan_loss", "inf_grad")  # a simulator's NaN, a NaN loss, an exploding gradient
 KINDS = ("kill", "sigstop", "gil", "hang", "exception", "extra_collective", "skip_forward", *NON_FINITE)
@@ -106,7 +106,8 @@ class Cell:
 
     @property
     def bound_s(self) -> float:
-        """How late `detected_after_s` may be: the promised figure and the loaded host's margin."""
+        """How late the detection may be (`tests.support.detection_s`): the promised figure and the
+        loaded host's margin."""
         return self.promised_s + LOADED_HOST_MARGIN_S
 
 
@@ -257,8 +258,9 @@ def assert_named(result, cell: Cell) -> None:
     assert result.code == 4 and report is not None, result.stderr[-3000:]
     assert (report["cause"], report["culprit"]) == (cell.cause, list(cell.culprit)), report["summary"]
     assert controller_waits_right(report, cell), (cell.controller_waits, report["summary"], report["workers"])
-    assert 0 <= report["detected_after_s"] <= cell.bound_s, (
+    assert 0 <= detection_s(report) <= cell.bound_s, (
         report["detected_after_s"],
+        report["watcher_absent_s"],
         cell.bound_s,
         report["summary"],
     )

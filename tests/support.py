@@ -73,6 +73,18 @@ FOUR_LANES_ON_RAY = [
 # written. A bound is the promised figure plus this, never a figure measured on a quiet host; the
 # one margin of every bound of the suite.
 LOADED_HOST_MARGIN_S = 5
+
+
+def detection_s(report: dict) -> float:
+    """How long the watchdog took to detect the incident of hang report `report`, of the time it
+    ran: `detected_after_s` less the seconds the watchdog itself did not run (`watcher_absent_s`:
+    its thread got no turn on a loaded host for longer than any margin). The promised figures
+    bound this; the absence itself is the host's, and the report says it."""
+    absent = report["watcher_absent_s"]
+    assert 0 <= absent <= report["detected_after_s"], (absent, report["detected_after_s"])
+    return report["detected_after_s"] - absent
+
+
 # The promise "every process of the run is gone within 10 s of detection" (fleetrl/watch/respond.py
 # TEARDOWN_PROMISE_S), as the tests hold it: from the report's detection to the last process the
 # test saw of the run ended; and from a run's own exit to the end of everything it started.

@@ -19,7 +19,8 @@ from fleetrl.config.schema import WatchdogConfig
 from fleetrl.probe.flight_recorder import Recorder
 from fleetrl.probe.seal import run_secret
 from fleetrl.probe.store import HeartbeatStore, connect_publisher
-from fleetrl.watch.watchdog import Watchdog, readable
+from fleetrl.watch.reporting.hang_report import build_hang_report, render_text
+from fleetrl.watch.watchdog import Watchdog, absent_s, readable
 
 CONFIG = WatchdogConfig(poll_interval_s=0.05, heartbeat_timeout_s=1.0)
 ENV, ACTOR = ("env", 0), ("actor", 0)
@@ -69,6 +70,52 @@ def test_a_worker_that_stops_beating_is_the_loop_s_one_incident_with_the_timelin
     assert watchdog.incident is incident and incidents.empty() and not watchdog.is_alive()  # one, then it ends
     assert incident.timeline and incident.timeline[-1][1] == {"env/0": "env.step", "actor/0": "actor.train"}
     assert len(watchdog.timeline) <= int(60 / CONFIG.poll_interval_s)
+
+
+def test_a_watchdog_that_did_not_run_for_a_while_says_how_long_in_its_incident_and_report(store):
+    """Its thread got no turn for 2 s while the env was frozen (here: one poll that takes 2 s):
+    that much of the detection is the watchdog's absence, not its verdict's lateness."""
+    heartbeats, publish = store
+    publish(ENV, record(ENV))
+    publish(ACTOR, record(ACTOR, "actor.train"))
+    polls = []
+
+    def read(keys):
+        polls.append(time.time())
+        if len(polls) == 4:  # the env's last beat is older than this: the absence counts
+            time.sleep(2.0)
+        return heartbeats.read(keys)
+
+    watchdog, incidents = watch(read)
+    started = time.monotonic()
+    try:
+        beat = 2
+        while incidents.empty() and time.monotonic() - started < 30:
+            publish(ACTOR, record(ACTOR, "actor.train", beat=beat))
+            beat += 1
+            time.sleep(0.1)
+        incident = incidents.get(timeout=1)
+    finally:
+        watchdog.stop()
+    assert (incident.cause, incident.culprit) == ("process_frozen", ENV), incident.summary
+    last_poll = incident.timeline[-1][0]
+    assert 2.0 - CONFIG.poll_interval_s <= incident.watcher_absent_s <= last_poll - incident.started
+    report = build_hang_report(incident, [{"component": "env", "rank": 0}], {}, last_poll)
+    assert report["watcher_absent_s"] == incident.watcher_absent_s
+    assert f"; the watchdog itself did not run for {incident.watcher_absent_s:.1f} s of it" in render_text(report)
+
+
+@pytest.mark.parametrize(
+    ("since", "absent"),
+    [
+        (0.3, 2.75),  # the 3 s gap less one interval
+        (2.0, 1.75),  # a gap that began before the incident: its part after it
+        (4.0, 0.0),  # a gap before the incident
+    ],
+)
+def test_the_absence_is_each_gap_between_polls_past_twice_the_interval_less_one_interval(since, absent):
+    polls = [0.0, 0.25, 0.75, 3.75, 4.0, 4.5]  # gaps 0.25, 0.5 (= twice: not counted), 3.0, 0.25, 0.5
+    assert absent_s(polls, since, 0.25) == pytest.approx(absent)
 
 
 def test_a_poll_that_raises_is_a_watchdog_error_naming_it_with_what_can_still_be_read(store):

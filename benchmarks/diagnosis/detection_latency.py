@@ -194,12 +194,14 @@ def main() -> None:
             report = run["report"] or {}
             run["cause"], run["culprit"] = report.get("cause"), report.get("culprit")
             run["detected_after_s"] = report.get("detected_after_s")
+            run["watcher_absent_s"] = report.get("watcher_absent_s")  # the host's part of it (a loaded host)
             run["fault_to_exit_s"] = run["ended"] - report["incident_started"] if report else None
             run["report_to_exit_s"] = run["ended"] - report["reported_at"] if report else None
             run.pop("metrics", None)
             kit.log(
                 f"  exit {run['code']}, {run['cause']} {run['culprit']}, detected after "
-                f"{run['detected_after_s']}, fault→exit {run['fault_to_exit_s']}; leftover Ray: "
+                f"{run['detected_after_s']} (watchdog absent {run['watcher_absent_s']}), "
+                f"fault→exit {run['fault_to_exit_s']}; leftover Ray: "
                 f"{run['leftover_ray_pids']}"
             )
             runs[name].append(run)

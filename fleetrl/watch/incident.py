@@ -59,6 +59,9 @@ class Incident:
     # A stalled call's subprocesses, which it waits on (watch/judging/judgement.py): pid, command, state,
     # cpu (a share of a core over the judged window) and, added by the response, stack
     waits_on: list[dict] = field(default_factory=list)
+    # Seconds since `started` in which the watchdog that found it did not run (watch/watchdog.py
+    # `absent_s`): the part of `detected_after_s` that is the host's, not the verdict's
+    watcher_absent_s: float = 0.0
 
 
 def died(key: tuple[str, int], record: dict, words, doing: str, started: float) -> Incident:

@@ -5,6 +5,11 @@ It runs in the supervisor (and in a `Trainer` that watches itself), polling the 
 every `poll_interval_s`; the incident goes to `on_incident`, with the last minute's timeline of
 phases. An exception in its own poll (a record it cannot read, a store that fails) is an incident
 too (`watchdog_error`): a watchdog that died quietly would leave the run going on unwatched.
+
+A watchdog that does not run cannot detect: on a host loaded past its cores its thread may wait
+seconds for a turn, and a stopped process waits as long as it is stopped. Each incident says how
+much of the time since the fault began that was (`Incident.watcher_absent_s`, from the times of
+its polls), so that a late detection is told apart from a slow verdict.
 """
 
 from __future__ import annotations
@@ -34,6 +39,18 @@ def readable(record) -> dict:
     return record
 
 
+def absent_s(polls: list[float], since: float, interval_s: float) -> float:
+    """Seconds after `since` in which a watchdog polling every `interval_s`, at the times `polls`
+    (in order; the last is the poll that found the incident), did not run: of each gap between two
+    polls longer than twice the interval, what lies past one interval (a shorter lateness is the
+    poll's own work and the host's ordinary jitter)."""
+    absent = 0.0
+    for before, after in zip(polls, polls[1:]):
+        if after - before > 2 * interval_s:
+            absent += max(0.0, after - max(before + interval_s, since))
+    return absent
+
+
 class Watchdog(Checks, threading.Thread):
     def __init__(self, config: WatchdogConfig, read_records, workers: list[tuple[str, int]], on_incident):
         threading.Thread.__init__(self, name="fleetrl-watchdog", daemon=True)
@@ -53,6 +70,8 @@ class Watchdog(Checks, threading.Thread):
                 incident = self.failed(error)
             if incident is not None:
                 incident.timeline = list(self.timeline)
+                polls = [moment for moment, _ in incident.timeline]
+                incident.watcher_absent_s = absent_s(polls, incident.started, self.config.poll_interval_s)
                 self.incident = incident
                 self.on_incident(incident)
                 return

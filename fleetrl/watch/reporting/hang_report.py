@@ -112,6 +112,7 @@ def build_hang_report(
         "incident_started": incident.started,
         "reported_at": now,
         "detected_after_s": now - incident.started,
+        "watcher_absent_s": incident.watcher_absent_s,
         "newest_checkpoint": str(checkpoint) if checkpoint else None,
         "waits_on": incident.waits_on,
         "detail": incident.detail,
@@ -141,11 +142,20 @@ def waiting_controller(incident: Incident) -> str:
     return ""
 
 
+def absence_text(report: dict) -> str:
+    """'; the watchdog itself did not run for 4.7 s of it ...' where it was away for a second or
+    more, else '' (a report written before `watcher_absent_s` has none)."""
+    absent = report.get("watcher_absent_s") or 0.0
+    if absent < 1.0:
+        return ""
+    return f"; the watchdog itself did not run for {absent:.1f} s of it: a host loaded past its cores, or its process stopped"
+
+
 def render_text(report: dict) -> str:
     lines = [
         f"fleetrl stopped: {report['cause']}",
         report["summary"],
-        f"(detected {report['detected_after_s']:.1f} s after it began)",
+        f"(detected {report['detected_after_s']:.1f} s after it began{absence_text(report)})",
         f"newest checkpoint: {report['newest_checkpoint']} (runner.resume continues from it)"
         if report.get("newest_checkpoint")
         else "no checkpoint was written",
