@@ -37,6 +37,7 @@ from fleetrl.checkpoint import (
 )
 from fleetrl.errors import ConfigError, UserError
 from fleetrl.non_finite import NonFiniteError
+from tests.support import REPO, train
 
 
 def state(iteration: int, **more) -> dict:
@@ -223,6 +224,20 @@ def test_init_from_names_the_key_the_path_and_what_is_wrong(tmp_path, source, wh
     assert caught.value.key == "runner.init_from" and message.startswith(start), message
     assert why in message.removeprefix(start) if source in ("empty run", "damaged file") else message == start + why
     assert isinstance(caught.value, UserError)
+
+
+def test_init_from_weights_of_another_model_stop_the_run_with_exit_2_naming_the_keys(tmp_path):
+    """The weights load in the actor workers; their refusal reaches the user as a config error (exit
+    2, the keys that differ named, no traceback), not as a dead controller."""
+    other = {"other.weight": torch.zeros(1)}
+    source = save_checkpoint(tmp_path / "other", 1, {"iteration": 1, "actor": {"policy": other}}, keep=1)
+    run = train(
+        REPO / "configs/ppo_cartpole.yaml", f"runner.init_from={source}", "--skip-doctor", runs=tmp_path / "runs"
+    )
+    assert run.code == 2, run.stderr[-3000:]
+    said = f"fleetrl: config error at 'runner.init_from': got {str(source)!r}; expected a checkpoint of this run's"
+    assert said in run.stderr and "and 1 unexpected (other.weight) keys" in run.stderr, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and run.hang_report is None
 
 
 def test_the_first_non_finite_value_of_a_state_is_named_by_its_dotted_key():

@@ -12,6 +12,7 @@ import torch
 
 from fleetrl.envs.demonstrations import Demonstrations
 from fleetrl.models.transformer import TransformerPolicy
+from fleetrl.workers.actor_base import shapes, weights_mismatch
 
 SPACE = gym.spaces.Dict(
     {
@@ -55,6 +56,29 @@ def test_without_the_key_the_weights_are_as_before():
     obs = {"state": torch.randn(4, 3), "mission": torch.randint(1, 9, (4, 4))}
     # statistics 0 and 1 until set: the same outputs as the raw model with the same weights
     assert all(torch.equal(a, b) for a, b in zip(plain(obs), standardised(obs)))
+
+
+def test_init_from_weights_with_or_without_the_statistics_are_refused_naming_the_setting():
+    """`runner.init_from` of a run trained the other way: the keys that differ are named, and the
+    setting that tells the two models apart; weights of the same keys, the shapes that differ."""
+    plain, standardised = shapes(policy(False).state_dict()), shapes(policy(True).state_dict())
+    without = weights_mismatch(standardised, plain)
+    three = "critic.inputs.state.mean, critic.inputs.state.std, inputs.state.mean, ..."
+    assert without.startswith(f"its weights have 4 missing ({three}) keys: the input statistics")
+    assert "trained without model.standardize_inputs, so set model.standardize_inputs=false here" in without
+    assert weights_mismatch(plain, standardised) == (
+        f"its weights have 4 unexpected ({three}) keys: the input statistics; it was trained with "
+        "model.standardize_inputs, so set it true here"
+    )
+    other = {**{k: v for k, v in plain.items() if k != "inputs.state.project.weight"}, "other.weight": (2,)}
+    assert weights_mismatch(plain, other) == (
+        "its weights have 1 missing (inputs.state.project.weight) and 1 unexpected (other.weight) keys"
+    )
+    wider = {**plain, "inputs.state.project.weight": (16, 3)}
+    assert weights_mismatch(plain, wider) == (
+        "1 of its tensors have other shapes (inputs.state.project.weight: [16, 3], here [8, 3])"
+    )
+    assert weights_mismatch(plain, plain) == ""  # nothing told apart: torch's own message is the reason
 
 
 def test_the_demonstrations_statistics_per_element_and_constant_elements_only_centred():

@@ -22,10 +22,11 @@ from fleetrl.cluster.start import start_backend
 from fleetrl.controller.async_updates import CONSOLE_METRICS, AsyncUpdates
 from fleetrl.controller.policy_versions import PolicyVersions
 from fleetrl.controller.updates import SyncUpdates, Update, Updates, staleness_fields
-from fleetrl.errors import UserError
+from fleetrl.errors import ConfigError, UserError
 from fleetrl.evaluate import EvalSchedule
 from fleetrl.plan.run_plan import RunPlan
 from fleetrl.probe.flight_recorder import beat_soon, phase
+from fleetrl.probe.recorded_calls import WorkerError
 from fleetrl.progress import ConsoleProgress
 from fleetrl.run_dir import SUMMARY_FILE, open_run, owner_only, resume_dir, setup_logging
 from fleetrl.run_state import RunState, load_resumed, save_resume_config
@@ -136,7 +137,12 @@ class Trainer:
         """`runner.init_from`: every actor rank starts from `source`'s policy weights."""
         weights = initial_weights(source)
         actor = self.backend.actor
-        actor.get(actor.call_all(ActorBase.load_policy_weights, weights))
+        try:
+            actor.get(actor.call_all(ActorBase.load_policy_weights, weights))
+        except WorkerError as error:  # weights of another model: the user's to fix, not an incident
+            if error.error_type != ConfigError.__name__:
+                raise
+            raise UserError(error.message) from None
         log.info("policy weights from %s (runner.init_from); optimizer and counters start fresh", source)
 
     def train(self) -> dict:

@@ -36,6 +36,44 @@ from fleetrl.trajectory import Trajectory
 log = logging.getLogger("fleetrl")
 
 
+# The buffers `model.standardize_inputs` adds to each vector input (models/transformer.py VectorToken)
+STATISTICS = (".mean", ".std")
+NAMED = 3  # keys named of each kind, the rest counted
+
+
+def weights_mismatch(expected: dict[str, tuple], given: dict[str, tuple]) -> str:
+    """What tells weights `given` (state_dict key → shape) from the model's (`expected`): the keys
+    missing and the keys unexpected, or else the tensors of other shapes, a few named; where the only
+    difference is the input statistics, the setting that tells the two models apart; '' where keys
+    and shapes agree."""
+    missing, unexpected = sorted(expected.keys() - given.keys()), sorted(given.keys() - expected.keys())
+    if not missing and not unexpected:
+        shaped = [key for key in sorted(expected) if tuple(expected[key]) != tuple(given[key])]
+        if not shaped:  # the same keys and shapes: torch's own message says what else differs
+            return ""
+        named = ", ".join(f"{key}: {list(given[key])}, here {list(expected[key])}" for key in shaped[:NAMED])
+        return f"{len(shaped)} of its tensors have other shapes ({named}{', ...' if len(shaped) > NAMED else ''})"
+    parts = [
+        f"{len(keys)} {what} ({', '.join(keys[:NAMED])}{', ...' if len(keys) > NAMED else ''})"
+        for what, keys in (("missing", missing), ("unexpected", unexpected))
+        if keys
+    ]
+    text = "its weights have " + " and ".join(parts) + " keys"
+    if missing and not unexpected and all(key.endswith(STATISTICS) for key in missing):
+        text += (
+            ": the input statistics; it was trained without model.standardize_inputs, "
+            "so set model.standardize_inputs=false here or start from a run that had it"
+        )
+    elif unexpected and not missing and all(key.endswith(STATISTICS) for key in unexpected):
+        text += ": the input statistics; it was trained with model.standardize_inputs, so set it true here"
+    return text
+
+
+def shapes(weights: dict) -> dict[str, tuple]:
+    """A state_dict's key → shape (a sharded tensor's whole shape)."""
+    return {key: tuple(getattr(value, "shape", ())) for key, value in weights.items()}
+
+
 def actor_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and device.index is None:
@@ -184,7 +222,7 @@ class ActorBase(SyncMember, ABC):
                 "runner.init_from",
                 self.config.runner.init_from,
                 "a checkpoint of this run's model (same model and observation and action spaces)",
-                str(error).splitlines()[0],
+                weights_mismatch(shapes(self.policy.state_dict()), shapes(weights)) or str(error).splitlines()[0],
             ) from None
 
     @abstractmethod
