@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from fleetrl.config.schema import EnvConfig  # noqa: E402
+from fleetrl.envs import metaworld_tasks  # noqa: E402
 from fleetrl.envs.make import env_factory  # noqa: E402
 from fleetrl.envs.metaworld_instructions import INSTRUCTIONS, TRAINING_PHRASINGS  # noqa: E402
-from fleetrl.envs.metaworld_tasks import DENSE_MAX, MetaWorldTasks, suite  # noqa: E402
+from fleetrl.envs.metaworld_tasks import DENSE_MAX, MetaWorldTasks, TaskEnvPool, suite  # noqa: E402
 from fleetrl.errors import ConfigError  # noqa: E402
 
 ENV_ID = "fleetrl.envs.metaworld_tasks:MetaWorldTasks"
@@ -85,6 +86,41 @@ def test_a_round_plays_every_task_once_and_a_seed_fixes_task_and_start():
         twin.close()
 
 
+def test_envs_of_a_process_share_each_task_s_scene_and_a_reused_scene_plays_an_episode_alike(monkeypatch):
+    """An env holds only its active task's scene and gives it back when its task changes; the next
+    env of the process to play that task takes it instead of building one (MT10 on 128 envs would
+    otherwise hold 1,280 scenes), and the episode a seed fixes is the same on a scene that played
+    others before. The last env to close closes the idle scenes."""
+    pool = TaskEnvPool()
+    monkeypatch.setattr(metaworld_tasks, "POOL", pool)
+    tasks = ["reach-v3", "push-v3"]
+
+    def episode(env: MetaWorldTasks, seed: int) -> np.ndarray:
+        obs, _ = env.reset(seed=seed)
+        states = [obs["state"]]
+        for _ in range(5):
+            states.append(env.step(np.full(4, 0.5, np.float32))[0]["state"])
+        return np.stack(states)
+
+    x, y, z = (MetaWorldTasks(tasks=tasks) for _ in range(3))
+    first = {}  # task → a seed whose first episode plays it
+    for seed in range(20):
+        first.setdefault(x.reset(seed=seed)[1]["task"], seed)
+    reach, push = first["reach-v3"], first["push-v3"]
+    x.reset(seed=reach)
+    reference = episode(y, reach)  # on another reach scene: x holds one
+    reach_scenes = [x.task_env, y.task_env]
+    assert reach_scenes[0] is not reach_scenes[1]
+    x.reset(seed=push)  # x gives its reach scene back
+    episode(y, push)  # and y its own
+    again = episode(z, reach)
+    assert any(z.task_env is scene for scene in reach_scenes)  # taken, not built
+    assert np.array_equal(again, reference)  # the seed's episode, on a scene that played others first
+    for env in (x, y, z):
+        env.close()
+    assert pool.users == 0 and pool.scenes() == 0
+
+
 def test_state_observation_proprio_and_instruction_words():
     env = wrapped(tasks=["push-v3"])
     try:
@@ -95,10 +131,10 @@ def test_state_observation_proprio_and_instruction_words():
         assert space.contains(obs) and info == {"task": "push-v3"}
         words = env.vocabularies["instruction"].decode(obs["instruction"])
         assert words in INSTRUCTIONS["push-v3"][:TRAINING_PHRASINGS]
-        hand = env.unwrapped.envs[0].tcp_center
-        assert np.allclose(obs["proprio"][:3], env.unwrapped.envs[0].get_endeff_pos(), atol=1e-6)
+        hand = env.unwrapped.task_env.tcp_center
+        assert np.allclose(obs["proprio"][:3], env.unwrapped.task_env.get_endeff_pos(), atol=1e-6)
         assert np.linalg.norm(obs["proprio"][:3] - hand) < 0.05
-        goal = env.unwrapped.envs[0]._target_pos
+        goal = env.unwrapped.task_env._target_pos
         assert np.allclose(obs["state"][-3:], goal, atol=1e-6)  # MT: the goal is observed
     finally:
         env.close()
@@ -160,7 +196,7 @@ def test_dense_reward_is_meta_worlds_and_success_pays_the_steps_left():
     env = MetaWorldTasks(tasks=["reach-v3"], max_steps=150, reward="dense")
     try:
         env.reset(seed=0)
-        task_env, steps = env.envs[env.active], 0
+        task_env, steps = env.task_env, 0
         while True:
             action = env.expert_action()
             _, reward, terminated, truncated, info = env.step(action)

@@ -41,6 +41,9 @@ Rewards (`reward`):
 
 from __future__ import annotations
 
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -110,9 +113,73 @@ def build_task(name: str, limit: int):
     return env
 
 
+@dataclass
+class TaskEnv:
+    """One task's Meta-World env, and the cameras built on its scene (by camera names and size)."""
+
+    env: Any
+    cameras: dict[tuple, Any] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for camera in self.cameras.values():
+            camera.close()
+        self.env.close()
+
+
+class TaskEnvPool:
+    """This process's task envs that no `MetaWorldTasks` holds, by (task, step limit).
+
+    A `MetaWorldTasks` plays one task at a time: it holds one task env, taken here when a reset
+    changes its task and given back at the next change. Kept per env instead, the scenes added up
+    to num_envs x tasks MuJoCo scenes of ~20 MiB each (MT10 on 128 envs: ~25 GB, which this
+    suite's GRPO runs hit); shared, a process holds about as many of a task's scenes as its envs
+    play at once. Each reset seeds the task env and Meta-World's reset sets its scene from that
+    seed, so which object plays an episode changes nothing (tests/test_metaworld.py). Envs of one
+    process may be stepped from threads: taking and giving are locked. The last `MetaWorldTasks`
+    of the process to close closes the pool's envs."""
+
+    def __init__(self) -> None:
+        self.idle: defaultdict[tuple[str, int], list[TaskEnv]] = defaultdict(list)
+        self.users = 0
+        self.lock = threading.Lock()
+
+    def take(self, name: str, limit: int) -> TaskEnv:
+        with self.lock:
+            idle = self.idle[(name, limit)]
+            if idle:
+                return idle.pop()
+        return TaskEnv(build_task(name, limit))  # built outside the lock: ~0.1-0.3 s
+
+    def give(self, name: str, limit: int, held: TaskEnv) -> None:
+        with self.lock:
+            self.idle[(name, limit)].append(held)
+
+    def join(self) -> None:
+        with self.lock:
+            self.users += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.users -= 1
+            closing = [held for idle in self.idle.values() for held in idle] if self.users == 0 else []
+            if closing:
+                self.idle.clear()
+        for held in closing:
+            held.close()
+
+    def scenes(self) -> int:
+        """How many task envs lie idle here."""
+        with self.lock:
+            return sum(len(idle) for idle in self.idle.values())
+
+
+POOL = TaskEnvPool()
+
+
 class MetaWorldTasks(gym.Env):
     """See the module docstring. Task envs (one MuJoCo model each) and their cameras are built on
-    a task's first episode: a constructor over MT50 would otherwise compile 50 models."""
+    a task's first episode (a constructor over MT50 would otherwise compile 50 models), and shared
+    with the process's other instances through `POOL`."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 80}  # Meta-World's: 5 physics steps of 2.5 ms
 
@@ -154,12 +221,14 @@ class MetaWorldTasks(gym.Env):
                 spaces[key] = gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
         self.observation_space = gym.spaces.Dict(spaces)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
-        self.envs: dict[int, Any] = {}
-        self.cameras: dict[int, Any] = {}
+        self.held: TaskEnv | None = None  # the active task's env, from POOL
+        self.held_key: tuple[str, int] | None = None
         self.order = np.arange(len(self.task_names))
         self.cursor = len(self.order)  # a new round at the first reset
         self.active, self.phrasing, self.steps = 0, 0, 0
         self.raw = np.zeros(39)  # Meta-World's last observation, goal included: what its experts read
+        POOL.join()
+        self.closed = False
 
     @property
     def image_keys(self) -> list[str]:
@@ -173,11 +242,19 @@ class MetaWorldTasks(gym.Env):
     def instruction(self) -> str:
         return INSTRUCTIONS[self.task_name][self.phrasing]
 
-    def task_env(self, index: int):
-        if index not in self.envs:
-            name = self.task_names[index]
-            self.envs[index] = build_task(name, self.limits[index])
-        return self.envs[index]
+    @property
+    def task_env(self):
+        """The active task's Meta-World env."""
+        return self.held.env
+
+    def hold(self, index: int) -> None:
+        """Hold task `index`'s env, giving back the one held for another task."""
+        key = (self.task_names[index], self.limits[index])
+        if key == self.held_key:
+            return
+        if self.held is not None:
+            POOL.give(*self.held_key, self.held)
+        self.held, self.held_key = POOL.take(*key), key
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -188,15 +265,15 @@ class MetaWorldTasks(gym.Env):
         self.cursor += 1
         drawn = int(rng.integers(TRAINING_PHRASINGS))  # drawn either way: the same stream for both sets
         self.phrasing = TRAINING_PHRASINGS if self.held_out else drawn
-        env = self.task_env(self.active)
+        self.hold(self.active)
+        env = self.task_env
         env.np_random = np.random.default_rng(int(rng.integers(2**63)))
         self.raw, _ = env.reset()
         self.steps = 0
         return self.observe(), {"task": self.task_name}
 
     def step(self, action):
-        env = self.envs[self.active]
-        self.raw, reward, _, _, info = env.step(np.asarray(action, np.float32))
+        self.raw, reward, _, _, info = self.task_env.step(np.asarray(action, np.float32))
         self.steps += 1
         success = bool(info["success"])
         limit = self.limits[self.active]
@@ -223,15 +300,17 @@ class MetaWorldTasks(gym.Env):
         """This step's image from each camera."""
         from fleetrl.envs.mujoco_camera import Camera
 
-        if self.active not in self.cameras:
-            model = self.envs[self.active].model
+        views = (tuple(self.camera_names), self.image_size)
+        camera = self.held.cameras.get(views)
+        if camera is None:
             try:
-                self.cameras[self.active] = Camera(model, self.camera_names, self.image_size, self.image_size)
+                camera = Camera(self.task_env.model, self.camera_names, self.image_size, self.image_size)
             except ValueError as error:
                 raise ConfigError(
                     "env.kwargs.cameras", self.camera_names, "cameras of Meta-World's scene", str(error)
                 ) from None
-        return self.cameras[self.active].render(self.envs[self.active].data)
+            self.held.cameras[views] = camera
+        return camera.render(self.task_env.data)
 
     def expert_action(self) -> np.ndarray:
         """Meta-World's scripted policy for the active task, acting on its full observation."""
@@ -243,8 +322,11 @@ class MetaWorldTasks(gym.Env):
         return self.images()[0]
 
     def close(self) -> None:
-        for camera in self.cameras.values():
-            camera.close()
-        for env in self.envs.values():
-            env.close()
-        self.cameras, self.envs = {}, {}
+        """Give the held task env back; the process's last instance closes them all."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.held is not None:
+            POOL.give(*self.held_key, self.held)
+            self.held = self.held_key = None
+        POOL.leave()
