@@ -48,6 +48,20 @@ def watch(read, workers=(ENV, ACTOR)) -> tuple[Watchdog, queue.Queue]:
     return watchdog, incidents
 
 
+def actor_beats_until_the_incident(watchdog: Watchdog, incidents: queue.Queue, publish, beat: int):
+    """The actor goes on beating (from `beat`, every 0.1 s) until the watchdog's incident, at most
+    30 s; then the watchdog is stopped and its incident returned."""
+    started = time.monotonic()
+    try:
+        while incidents.empty() and time.monotonic() - started < 30:
+            publish(ACTOR, record(ACTOR, "actor.train", beat=beat))
+            beat += 1
+            time.sleep(0.1)
+        return incidents.get(timeout=1)
+    finally:
+        watchdog.stop()
+
+
 def test_a_worker_that_stops_beating_is_the_loop_s_one_incident_with_the_timeline(store):
     heartbeats, publish = store
     for beat in range(1, 4):  # both beat, then the env stops
@@ -55,16 +69,7 @@ def test_a_worker_that_stops_beating_is_the_loop_s_one_incident_with_the_timelin
         publish(ACTOR, record(ACTOR, "actor.train", beat=beat))
         time.sleep(0.1)
     watchdog, incidents = watch(heartbeats.read)
-    started = time.monotonic()
-    try:
-        beat = 4
-        while incidents.empty() and time.monotonic() - started < 30:
-            publish(ACTOR, record(ACTOR, "actor.train", beat=beat))  # the actor goes on beating
-            beat += 1
-            time.sleep(0.1)
-        incident = incidents.get(timeout=1)
-    finally:
-        watchdog.stop()
+    incident = actor_beats_until_the_incident(watchdog, incidents, publish, 4)
     assert (incident.cause, incident.culprit) == ("process_frozen", ENV), incident.summary
     assert incident.records[ENV]["heartbeat_age_s"] > CONFIG.heartbeat_timeout_s
     assert watchdog.incident is incident and incidents.empty() and not watchdog.is_alive()  # one, then it ends
@@ -86,17 +91,7 @@ def test_a_watchdog_that_did_not_run_for_a_while_says_how_long_in_its_incident_a
             time.sleep(2.0)
         return heartbeats.read(keys)
 
-    watchdog, incidents = watch(read)
-    started = time.monotonic()
-    try:
-        beat = 2
-        while incidents.empty() and time.monotonic() - started < 30:
-            publish(ACTOR, record(ACTOR, "actor.train", beat=beat))
-            beat += 1
-            time.sleep(0.1)
-        incident = incidents.get(timeout=1)
-    finally:
-        watchdog.stop()
+    incident = actor_beats_until_the_incident(*watch(read), publish, 2)
     assert (incident.cause, incident.culprit) == ("process_frozen", ENV), incident.summary
     last_poll = incident.timeline[-1][0]
     assert 2.0 - CONFIG.poll_interval_s <= incident.watcher_absent_s <= last_poll - incident.started
