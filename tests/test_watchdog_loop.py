@@ -113,6 +113,11 @@ def test_the_absence_is_each_gap_between_polls_past_twice_the_interval_less_one_
     assert absent_s(polls, since, 0.25) == pytest.approx(absent)
 
 
+def test_each_gap_past_twice_the_interval_adds_its_absence_even_one_short_of_three_intervals():
+    polls = [0.0, 0.6, 0.85, 1.85]  # gaps 0.6 (2.4 intervals), 0.25, 1.0
+    assert absent_s(polls, 0.0, 0.25) == pytest.approx(0.35 + 0.75)
+
+
 def test_a_poll_that_raises_is_a_watchdog_error_naming_it_with_what_can_still_be_read(store):
     heartbeats, publish = store
     publish(ENV, record(ENV))
