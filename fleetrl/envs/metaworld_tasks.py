@@ -132,10 +132,11 @@ class TaskEnvPool:
     A `MetaWorldTasks` plays one task at a time: it holds one task env, taken here when a reset
     changes its task and given back at the next change. Kept per env instead, the scenes added up
     to num_envs x tasks MuJoCo scenes of ~20 MiB each (MT10 on 128 envs: ~25 GB, past this host's
-    memory); shared, a process holds about as many of a task's scenes as its envs play at once. Each reset seeds the task env and Meta-World's reset sets its scene from that
-    seed, so which object plays an episode changes nothing (tests/test_metaworld.py). Envs of one
-    process may be stepped from threads: taking and giving are locked. The last `MetaWorldTasks`
-    of the process to close closes the pool's envs."""
+    memory); shared, a process holds about as many of a task's scenes as its envs play at once.
+    Each reset seeds the task env and Meta-World's reset sets its scene from that seed, so which
+    object plays an episode changes nothing (tests/test_metaworld.py). Envs of one process may be
+    stepped from threads: taking and giving are locked. The last `MetaWorldTasks` of the process
+    to close closes the pool's envs."""
 
     def __init__(self) -> None:
         self.idle: defaultdict[tuple[str, int], list[TaskEnv]] = defaultdict(list)

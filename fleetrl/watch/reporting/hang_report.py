@@ -148,7 +148,10 @@ def absence_text(report: dict) -> str:
     absent = report.get("watcher_absent_s") or 0.0
     if absent < 1.0:
         return ""
-    return f"; the watchdog itself did not run for {absent:.1f} s of it: a host loaded past its cores, or its process stopped"
+    return (
+        f"; the watchdog itself did not run for {absent:.1f} s of it: a host loaded past its cores, "
+        "or its process stopped"
+    )
 
 
 def render_text(report: dict) -> str:
