@@ -118,7 +118,7 @@ def test_envs_of_a_process_share_each_task_s_scene_and_a_reused_scene_plays_an_e
     assert np.array_equal(again, reference)  # the seed's episode, on a scene that played others first
     for env in (x, y, z):
         env.close()
-    assert pool.users == 0 and pool.scenes() == 0
+    assert pool.users == 0 and not pool.idle  # every idle scene closed
 
 
 def test_state_observation_proprio_and_instruction_words():

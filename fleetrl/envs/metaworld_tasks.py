@@ -161,16 +161,12 @@ class TaskEnvPool:
     def leave(self) -> None:
         with self.lock:
             self.users -= 1
-            closing = [held for idle in self.idle.values() for held in idle] if self.users == 0 else []
-            if closing:
-                self.idle.clear()
+            if self.users:
+                return
+            closing = [held for idle in self.idle.values() for held in idle]
+            self.idle.clear()
         for held in closing:
             held.close()
-
-    def scenes(self) -> int:
-        """How many task envs lie idle here."""
-        with self.lock:
-            return sum(len(idle) for idle in self.idle.values())
 
 
 POOL = TaskEnvPool()
