@@ -115,8 +115,10 @@ def build_task(name: str, limit: int):
 
 @dataclass
 class TaskEnv:
-    """One task's Meta-World env, and the cameras built on its scene (by camera names and size)."""
+    """One task's Meta-World env, the (task, step limit) it was built for, and the cameras built on
+    its scene (by camera names and size)."""
 
+    key: tuple[str, int]
     env: Any
     cameras: dict[tuple, Any] = field(default_factory=dict)
 
@@ -148,11 +150,11 @@ class TaskEnvPool:
             idle = self.idle[(name, limit)]
             if idle:
                 return idle.pop()
-        return TaskEnv(build_task(name, limit))  # built outside the lock: ~0.1-0.3 s
+        return TaskEnv((name, limit), build_task(name, limit))  # built outside the lock: ~0.1-0.3 s
 
-    def give(self, name: str, limit: int, held: TaskEnv) -> None:
+    def give(self, held: TaskEnv) -> None:
         with self.lock:
-            self.idle[(name, limit)].append(held)
+            self.idle[held.key].append(held)
 
     def join(self) -> None:
         with self.lock:
@@ -218,7 +220,6 @@ class MetaWorldTasks(gym.Env):
         self.observation_space = gym.spaces.Dict(spaces)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
         self.held: TaskEnv | None = None  # the active task's env, from POOL
-        self.held_key: tuple[str, int] | None = None
         self.order = np.arange(len(self.task_names))
         self.cursor = len(self.order)  # a new round at the first reset
         self.active, self.phrasing, self.steps = 0, 0, 0
@@ -246,11 +247,11 @@ class MetaWorldTasks(gym.Env):
     def hold(self, index: int) -> None:
         """Hold task `index`'s env, giving back the one held for another task."""
         key = (self.task_names[index], self.limits[index])
-        if key == self.held_key:
-            return
         if self.held is not None:
-            POOL.give(*self.held_key, self.held)
-        self.held, self.held_key = POOL.take(*key), key
+            if self.held.key == key:
+                return
+            POOL.give(self.held)
+        self.held = POOL.take(*key)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -323,6 +324,6 @@ class MetaWorldTasks(gym.Env):
             return
         self.closed = True
         if self.held is not None:
-            POOL.give(*self.held_key, self.held)
-            self.held = self.held_key = None
+            POOL.give(self.held)
+            self.held = None
         POOL.leave()
