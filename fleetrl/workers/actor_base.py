@@ -51,10 +51,10 @@ def weights_mismatch(expected: dict[str, tuple], given: dict[str, tuple]) -> str
         shaped = [key for key in sorted(expected) if tuple(expected[key]) != tuple(given[key])]
         if not shaped:  # the same keys and shapes: torch's own message says what else differs
             return ""
-        named = ", ".join(f"{key}: {list(given[key])}, here {list(expected[key])}" for key in shaped[:NAMED])
-        return f"{len(shaped)} of its tensors have other shapes ({named}{', ...' if len(shaped) > NAMED else ''})"
+        named = [f"{key}: {list(given[key])}, here {list(expected[key])}" for key in shaped]
+        return f"{len(shaped)} of its tensors have other shapes ({first_few(named)})"
     parts = [
-        f"{len(keys)} {what} ({', '.join(keys[:NAMED])}{', ...' if len(keys) > NAMED else ''})"
+        f"{len(keys)} {what} ({first_few(keys)})"
         for what, keys in (("missing", missing), ("unexpected", unexpected))
         if keys
     ]
@@ -67,6 +67,11 @@ def weights_mismatch(expected: dict[str, tuple], given: dict[str, tuple]) -> str
     elif unexpected and not missing and all(key.endswith(STATISTICS) for key in unexpected):
         text += ": the input statistics; it was trained with model.standardize_inputs, so set it true here"
     return text
+
+
+def first_few(items: list[str]) -> str:
+    """The first `NAMED` of `items`, then '...' where there are more."""
+    return ", ".join(items[:NAMED]) + (", ..." if len(items) > NAMED else "")
 
 
 def shapes(weights: dict) -> dict[str, tuple]:
