@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument(
         "--per-task", action="store_true", help="keep --episodes episodes of each of the env's tasks (task_names)"
     )
+    record.add_argument(
+        "--task-episodes",
+        default=None,
+        metavar="TASK=N,...",
+        help="with --per-task: these tasks' counts instead of --episodes, e.g. door-open-v3=3,window-open-v3=3",
+    )
 
     sweep = commands.add_parser(
         "sweep",
@@ -157,17 +163,24 @@ def command_train(args) -> int:
 def command_record(args) -> int:
     from fleetrl.algos.registry import SECTIONS
     from fleetrl.config.loader import build_config, read_config
-    from fleetrl.envs.recorder import record
+    from fleetrl.envs.recorder import parse_task_episodes, record
 
     if args.episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {args.episodes}")
+    task_episodes = parse_task_episodes(args.task_episodes) if args.task_episodes is not None else None
     # Only the env section is used, type-checked as it is built: the algorithm's rules (a
     # supervised stage's demonstrations folder, which this command is about to write) are not checked.
     config = build_config(read_config(args.config, args.overrides), SECTIONS)
     recording = record(
-        config.env, args.episodes, Path(args.out), args.seed, args.per_task, lambda line: print(line, file=sys.stderr)
+        config.env,
+        args.episodes,
+        Path(args.out),
+        args.seed,
+        args.per_task,
+        task_episodes,
+        lambda line: print(line, file=sys.stderr),
     )
-    print(f"{recording.summary(args.episodes, args.per_task)} in {args.out}")
+    print(f"{recording.summary(args.episodes)} in {args.out}")
     return exit_codes.OK
 
 

@@ -11,12 +11,16 @@ LeRobot's simulation datasets have them.
 The episodes start from reset seeds `seed`, `seed + 1`, ...: the same command writes the same
 folder, byte for byte (`lerobot.writer`). Only successful episodes are kept (behaviour cloning
 copies what works); `meta/fleetrl_recording.json` says which seeds they came from, which env and
-how many were attempted, so that anyone can play them again.
+how many were attempted, so that anyone can play them again. Every attempted seed is played to its
+end, in order, kept or not (PyBullet carries solver state across resets), so a task's episodes do
+not depend on the other tasks' counts: with per-task counts (`task_episodes`), n episodes of task T
+are the first n of T that a recording with more of T keeps (same env, same first seed), from the
+same seeds, frame for frame.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +29,7 @@ import numpy as np
 
 from fleetrl.config.schema import EnvConfig
 from fleetrl.envs.demonstrations import feature_names, leaves_of
-from fleetrl.errors import ConfigError, UserError
+from fleetrl.errors import ConfigError, UserError, nearest
 from fleetrl.lerobot import layout
 from fleetrl.lerobot.features import IMAGE_NAMES
 from fleetrl.lerobot.reader import TASK
@@ -39,15 +43,20 @@ RECORDING = "meta/fleetrl_recording.json"  # what was played to make the dataset
 class Recording:
     """What `record` kept: successful episodes per task, of how many attempted."""
 
+    wanted: dict[str, int] = field(default_factory=dict)  # episodes to keep of each task (empty: of any task)
     kept: dict[str, int] = field(default_factory=dict)
     attempted: int = 0
     seeds: list[int] = field(default_factory=list)  # the reset seed of each kept episode, in order
 
-    def summary(self, wanted: int, per_task: bool) -> str:
+    def summary(self, episodes: int) -> str:
+        """One line: what was kept of how many attempted, and which count fell short (of `episodes`
+        without per-task counts)."""
         counts = ", ".join(f"{task} {count}" for task, count in sorted(self.kept.items()))
         line = f"{len(self.seeds)} successful episodes of {self.attempted} attempted ({counts})"
-        short = [task for task, count in self.kept.items() if count < wanted] if per_task else len(self.seeds) < wanted
-        return line + (f"; fewer than the {wanted} asked for{' per task' if per_task else ''}" if short else "")
+        if not self.wanted:
+            return line + (f"; fewer than the {episodes} asked for" if len(self.seeds) < episodes else "")
+        short = [f"{task} {self.kept[task]} of {n}" for task, n in sorted(self.wanted.items()) if self.kept[task] < n]
+        return line + (f"; fewer than asked for: {', '.join(short)}" if short else "")
 
 
 def record(
@@ -56,39 +65,43 @@ def record(
     out: Path,
     seed: int = 0,
     per_task: bool = False,
+    task_episodes: Mapping[str, int] | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Recording:
     """Play `config`'s env's scripted expert from reset seeds seed, seed + 1, ... until `episodes`
     successful episodes are kept (with `per_task`, `episodes` of each task the env has: its
-    `task_names`), at most 3 × as many attempts; write them to the folder `out` (LeRobot v3.0)."""
+    `task_names`, or `task_episodes[task]` of the tasks it names), at most 3 × as many attempts;
+    write them to the folder `out` (LeRobot v3.0)."""
     from fleetrl.envs.make import simulator_factory
 
     out = Path(out)
+    if task_episodes and not per_task:
+        raise UserError("--task-episodes counts episodes per task: add --per-task")
     if (out / layout.INFO).exists():
         raise UserError(f"{out} already holds a dataset ({layout.INFO}): choose another --out")
     env = simulator_factory(config)()
     try:
         simulator = env.unwrapped
         check_recordable(config, env, per_task)
-        tasks = list(simulator.task_names) if per_task else []
-        wanted = episodes * len(tasks) if per_task else episodes
+        wanted = task_counts(config.id, list(simulator.task_names), episodes, task_episodes) if per_task else {}
+        total = sum(wanted.values()) if per_task else episodes
         writer = DatasetWriter(out, int(env.metadata["render_fps"]), declare(env), env.metadata.get("robot_type"))
-        recording = Recording(kept=dict.fromkeys(tasks, 0))
-        for attempt_seed in range(seed, seed + 3 * wanted):
-            if len(recording.seeds) == wanted:
+        recording = Recording(wanted=wanted, kept=dict.fromkeys(wanted, 0))
+        for attempt_seed in range(seed, seed + 3 * total):
+            if len(recording.seeds) == total:
                 break
             recording.attempted += 1
             played = play_expert(env, attempt_seed, config.id)
             if played is None:
                 continue
             task_name, frames, task = played
-            if per_task and recording.kept[task_name] == episodes:
+            if per_task and recording.kept[task_name] == wanted[task_name]:
                 continue
             writer.add_episode(frames, task)
             recording.kept[task_name] = recording.kept.get(task_name, 0) + 1
             recording.seeds.append(attempt_seed)
             progress(
-                f"episode {len(recording.seeds)}/{wanted}: {task_name}, {len(frames['action'])} steps (seed {attempt_seed})"
+                f"episode {len(recording.seeds)}/{total}: {task_name}, {len(frames['action'])} steps (seed {attempt_seed})"
             )
     finally:
         env.close()
@@ -107,7 +120,39 @@ def record(
     return recording
 
 
+def parse_task_episodes(text: str) -> dict[str, int]:
+    """--task-episodes' value, TASK=N[,TASK=N...] with each N >= 1, as {task: N}."""
+    counts: dict[str, int] = {}
+    for item in text.split(","):
+        name, equals, count = (part.strip() for part in item.partition("="))
+        if not (name and equals and count.isdigit() and int(count) >= 1) or name in counts:
+            raise UserError(
+                f"--task-episodes: got {text!r} (at {item!r}); expected TASK=N[,TASK=N...], each task once, "
+                "each N an integer >= 1, e.g. door-open-v3=3,window-open-v3=3"
+            )
+        counts[name] = int(count)
+    return counts
+
+
+def task_counts(
+    env_id: str, tasks: list[str], episodes: int, task_episodes: Mapping[str, int] | None
+) -> dict[str, int]:
+    """Episodes to keep of each of `tasks`: `episodes`, or what `task_episodes` (--task-episodes)
+    gives a task; a name there that is not one of `tasks` is a user error naming the valid ones."""
+    task_episodes = dict(task_episodes or {})
+    for name in task_episodes:
+        if name not in tasks:
+            hint = nearest(name, tasks)
+            raise UserError(
+                f"--task-episodes: {name!r} is not a task of {env_id}"
+                + (f" ({hint})" if hint else "")
+                + f"; its tasks: {', '.join(tasks)}"
+            )
+    return {task: task_episodes.get(task, episodes) for task in tasks}
+
+
 def check_recordable(config: EnvConfig, env: gym.Env, per_task: bool) -> None:
+    """A user error unless the env has a scripted expert, a step rate and (`per_task`) task names."""
     simulator = env.unwrapped
     if not callable(getattr(simulator, "expert_action", None)):
         raise ConfigError(
