@@ -1,13 +1,15 @@
 """The alignment's rules one at a time (watch/judging/alignment.py), with exact findings: rule 1 (a peer
 still in its call never entered the collective), rule 2 on each count it reads (a skip, an extra
 collective, a first call by majority, a tie, a minority, a peer not yet in the call), rule 3 (another
-op or shapes), the join and its own timeout, a sub-mesh group, torch's recorder where it is
-authoritative, and which of several waits is judged.
+op or shapes), the join and its own timeout, a sub-mesh group, the weight-sync group, torch's
+recorder where it is authoritative, a record with only the fields the store requires, and which of
+several waits is judged.
 
 The records are real flight recorders' (probe/flight_recorder.py), driven through actor.train
 calls and their collectives without the work, as fleetrl/debug/fleet.py's simulated workers are;
 what depends on when they ran (each beat's time, when a collective was entered, its call site) is
-set so that findings are exact. tests/test_alignment.py holds the same rules on real Gloo ranks;
+set so that findings are exact (an older worker's record, with only the fields the store requires,
+is written out). tests/test_alignment.py holds the same rules on real Gloo ranks;
 these run in-process in well under a second (the mutation run, benchmarks/diagnosis/mutation.sh)."""
 
 from __future__ import annotations
@@ -118,6 +120,43 @@ def test_rule_1_a_rank_in_its_call_before_any_collective_is_named_not_the_rank_w
     assert not waits_for(found, A0, ("actor", 9))  # no such rank
 
 
+def test_rule_1_names_the_rank_behind_whichever_of_the_ranks_comes_first():
+    """Rank 0 is the one in its call, rank 1 waits for it: each rank is asked about in turn."""
+    found = records(Rank(0).enters(), Rank(1).enters().waits(10.0))
+    summary = "actor rank 0 is behind: it has entered no collective yet, and it is in actor.train; " + waiting(
+        "actor rank 1", "all_reduce #1"
+    )
+    finding = Finding("rank_missing_from_collective", summary, NOW - 10.5, A0, (A1,))
+    assert diagnose(found, NOW, timeout_s=5.0) == finding
+    assert held_up_by(found, A0, NOW) == finding
+
+
+def test_a_record_with_only_the_fields_the_store_requires_is_judged_without_a_collective_log():
+    """An older worker's record (probe/store.py: pid, beat, time, phase, phase_started; no collective
+    log, no counts per call) has entered nothing: in its call, it is the rank behind; between calls,
+    the counts cannot tell. Raising on it would stop a healthy run (watchdog_error)."""
+
+    def least(rank: int, phase: str | None) -> dict:
+        started = None if phase is None else CLOCK - 1.0
+        return {"pid": 4000 + rank, "beat": 1, "time": CLOCK, "phase": phase, "phase_started": started}
+
+    found = records(Rank(0).enters().waits(10.0)) | {A1: least(1, TRAIN)}
+    summary = "actor rank 1 is behind: it has entered no collective yet, and it is in actor.train; " + waiting(
+        "actor rank 0", "all_reduce #1"
+    )
+    assert diagnose(found, NOW, timeout_s=5.0) == Finding(
+        "rank_missing_from_collective", summary, NOW - 10.5, A1, (A0,)
+    )
+    # rank 0 in a collective outside any call, rank 1 between calls: the same call (none) on both
+    found = records(Rank(0).waits(10.0)) | {A1: least(1, None)}
+    summary = (
+        waiting("actor rank 0", "all_reduce #1") + ", which no other rank will enter: actor rank 1 finished its call "
+        "after collective #0. actor rank 0 made more collectives (or optimisation steps) than the others "
+        "(or actor rank 1 skipped collectives the others make: the counts per call cannot tell)"
+    )
+    assert diagnose(found, NOW, timeout_s=5.0) == Finding("collective_mismatch", summary, NOW - 10.5, A0, (A1,))
+
+
 def test_rule_1_in_steady_state_the_rank_that_entered_fewer_is_named_for_all_that_wait():
     ranks = [Rank(r).calls(2, 2).enters(made=1) for r in range(3)]
     ranks[0].waits(8.0)
@@ -205,6 +244,21 @@ def test_rule_2_on_a_first_call_the_larger_side_is_right_and_a_tie_cannot_tell()
     )
 
 
+def test_rule_2_a_peer_that_made_as_many_as_the_call_before_did_not_skip_and_the_counts_cannot_tell():
+    """Rank 1 finished call 3 after 2 collectives, as rank 0 made in call 2, one of them in group
+    fsdp0: its count does not depart from the call before, and rank 0's (2 so far) does not either."""
+    rank1 = Rank(1).calls(2, 2)
+    with rank1.recorder.in_phase(TRAIN):
+        rank1.collectives(1).collectives(1, group="fsdp0")
+    found = rule_2(Rank(0).calls(2, 2).enters(made=1), rank1)
+    summary = (
+        waiting("actor rank 0", "all_reduce #6") + ", which no other rank will enter: actor rank 1 finished its call "
+        "after collective #5. actor rank 0 made more collectives (or optimisation steps) than the others "
+        "(or actor rank 1 skipped collectives the others make: the counts per call cannot tell)"
+    )
+    assert found == Finding("collective_mismatch", summary, NOW - 10.5, A0, (A1,))
+
+
 def test_rule_2_a_peer_not_yet_in_this_call_is_not_compared_with_it():
     """Rank 2 finished call 2 (after 1 collective, 3 in call 1) and has not begun call 3, in which
     ranks 0 and 1 wait: its count is of another call than theirs and cannot tell a skip from an
@@ -232,6 +286,22 @@ def test_rule_3_a_peer_in_the_collective_with_other_shapes_or_another_op_is_name
         assert diagnose(found, NOW, timeout_s=5.0) == Finding("collective_mismatch", summary, NOW - 7.5, A1, (A0,))
         on_their_clocks = {key: {k: v for k, v in r.items() if k != "heartbeat_age_s"} for key, r in found.items()}
         assert diagnose(on_their_clocks, CLOCK, timeout_s=5.0).started == CLOCK - 7.0
+
+
+def test_rule_3_in_the_weight_sync_group_names_its_members_as_they_are():
+    """Actor rank 0 broadcasts other shapes than rollout rank 0 receives in the same sync."""
+    proof = 4  # the proof's collectives: every member made them
+    actor = Rank(0).collectives(proof, group=WEIGHT_SYNC_GROUP).enters("actor.send_weights")
+    rollout = Rank(0, "rollout").collectives(proof, group=WEIGHT_SYNC_GROUP).enters("rollout.receive_weights")
+    actor.waits(10.0, "broadcast (weights)", group=WEIGHT_SYNC_GROUP)
+    rollout.waits(7.0, "broadcast (weights)", (Shaped((3,)),), WEIGHT_SYNC_GROUP)
+    summary = (
+        "actor rank 0 and the rollout workers disagree on collective #5: actor rank 0 is in broadcast (weights) #5 "
+        f"of group weight_sync ({SITE}, shapes [[2]]), rollout rank 0 in broadcast (weights) #5 of group "
+        f"weight_sync ({SITE}, shapes [[3]])"
+    )
+    found = diagnose(records(actor, rollout), NOW, timeout_s=5.0)
+    assert found == Finding("collective_mismatch", summary, NOW - 7.5, ("rollout", 0), (A0,))
 
 
 def test_every_rank_in_the_same_collective_is_no_finding_of_the_alignment():

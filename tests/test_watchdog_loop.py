@@ -1,9 +1,10 @@
 """The watchdog's loop (fleetrl/watch/watchdog.py) over a real heartbeat store, in process: it polls
-every `poll_interval_s`, keeps a timeline of who was in which phase, raises the first incident
-its checks find — once, with the timeline and the records — and stops when told; a poll that
-raises is itself an incident (`watchdog_error`) naming the error, with every record that can still
-be read and the ones that cannot named in its detail. What a record must hold to be read at all
-(`readable`) is checked field by field. Exact and fast: the mutation run's tests for the loop."""
+every `poll_interval_s`, keeps a timeline of who was in which phase over the last minute, raises
+the first incident its checks find — once, with the timeline and the records — and stops when told,
+and never keeps its process alive (a daemon thread); a poll that raises is itself an incident
+(`watchdog_error`) naming the error, with every record that can still be read and the ones that
+cannot named in its detail, one line each. What a record must hold to be read at all (`readable`)
+is checked field by field. Exact and fast: the mutation run's tests for the loop."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import json
 import os
 import queue
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -21,6 +24,7 @@ from fleetrl.probe.seal import run_secret
 from fleetrl.probe.store import HeartbeatStore, connect_publisher
 from fleetrl.watch.reporting.hang_report import build_hang_report, render_text
 from fleetrl.watch.watchdog import Watchdog, absent_s, readable
+from tests.support import subprocess_env
 
 CONFIG = WatchdogConfig(poll_interval_s=0.05, heartbeat_timeout_s=1.0)
 ENV, ACTOR = ("env", 0), ("actor", 0)
@@ -100,6 +104,40 @@ def test_a_watchdog_that_did_not_run_for_a_while_says_how_long_in_its_incident_a
     assert f"; the watchdog itself did not run for {incident.watcher_absent_s:.1f} s of it" in render_text(report)
 
 
+def test_the_timeline_keeps_the_last_minute_of_polls_and_lets_the_oldest_go(store):
+    """A poll every 0.5 s: the last 120 polls, what the report shows of the minute before the incident."""
+    heartbeats, publish = store
+    publish(ENV, record(ENV))
+    watchdog = Watchdog(WatchdogConfig(poll_interval_s=0.5, heartbeat_timeout_s=5.0), heartbeats.read, [ENV], print)
+    for _ in range(3):
+        watchdog.poll()
+    fourth = time.time()
+    for _ in range(120):
+        watchdog.poll()
+    assert len(watchdog.timeline) == 120 and watchdog.timeline[0][0] >= fourth
+    assert watchdog.timeline[-1][1] == {"env/0": "env.step"}
+
+
+def test_a_process_that_ends_without_stopping_its_watchdog_exits_all_the_same():
+    """The watchdog's thread is a daemon: a program whose main thread ends (or raises) before it
+    stops its watchdog exits, instead of polling on unwatched for ever."""
+    assert Watchdog(CONFIG, lambda keys: {}, [ENV], print).daemon
+    program = (
+        "import time\n"
+        "from fleetrl.config.schema import WatchdogConfig\n"
+        "from fleetrl.watch.watchdog import Watchdog\n"
+        "watchdog = Watchdog(WatchdogConfig(poll_interval_s=0.05), lambda keys: {}, [], print)\n"
+        "watchdog.start()\n"
+        "while len(watchdog.timeline) < 2 and watchdog.is_alive():\n"
+        "    time.sleep(0.05)\n"
+        "print('polling' if watchdog.is_alive() else 'stopped')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=subprocess_env(), capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "polling\n"), done.stderr[-3000:]
+
+
 @pytest.mark.parametrize(
     ("since", "absent"),
     [
@@ -148,6 +186,21 @@ def test_a_poll_that_raises_is_a_watchdog_error_naming_it_with_what_can_still_be
     assert abs(incident.started - time.time()) < 30
 
 
+def test_each_record_that_cannot_be_read_has_a_line_of_its_own_in_a_watchdog_error():
+    failures = {ENV: ConnectionError("connection reset"), ACTOR: TimeoutError("no answer in 5 s")}
+
+    def read(keys):
+        raise failures[keys[0]]
+
+    incident = Watchdog(CONFIG, read, [ENV, ACTOR], print).failed(KeyError("phase"))
+    assert incident.summary.startswith("the watchdog (thread fleetrl-watchdog of the controller) raised KeyError: ")
+    assert incident.detail.endswith(
+        "\nheartbeat record unreadable: env rank 0: ConnectionError: connection reset"
+        "\nheartbeat record unreadable: actor rank 0: TimeoutError: no answer in 5 s"
+    ), incident.detail
+    assert incident.records == {}
+
+
 def test_a_stopped_watchdog_polls_no_more_and_stop_waits_for_the_poll_under_way(store):
     heartbeats, publish = store
     polls = []
@@ -160,7 +213,7 @@ def test_a_stopped_watchdog_polls_no_more_and_stop_waits_for_the_poll_under_way(
     watchdog, incidents = watch(read)
     time.sleep(0.5)
     watchdog.stop()
-    assert not watchdog.is_alive() and incidents.empty()
+    assert not watchdog.is_alive() and incidents.empty() and watchdog.incident is None
     count = len(polls)
     time.sleep(0.3)
     assert len(polls) == count >= 1
