@@ -99,14 +99,11 @@ PANDA_SFT_ENV = {"tasks": ["reach", "push"], "image_size": 32, "max_steps": 8}
 TIMING_METRICS = ("wall_s", "steps_per_s", "time_weight_sync_s", "time_collect_s", "time_update_s")
 
 
-# What each env⇄rollout exchange logs on FOUR_LANES_ON_RAY (four_lane_cartpole)
+# What each env⇄rollout exchange logs on FOUR_LANES_ON_RAY (four_lane_cartpole), and the direct
+# channels (`cluster.exchange: auto`) for the seed layout (2 env ranks x 2 stages on another node)
 COMPILED_LINE = "[fleetrl] env⇄rollout exchange: compiled graph (4 lanes, 8 steps per execution)"
 DIRECT_LINE = "[fleetrl] env⇄rollout exchange: direct worker-to-worker channels (4 lanes)"
-# What `cluster.exchange: auto` logs for the seed layout (2 env ranks x 2 stages on another node)
-ACROSS_NODES_LINE = (
-    "[fleetrl] env⇄rollout exchange: direct worker-to-worker channels "
-    "(4 lanes; auto: the env and rollout workers are on different nodes)"
-)
+CLASSIC_LINE = "[fleetrl] env⇄rollout exchange: classic actor calls (cluster.exchange: classic)"
 
 
 def four_lane_cartpole(runs, *overrides: str, iterations: int = 4) -> list[str]:

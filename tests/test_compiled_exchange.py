@@ -10,8 +10,12 @@ from fleetrl.errors import ConfigError
 from fleetrl.plan.load import load_config
 from fleetrl.plan.resolve import resolve
 from tests.incidents import NOTICE_S, assert_incident, fault, promised_detection_s, run_fault
-from tests.support import COMPILED_LINE
+from tests.support import COMPILED_LINE, fleetrl, four_lane_cartpole
 from tests.support import FOUR_LANES_ON_RAY as FOUR_LANES
+
+# A Ray setting that makes every compiled graph fail to build (its context rejects it): the
+# compile raises for real, as on a Ray that cannot serve the layout.
+BROKEN_GRAPHS = {"RAY_CGRAPH_read_iteration_timeout_s": "100"}
 
 
 def test_env_step_hung_on_its_first_call_inside_the_graph_is_named(tmp_path):
@@ -42,6 +46,20 @@ def test_env_worker_killed_on_its_first_step_inside_the_graph_is_named(tmp_path)
     )
     assert COMPILED_LINE in result.stderr, result.stderr[-3000:]
     assert_incident(result, "worker_died", ["env", 1], NOTICE_S)
+
+
+def test_a_compiled_graph_that_cannot_be_built_is_a_config_error_with_ray_s_reason(tmp_path):
+    """`cluster.exchange: compiled` where Ray cannot compile the graph: exit 2 naming the key, the
+    value, the exchanges that would run and Ray's own reason; no traceback, no hang report."""
+    run = fleetrl(*four_lane_cartpole(tmp_path, "cluster.exchange=compiled"), runs=tmp_path, env=BROKEN_GRAPHS)
+    assert run.code == 2, run.stderr[-3000:]
+    said = (
+        "fleetrl: config error at 'cluster.exchange': got 'compiled'; expected 'auto', 'direct' or 'classic' here. "
+        "The compiled graph cannot be built: RAY_CGRAPH_read_iteration_timeout_s (100.0) must be less than or "
+        "equal to RAY_CGRAPH_get_timeout"
+    )
+    assert said in run.stderr, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and run.hang_report is None
 
 
 @pytest.mark.parametrize(

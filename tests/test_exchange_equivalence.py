@@ -8,37 +8,28 @@ from __future__ import annotations
 import torch
 
 from fleetrl.checkpoint import load_latest
-from tests.support import COMPILED_LINE, DIRECT_LINE, Fleetrl
+from tests.support import CLASSIC_LINE, COMPILED_LINE, DIRECT_LINE, Fleetrl
 from tests.support import TIMING_METRICS as TIMING
 from tests.support import four_lane_cartpole as cartpole
-
-# A Ray setting that makes every compiled graph fail to build (its context rejects it): the
-# compile raises for real, as on a Ray that cannot serve the layout.
-BROKEN_GRAPHS = {"RAY_CGRAPH_read_iteration_timeout_s": "100"}
-FALLBACK_LINE = (
-    "[fleetrl] env⇄rollout exchange: classic actor calls (the compiled graph cannot be built: ValueError: "
-    "RAY_CGRAPH_read_iteration_timeout_s (100.0) must be less than or equal to RAY_CGRAPH_get_timeout"
-)
 
 
 def test_the_compiled_graph_and_the_direct_channels_train_exactly_as_the_classic_calls(tmp_path):
     """Same seed, same calls in the same order: 4 iterations (each a weight sync and 16 steps of
     every lane) give every iteration's metrics (losses, returns, global_step) and the final
-    weights bitwise equal. The graph is what `cluster.exchange` left at its default (`auto`)
-    builds; the classic calls are `auto` on a Ray whose graphs cannot compile, which falls back
-    and logs the reason."""
+    weights bitwise equal. The direct channels are what `cluster.exchange` left at its default
+    (`auto`) takes."""
     runs = {mode: tmp_path / mode for mode in ("compiled", "direct", "classic")}
     with (
-        Fleetrl(*cartpole(runs["compiled"]), runs=runs["compiled"]) as compiled,
-        Fleetrl(*cartpole(runs["direct"], "cluster.exchange=direct"), runs=runs["direct"]) as direct,
-        Fleetrl(*cartpole(runs["classic"]), runs=runs["classic"], env=BROKEN_GRAPHS) as classic,
+        Fleetrl(*cartpole(runs["compiled"], "cluster.exchange=compiled"), runs=runs["compiled"]) as compiled,
+        Fleetrl(*cartpole(runs["direct"]), runs=runs["direct"]) as direct,
+        Fleetrl(*cartpole(runs["classic"], "cluster.exchange=classic"), runs=runs["classic"]) as classic,
     ):
         results = {
             "compiled": compiled.finish(timeout=600).succeeded(),
             "direct": direct.finish(timeout=600).succeeded(),
             "classic": classic.finish(timeout=600).succeeded(),
         }
-    for mode, line in (("compiled", COMPILED_LINE), ("direct", DIRECT_LINE), ("classic", FALLBACK_LINE)):
+    for mode, line in (("compiled", COMPILED_LINE), ("direct", DIRECT_LINE), ("classic", CLASSIC_LINE)):
         assert line in results[mode].stderr, results[mode].stderr[-3000:]
     untimed = {
         mode: [{k: v for k, v in m.items() if k not in TIMING} for m in run.metrics] for mode, run in results.items()

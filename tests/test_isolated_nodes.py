@@ -36,7 +36,7 @@ from tests.isolation import (
 )
 from tests.isolation_envs import BROKEN_MARKER
 from tests.support import (
-    ACROSS_NODES_LINE,
+    DIRECT_LINE,
     LEARNING_GUARD_S,
     LOADED_HOST_MARGIN_S,
     Fleetrl,
@@ -298,7 +298,7 @@ def test_node_1_advertising_an_unroutable_address_is_peer_unreachable_naming_bot
 def test_seed_placement_trains_cartpole_to_475_on_two_isolated_nodes(tmp_path):
     """The seed report's layout scaled to CPU slots (actor 0-1 and rollout 0 on node 0, env 2-3
     on node 1), each node in its own namespaces: trained to the target, through the direct
-    channels `auto` chooses across nodes, nothing left behind."""
+    channels `auto` chooses, nothing left behind."""
     run = train(
         "configs/ppo_cartpole_2nodes.yaml",
         "runner.tensorboard=false",
@@ -310,7 +310,7 @@ def test_seed_placement_trains_cartpole_to_475_on_two_isolated_nodes(tmp_path):
         timeout=LEARNING_GUARD_S,
     ).succeeded()
     assert run.summary["target_reached"] and run.summary["episode_return_last100"] >= 475, run.summary
-    assert ACROSS_NODES_LINE in run.stderr, run.stderr[-3000:]  # the graph: 0.03x inline, and false freezes
+    assert DIRECT_LINE in run.stderr, run.stderr[-3000:]  # the graph: 0.03x inline, and false freezes
     assert leftovers(run_pid(run)) == []
 
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.support import ACROSS_NODES_LINE, LEARNING_GUARD_S, train
+from tests.support import DIRECT_LINE, LEARNING_GUARD_S, train
 
 
 # ~50 s of CI's budget for what test_isolated_nodes.py's seed-placement test asserts of the same
@@ -18,12 +18,12 @@ from tests.support import ACROSS_NODES_LINE, LEARNING_GUARD_S, train
 def test_seed_placement_trains_cartpole_on_two_simulated_nodes(tmp_path):
     """The seed report's disaggregated layout, scaled to CPU slots, end to end: 2 raylets, env
     ranks on node 1, a 2-rank DDP actor and the rollout worker on node 0, pipelined in 2 stages;
-    `cluster.exchange: auto` takes the direct channels, as env and rollout are on different nodes."""
+    `cluster.exchange: auto` takes the direct channels."""
     run = train("configs/ppo_cartpole_2nodes.yaml", "runner.tensorboard=false", runs=tmp_path, timeout=LEARNING_GUARD_S)
     summary = run.succeeded().summary
     assert summary["target_reached"] and summary["target_reached_step"] == summary["global_step"], summary
     assert summary["episode_return_last100"] >= 475
-    assert ACROSS_NODES_LINE in run.stderr, run.stderr[-3000:]
+    assert DIRECT_LINE in run.stderr, run.stderr[-3000:]
 
 
 def test_every_worker_sees_where_it_runs(tmp_path):

@@ -208,14 +208,6 @@ def print_report(cells: list[Cell], folders: list[Path]) -> None:
         print(f"\nNot run ({len(not_run)}): " + ", ".join(not_run))
 
 
-def make_tiny_vla(folder: Path) -> Path:
-    """What `fleetrl init-model --family paligemma --size tiny FOLDER` writes, for the hf cells."""
-    from fleetrl.models.hf.init_model import init_model
-
-    kit.log(f"tiny PaliGemma in {folder}")
-    return init_model("paligemma", "tiny", folder)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=BACKENDS)
@@ -229,7 +221,7 @@ def main() -> None:
     args = parser.parse_args()
     out = None if args.report else kit.results_dir("fault_matrix" + ("_hf" if args.model == "hf" else ""))
     if args.model == "hf":
-        folder = "(not made: --report)" if out is None else str(make_tiny_vla(out / "paligemma-tiny"))
+        folder = "(not made: --report)" if out is None else str(kit.tiny_vla(out / "paligemma-tiny"))
         table_cells = hf_cells(folder)
     else:
         table_cells = all_cells()

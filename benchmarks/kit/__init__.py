@@ -10,7 +10,18 @@ Not part of fleetrl; nothing here changes how fleetrl runs.
 from kit.describe import cpu_model, machine, machine_line, placement_threads
 from kit.libraries import library_job, library_versions, venv_python, venv_versions
 from kit.load import ForeignLoad, per_call_us, wait_for_quiet
-from kit.places import BENCH, RESULTS, ROOT, VENVS, fleetrl_executable, log, results_dir, subprocess_env, write_json
+from kit.places import (
+    BENCH,
+    RESULTS,
+    ROOT,
+    VENVS,
+    fleetrl_executable,
+    log,
+    results_dir,
+    subprocess_env,
+    tiny_vla,
+    write_json,
+)
 from kit.runs import (
     FIXED_WORK,
     TWO_ENV_NODES,
@@ -59,6 +70,7 @@ __all__ = [
     "spread",
     "steady",
     "subprocess_env",
+    "tiny_vla",
     "throughput_table",
     "train_log_times",
     "train_to_target",

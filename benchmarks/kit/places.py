@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,6 +45,16 @@ def fleetrl_executable(override: str | None = None) -> str:
         return override
     candidate = Path(sys.executable).parent / "fleetrl"
     return str(candidate if candidate.exists() else ROOT / ".venv" / "bin" / "fleetrl")
+
+
+def tiny_vla(folder: Path) -> Path:
+    """A tiny randomly initialised PaliGemma in `folder` (nothing downloaded), as
+    configs/ppo_minigrid_vla.yaml's comment makes it with `fleetrl init-model`; kept if there."""
+    if not (folder / "config.json").exists():
+        log(f"tiny PaliGemma in {folder}")
+        command = [fleetrl_executable(), "init-model", "--family", "paligemma", "--size", "tiny", str(folder)]
+        subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+    return folder
 
 
 def subprocess_env(root: Path = ROOT) -> dict:

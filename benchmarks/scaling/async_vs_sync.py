@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,14 +102,6 @@ def job_overrides(name: str, args) -> list[str]:
     if name == "vla":
         extra.append(f"model.path={args.vla_model}")
     return [*job.overrides, *extra]
-
-
-def tiny_vla(folder: Path) -> Path:
-    """A tiny randomly initialised PaliGemma folder (nothing downloaded), as the config's comment makes it."""
-    if not (folder / "config.json").exists():
-        command = [kit.fleetrl_executable(), "init-model", "--family", "paligemma", "--size", "tiny", str(folder)]
-        subprocess.run(command, cwd=kit.ROOT, check=True, capture_output=True)
-    return folder
 
 
 # ------------------------------------------------------------------------------------ throughput
@@ -257,7 +248,7 @@ def main() -> None:
         )
     out = kit.results_dir("async_vs_sync")
     if "vla" in args.jobs and not args.vla_model:
-        args.vla_model = str(tiny_vla(out / VLA_MODEL))
+        args.vla_model = str(kit.tiny_vla(out / VLA_MODEL))
     info = kit.machine()
     results = {name: throughput(name, args, out) for name in args.jobs}
     rows = [throughput_row(name, results[name], args) for name in args.jobs]

@@ -25,7 +25,14 @@ Part 2, training: PPO CartPole (configs/ppo_cartpole.yaml, fixed env-step budget
 actor, rollout and 2 env ranks (2 pipeline stages each) as Ray actors, cluster.exchange compiled
 vs classic vs direct, and the inline backend; env steps per training second, ratios to inline.
 
+Part 3, the tiny VLA (configs/ppo_minigrid_vla.yaml on Ray: one env, rollout and actor worker, a
+tiny PaliGemma made here by `fleetrl init-model`), synchronous, cluster.exchange compiled vs
+direct: env steps/s and the cores the run's own processes kept busy after the warm-up, where a
+reader waiting on the graph's channels shows as CPU that the direct channels' blocking reads
+do not spend.
+
     .venv/bin/python benchmarks/scaling/exchange.py [--reps 5] [--steps 200] [--train-reps 2] [--train-steps 20480]
+        [--vla-reps 2] [--vla-steps 6144]
 """
 
 from __future__ import annotations
@@ -57,6 +64,11 @@ TRAIN_VARIANTS = {
     "Ray classic calls": [*RAY_FOUR_LANES, "cluster.exchange=classic"],
     "Ray compiled graph": [*RAY_FOUR_LANES, "cluster.exchange=compiled"],
     "Ray direct channels": [*RAY_FOUR_LANES, "cluster.exchange=direct"],
+}
+VLA_CONFIG = "configs/ppo_minigrid_vla.yaml"
+VLA_VARIANTS = {
+    "VLA, compiled graph": ["cluster.backend=ray", "cluster.exchange=compiled"],
+    "VLA, direct channels": ["cluster.backend=ray", "cluster.exchange=direct"],
 }
 
 
@@ -228,6 +240,8 @@ def main() -> None:
     parser.add_argument("--train-reps", type=int, default=2)
     parser.add_argument("--train-steps", type=int, default=20480)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--vla-reps", type=int, default=2, help="part 3's repetitions (0: skip it)")
+    parser.add_argument("--vla-steps", type=int, default=6144, help="part 3's env steps a run (256 an iteration)")
     args = parser.parse_args()
     info = kit.machine()
     out = kit.results_dir("exchange_overhead")
@@ -239,6 +253,19 @@ def main() -> None:
     }
     threads = {name: kit.placement_threads(CONFIG, o) for name, o in overrides.items()}
     runs = kit.run_interleaved(CONFIG, overrides, args.train_reps, out, args.warmup) if args.train_reps else {}
+    vla_overrides = {
+        name: [*kit.FIXED_WORK, f"runner.total_env_steps={args.vla_steps}", *extra]
+        for name, extra in VLA_VARIANTS.items()
+    }
+    if args.vla_reps:
+        model = f"model.path={kit.tiny_vla(out / 'paligemma-tiny')}"
+        vla_overrides = {name: [*o, model] for name, o in vla_overrides.items()}
+    vla_threads = {name: kit.placement_threads(VLA_CONFIG, o) for name, o in vla_overrides.items()}
+    vla_runs = (
+        kit.run_interleaved(VLA_CONFIG, vla_overrides, args.vla_reps, out / "vla", args.warmup, steady_cores=True)
+        if args.vla_reps
+        else {}
+    )
     kit.write_json(
         out / "results.json",
         {
@@ -248,13 +275,16 @@ def main() -> None:
             "costs": costs,
             "threads": threads,
             "runs": runs,
+            "vla_threads": vla_threads,
+            "vla_runs": vla_runs,
         },
     )
 
     print(f"Machine: {kit.machine_line(info)}; load average before: {load_before[0]:.2f}\n")
     print(
         f"Command: `.venv/bin/python benchmarks/scaling/exchange.py --reps {args.reps} --steps {args.steps} "
-        f"--train-reps {args.train_reps} --train-steps {args.train_steps} --warmup {args.warmup}`; raw: "
+        f"--train-reps {args.train_reps} --train-steps {args.train_steps} --warmup {args.warmup} "
+        f"--vla-reps {args.vla_reps} --vla-steps {args.vla_steps}`; raw: "
         f"`{out.relative_to(kit.ROOT)}/results.json`\n"
     )
     plain = statistics.median(costs["Ray plain calls"])
@@ -268,6 +298,10 @@ def main() -> None:
     if runs:
         print()
         print(kit.throughput_table(runs, threads, "inline"))
+    if vla_runs:
+        busy = {"cores busy": lambda rs: kit.fmt(kit.med([r.get("steady_cores") for r in rs]), 2)}
+        print()
+        print(kit.throughput_table(vla_runs, vla_threads, "VLA, compiled graph", extra_columns=busy))
 
 
 if __name__ == "__main__":

@@ -203,8 +203,8 @@ class ClusterConfig:
     exchange: Literal["auto", "compiled", "classic", "direct"] = "auto"
     """On Ray, how env and rollout workers exchange observations and actions: a Ray Compiled Graph
     (`compiled`), two actor calls per step through the controller (`classic`), worker-to-worker
-    sockets (`direct`); `auto`: direct when env and rollout workers are on different nodes, else the
-    graph where it can be built (docs: concepts/backends.md, Env ⇄ rollout exchanges)."""
+    sockets (`direct`); `auto`: direct, the cheapest in CPU and time on one node and between nodes
+    (docs: concepts/backends.md, Env ⇄ rollout exchanges)."""
     fuse_collocated: bool = False
     """On Ray, run rank r of env, rollout and actor in one process when they share a device: one call
     per rank per iteration, no weight sync (docs: concepts/backends.md, Fused ranks)."""

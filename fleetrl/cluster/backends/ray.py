@@ -10,7 +10,8 @@ start-up no longer waits behind the env's); then the actor and rollout workers (
 worker, when the run evaluates: a Ray actor of its own, so that its episodes run while training
 goes on); then the actor ranks' process group, and with `runner.weight_sync_transport: collective`
 the weight-sync group of actor rank 0 and the rollout workers (cluster/ray/sync_group.py); last
-the env ⇄ rollout exchange (a compiled graph where one can be built: cluster/exchange/compiled.py). `connect`,
+the env ⇄ rollout exchange (the direct channels unless `cluster.exchange` names another:
+cluster/exchange/compiled.py `choose_exchange`). `connect`,
 `start_evaluator` and `join_actor_ranks` are shared with the fused backend (cluster/backends/fused.py).
 """
 
@@ -76,14 +77,8 @@ class RayBackend(Backend):
         collective = config.runner.weight_sync_transport == "collective" and form_sync_group(
             cluster, actor, rollout, config
         )
-        across_nodes = len({a.node for a in placement.ranks("env") + placement.ranks("rollout")}) > 1
         exchange = choose_exchange(
-            config.cluster.exchange,
-            config.algorithm.num_steps,
-            across_nodes,
-            session.interrupt,
-            cluster.before_shutdown.append,
-            config.runner.asynchronous,
+            config.cluster.exchange, config.algorithm.num_steps, session.interrupt, cluster.before_shutdown.append
         )
         collector = Collector(env, rollout, config.rollout.pipeline_stage_num, config.algorithm.num_steps, exchange)
         backend = cls(

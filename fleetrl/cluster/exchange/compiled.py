@@ -23,14 +23,16 @@ host at load 4-10, and took 1.2× their time at load 20 (`benchmarks/scaling/exc
 Resets, weight sync, the closing act, trajectories and checkpoints stay ordinary actor calls: they
 run between executions, while the graph's loops wait on their channels.
 
-`cluster.exchange` chooses: `auto` (the default: the graph, or the classic calls with the reason
-logged when it cannot be compiled; `direct` when env and rollout workers are on different nodes),
-`compiled` (an error where no graph can be built), `classic`, or `direct` (worker-to-worker
-sockets: cluster/exchange/direct.py). Between nodes the graph's channels go through Ray's object
-transfer: on two isolated simulated nodes the seed layout collected at 0.03× inline through them
-against 0.61× direct, and an env worker waiting in the channel's read (`get_objects`, in Ray's core
-worker) kept its heartbeat thread from running for 5 s: a false `process_frozen`
-(docs/benchmarks.md, the seed layout on 2 isolated nodes).
+`cluster.exchange: compiled` chooses it (an error where no graph can be built); `auto`, the
+default, takes the direct channels (cluster/exchange/direct.py) wherever env and rollout workers
+have processes of their own. On one node too: there the graph's readers keep a core busy while
+they wait on their channels, and on the 2-core reference host the tiny VLA's synchronous collection
+used 2.2 CPU seconds an iteration through the graph against 1.0 through the direct channels, which
+also exchanged a step in 0.12 ms against the graph's 0.51 (docs/benchmarks.md). Between nodes the
+graph's channels go through Ray's object transfer: on two isolated simulated nodes the seed layout
+collected at 0.03× inline through them against 0.61× direct, and an env worker waiting in the
+channel's read (`get_objects`, in Ray's core worker) kept its heartbeat thread from running for
+5 s: a false `process_frozen` (docs/benchmarks.md, the seed layout on 2 isolated nodes).
 The controller never waits on the graph without a bound: it reads each execution's outcomes on a
 thread of its own (`OutcomeReader`) and gives up as soon as the watchdog reports.
 """
@@ -185,49 +187,29 @@ def unroll_for(steps: int, lanes: int) -> int:
 
 
 def choose_exchange(
-    mode: str,
-    steps: int,
-    across_nodes: bool,
-    interrupt: threading.Event,
-    on_shutdown: Callable[[Callable[[], None]], None],
-    asynchronous: bool = False,
+    mode: str, steps: int, interrupt: threading.Event, on_shutdown: Callable[[Callable[[], None]], None]
 ) -> Callable[[RayGroup, RayGroup, list[Lane]], Exchange]:
     """The collector's exchange factory for `cluster.exchange` = `mode` and `steps` steps per
-    epoch, `across_nodes` when the env and rollout workers are not all on one node,
-    `asynchronous` when the collections overlap the updates (`runner.asynchronous`: `auto` takes
-    the direct channels there, whose collections the updates beside them do not slow as they do
-    the graph's); `on_shutdown(close)` registers the exchange's teardown to run before Ray ends
-    the workers."""
+    epoch (`auto`: the direct channels, module docstring); `on_shutdown(close)` registers the
+    exchange's teardown to run before Ray ends the workers."""
 
     def build(env: RayGroup, rollout: RayGroup, lanes: list[Lane]) -> Exchange:
         if mode == "classic":
-            return classic(env, rollout, lanes, f"{EXCHANGE_KEY}: classic")
-        if mode == "direct" or (mode == "auto" and (across_nodes or asynchronous)):
+            log.info("env⇄rollout exchange: classic actor calls (%s: classic)", EXCHANGE_KEY)
+            return QueuedCalls(env, rollout, lanes)
+        if mode in ("direct", "auto"):
             direct = DirectExchange(env, rollout, lanes, interrupt)
             on_shutdown(direct.close)
-            why = (
-                "; auto: the env and rollout workers are on different nodes"
-                if across_nodes
-                else "; auto: asynchronous training"
-            )
-            why = "" if mode == "direct" else why
-            log.info("env⇄rollout exchange: direct worker-to-worker channels (%d lanes%s)", len(lanes), why)
+            log.info("env⇄rollout exchange: direct worker-to-worker channels (%d lanes)", len(lanes))
             return direct
         try:
             exchange = CompiledExchange(env, rollout, lanes, interrupt, unroll_for(steps, len(lanes)))
         except Exception as error:
-            if mode == "compiled":
-                raise ConfigError(
-                    EXCHANGE_KEY, mode, "'auto' or 'classic' here", f"The compiled graph cannot be built: {error}"
-                ) from error
-            return classic(env, rollout, lanes, f"the compiled graph cannot be built: {type(error).__name__}: {error}")
+            raise ConfigError(
+                EXCHANGE_KEY, mode, "'auto', 'direct' or 'classic' here", f"The compiled graph cannot be built: {error}"
+            ) from error
         on_shutdown(exchange.close)
         log.info("env⇄rollout exchange: compiled graph (%d lanes, %d steps per execution)", len(lanes), exchange.unroll)
         return exchange
 
     return build
-
-
-def classic(env: RayGroup, rollout: RayGroup, lanes: list[Lane], reason: str) -> QueuedCalls:
-    log.info("env⇄rollout exchange: classic actor calls (%s)", reason)
-    return QueuedCalls(env, rollout, lanes)
