@@ -26,9 +26,10 @@ run between executions, while the graph's loops wait on their channels.
 `cluster.exchange: compiled` chooses it (an error where no graph can be built); `auto`, the
 default, takes the direct channels (cluster/exchange/direct.py) wherever env and rollout workers
 have processes of their own. On one node too: there the graph's readers keep a core busy while
-they wait on their channels, and on the 2-core reference host the tiny VLA's synchronous collection
-used 2.2 CPU seconds an iteration through the graph against 1.0 through the direct channels, which
-also exchanged a step in 0.12 ms against the graph's 0.51 (docs/benchmarks.md). Between nodes the
+they wait on their channels (the tiny VLA's processes kept 1.99 cores busy through the graph and
+1.06 direct at the same speed, on the idle 2-core reference host), a core taken from the work
+beside them, and the direct channels exchange a step in 0.09 ms against the graph's 0.63
+(docs/concepts/backends.md, Why `auto` chooses so). Between nodes the
 graph's channels go through Ray's object transfer: on two isolated simulated nodes the seed layout
 collected at 0.03× inline through them against 0.61× direct, and an env worker waiting in the
 channel's read (`get_objects`, in Ray's core worker) kept its heartbeat thread from running for
