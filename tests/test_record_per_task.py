@@ -107,3 +107,15 @@ def test_bad_counts_exit_2_naming_the_option_and_what_is_valid(tmp_path, capsys,
     for part in named:
         assert part in message, message
     assert not out.exists()
+
+
+def test_one_large_count_among_small_ones_is_recorded_whole(tmp_path, capsys):
+    """MT10 draws each reset's task among 10, so 5 of reach take about 50 attempts: the attempts
+    scale with the largest count and the number of tasks (79 here), not with the 14 episodes in
+    all, whose 3 × (42) used to stop the recording with reach short."""
+    out = tmp_path / "demos"
+    argv = ["record", "configs/sft_metaworld.yaml", "--episodes", "1", "--per-task", "--task-episodes", "reach-v3=5"]
+    assert main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed.startswith("14 successful episodes of 79 attempted") and "reach-v3 5" in printed, printed
+    assert "fewer than asked" not in printed

@@ -70,8 +70,9 @@ def record(
 ) -> Recording:
     """Play `config`'s env's scripted expert from reset seeds seed, seed + 1, ... until `episodes`
     successful episodes are kept (with `per_task`, `episodes` of each task the env has: its
-    `task_names`, or `task_episodes[task]` of the tasks it names), at most 3 × as many attempts;
-    write them to the folder `out` (LeRobot v3.0)."""
+    `task_names`, or `task_episodes[task]` of the tasks it names), at most 3 × as many attempts
+    (per task: 3 × the largest count × the number of tasks, as each reset draws its task); write
+    them to the folder `out` (LeRobot v3.0)."""
     from fleetrl.envs.make import simulator_factory
 
     out = Path(out)
@@ -87,7 +88,9 @@ def record(
         total = sum(wanted.values()) if per_task else episodes
         writer = DatasetWriter(out, int(env.metadata["render_fps"]), declare(env), env.metadata.get("robot_type"))
         recording = Recording(wanted=wanted, kept=dict.fromkeys(wanted, 0))
-        for attempt_seed in range(seed, seed + 3 * total):
+        # a task drawn once in len(wanted) resets needs about that many attempts per episode kept
+        attempts = 3 * (max(wanted.values()) * len(wanted) if per_task else episodes)
+        for attempt_seed in range(seed, seed + attempts):
             if len(recording.seeds) == total:
                 break
             recording.attempted += 1
