@@ -354,7 +354,8 @@ class WatchdogConfig:
     """How often the watchdog reads the heartbeats."""
     stop_grace_s: Annotated[float, Positive] = 30.0
     """After Ctrl-C / SIGTERM, how long the controller has to checkpoint and stop before it is
-    killed."""
+    killed. A stop during an update waits for it: where an update can outlast this, the stop ends
+    without a checkpoint of the iteration under way, so raise it for runs with long updates."""
 
 
 @dataclass
