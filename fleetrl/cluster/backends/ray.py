@@ -11,7 +11,7 @@ worker, when the run evaluates: a Ray actor of its own, so that its episodes run
 goes on); then the actor ranks' process group, and with `runner.weight_sync_transport: collective`
 the weight-sync group of actor rank 0 and the rollout workers (cluster/ray/sync_group.py); last
 the env ⇄ rollout exchange (the direct channels unless `cluster.exchange` names another:
-cluster/exchange/compiled.py `choose_exchange`). `connect`,
+cluster/exchange/choose.py `choose_exchange`). `connect`,
 `start_evaluator` and `join_actor_ranks` are shared with the fused backend (cluster/backends/fused.py).
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from functools import partial
 
 from fleetrl.cluster.backends.base import Backend, Workers, close_envs, close_evaluator
+from fleetrl.cluster.exchange.choose import choose_exchange
 from fleetrl.cluster.exchange.collect import Collector, CollectThenTrain, Iterations
-from fleetrl.cluster.exchange.compiled import choose_exchange
 from fleetrl.cluster.groups import RayGroup
 from fleetrl.cluster.ray.cluster import RayCluster, build_workers
 from fleetrl.cluster.ray.sync_group import form_sync_group
