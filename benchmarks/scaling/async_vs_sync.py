@@ -28,6 +28,7 @@ Two measurements:
 
     .venv/bin/python benchmarks/scaling/async_vs_sync.py [--jobs cartpole burn robot vla update]
         [--reps 2] [--iterations 12] [--warmup 3] [--learning] [--seeds 1 2 3] [--sft-run RUN] [--vla-model DIR]
+        [--async-overrides KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -41,8 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the kit
 import kit  # noqa: E402
 
-ASYNC = ["runner.asynchronous=true"]
-MODES = {"sync": [], "async": ASYNC}
+MODES = ("sync", "async")
 RAY = ["cluster.backend=ray"]
 RENDER_NODE = [  # benchmarks/robot/render_node.py's layout: 2 env workers on node 1
     "cluster.backend=ray",
@@ -94,6 +94,12 @@ JOBS = {
 }
 
 
+def mode_overrides(mode: str, args) -> list[str]:
+    """What a mode adds to a job's overrides: async mode, with --async-overrides (e.g.
+    `algorithm.off_policy_correction=none`: PPO's ratio to the acting policy, no proximal pass)."""
+    return ["runner.asynchronous=true", *args.async_overrides] if mode == "async" else []
+
+
 def job_overrides(name: str, args) -> list[str]:
     """The job's overrides, with what this run of the benchmark points it at (its model, its
     exchange)."""
@@ -110,7 +116,7 @@ def job_overrides(name: str, args) -> list[str]:
 def throughput(name: str, args, out: Path) -> dict:
     job, overrides = JOBS[name], job_overrides(name, args)
     fixed = [*kit.FIXED_WORK, f"runner.total_env_steps={args.iterations * job.batch}", "runner.seed=1"]
-    variants = {mode: [*overrides, *fixed, *extra] for mode, extra in MODES.items()}
+    variants = {mode: [*overrides, *fixed, *mode_overrides(mode, args)] for mode in MODES}
     runs = kit.run_interleaved(
         job.config, variants, args.reps, out / name, args.warmup, timeout=args.timeout, steady_cores=True
     )
@@ -177,12 +183,18 @@ def learning(name: str, args, out: Path) -> dict:
         overrides.append(f"runner.init_from={args.sft_run}")
     runs = {mode: [] for mode in MODES}
     for seed in args.seeds:
-        for mode, extra in MODES.items() if seed % 2 else reversed(MODES.items()):
+        for mode in MODES if seed % 2 else reversed(MODES):
             kit.log(f"learning {name} seed {seed}: {mode}")
             target = job.target_return if job.target_return is not None else "null"
             run = kit.train_to_target(
                 kit.ROOT / job.config,
-                [*overrides, *extra, f"runner.seed={seed}", "runner.tensorboard=false", "--skip-doctor"],
+                [
+                    *overrides,
+                    *mode_overrides(mode, args),
+                    f"runner.seed={seed}",
+                    "runner.tensorboard=false",
+                    "--skip-doctor",
+                ],
                 out / name / "learning",
                 f"{mode}-seed{seed}",
                 target,
@@ -239,6 +251,9 @@ def main() -> None:
     parser.add_argument("--sft-run", help="robot, learning: the SFT run the RL stage starts from")
     parser.add_argument("--vla-model", help="vla: a model folder (default: a tiny PaliGemma made here)")
     parser.add_argument(
+        "--async-overrides", nargs="+", default=[], metavar="KEY=VALUE", help="config overrides of the async runs only"
+    )
+    parser.add_argument(
         "--exchange", default="auto", choices=("auto", "compiled", "direct", "classic"), help="cluster.exchange"
     )
     args = parser.parse_args()
@@ -261,7 +276,7 @@ def main() -> None:
     print(f"Machine: {kit.machine_line(info)}\n")
     print(
         f"Command: `.venv/bin/python benchmarks/scaling/async_vs_sync.py {' '.join(sys.argv[1:])}`; each run is "
-        f"`fleetrl train <job's config> <job's overrides> [runner.asynchronous=true] --skip-doctor` (the jobs: "
+        f"`fleetrl train <job's config> <job's overrides> [runner.asynchronous=true <--async-overrides>] --skip-doctor` (the jobs: "
         f"this script's JOBS); raw: `{out.relative_to(kit.ROOT)}/results.json`\n"
     )
     print(throughput_table(rows))
