@@ -116,7 +116,11 @@ def test_a_stop_mid_update_saves_the_iteration_and_the_resume_is_the_uninterrupt
     assert stopped.hang_report is None and "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
     # one checkpoint, the stop's (the periodic ones are 1000 iterations apart), of the iteration
     # under way, with its record beside it
-    (checkpoint,) = list_checkpoints(stopped.run_dir)
+    checkpoints = list_checkpoints(stopped.run_dir)
+    assert len(checkpoints) == 1, (
+        f"not one checkpoint, the stop's: {[c.name for c in checkpoints]}\n" + stopped.stderr[-2000:]
+    )
+    (checkpoint,) = checkpoints
     saved = load_latest(stopped.run_dir)
     assert saved["iteration"] == STOPPED_IN and saved["global_step"] == STOPPED_IN * STEPS_PER_ITERATION, checkpoint
     assert [r["iteration"] for r in stopped.metrics] == list(range(1, STOPPED_IN + 1))
