@@ -1,8 +1,8 @@
 """The watchdog's checks over one poll's records (watch/judging/verdict.py), rule by rule and at each
 rule's threshold: the start-up allowance, a silent worker (stopped, gone, elsewhere, starved,
-rejected records), a dead one's last words, the learned deadlines and what a call past its deadline is (blocked: an
-incident, a start-up step's `startup_timeout`; busy: one warning, an incident past the busy
-allowance), and the checks' precedence.
+rejected records), a dead one's last words, the join's patience, the learned deadlines and what a call past its
+deadline is (blocked: an incident, a start-up step's `startup_timeout`; busy: one warning, an incident past the busy
+allowance), the checks' precedence, and the watcher's own absence.
 
 The records are real flight-recorder records with the fields the checks read set to chosen values
 (ages as the watcher measures them, `phase_max_s`), and the processes they name are real: this
@@ -183,6 +183,9 @@ def test_a_worker_whose_records_are_rejected_but_arrive_is_not_frozen_until_the_
     rejected = {"records": 3, "reason": "phase is not a string", "for_s": 30.0, "last_s": 1.0}
     records = {ENV: record(heartbeat_age_s=20.0, rejected=rejected)}
     assert watching.check_beating(records, 1000.0) is None
+    # passed over, not the end of the check: a silent worker after it is judged
+    frozen = watching.check_beating({**records, ACTOR: record(heartbeat_age_s=6.5)}, 1000.0)
+    assert (frozen.cause, frozen.culprit) == ("process_frozen", ACTOR)
     records[ENV]["rejected"] = {**rejected, "for_s": CONFIG.busy_allowance_s + 1}
     incident = watching.check_beating(records, 1000.0)
     assert (incident.cause, incident.culprit, incident.started) == ("watchdog_error", ENV, 1000.0 - 601.0)
@@ -215,20 +218,22 @@ def test_a_dead_worker_s_last_words_are_read_from_its_ray_log_on_this_machine(tm
     )
 
 
+def silence(tid: int, ready: list[bool]) -> Silence:
+    """The watcher's samples of a silent process's thread `tid` over 2 s, evenly spaced: found
+    ready to run (waiting for a CPU) or not at each, having used no CPU."""
+    sampled = Silence(0.0, {tid: (True, 7.0)})
+    for n, is_ready in enumerate(ready, 1):
+        sampled.add(2.0 * n / len(ready), {tid: (is_ready, 7.0)})
+    return sampled
+
+
 def test_a_silent_worker_starved_of_cpu_is_warned_once_and_frozen_only_past_the_busy_allowance(caplog):
     """The watcher's samples of its threads (watch/judging/starved_process.py, here with chosen
     states, as /proc gives them): one thread found ready to run in 4 of 5 samples over 2 s while
     using no CPU waited for a CPU 80 % of the time — starved, exactly at the share; 3 of 4 is not."""
     tid = threading.get_native_id()
-
-    def silence(ready: list[bool]) -> Silence:
-        sampled = Silence(0.0, {tid: (True, 7.0)})
-        for n, is_ready in enumerate(ready, 1):
-            sampled.add(2.0 * n / len(ready), {tid: (is_ready, 7.0)})
-        return sampled
-
     watching = checks()
-    watching.silent.silences[os.getpid()] = silence([True, True, False, True, True])
+    watching.silent.silences[os.getpid()] = silence(tid, [True, True, False, True, True])
     silent = {ENV: record(heartbeat_age_s=CONFIG.heartbeat_timeout_s + 1)}
     with caplog.at_level(logging.WARNING, logger="fleetrl"):
         assert watching.check_beating(silent, 1000.0) is None
@@ -243,12 +248,15 @@ def test_a_silent_worker_starved_of_cpu_is_warned_once_and_frozen_only_past_the_
     ]
     elsewhere_too = {**silent, ACTOR: record(heartbeat_age_s=6.0, host="another-machine")}
     assert watching.check_beating(elsewhere_too, 1000.0).culprit == ACTOR  # the next silent one is judged
+    # the allowance is of the silence the watcher saw: its last beat is older, the watcher was away meanwhile
+    away = {ENV: record(heartbeat_age_s=CONFIG.busy_allowance_s + 60, silence_s=CONFIG.busy_allowance_s)}
+    assert watching.check_beating(away, 1000.0) is None  # silent for the allowance exactly: not yet frozen
     past = {ENV: record(heartbeat_age_s=CONFIG.busy_allowance_s + 1)}
     said = f"env rank 0 (pid {os.getpid()}) stopped publishing heartbeats %s s ago: %s; last seen in env.step for 0.1 s"
     incident = watching.check_beating(past, 1000.0)
     assert (incident.cause, incident.started) == ("process_frozen", 1000.0 - CONFIG.busy_allowance_s - 1)
     assert incident.summary == said % ("601.0", f"the process is alive but starved of CPU: {starved}")
-    watching.silent.silences[os.getpid()] = silence([True, False, True, True])  # 75 %
+    watching.silent.silences[os.getpid()] = silence(tid, [True, False, True, True])  # 75 %
     gil = "the process is alive but its Python threads do not run (the GIL is held by a C call)"
     assert watching.check_beating(silent, 1000.0).summary == said % ("6.0", gil)
     elsewhere = {ENV: record(heartbeat_age_s=CONFIG.heartbeat_timeout_s + 1, host="another-machine")}
@@ -256,6 +264,41 @@ def test_a_silent_worker_starved_of_cpu_is_warned_once_and_frozen_only_past_the_
         "6.0",
         "it is on another machine (no local process check)",
     )
+
+
+def test_a_stopped_worker_is_named_stopped_though_its_thread_waited_for_a_cpu_before_it_stopped(stopped_child):
+    """A worker starved of CPU on a loaded host, then stopped (SIGSTOP, a debugger): its samples
+    since it fell silent found its thread ready to run 4 times in 5, but a stopped process is the
+    fault: frozen at once, not warned about as starved."""
+    watching = checks()
+    watching.silent.silences[stopped_child] = silence(stopped_child, [True, True, False, True, True])
+    incident = watching.check_beating({ENV: record(stopped_child, heartbeat_age_s=6.0)}, 1000.0)
+    assert (incident.cause, incident.culprit) == ("process_frozen", ENV)
+    assert "6.0 s ago: the process is stopped (SIGSTOP or a debugger)" in incident.summary, incident.summary
+
+
+# ------------------------------------------------------------------------------ collectives
+
+
+def test_a_rank_waiting_in_the_join_is_held_up_only_past_the_start_up_step_allowance():
+    """Actor rank 1 waits in the process-group join, which actor rank 0 (in its start-up step)
+    has not entered: not the collective timeout's (5 s) but the start-up step allowance's (60 s)
+    to wait, then rank 0 is named."""
+    watching = checks(workers=(("actor", 0), ACTOR))
+
+    def joining(waited_s: float) -> dict:
+        entry = {"group": "join", "seq": 1, "started": 100.0 + 0.2 - waited_s, "op": "join (gloo rendezvous)"}
+        entry |= {"call_site": "distributed.py:40", "shapes": []}
+        log = {"in_flight": [entry], "entered": {"join": 1}, "recent": []}
+        behind = {"in_flight": [], "entered": {}, "recent": []}
+        return {
+            ("actor", 0): record(phase="actor.init_distributed", phase_age_s=70.0, collectives=behind),
+            ACTOR: record(phase="actor.init_distributed", phase_age_s=70.0, time=100.0, collectives=log),
+        }
+
+    assert watching.check_collectives(joining(CONFIG.startup_step_allowance_s), 1000.0) is None
+    incident = watching.check_collectives(joining(CONFIG.startup_step_allowance_s + 0.5), 1000.0)
+    assert (incident.cause, incident.culprit) == ("rank_missing_from_collective", ("actor", 0)), incident.summary
 
 
 # ------------------------------------------------------------------------------ deadlines
@@ -432,6 +475,22 @@ def test_the_checks_come_in_order_death_before_silence_before_a_deadline(gone_pi
 
 
 # ------------------------------------------------------------------------------ the watcher's own absence
+
+
+def test_the_watcher_s_own_absence_is_a_gap_over_half_the_heartbeat_timeout_and_its_absences_add_up():
+    """Observations at chosen instants of the watcher's clock (gaps only a stopped or starved
+    watcher leaves): a gap of half the heartbeat timeout (2.5 s), or of 2 s, is the watcher there;
+    a gap of 10 s is its absence less the poll interval it would have waited anyway, and two such
+    gaps before the worker's next beat add up."""
+    watching = checks()  # heartbeat timeout 5 s, a poll every 0.25 s
+    seen = watching.seen[ENV] = Seen()
+    for now in (100.0, 102.5, 104.5):  # the first observation, then gaps of 2.5 s and 2 s
+        watching.discount_own_absence(now)
+    assert seen.watcher_absent_s == 0.0
+    watching.discount_own_absence(114.5)
+    assert seen.watcher_absent_s == 10.0 - CONFIG.poll_interval_s
+    watching.discount_own_absence(124.5)
+    assert seen.watcher_absent_s == 2 * (10.0 - CONFIG.poll_interval_s)
 
 
 def test_the_watcher_s_own_absence_is_no_evidence_of_a_worker_s_silence():
