@@ -5,10 +5,13 @@ are ended, and IncidentStop carries the report; a second caller waits for the fi
 the same; with `exit_process` the process ends with exit 4 once all of that is done. Each case
 runs in a process of its own (tests/respond_script.py): the response ends its process's children.
 The in-process cases (what the mutation run sees) also read real processes' stacks: a worker's
-faulthandler dump and py-spy's, and py-spy's of the simulator server a stalled call waits on."""
+faulthandler dump and py-spy's, py-spy's of the simulator server a stalled call waits on, and a
+worker elsewhere's answer through a real heartbeat store; and a response that fails before its
+report still stops later callers with the incident."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -25,6 +28,10 @@ import pytest
 
 from fleetrl import exit_codes
 from fleetrl.checkpoint import save_checkpoint
+from fleetrl.probe.seal import Seal, SealedStore, run_secret
+from fleetrl.probe.stack_requests import StackAsker, connect_answerer
+from fleetrl.probe.store import HeartbeatStore
+from fleetrl.probe.store_client import StoreClient
 from fleetrl.watch.incident import Incident
 from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT
 from fleetrl.watch.respond import IncidentStop, Responder, runs_python, subprocess_stack
@@ -185,25 +192,44 @@ def test_a_subprocess_s_stack_is_read_by_py_spy_where_its_command_line_is_the_on
 
 def test_a_python_interpreter_is_told_by_its_executable_or_by_the_libpython_it_maps(tmp_path):
     """`runs_python`: this interpreter (its executable named python3.x); the same interpreter under
-    another name (as a simulator embedding Python is), by the libpython it maps; `tail`, neither; a
-    pid that is gone, not. (This host's interpreters map libpython, as pyenv's and Debian's do.)"""
+    another name (as a simulator embedding Python is), by the libpython it maps; a program named
+    python3 that maps no libpython, by its name (a statically linked interpreter, as Debian's
+    /usr/bin/python3 and python-build-standalone's are: here `sleep` under that name stands for
+    one, which not every host has); `tail`, neither; a pid that is gone, not. (This interpreter
+    maps libpython, as pyenv's does.)"""
     assert b"libpython" in Path(f"/proc/{os.getpid()}/maps").read_bytes(), "a statically linked interpreter"
-    embedding = tmp_path / "sim"
+    embedding, static = tmp_path / "sim", tmp_path / "python3"
     shutil.copy(os.path.realpath(sys.executable), embedding)
+    shutil.copy(shutil.which("sleep"), static)
     waits = "import time; print('ready', flush=True); time.sleep(600)"
     renamed = subprocess.Popen([embedding, "-c", waits], stdout=subprocess.PIPE)
+    named = subprocess.Popen([static, "600"])
     follower = subprocess.Popen(["tail", "-f", "/dev/null"])
     gone = subprocess.Popen(["true"])
     gone.wait()
     try:
         assert renamed.stdout.readline() == b"ready\n"
         assert os.path.basename(os.readlink(f"/proc/{renamed.pid}/exe")) == "sim"
-        pids = (os.getpid(), renamed.pid, follower.pid, gone.pid)
-        assert [runs_python(pid) for pid in pids] == [True, True, False, False]
+        assert b"libpython" not in Path(f"/proc/{named.pid}/maps").read_bytes()
+        pids = (os.getpid(), renamed.pid, named.pid, follower.pid, gone.pid)
+        assert [runs_python(pid) for pid in pids] == [True, True, True, False, False]
     finally:
-        for process in (renamed, follower):
+        for process in (renamed, named, follower):
             process.kill()
             process.wait()
+
+
+def test_a_py_spy_that_does_not_answer_is_given_up_on_within_its_bound(tmp_path, monkeypatch):
+    """py-spy's read of a stalled call's subprocess is bounded (SUBPROCESS_STACK_TIMEOUT_S, within
+    the teardown's promise): one that does not answer within it (here a stand-in, first on PATH,
+    that sleeps 30 s and then says nothing) is ended and the stack said to have timed out, and the
+    response goes on."""
+    stand_in = tmp_path / "py-spy"
+    stand_in.write_text("#!/bin/sh\nexec sleep 30\n")
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    command = Path(f"/proc/{os.getpid()}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    assert subprocess_stack(os.getpid(), command.strip()) == "(py-spy timed out)"
 
 
 # A worker's process as the response sees it: its stacks dumped on SIGUSR1 into the run's stacks folder
@@ -260,3 +286,63 @@ def test_in_this_process_the_report_has_each_worker_s_stack_what_the_call_waits_
     first, second, third = written["waits_on"]
     assert "serve_forever (tests/sim_server.py:" in first["stack"], first
     assert (second["stack"], "stack" in third) == ("(not on this machine, or gone)", False)
+
+
+# A worker on another machine as the response sees it: only the heartbeat store reaches it
+ELSEWHERE = {("env", 0): {"pid": 1, "machine": "another-machine", "host": "far-host", "phase": "env.step"}}
+FAR_WORKERS = [{"component": "env", "rank": 0, "node": 1}]
+
+
+def far_incident(cause: str = "phase_timeout", summary: str = "env rank 0 is stuck") -> Incident:
+    return Incident(cause, summary, time.time() - 7.0, ("env", 0), records=ELSEWHERE)
+
+
+def test_in_this_process_a_worker_elsewhere_answers_with_its_stacks_through_the_heartbeat_store(tmp_path):
+    """The response asks its workers for their stacks through the heartbeat store (`ask_stacks`,
+    set once the store is open): a worker on another machine, which no signal reaches, answers
+    from its own heartbeat thread (here a thread of this process, on its own connection to a real
+    store), and its answer is its stack in the report."""
+    secret = run_secret()
+    store = HeartbeatStore("127.0.0.1", secret)
+    answerer = connect_answerer("127.0.0.1", store.port, "env", 0, secret)
+    stop = threading.Event()
+
+    def beats():
+        while not stop.wait(0.05):
+            answerer()
+
+    thread = threading.Thread(target=beats, name="fleetrl-heartbeat")
+    thread.start()
+    responder = Responder(tmp_path)
+    responder.ask_stacks = StackAsker(store.sealed, 30.0)
+    try:
+        with pytest.raises(IncidentStop):
+            responder.respond(far_incident(), FAR_WORKERS)
+    finally:
+        stop.set()
+        thread.join()
+        answerer.store.store.close()
+    (worker,) = report(tmp_path)["workers"]
+    assert worker["stack"].startswith("Thread "), worker["stack"]
+    assert "in test_in_this_process_a_worker_elsewhere_answers_with_its_stacks_through" in worker["stack"]
+    assert '"fleetrl-heartbeat" (taking these stacks)' in worker["stack"]
+
+
+def test_a_response_that_fails_before_its_report_still_stops_every_later_caller_with_the_incident(tmp_path):
+    """The response fails while taking the stacks (its connection to the heartbeat store is
+    closed): the failure reaches its caller, no report is written, and a later caller (the main
+    thread, after the watchdog's) raises IncidentStop with the first incident's cause and summary."""
+    secret = run_secret()
+    store = HeartbeatStore("127.0.0.1", secret)
+    lost = StoreClient("127.0.0.1", store.port)
+    lost.close()
+    responder = Responder(tmp_path)
+    responder.ask_stacks = StackAsker(SealedStore(lost, Seal(secret)), 30.0)
+    with pytest.raises(OSError) as failed:
+        responder.respond(far_incident(), FAR_WORKERS)
+    assert failed.value.errno == errno.EBADF, failed.value
+    assert not (tmp_path / REPORT_JSON).exists() and responder.done.is_set()
+    with pytest.raises(IncidentStop) as later:
+        responder.respond(far_incident("worker_died", "another"), FAR_WORKERS)
+    assert later.value.report == {"cause": "phase_timeout", "summary": "env rank 0 is stuck"}
+    assert str(later.value) == "phase_timeout: env rank 0 is stuck"
