@@ -3,11 +3,11 @@ a stop (Ctrl-C, SIGTERM) that does not save the iteration under way, a restart t
 scratch instead of the newest intact checkpoint, and an incident's teardown that takes 30 s.
 
 For the unchanged tree and then for each plant, in a scratch copy of this commit's tracked files
-(`git archive HEAD`, removed afterwards whatever happens): the plant, one exact text substitution
-in one product file (not a test), applied — it fails loudly when the text is no longer there
-exactly once, so the script keeps up with the code — and then the CI tests that hold its promise,
-run as CI runs them (pyproject's addopts: `-m 'not slow'`, three xdist workers) with this
-interpreter and PYTHONPATH at the copy:
+(`git archive HEAD`, removed afterwards whatever happens): the plant (tests/planted.py: one exact
+text substitution in one product file, not a test) applied — it fails loudly when the text is no
+longer there exactly once, and tests/test_planted.py checks in CI that it is — and then the CI
+tests that hold its promise, run as CI runs them (pyproject's addopts: `-m 'not slow'`, three
+xdist workers) with this interpreter and PYTHONPATH at the copy:
 
     python -m pytest -q -p no:cacheprovider --junitxml=... <test ids>
 
@@ -34,74 +34,16 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the kit
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
 import kit  # noqa: E402
 
+from tests.planted import PLANTS  # noqa: E402
 from tests.support import TEARDOWN_BOUND_S, Descendants, describe, end  # noqa: E402
 
-STOP_TEST = (
-    "tests/test_stops_save.py::test_a_stop_mid_update_saves_the_iteration_and_the_resume_is_the_uninterrupted_run"
-)
-RESTART_TEST = "tests/test_restarts.py::test_a_crash_costs_one_restart_and_the_run_continues_from_its_checkpoint_to_a_learned_return"
-
-
-@dataclass(frozen=True)
-class Plant:
-    name: str
-    promise: str
-    file: str  # relative to the repository root
-    old: str  # found exactly once in `file`
-    new: str
-    tests: tuple[str, ...]  # CI test ids (docs/reference/promises.md names them)
-
-    def apply(self, tree: Path) -> None:
-        path = tree / self.file
-        text = path.read_text()
-        found = text.count(self.old)
-        if found != 1:
-            raise SystemExit(
-                f"plant {self.name}: {self.file} holds its text {found} times, not once; the code has moved on: "
-                f"update the plant in {Path(__file__).name}. The text:\n{self.old}"
-            )
-        path.write_text(text.replace(self.old, self.new))
-
-
-PLANTS = (
-    Plant(
-        "stop_does_not_save",
-        "Ctrl-C or SIGTERM in the middle of an update writes a checkpoint of the iteration under way",
-        "fleetrl/controller/loop.py",
-        '            log.warning("interrupted at iteration %d: saving a checkpoint", self.state.iteration)\n'
-        "            self.checkpoint()\n"
-        "            raise\n",
-        '            log.warning("interrupted at iteration %d: saving a checkpoint", self.state.iteration)\n'
-        "            raise\n",
-        (f"{STOP_TEST}[inline-SIGINT]", f"{STOP_TEST}[inline-SIGTERM]"),
-    ),
-    Plant(
-        "restart_from_scratch",
-        "a restart continues from the newest intact checkpoint",
-        "fleetrl/supervise/attempt.py",
-        "if list_checkpoints(self.run_dir) and (restart or self.config.runner.resume) else None",
-        "if list_checkpoints(self.run_dir) and self.config.runner.resume else None",
-        (f"{RESTART_TEST}[inline]",),
-    ),
-    Plant(
-        "teardown_takes_30_s",
-        "every process of the run is gone within 10 s of an incident's detection",
-        "fleetrl/watch/respond.py",
-        "        finally:\n            kill_remote()\n",
-        "        finally:\n            time.sleep(30)\n            kill_remote()\n",
-        (
-            "tests/test_fault_matrix.py::test_an_exception_in_the_first_env_reset_inline_is_named_at_once",
-            "tests/test_supervisor.py::test_kill_9_of_the_controller_is_worker_died_and_nothing_is_left[inline]",
-        ),
-    ),
-)
 UNCHANGED = "unchanged"
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 MESSAGE_CHARS = 400  # of a failure's first error line, in the record (the table shows fewer)
