@@ -141,13 +141,16 @@ def command_train(args) -> int:
     from fleetrl.plan.layout import dry_run_text
     from fleetrl.plan.load import load_unchecked
     from fleetrl.plan.resolve import resolve
+    from fleetrl.run_dir import resume_dir
 
     plan = resolve(load_unchecked(args.config, args.overrides), args.command)
     config = plan.config
-    if config.runner.init_from is not None:
+    if config.runner.init_from is not None and resume_dir(config) is None:
         from fleetrl.checkpoint import initial_weights
 
-        initial_weights(config.runner.init_from)  # a bad path: exit 2 now, naming it
+        # a bad path: exit 2 now, naming it. A resume never reads it (its checkpoint holds the
+        # weights and the KL's reference), so a start folder moved or deleted since does not stop one
+        initial_weights(config.runner.init_from)
     if args.dry_run:
         print(dry_run_text(plan.layout))
         return exit_codes.OK

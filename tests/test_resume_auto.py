@@ -4,6 +4,7 @@ the first time (no run of that name yet) it starts one."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -66,3 +67,25 @@ def test_a_newest_run_without_a_complete_checkpoint_is_a_config_error_naming_it(
     message = capsys.readouterr().err
     assert "config error at 'runner.resume': got 'auto'" in message
     assert f"{newest} has none" in message and f"the newest that has one is {older}" in message
+
+
+def test_a_resume_does_not_need_the_folder_its_run_started_from(tmp_path):
+    """`runner.init_from` is read when a run starts, never on a resume (the checkpoint holds the
+    weights, and the KL's reference with `algorithm.kl_coef`): a start folder deleted since — a
+    scratch disk cleaned, a run moved to another machine — must not stop the resume."""
+    start = fleetrl(*job(tmp_path / "start", "runner.total_env_steps=256"), cwd=tmp_path, runs=tmp_path / "start")
+    start.succeeded()
+    runs = tmp_path / "runs"
+    from_start = [f"runner.init_from={start.run_dir}", "algorithm.kl_coef=0.1"]
+    first = fleetrl(*job(runs, *from_start, "runner.total_env_steps=512"), cwd=tmp_path, runs=runs).succeeded()
+    assert f"policy weights from {start.run_dir}" in first.stderr
+    shutil.rmtree(start.run_dir)
+
+    resumed = fleetrl(*job(runs, *from_start, "runner.total_env_steps=768"), cwd=tmp_path, runs=runs).succeeded()
+    assert f"resumed {first.run_dir} at iteration 2, 512 env steps" in resumed.stderr
+    assert (resumed.summary["iterations"], resumed.summary["global_step"]) == (3, 768)
+    assert resumed.metrics[-1]["reference_kl"] > 0  # the reference came back with the checkpoint
+
+    fresh = fleetrl(*job(tmp_path / "fresh", *from_start, "runner.total_env_steps=256"), cwd=tmp_path)
+    assert fresh.code == 2  # a new run still needs it, and says so before anything starts
+    assert "config error at 'runner.init_from'" in fresh.stderr and "no such file or directory" in fresh.stderr

@@ -250,7 +250,8 @@ class RunnerConfig:
     init_from: str | None = None
     """A run directory (its newest intact checkpoint) or a checkpoint file whose policy weights
     start this run, e.g. `fleetrl sft`'s for RL; the optimizer, counters and normaliser statistics
-    start fresh (docs: guides/manipulation.md)."""
+    start fresh (docs: guides/manipulation.md). Read when a run starts, never on a resume, whose
+    checkpoint holds the weights (and `algorithm.kl_coef`'s reference)."""
     torch_threads: Annotated[int, NonNegative] = 1
     """Intra-op threads of the controller's process (0: torch's default)."""
     target_return: Annotated[float, Finite] | None = None
