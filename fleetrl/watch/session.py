@@ -40,6 +40,7 @@ from fleetrl.probe.stacks import register_stack_dump, stack_file
 from fleetrl.teardown import kill_own_children
 from fleetrl.watch.incident import DEADLINE_HINT, Incident
 from fleetrl.watch.judging.classify import RemoteWorkers, incident_from_error
+from fleetrl.watch.judging.ray_memory import explain_death
 from fleetrl.watch.watcher import Watcher, expire_after
 
 
@@ -103,6 +104,7 @@ class WatchSession:
             incident = incident_from_error(error, records, self.remote, self.run_dir)
         else:
             incident.detail = f"seen by the others as: {error}"
+            incident = explain_death(incident, str(error))
         incident.records = records
         self.watcher.respond(incident, self.workers, self.stop_remote_after_incident)
 

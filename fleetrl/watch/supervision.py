@@ -33,6 +33,7 @@ from fleetrl.watch.incident import DEADLINE_HINT, Incident
 from fleetrl.watch.judging.judgement import on_watcher_clock
 from fleetrl.watch.judging.last_words import LastWords, how_it_ended, node_name
 from fleetrl.watch.judging.node_loss import lost_node
+from fleetrl.watch.judging.ray_memory import explain_death
 from fleetrl.watch.naming import describe, where
 from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT, record_restarts
 from fleetrl.watch.respond import IncidentStop
@@ -236,7 +237,7 @@ class ControllerWatch:
         if dead is None:
             return incident
         dead.detail = f"seen by the others as: {incident.summary}"
-        return dead
+        return explain_death(dead, f"{incident.summary}\n{incident.detail}")
 
     def attach_in_controller(self, paths: list[Path]) -> None:
         """Let the controller's report hooks (its trackers) attach the report; returns when they

@@ -20,6 +20,7 @@ from fleetrl.watch.incident import Incident, died
 from fleetrl.watch.judging.judgement import on_watcher_clock
 from fleetrl.watch.judging.last_words import LastWords
 from fleetrl.watch.judging.node_loss import lost_node
+from fleetrl.watch.judging.ray_memory import memory_kill
 from fleetrl.watch.naming import describe
 
 DISK_FULL_HINT = (
@@ -60,7 +61,8 @@ def incident_from_error(
     arrives as a `WorkerError` naming its raiser (on Ray inside a RayTaskError, possibly after
     travelling as another call's argument); a dead Ray worker as a RayActorError carrying its
     actor id and pid (`worker_died` with its last words, or the collective mismatch its stderr
-    names: incident.died); the controller's own ENOSPC is `disk_full`
+    names: incident.died); workers Ray's memory monitor killed as `worker_died` naming them and the
+    node's memory (judging/ray_memory.py); the controller's own ENOSPC is `disk_full`
     naming the file (else `run_dir`) and the bytes left there. Any of these while a worker's node
     no longer runs Ray is that node's loss (`node_lost`), the error its echo."""
     now = time.time()
@@ -88,6 +90,9 @@ def incident_from_error(
             key,
             str(error),
         )
+    kill = memory_kill(str(error))
+    if kill is not None:  # Ray's memory monitor killed workers: name them, not the caller that got the news
+        return kill.incident(records, now, str(error))
     raised = worker_error(error)
     if raised is None and full_disk(error):  # the controller's own write: a checkpoint, metrics
         return Incident("disk_full", disk_full_summary(error, run_dir), now, None, DISK_FULL_HINT)

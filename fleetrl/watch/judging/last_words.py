@@ -37,6 +37,8 @@ FAULTHANDLER_SIGNALS = {  # faulthandler's "Fatal Python error: <name>" for the 
 RAY_WORKER_LOG = re.compile(r"worker-[0-9a-f]+-[0-9a-f]+-\d+\.err")
 RAY_SIGNAL = re.compile(r"\*\*\* (SIG[A-Z0-9]+) received")
 FATAL = re.compile(r"Fatal Python error: ([A-Za-z -]+)")
+# How a worker ended that left nothing in its stderr (judging/ray_memory.py tells a memory kill)
+UNEXPLAINED_END = "ended without a signal or error in its stderr (SIGKILL, the OOM killer, or an exit)"
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def how_it_ended(tail: str, exit_code: int | None = None) -> str:
         return f"killed by {FAULTHANDLER_SIGNALS[fatal.group(1).strip()]}"
     if exit_code is not None:
         return f"killed by {signal.Signals(-exit_code).name}" if exit_code < 0 else f"exited with code {exit_code}"
-    return "ended without a signal or error in its stderr (SIGKILL, the OOM killer, or an exit)"
+    return UNEXPLAINED_END
 
 
 def on_this_node(worker_pid: int, node: str, logs_dir: str | None = None) -> dict:
