@@ -86,8 +86,11 @@ def test_a_rank_gloo_aborts_on_a_collective_mismatch_is_reported_as_that_mismatc
         r"actor rank 1 \(pid \d+, node 0 \([^)]+\)\) was aborted by a collective mismatch: its collectives "
         r"diverged from its peers' \(killed by SIGABRT; its stderr: \".*Received data size doesn't match "
         r"expected size\. Is there a distributed collective mismatch in your code\?.*\"\); it was "
-        # Gloo aborts in its own thread: during the call, or once the call has returned
-        r"(in actor\.train for \d+\.\d s|idle between calls)",
+        # Gloo aborts in its own thread: during the call, or once the call has returned. The phase
+        # is the dead rank's last heartbeat's: on a loaded host (CI's three workers) that beat can
+        # predate the train call, and the report says actor.construct (seen in a rehearsal at
+        # 5a4e87d and at 7b7696b's code alike; "32 vs 4" is the planted train-time divergence)
+        r"(in actor\.(train|construct) for \d+\.\d s|idle between calls)",
         report["summary"],
     ), report["summary"]
     assert report["last_words"]["ended"] == "killed by SIGABRT", report["last_words"]
