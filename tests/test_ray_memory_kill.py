@@ -95,3 +95,24 @@ def test_a_worker_the_watchdog_found_gone_is_named_killed_by_the_monitor_that_it
             "",
         )
     )
+
+
+def test_a_kill_message_without_the_nodes_line_says_what_it_does_say():
+    """Another Ray version may word the node's use or the threshold differently: the report then
+    says the monitor killed the worker and what this run's killed workers held, with no made-up
+    figures (it had said "nan of nan GB")."""
+    without_node = "\n".join(line for line in BETWEEN_CALLS.split("\n") if not line.startswith("OutOfMemoryError"))
+    message = "OutOfMemoryError: 3 worker(s) were killed due to the node running low on memory.\n" + without_node
+    words = LastWords(UNEXPLAINED_END, "node 0 (vm)", "")
+    dead = died(("env", 0), {"pid": 22225}, words, "it was idle between calls", 0.0)
+    assert explain_death(dead, message).summary == (
+        "env rank 0 (pid 22225, node 0 (vm)) died: killed by Ray's memory monitor: over its kill threshold of "
+        "95 % of the node's memory; it was idle between calls; it killed 3 worker(s) of this run: rollout rank 0 "
+        "(pid 22309, 0.32 GB), actor rank 0 (pid 22227, 0.4 GB), env rank 0 (pid 22225, 0.08 GB), together 0.80 GB"
+    )
+    bare = "OutOfMemoryError: 1 worker(s) were killed due to the node running low on memory."
+    lone = died(("env", 0), {"pid": 22225}, words, "it was idle between calls", 0.0)
+    assert explain_death(lone, bare).summary == (
+        f"env rank 0 (pid 22225, node 0 (vm)) died: {UNEXPLAINED_END}; it was idle between calls; killed by "
+        "Ray's memory monitor; none of the workers it killed was named in Ray's error"
+    )

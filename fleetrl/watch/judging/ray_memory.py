@@ -42,27 +42,32 @@ class Victim:
 
 
 @dataclass(frozen=True)
-class MemoryKill:
-    """What Ray's `OutOfMemoryError` says: the node, its memory in use and limit (GB), the
-    threshold (percent of the node's memory) and the fleetrl workers it killed."""
-
+class NodeUse:
     node: str
     used_gb: float
     limit_gb: float
+
+
+@dataclass(frozen=True)
+class MemoryKill:
+    """What Ray's `OutOfMemoryError` says: the node and its memory in use and limit (GB), the
+    threshold (percent of the node's memory) and the fleetrl workers it killed. The node's line
+    or the threshold can be missing from a message (another Ray version's wording): then None,
+    and the report says only what the message did."""
+
+    node_use: NodeUse | None
     threshold_pct: float | None
     victims: tuple[Victim, ...]
 
     def ended(self) -> str:
         """How the killed workers ended, for a dead worker's summary."""
-        past = (
-            f", over its kill threshold of {self.threshold_pct:g} % of the node's memory"
-            if self.threshold_pct is not None
-            else ""
-        )
-        return (
-            f"killed by Ray's memory monitor: node {self.node} had {self.used_gb:g} of {self.limit_gb:g} GB "
-            f"of memory in use{past}"
-        )
+        said = []
+        if self.node_use is not None:
+            use = self.node_use
+            said.append(f"node {use.node} had {use.used_gb:g} of {use.limit_gb:g} GB of memory in use")
+        if self.threshold_pct is not None:
+            said.append(f"over its kill threshold of {self.threshold_pct:g} % of the node's memory")
+        return "killed by Ray's memory monitor" + (f": {', '.join(said)}" if said else "")
 
     def account(self) -> str:
         """Which of this run's workers it killed and how much of the node's memory they held."""
@@ -70,7 +75,7 @@ class MemoryKill:
             return "none of the workers it killed was named in Ray's error"
         held = sum(v.used_gb for v in self.victims)
         each = ", ".join(f"{describe(v.key)} (pid {v.pid}, {v.used_gb:g} GB)" for v in self.victims)
-        share = f"{held:.2f} of the {self.used_gb:g} GB in use"
+        share = f"{held:.2f} of the {self.node_use.used_gb:g} GB in use" if self.node_use else f"{held:.2f} GB"
         return f"it killed {len(self.victims)} worker(s) of this run: {each}, together {share}"
 
     def incident(self, records: dict, now: float, error: str) -> Incident:
@@ -94,9 +99,7 @@ def memory_kill(text: str) -> MemoryKill | None:
     for component, rank, pid, used in VICTIM.findall(text):
         victims.setdefault(int(pid), Victim((component, int(rank)), int(pid), float(used)))
     return MemoryKill(
-        use.group(1) if use else "?",
-        float(use.group(2)) if use else float("nan"),
-        float(use.group(3)) if use else float("nan"),
+        NodeUse(use.group(1), float(use.group(2)), float(use.group(3))) if use else None,
         float(threshold.group(1)) if threshold else None,
         tuple(victims.values()),
     )
