@@ -1,7 +1,8 @@
 """User networks that fail under DDP: a head never used on any rank
 (`tests.fault_models:UnusedHeadNet`), one dropped by one actor rank mid-training
 (`tests.fault_models:HeadDroppingNet`), and a cross-rank sync of their own that one rank enters
-with another size (`tests.fault_models:StatSyncingNet`); and one that tells a test it is in the
+with another size (`tests.fault_models:StatSyncingNet`, whose diverging rank may also fall silent
+as it is built); and one that tells a test it is in the
 middle of an update (`tests.fault_models:MidUpdateNet`), for a signal sent there; and one whose
 update fails only once a collection is known to be under way (`tests.fault_models:FailsOnMarkNet`)."""
 
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from fleetrl.probe import flight_recorder
 
 
 class UnusedHeadNet(nn.Module):
@@ -52,14 +55,20 @@ class StatSyncingNet(nn.Module):
     its 32 hidden features over the actor ranks on every training forward (as a hand-written
     SyncBatchNorm would), whose actor rank `on_rank` from its `diverge_at`-th training forward
     reduces only the first (a branch on local data). Gloo aborts the rank that receives more bytes
-    than its own collective expects: `on_rank`, which diverged."""
+    than its own collective expects: `on_rank`, which diverged. With `silent`, that rank's
+    heartbeat thread stops as the model is built (in actor.construct), as one that gets no turn on
+    a loaded host: its last heartbeat predates every call it runs after."""
 
-    def __init__(self, observation_space, num_action_params, diverge_at: int = 3, on_rank: int = 1):
+    def __init__(
+        self, observation_space, num_action_params, diverge_at: int = 3, on_rank: int = 1, silent: bool = False
+    ):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(observation_space.shape[0], 32), nn.Tanh())
         self.pi, self.v = nn.Linear(32, num_action_params), nn.Linear(32, 1)
         self.diverge_at, self.calls = diverge_at, 0
         self.diverges = (os.environ.get("FLEETRL_COMPONENT"), os.environ.get("FLEETRL_RANK")) == ("actor", str(on_rank))
+        if silent and self.diverges:
+            flight_recorder.current().stop()
 
     def forward(self, obs: torch.Tensor):
         h = self.body(obs)

@@ -12,9 +12,11 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 
 from fleetrl.config.schema import WatchdogConfig
+from fleetrl.probe.flight_recorder import Recorder
 from fleetrl.probe.seal import run_secret
 from fleetrl.probe.store import HeartbeatStore, connect_publisher, parse_record
 from fleetrl.watch.watchdog import Watchdog
@@ -60,6 +62,36 @@ def test_read_returns_the_latest_record_of_each_worker_that_published():
     assert list(records) == workers
     assert [r["beat"] for r in records.values()] == [10, 11, 12, 13]
     assert store.read([]) == {}
+
+
+def test_a_wait_is_in_the_store_as_it_begins_and_its_end_at_the_beat_it_wakes():
+    """The controller's wait on its workers' calls (cluster/groups.py `RayGroup.get`) is published
+    from the waiting thread before it waits, not at the next beat (a minute away here): a worker may
+    die a moment after. Its end wakes the heartbeat thread, which publishes it."""
+    secret = run_secret()
+    store = HeartbeatStore("127.0.0.1", secret)
+    controller = ("controller", 0)
+    recorder = Recorder(*controller, 0)
+    recorder.start_publishing(connect_publisher("127.0.0.1", store.port, *controller, secret), 60.0)
+    try:
+        assert store.read([controller])[controller]["waiting_on"] == []
+        sent = time.time() - 1.0
+        recorder.wait_on((("actor", "actor.train", (0, 1), sent),))
+        (call,) = store.read([controller])[controller]["waiting_on"]
+        assert call["elapsed_s"] >= 1.0
+        assert {**call, "elapsed_s": None} == {
+            "component": "actor",
+            "phase": "actor.train",
+            "ranks": [0, 1],
+            "elapsed_s": None,
+        }
+        recorder.wait_on(())
+        deadline = time.monotonic() + 30
+        while store.read([controller])[controller]["waiting_on"]:
+            assert time.monotonic() < deadline, "the wait's end was not published"
+            time.sleep(0.02)
+    finally:
+        recorder.stop()
 
 
 MALFORMING_WORKER = """

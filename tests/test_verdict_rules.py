@@ -218,6 +218,34 @@ def test_a_dead_worker_s_last_words_are_read_from_its_ray_log_on_this_machine(tm
     )
 
 
+def test_a_dead_worker_was_in_the_call_the_controller_waits_on_unless_its_own_later_beat_shows_a_phase(gone_pid):
+    """The controller's record names the calls it waits on, sent 2.0 s before its beat, seen 0.5 s
+    ago: 2.5 s. A dead worker's last beat older than that call (or as old) is overruled by it, as is a later
+    one that shows it idle; a later one in a phase says more; a worker nothing waits on is its heartbeat."""
+    waiting = [{"component": "actor", "phase": "actor.train", "ranks": [0, 1], "elapsed_s": 2.0}]
+    controller = record(heartbeat_age_s=0.5, phase="collect_and_train", waiting_on=waiting)
+
+    def doing(dead: dict, waits=controller) -> str:
+        incident = checks().check_alive({ACTOR: dead, ("controller", 0): waits}, 1000.0)
+        return incident.summary.split("; it was ")[1]
+
+    for age in (9.0, 2.5):
+        assert doing(record(gone_pid, heartbeat_age_s=age, phase="actor.construct", phase_age_s=age)) == (
+            "in actor.train for 2.5 s"
+        )
+    assert doing(record(gone_pid, heartbeat_age_s=1.0, phase=None, phase_age_s=None)) == "in actor.train for 2.5 s"
+    assert doing(record(gone_pid, heartbeat_age_s=1.0, phase="actor.train", phase_age_s=1.9)) == (
+        "in actor.train for 1.9 s"
+    )
+    elsewhere = record(heartbeat_age_s=0.5, waiting_on=[{**waiting[0], "component": "env"}])
+    for waits in (record(heartbeat_age_s=0.5), record(heartbeat_age_s=0.5, waiting_on=[]), elsewhere):
+        assert doing(record(gone_pid, heartbeat_age_s=9.0, phase="actor.construct", phase_age_s=9.0), waits) == (
+            "in actor.construct for 9.0 s"
+        )
+    other_rank = record(heartbeat_age_s=0.5, waiting_on=[{**waiting[0], "ranks": [0]}])
+    assert doing(record(gone_pid, heartbeat_age_s=9.0, phase=None), other_rank) == "idle between calls"
+
+
 def silence(tid: int, ready: list[bool]) -> Silence:
     """The watcher's samples of a silent process's thread `tid` over 2 s, evenly spaced: found
     ready to run (waiting for a CPU) or not at each, having used no CPU."""

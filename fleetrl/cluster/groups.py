@@ -11,16 +11,23 @@ runs): one dict lookup per call once a method has been checked.
 passed as an argument to another call, so the controller can queue a whole chain of dependent
 calls (env step → rollout act → env step …) and each worker runs them in submission order as
 their inputs arrive. That is what pipelines env and rollout without any threads here.
+
+A Ray group's `get` publishes what it waits on — each call's worker, phase and when it was sent
+(`SentCalls`) — in this process's heartbeat (probe/flight_recorder.py `waiting_on`): a worker that
+dies in a call is reported in that call even where its own last heartbeat predates it.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from fleetrl.plan.placement import Assignment
+from fleetrl.probe.flight_recorder import waiting_on
 from fleetrl.signals import stops_wait
 
 Method = Callable[..., Any]  # a function defined on a worker class, e.g. `EnvWorker.step`
@@ -102,10 +109,47 @@ class InlineGroup(WorkerGroup):
         return True
 
 
+# The calls per worker whose futures a wait can name: more than one ever waits on at once
+KEPT_PER_WORKER = 16
+
+
+class SentCalls:
+    """The calls this process sent to Ray workers, the last `KEPT_PER_WORKER` of each: a future's
+    id → (component, rank, phase, sent at: epoch seconds). Ids, not futures: a future kept here
+    would keep its result in Ray's object store."""
+
+    def __init__(self) -> None:
+        self.sent: dict[bytes, tuple[str, int, str, float]] = {}
+        self.kept: dict[tuple[str, int], deque[bytes]] = {}
+
+    def add(self, future, component: str, rank: int, phase: str) -> None:
+        kept = self.kept.setdefault((component, rank), deque())
+        if len(kept) == KEPT_PER_WORKER:
+            self.sent.pop(kept.popleft(), None)
+        sent = future.binary()
+        kept.append(sent)
+        self.sent[sent] = (component, rank, phase, time.time())
+
+    def waiting(self, futures: list) -> tuple:
+        """The calls of `futures` sent from here, as `Recorder.wait_on` takes them: one entry per
+        component and phase, its ranks, sent when the first of them was."""
+        calls: dict[tuple[str, str], list] = {}  # (component, phase) → [ranks, sent at]
+        for future in futures:
+            found = self.sent.get(future.binary())
+            if found is None:  # not sent through a group (a worker's start), or long ago
+                continue
+            component, rank, phase, sent = found
+            call = calls.setdefault((component, phase), [[], sent])
+            call[0].append(rank)
+            call[1] = min(call[1], sent)
+        return tuple((component, phase, tuple(ranks), sent) for (component, phase), (ranks, sent) in calls.items())
+
+
 class RayGroup(WorkerGroup):
     """Each rank is a Ray actor (`WorkerHost`) pinned to its node. `get` waits in short slices,
     raises a finished call's error without waiting for the rest, and gives up as soon as
-    `interrupt` is set (the watchdog found an incident)."""
+    `interrupt` is set (the watchdog found an incident). Its calls are noted in `sent`, which
+    the groups of one cluster share (a wait may take another group's futures)."""
 
     def __init__(
         self,
@@ -113,11 +157,13 @@ class RayGroup(WorkerGroup):
         handles: list,
         worker_class: type,
         interrupt: threading.Event,
+        sent: SentCalls,
         prefix: str = "",
     ):
         super().__init__(assignments, worker_class, prefix)
         self.handles: list = handles
         self.interrupt: threading.Event = interrupt
+        self.sent: SentCalls = sent
 
     @property
     def world_size(self) -> int:
@@ -125,11 +171,16 @@ class RayGroup(WorkerGroup):
 
     def view(self, component: str, worker_class: type) -> RayGroup:
         """The same processes seen as `component`'s group (fused ranks host several components)."""
-        return RayGroup(self.assignments, self.handles, worker_class, self.interrupt, f"{component}.")
+        return RayGroup(self.assignments, self.handles, worker_class, self.interrupt, self.sent, f"{component}.")
 
     def call(self, rank: int, method: Method, *args):
         name = self.wire_names.get(method) or self.wire_name(method)
-        return self.handles[rank].call.remote(name, *args)
+        future = self.handles[rank].call.remote(name, *args)
+        assignment = self.assignments[rank]
+        # the phase the worker runs it as (probe/recorded_calls.py): a prefixed name is one already
+        phase = name if self.prefix else f"{assignment.component}.{name}"
+        self.sent.add(future, assignment.component, assignment.rank, phase)
+        return future
 
     def call_all(self, method: Method, *args) -> list:
         """Every rank gets the call, or a stop came first and none did (signals.py `stops_wait`):
@@ -155,12 +206,17 @@ class RayGroup(WorkerGroup):
         single = not isinstance(futures, list)
         pending = [futures] if single else list(futures)
         while pending:
+            waiting_on(self.sent.waiting(pending))
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=slice_s, fetch_local=False)
             if self.interrupt.is_set():
                 raise Interrupted("the watchdog raised an incident")
             if ready and pending:  # a failed call raises now: its peers may wait for it forever
                 ray.get(ready)
-        return ray.get(futures)
+        results = ray.get(futures)
+        # Only once the results are in: a wait that raised (a dead worker, an incident) stays in
+        # the heartbeat for the watcher, which reads it to name what the dead worker was doing
+        waiting_on(())
+        return results
 
 
 class Interrupted(Exception):

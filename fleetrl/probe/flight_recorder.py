@@ -9,6 +9,12 @@ of the main loop: a main thread stuck in C code that releases the GIL (a collect
 waiting on its device) keeps beating with a growing phase age; one that holds the GIL, or a
 stopped process, stops beating — which the watchdog reads as frozen.
 
+A process that sends calls to workers in processes of their own (the controller, on Ray) also
+publishes the calls it waits on (`waiting_on`: cluster/groups.py `RayGroup.get`): the watcher
+tells what a dead worker was doing from it where the worker's own last beat predates the call
+(watch/naming.py `doing`). A wait is published at once, from the waiting thread, when it begins:
+the worker may die a moment later, before the next beat.
+
 Each record also says whether the phase's thread is working, for the watchdog to tell a blocked
 call from a busy one: the CPU seconds of that thread and of the process, and a signature of that
 thread's stack (~10 us a beat, benchmarks/costs/heartbeat_fields.py). Ages are published as the
@@ -82,6 +88,10 @@ class Recorder:
         self.stopped = threading.Event()
         self.wake = threading.Event()  # set: publish the next beat at once (`beat_soon`)
         self.waits = WaitSampler()
+        # The calls this process waits on, ((component, phase, ranks, sent at), ...): `wait_on`
+        self.waiting: tuple = ()
+        self.publish: Callable[[str], None] | None = None  # set by `start_publishing`
+        self.publishing = threading.Lock()  # one beat at a time: the heartbeat thread's, or a wait's
 
     def call(self) -> tuple:
         """(start, thread) of the phase call running now: one call, whatever its phase's name."""
@@ -171,13 +181,35 @@ class Recorder:
             "call_collectives": {stats.name: stats.collectives for stats in finished},
             "collectives_in_call": self.collectives.count - self.call_base if current else None,
             **self.collectives.record(),
+            "waiting_on": [
+                {"component": component, "phase": name, "ranks": list(ranks), "elapsed_s": now - sent}
+                for component, name, ranks, sent in self.waiting
+            ],
         }
+
+    def publish_record(self) -> None:
+        with self.publishing:
+            self.publish(json.dumps(self.record()))
+
+    def wait_on(self, waiting: tuple) -> None:
+        """This process now waits on the calls `waiting` — ((component, phase, ranks, sent at:
+        epoch seconds), ...), empty once the wait is over. A wait that begins is published now,
+        from the caller's thread; its end at the next beat, woken now (the heartbeat thread's)."""
+        if waiting == self.waiting:
+            return
+        self.waiting = waiting
+        if not waiting or self.publish is None:
+            self.beat_soon()
+            return
+        with contextlib.suppress(Exception):  # a lost beat is reported as staleness
+            self.publish_record()
 
     def start_publishing(
         self, publish: Callable[[str], None], interval_s: float, after_beat: Callable[[], None] = lambda: None
     ) -> None:
         """Publish `record()` as JSON every `interval_s` from a daemon thread; then `after_beat()`
         (answering a stack request: probe/stack_requests.py)."""
+        self.publish = publish
 
         def beat():
             while not self.stopped.is_set():
@@ -187,10 +219,10 @@ class Recorder:
                     return
                 with contextlib.suppress(Exception):  # a lost beat is reported as staleness
                     self.sample_waits(interval_s)
-                    publish(json.dumps(self.record()))
+                    self.publish_record()
                     after_beat()
 
-        publish(json.dumps(self.record()))
+        self.publish_record()
         self.publisher = threading.Thread(target=beat, name="fleetrl-heartbeat", daemon=True)
         self.publisher.start()
 
@@ -277,6 +309,12 @@ def beat_soon() -> None:
     """`Recorder.beat_soon` of this process's recorder, where one is installed."""
     if _recorder:
         _recorder.beat_soon()
+
+
+def waiting_on(waiting: tuple) -> None:
+    """`Recorder.wait_on` of this process's recorder, where one is installed."""
+    if _recorder:
+        _recorder.wait_on(waiting)
 
 
 def phase(name: str):

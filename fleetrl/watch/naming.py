@@ -44,6 +44,30 @@ def where(record: dict) -> str:
     return f"in {phase}" if age is None else f"in {phase} for {age:.1f} s"
 
 
+def doing(key: tuple[str, int], record: dict, records: dict) -> str:
+    """What worker `key`, found dead, was doing: the call a watched process (the controller) sent
+    it and waits on (`waiting_on` in that process's record: probe/flight_recorder.py), for as long
+    as it was sent ago — unless the worker's own last heartbeat came after that call was sent and
+    shows it in a phase (that call, one inside it, or one before it not yet ended), which says
+    more. Its heartbeat alone where nothing waits on it. On a loaded host a worker's heartbeat
+    thread can go seconds without a turn: its last beat then predates the call it died in."""
+    sent = sent_call(key, records)
+    if sent is None or (record.get("phase") and record["heartbeat_age_s"] < sent[1]):
+        return where(record)
+    phase, age = sent
+    return f"in {phase} for {age:.1f} s"
+
+
+def sent_call(key: tuple[str, int], records: dict) -> tuple[str, float] | None:
+    """(phase, seconds since it was sent) of a call to worker `key` that a watched process waits
+    on, from that process's record as the watchdog annotated it (its heartbeat's age added)."""
+    for waiter in records.values():
+        for call in waiter.get("waiting_on", ()):
+            if call["component"] == key[0] and key[1] in call["ranks"]:
+                return call["phase"], call["elapsed_s"] + waiter["heartbeat_age_s"]
+    return None
+
+
 def collective_name(collective: dict) -> str:
     """'all_reduce (ddp grad bucket 0) #73', with the group where it is not the default one."""
     group = collective.get("group", DEFAULT_GROUP)

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from fleetrl import exit_codes
-from fleetrl.cluster.groups import RayGroup
+from fleetrl.cluster.groups import RayGroup, SentCalls
 from fleetrl.cluster.isolation.nodes import IsolatedNodes
 from fleetrl.cluster.ray.early_start import take_early
 from fleetrl.cluster.ray.nodes import in_node_order, joins_loopback, set_ray_loopback
@@ -51,6 +51,7 @@ class RayCluster:
         self.started = None  # the Ray nodes this process started (LocalRay, IsolatedNodes); None when joining
         self.owned: bool = config.ray_address is None
         self.workers: list[tuple[Assignment, object]] = []  # every worker created: (assignment, handle)
+        self.sent: SentCalls = SentCalls()  # the calls its groups sent, one record: a wait may mix groups
         # Workers import `module:attr` entry points the way the driver does: from its cwd first.
         self.python_path: str = os.pathsep.join([os.getcwd(), *sys.path[1:]])
         self.env_vars: dict = config.env_vars
@@ -122,7 +123,7 @@ class RayCluster:
                 ).remote(assignment.cpu_threads, factory or worker_class, assignment, watch)
             )
         self.workers.extend(zip(assignments, handles))
-        return RayGroup(assignments, handles, worker_class, interrupt, prefix)
+        return RayGroup(assignments, handles, worker_class, interrupt, self.sent, prefix)
 
     def worker_env_vars(self, assignment: Assignment) -> dict:
         shared = {k: str(v) for k, v in self.env_vars.items() if not isinstance(v, dict)}

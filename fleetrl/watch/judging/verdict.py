@@ -40,7 +40,7 @@ from fleetrl.watch.judging import alignment, last_words, rejected_records
 from fleetrl.watch.judging.judgement import BUSY, Judgement, Seen
 from fleetrl.watch.judging.node_loss import node_lost
 from fleetrl.watch.judging.starved_process import STARVED_SHARE, SilentWorkers
-from fleetrl.watch.naming import describe, where
+from fleetrl.watch.naming import describe, doing, where
 
 log = logging.getLogger("fleetrl")
 
@@ -157,7 +157,9 @@ class Checks:
         for key, record in records.items():
             if record.get("host") == self.hostname and has_ended(record["pid"]):
                 words = last_words.from_record(record)
-                return died(key, record, words, f"it was {where(record)}", now - record["heartbeat_age_s"])
+                return died(
+                    key, record, words, f"it was {doing(key, record, records)}", now - record["heartbeat_age_s"]
+                )
         return None
 
     def check_beating(self, records: dict, now: float) -> Incident | None:
