@@ -437,6 +437,29 @@ def test_a_call_is_not_judged_without_fresh_beats_nor_without_a_phase():
     assert watching.check_deadlines({ENV: record(phase=None, phase_age_s=100.0)}, 1000.0) is None
 
 
+def test_a_record_without_its_phase_s_elapsed_time_gives_the_phase_no_age_and_no_deadline():
+    """A record with only the fields the store requires (probe/store.py FIELDS) and a phase, or a
+    whole one but for the phase's elapsed time (an older or another writer's record): no deadline
+    can be judged without it, so none is, after beats that judge the call blocked — not a
+    TypeError, which the watchdog would report as a watchdog_error, stopping a healthy run. The
+    same record with its elapsed time is judged."""
+
+    def judged(record: dict) -> tuple:
+        watching = checks(workers=(ENV,))
+        beats(watching, ENV, BLOCKED)
+        records = watching.observe({ENV: {**record, "beat": 5, "time": 102.5}})
+        return records[ENV]["phase_age_s"], watching.inspect(records, time.time())
+
+    required = {"component": "env", "rank": 0, "pid": os.getpid(), "phase": "env.step", "phase_started": None}
+    whole = record(stack_signature=7, thread_io_bytes=4096, thread_cpu_s=0.0, cpu_s=0.0, thread_samples=0)
+    whole |= {"thread_waits": 0, "thread_wait": None}
+    del whole["phase_elapsed_s"], whole["heartbeat_age_s"], whole["phase_age_s"]
+    assert judged(required) == (None, None)
+    assert judged(whole) == (None, None)
+    age, incident = judged({**whole, "phase_elapsed_s": 100.0})
+    assert age >= 100.0 and (incident.cause, incident.state) == ("phase_timeout", "blocked")
+
+
 def test_each_call_is_checked_past_those_left_to_others_and_a_held_up_rank_is_its_collective_s_miss():
     """Workers before the overdue one in the records are each passed over for their own reason (no
     phase, within the deadline, no fresh beats, busy within the busy allowance (warned), waiting in

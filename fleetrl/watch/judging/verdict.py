@@ -280,7 +280,7 @@ class Checks:
     def check_deadlines(self, records: dict, now: float) -> Incident | None:
         for key, record in records.items():
             phase = record.get("phase")
-            if not phase:
+            if not phase or record["phase_age_s"] is None:  # no age without the worker's elapsed time in it
                 continue
             collective = alignment.oldest_in_flight(record)
             if collective and (
