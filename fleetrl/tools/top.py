@@ -85,7 +85,8 @@ def rows(run: LiveRun, sampler: Sampler, judge: Checks) -> list[tuple[str, ...]]
             found.append((*identity, "-", "(no heartbeat yet)", *["-"] * (len(COLUMNS) - 5)))
             continue
         phase = record.get("phase")
-        in_phase = f"{record['phase_age_s']:.1f} s" if phase else "-"
+        age = record.get("phase_age_s")  # None: a record without the phase's elapsed time (an older writer's)
+        in_phase = f"{age:.1f} s" if phase and age is not None else "-"
         deadline = f"{judge.deadline(record, phase):.0f} s" if phase else "-"
         cpu, rss = sampler.sample(record)
         beat_age = f"{record['heartbeat_age_s']:.1f} s"
