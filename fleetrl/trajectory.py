@@ -45,6 +45,10 @@ class Trajectory:
     # (T, N) int64 the policy version that acted each decision: the updates the actor had applied
     # to the weights the rollout held (docs/concepts/async.md). None where no rollout recorded it.
     versions: torch.Tensor | None = None
+    # (T, N) int64 each decision's age when trained: the actor's version at the start of the update
+    # that trains it minus `versions`. Set by the asynchronous controller when it submits the update
+    # (controller/async_updates.py); None elsewhere.
+    ages: torch.Tensor | None = None
 
     @classmethod
     def concatenate(cls, parts: list[Trajectory]) -> Trajectory:

@@ -85,6 +85,25 @@ def test_inline_it_is_the_synchronous_computation_bit_for_bit(tmp_path):
     assert overlapped.summary["staleness"] == {"0": 320} and overlapped.summary["samples_dropped"] == 0
 
 
+def test_inline_the_interpolated_proximal_policy_is_exact_and_the_run_is_the_uncorrected_one(tmp_path):
+    """`algorithm.proximal_logprob: loglinear`: inline every sample is 0 versions old, so the
+    interpolated proximal policy is the acting one exactly (α = 0) and no forward pass runs: the
+    run trains as the one without a correction, bit for bit, and reports the decoupled
+    objective's metrics beside it (every weight 1, none truncated)."""
+    job = [*SMALL, "runner.total_env_steps=320", ASYNC]
+    plain = train(CARTPOLE, *job, "algorithm.off_policy_correction=none", runs=tmp_path / "plain").succeeded()
+    interpolated = train(CARTPOLE, *job, "algorithm.proximal_logprob=loglinear", runs=tmp_path / "loglinear")
+    interpolated.succeeded()
+    assert len(interpolated.metrics) == len(plain.metrics) == 5
+    for mine, theirs in zip(interpolated.metrics, plain.metrics):
+        for key in ("global_step", "policy_loss", "value_loss", "approx_kl", "clip_fraction", "staleness_max"):
+            assert mine[key] == theirs[key], key
+        assert (mine["importance_weight_mean"], mine["importance_truncated"]) == (1.0, 0.0)
+        assert "importance_weight_mean" not in theirs
+    mine, theirs = final_policy(interpolated.run_dir), final_policy(plain.run_dir)
+    assert all(torch.equal(mine[name], theirs[name]) for name in theirs)
+
+
 def test_async_ppo_trains_cartpole_to_475_inline(tmp_path):
     result = train(
         CARTPOLE, ASYNC, "runner.target_return=475", "--skip-doctor", runs=tmp_path, timeout=LEARNING_GUARD_S

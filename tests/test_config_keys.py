@@ -221,6 +221,7 @@ def test_every_shipped_config_passes_the_dry_run(capsys, request, tmp_path, conf
 TWO_ACTORS = ["cluster.devices_per_node=2", "cluster.component_placement.actor=0-1"]
 # the rules run before runner.init_from's path is read
 KL_FROM = ["algorithm.kl_coef=0.1", "runner.init_from=/nonexistent/fleetrl-run"]
+LOGLINEAR = ["runner.asynchronous=true", "algorithm.proximal_logprob=loglinear"]
 CROSS_FIELD = {
     # id: (key the error names, overrides)
     "heartbeat interval not below the timeout": (
@@ -291,6 +292,18 @@ CROSS_FIELD = {
         [*KL_FROM, *TWO_ACTORS, "actor.strategy=fsdp"],
     ),
     "KL to the reference with PPG, whose actor keeps none": ("algorithm.kl_coef", [*KL_FROM, "algorithm.name=ppg"]),
+    "interpolated proximal log-probs in synchronous training": (
+        "algorithm.proximal_logprob",
+        ["algorithm.proximal_logprob=loglinear", "algorithm.off_policy_correction=decoupled"],
+    ),
+    "interpolated proximal log-probs without the decoupled objective": (
+        "algorithm.proximal_logprob",
+        [*LOGLINEAR, "algorithm.off_policy_correction=none"],
+    ),
+    "interpolated proximal log-probs with V-trace, whose targets need the pass": (
+        "algorithm.proximal_logprob",
+        [*LOGLINEAR, "algorithm.adv_type=vtrace"],
+    ),
 }
 
 
@@ -312,6 +325,10 @@ def test_messages_say_what_is_valid(capsys):
     assert "got 0.1" in err and "expected 0.0 without runner.init_from" in err
     err = assert_rejected(capsys, "algorithm.kl_coef", *KL_FROM, *TWO_ACTORS, "actor.strategy=fsdp")
     assert "expected 0.0 with actor.strategy fsdp over 2 actor ranks (or actor.strategy ddp)" in err
+    err = assert_rejected(capsys, "algorithm.proximal_logprob", *LOGLINEAR, "algorithm.off_policy_correction=none")
+    assert "got 'loglinear'; expected 'forward' with algorithm.off_policy_correction 'none'" in err
+    code, _, err = dry_run(capsys, *LOGLINEAR)  # the decoupled objective by default (auto)
+    assert code == 0, err
 
 
 @pytest.mark.parametrize(

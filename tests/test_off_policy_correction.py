@@ -1,7 +1,9 @@
 """The corrections for samples an older policy version acted, checked by hand on a two-version
 batch: V-trace's targets and advantages (`algorithm.adv_type: vtrace`), the decoupled objective's
-truncated importance weights and its per-sample loss (`algorithm.off_policy_correction`), and
-what they reduce to on-policy (GAE(λ)'s returns; PPO's update)."""
+truncated importance weights and its per-sample loss (`algorithm.off_policy_correction`), the
+same with the proximal log-probs interpolated by age instead of a forward pass
+(`algorithm.proximal_logprob: loglinear`) — its loss and gradient — and what they reduce to
+on-policy (GAE(λ)'s returns; PPO's update)."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ import torch
 from fleetrl.algos.common.gae import compute_gae
 from fleetrl.algos.common.vtrace import compute_vtrace
 from fleetrl.algos.ppo.actor import ActorWorker
-from fleetrl.algos.ppo.correction import Proximal, importance_weights
-from fleetrl.algos.ppo.update import policy_objective
+from fleetrl.algos.ppo.correction import Proximal, importance_weights, interpolation_weights
+from fleetrl.algos.ppo.update import PPOBatch, policy_objective, ppo_loss
 from fleetrl.non_finite import NonFiniteError
 from fleetrl.plan.load import load_config
 from fleetrl.trajectory import Trajectory
@@ -131,6 +133,47 @@ def test_the_decoupled_objective_of_a_two_version_batch_matches_the_hand_computa
     torch.testing.assert_close(loss, tensor([-1.2, 0.4, -2.2, 1.8]))
 
 
+class Recording(torch.nn.Module):
+    """`policy`, keeping the log-probs of its last forward pass for their gradient."""
+
+    def __init__(self, policy: torch.nn.Module):
+        super().__init__()
+        self.policy, self.logprobs = policy, None
+
+    def forward(self, obs, actions):
+        outputs = self.policy(obs, actions)
+        outputs.logprobs.retain_grad()
+        self.logprobs = outputs.logprobs
+        return outputs
+
+
+def test_the_interpolated_proximal_policy_of_a_two_version_batch_matches_the_hand_computation():
+    """Samples 0, 1 and 3 were acted by version v−1, sample 2 by version v, the actor's at the
+    update's start: ages [1, 1, 0, 1], α = a / (a + 1) = [½, ½, 0, ½]. The policy being trained
+    finds the actions [4, 1.21, 1.1, 0.25] times as likely as the acting policy did, so the
+    interpolated π_prox / μ = (π_θ / μ)^α = [2, 1.1, 1, 0.5]: weights min(1, ·) = [1, 1, 1, 0.5], and
+    the clipped ratio π_θ / π_prox = [2, 1.1, 1.1, 0.5]. With A = [1, −1, 2, −2] and ε = 0.2 the
+    per-sample loss −w·min(rA, clip(r)A) is [−1.2, 1.1, −2.2, 0.8], mean −0.375. π_θ enters the
+    interpolation without gradient: d loss / d log π_θ = −w·r·A / 4 where the ratio is not clipped
+    = [0, 0.275, −0.55, 0] (sample 1's would be halved, (1 − α)·0.275, were it differentiated)."""
+    torch.testing.assert_close(interpolation_weights(torch.tensor([0, 1, 2, 3])), tensor([0.0, 0.5, 2 / 3, 0.75]))
+    actor = cartpole_actor()
+    policy = Recording(actor.policy)
+    obs = torch.randn(4, 4, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        actions, logprobs, values = actor.policy.act(obs)
+    acting = logprobs - tensor([4.0, 1.21, 1.1, 0.25]).log()
+    advantages = tensor([1.0, -1.0, 2.0, -2.0])
+    alpha = interpolation_weights(torch.tensor([1, 1, 0, 1]))
+    batch = PPOBatch(obs, actions, acting, values, advantages, values, interpolation=alpha)
+    loss, parts, ratios = ppo_loss(policy, batch, advantages, actor.config.algorithm, 0.2)
+    assert parts[0].item() == pytest.approx(-0.375, abs=1e-5)
+    torch.testing.assert_close(ratios.log_ratio.exp(), tensor([2.0, 1.1, 1.1, 0.5]))
+    torch.testing.assert_close(ratios.proximal.exp(), tensor([2.0, 1.1, 1.0, 0.5]))
+    loss.backward()
+    torch.testing.assert_close(policy.logprobs.grad, tensor([0.0, 0.275, -0.55, 0.0]))
+
+
 def cartpole_actor(*overrides: str) -> ActorWorker:
     config = load_config(
         REPO / "configs/ppo_cartpole.yaml",
@@ -175,6 +218,28 @@ def test_on_policy_the_decoupled_objective_trains_as_ppo_does():
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-4)
 
 
+LOGLINEAR = ["runner.asynchronous=true", "algorithm.proximal_logprob=loglinear"]
+
+
+def test_on_policy_the_interpolated_objective_trains_as_ppo_does_bit_for_bit():
+    """Samples 0 versions old: α = 0, the interpolated proximal policy is the acting one exactly
+    (no forward pass recomputes it), every weight 1 — the update is PPO's to the last bit. A
+    trajectory that carries no ages is refused by name."""
+    ppo, interpolated = cartpole_actor(), cartpole_actor(*LOGLINEAR)
+    trajectory = acted_trajectory(ppo)
+    plain = ppo.train(copy.deepcopy(trajectory), 0.0)
+    with pytest.raises(ValueError, match=r"Trajectory\.ages"):
+        interpolated.train(copy.deepcopy(trajectory), 0.0)
+    aged = copy.deepcopy(trajectory)
+    aged.ages = torch.zeros(8, 4, dtype=torch.int64)
+    corrected = interpolated.train(aged, 0.0)
+    assert (corrected["importance_weight_mean"], corrected["importance_truncated"]) == (1.0, 0.0)
+    for key in ("policy_loss", "value_loss", "approx_kl", "clip_fraction"):
+        assert corrected[key] == plain[key], key
+    for mine, theirs in zip(interpolated.policy.parameters(), ppo.policy.parameters()):
+        assert torch.equal(mine, theirs)
+
+
 def test_stale_samples_are_weighed_by_how_far_the_acting_policy_lags():
     """Samples acted by the version before the actor's: the update's importance metrics are
     π_proximal / μ of the actor's weights at the update's start against the acting policy's
@@ -189,6 +254,26 @@ def test_stale_samples_are_weighed_by_how_far_the_acting_policy_lags():
     metrics = actor.train(old, 0.0)
     assert metrics["importance_weight_mean"] == pytest.approx(ratio.mean().item(), rel=1e-5)
     assert metrics["importance_truncated"] == pytest.approx((ratio > 1.001).double().mean().item())
+    assert metrics["importance_weight_mean"] != pytest.approx(1.0, abs=1e-4)
+
+
+def test_one_version_old_samples_are_weighed_halfway_without_a_proximal_pass():
+    """`loglinear`, samples acted by the version before the actor's (ages 1, α = ½), one minibatch
+    and one epoch: the one piece is trained at the update's start, where π_θ is the actor's
+    weights, so its interpolated weights are (π_actor / μ)^½ — the square roots of the weights the
+    forward pass would give — and that is what the update reports."""
+    actor = cartpole_actor(*LOGLINEAR, "algorithm.update_epochs=1", "algorithm.minibatch_size=32")
+    trajectory = acted_trajectory(actor)
+    old = copy.deepcopy(trajectory)
+    trajectory.ages = torch.zeros(8, 4, dtype=torch.int64)
+    actor.train(trajectory, 0.0)  # the actor moves on: `old` is now one version behind
+    with torch.no_grad():
+        current = actor.policy(old.obs.flatten(0, 1), old.actions.flatten(0, 1)).logprobs
+    weights = ((current - old.logprobs.flatten()).double() / 2).exp()
+    old.ages = torch.ones(8, 4, dtype=torch.int64)
+    metrics = actor.train(old, 0.0)
+    assert metrics["importance_weight_mean"] == pytest.approx(weights.mean().item(), rel=1e-5)
+    assert metrics["importance_truncated"] == pytest.approx((weights > 1.001).double().mean().item())
     assert metrics["importance_weight_mean"] != pytest.approx(1.0, abs=1e-4)
 
 

@@ -36,7 +36,9 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import torch
 
 from fleetrl.algos.registry import ConsoleMetric
 from fleetrl.cluster.backends.base import Backend
@@ -89,6 +91,12 @@ class InFlight:
     failure: list = field(default_factory=list)  # the first error the watcher saw
     done: threading.Event = field(default_factory=threading.Event)
     watcher: threading.Thread | None = None
+
+
+def by_age(ages: torch.Tensor) -> Counter:
+    """Samples counted by age (`Trajectory.ages`)."""
+    values, counts = ages.unique(return_counts=True)
+    return Counter(dict(zip(values.tolist(), counts.tolist())))
 
 
 class AsyncUpdates:
@@ -171,12 +179,13 @@ class AsyncUpdates:
     def submit(self, batch: Batch) -> None:
         """Start the update on `batch` on every actor rank (rank r on shard r), or drop it when
         it holds a sample older than the bound; then ask for the new version's weights."""
-        ages = self.ages(batch.trajectory)
+        trajectory = replace(batch.trajectory, ages=self.ages(batch.trajectory))
+        ages = by_age(trajectory.ages)
         if self.staleness_bound is not None and max(ages) > self.staleness_bound:
             self.samples_dropped += batch.samples
             return
         actor, world = self.actor, self.actor.world_size
-        trajectory, submitted = batch.trajectory, time.perf_counter()
+        submitted = time.perf_counter()
         if self.updates_here:  # a stop must not cut this thread's update in half: it waits for the record
             hold_stops()
         # Nor its submission: every rank gets the update and it is in flight, for a stop to settle
@@ -195,13 +204,12 @@ class AsyncUpdates:
             )
             self.training.watcher.start()
 
-    def ages(self, trajectory: Trajectory) -> Counter:
-        """Samples by age: the actor's version at the update's start minus the acting version."""
-        current = self.versions.actor_version
+    def ages(self, trajectory: Trajectory) -> torch.Tensor:
+        """(T, N) each sample's age: the actor's version at the update's start minus the acting
+        version (0 where none was recorded)."""
         if trajectory.versions is None:
-            return Counter({0: trajectory.rewards.numel()})
-        values, counts = (current - trajectory.versions).unique(return_counts=True)
-        return Counter(dict(zip(values.tolist(), counts.tolist())))
+            return torch.zeros(trajectory.rewards.shape, dtype=torch.int64)
+        return self.versions.actor_version - trajectory.versions
 
     def training_ready(self) -> bool:
         return all(self.actor.ready(future) for future in self.training.futures)

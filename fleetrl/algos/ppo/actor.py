@@ -28,11 +28,12 @@ import torch
 
 from fleetrl.algos.common.gae import compute_gae
 from fleetrl.algos.common.optim import build_optimizer
-from fleetrl.algos.ppo.config import decoupled, needs_proximal_pass, reference_kl_coef
+from fleetrl.algos.ppo.config import decoupled, interpolates_proximal, needs_proximal_pass, reference_kl_coef
 from fleetrl.algos.ppo.correction import (
     Proximal,
     importance_metrics,
     importance_weights,
+    interpolation_weights,
     proximal_pass,
     vtrace_targets,
 )
@@ -53,6 +54,16 @@ from fleetrl.workers.actor_base import ActorBase
 from fleetrl.workers.rollout_worker import rollout_dtype
 
 log = logging.getLogger("fleetrl")
+
+
+def sample_ages(trajectory: Trajectory) -> torch.Tensor:
+    """`trajectory.ages`, which the asynchronous controller sets on every batch it submits."""
+    if trajectory.ages is None:
+        raise ValueError(
+            "algorithm.proximal_logprob loglinear interpolates by each sample's age, and this "
+            "trajectory has none (Trajectory.ages: set by the asynchronous controller)"
+        )
+    return trajectory.ages
 
 
 def policy_optimizer(config: Config, policy: torch.nn.Module) -> torch.optim.Optimizer:
@@ -123,12 +134,14 @@ class ActorWorker(ActorBase):
             piece = self.config.actor.micro_batch_size or max(1, self.minibatch_size // self.world_size)
             proximal = proximal_pass(self.loss_path.module, trajectory, piece, self.device)
         advantages, returns = self.advantages(trajectory, proximal)
-        logprobs, values, importance = trajectory.logprobs, trajectory.values, None
+        logprobs, values, importance, interpolation = trajectory.logprobs, trajectory.values, None, None
         if proximal is not None and algo.adv_type == "vtrace":  # the targets' critic: the clip's and the metric's
             values = proximal.values
         if proximal is not None and decoupled(self.config):  # the ratio to the proximal policy, weighed
             logprobs = proximal.logprobs
             importance = importance_weights(proximal, trajectory, algo.logprob_type, algo.importance_cap)
+        if interpolates_proximal(self.config):  # the same, the proximal policy interpolated in ppo_loss
+            interpolation = interpolation_weights(sample_ages(trajectory))
         batch = PPOBatch(
             map_obs(lambda x: x.flatten(0, 1), trajectory.obs),
             trajectory.actions.flatten(0, 1),
@@ -138,6 +151,7 @@ class ActorWorker(ActorBase):
             returns.flatten(),
             None if trajectory.steps is None else trajectory.steps.flatten(),
             None if importance is None else importance.flatten(0, 1),
+            None if interpolation is None else interpolation.flatten(),
         ).to(self.device)
         lr, clip = self.schedule(progress)
         for group in self.optimizer.param_groups:

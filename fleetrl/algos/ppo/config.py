@@ -65,10 +65,18 @@ class PPOConfig(AlgorithmConfig):
     samples old; docs: concepts/async.md). null: none dropped."""
     off_policy_correction: Literal["auto", "none", "decoupled"] = "auto"
     """`decoupled`: the clipped ratio is to the proximal policy (the actor's weights at the update's
-    start, one extra forward pass over the batch), and each sample's term is weighed by the truncated
-    importance weight min(`importance_cap`, π_proximal / π_acting) (Hilton et al. 2021), for samples
-    an older policy acted; `none`: PPO's ratio to the acting policy; `auto`: `decoupled` with
+    start: one extra forward pass over the batch, or `proximal_logprob`'s approximation), and each
+    sample's term is weighed by the truncated importance weight min(`importance_cap`, π_proximal /
+    π_acting) (Hilton et al. 2021), for samples an older policy acted; `none`: PPO's ratio to the acting policy; `auto`: `decoupled` with
     `runner.asynchronous`, else `none` (docs: concepts/algorithms.md, Samples an older policy acted)."""
+    proximal_logprob: Literal["forward", "loglinear"] = "forward"
+    """Where the decoupled objective's proximal log-probs come from: `forward`, the forward pass over
+    the batch at the update's start; `loglinear` (AReaL's proximal log-probability approximation),
+    none: log π_proximal ≈ log π_acting + α (log π_θ − log π_acting), the log-prob recorded at acting
+    and the trained policy's (no gradient through it) interpolated by the sample's age a in policy
+    versions, α = a / (a + 1) — exact for samples 0 versions old. Needs `runner.asynchronous` and the
+    decoupled objective, not `adv_type: vtrace` (docs: concepts/async.md, The proximal policy
+    without a forward pass)."""
     importance_cap: Annotated[float, Positive] = 1.0
     """ρ̄: the truncation of the importance weight π_proximal / π_acting, in the decoupled objective and
     in V-trace's targets."""
@@ -106,10 +114,17 @@ def decoupled(config: Config) -> bool:
     return correction == "decoupled" or (correction == "auto" and config.runner.asynchronous)
 
 
+def interpolates_proximal(config: Config) -> bool:
+    """Whether the decoupled objective's proximal log-probs are interpolated by each sample's age
+    (`algorithm.proximal_logprob: loglinear`) instead of computed by a forward pass."""
+    return decoupled(config) and config.algorithm.proximal_logprob == "loglinear"
+
+
 def needs_proximal_pass(config: Config) -> bool:
     """Whether an update starts with a forward pass over its batch at the actor's current weights:
-    for the decoupled objective's proximal log-probs, or V-trace's log-probs and values."""
-    return decoupled(config) or config.algorithm.adv_type == "vtrace"
+    for the decoupled objective's proximal log-probs (unless interpolated), or V-trace's log-probs
+    and values."""
+    return (decoupled(config) and not interpolates_proximal(config)) or config.algorithm.adv_type == "vtrace"
 
 
 def reference_kl_coef(config: Config) -> float:
@@ -151,6 +166,8 @@ def validate_ppo(config: Config) -> None:
             )
     if algo.kl_coef > 0:
         validate_reference(config)
+    if algo.proximal_logprob == "loglinear":
+        validate_loglinear(config)
     if config.batch_size % effective_minibatch_size(config):
         key = minibatch_key(config)
         raise ConfigError(
@@ -179,6 +196,38 @@ def validate_reference(config: Config) -> None:
             coef,
             f"0.0 with actor.checkpoint_format {config.actor.checkpoint_format!r} (or actor.checkpoint_format full)",
             "the reference policy is kept in the checkpoint beside the policy, which the full format holds",
+        )
+
+
+def validate_loglinear(config: Config) -> None:
+    """`algorithm.proximal_logprob: loglinear` approximates the decoupled objective's proximal
+    policy from each sample's age, which the asynchronous controller hands the actor; V-trace's
+    targets need the proximal policy's values, which only the forward pass gives."""
+    key, value = "algorithm.proximal_logprob", "loglinear"
+    if not config.runner.asynchronous:
+        raise ConfigError(
+            key,
+            value,
+            "'forward' in synchronous training (or runner.asynchronous true)",
+            "the interpolation weighs each sample by its age in policy versions, which the actor is "
+            "given in asynchronous training only",
+        )
+    if not decoupled(config):
+        raise ConfigError(
+            key,
+            value,
+            f"'forward' with algorithm.off_policy_correction {config.algorithm.off_policy_correction!r} "
+            "(or off_policy_correction decoupled or auto)",
+            "it approximates the decoupled objective's proximal policy, which PPO's ratio to the acting "
+            "policy has none of",
+        )
+    if config.algorithm.adv_type == "vtrace":
+        raise ConfigError(
+            key,
+            value,
+            "'forward' with algorithm.adv_type vtrace",
+            "V-trace's targets are computed before the update from the proximal policy's log-probs and "
+            "values: the forward pass runs for them anyway",
         )
 
 

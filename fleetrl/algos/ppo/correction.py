@@ -10,6 +10,15 @@ the samples — and weighs each sample's term by min(ρ̄, π_prox / μ): the im
 makes the expectation over μ's samples one over π_prox's, truncated at ρ̄ so that one unlikely
 action cannot dominate the batch. V-trace uses the same ratio for its targets. On-policy
 (π_prox = μ) the weights are 1 and both reduce to PPO with GAE(λ).
+
+The proximal log-probs come from a forward pass over the batch (`proximal_pass`), or with
+`algorithm.proximal_logprob: loglinear` from no pass at all (AReaL's proximal log-probability
+approximation): log π_prox ≈ log μ + α (log π_θ − log μ), interpolated in policy versions between
+the acting policy (version v − a for a sample a versions old) and the policy being trained, which
+becomes version v + 1 — the proximal policy being version v, α = a / (a + 1)
+(`interpolation_weights`). π_θ enters without gradient, so the clipped ratio's log is
+(1 − α)(log π_θ − log μ) with log π_θ's gradient, and the importance weight moves with π_θ
+through the update (`interpolated_log_ratio`, applied in update.py's `ppo_loss`).
 """
 
 from __future__ import annotations
@@ -114,13 +123,38 @@ def vtrace_targets(trajectory: Trajectory, proximal: Proximal, algo: PPOConfig) 
     )
 
 
+def interpolation_weights(ages: torch.Tensor) -> torch.Tensor:
+    """α = a / (a + 1) of each sample's age a in policy versions (`Trajectory.ages`), float32:
+    how far log π_prox lies from the acting policy's log-prob towards the trained policy's."""
+    ages = ages.double()
+    return (ages / (ages + 1)).float()
+
+
+def interpolated_log_ratio(new: torch.Tensor, acting: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """log π_prox − log μ ≈ α (log π_θ − log μ) at the ratio's level — `new` and `acting` (B,), or
+    (B, M) per piece, `alpha` (B,) — with no gradient through π_θ."""
+    if new.dim() > 1:
+        alpha = alpha.unsqueeze(-1)
+    return alpha * (new.detach() - acting)
+
+
+def weight_sums(log_ratios: torch.Tensor, cap: float) -> torch.Tensor:
+    """[Σ π_prox / μ, the decisions truncated at `cap` by more than ROUNDING, the decisions], float64,
+    of the decisions' log π_prox − log μ (B,): what `weight_metrics` makes of their all-reduce."""
+    ratio = log_ratios.double().exp()
+    count = torch.tensor(float(ratio.numel()), dtype=torch.float64, device=ratio.device)
+    return torch.stack([ratio.sum(), (ratio > cap * (1 + ROUNDING)).double().sum(), count])
+
+
+def weight_metrics(sums: torch.Tensor) -> dict:
+    """The mean π_prox / μ (1 on-policy) and the share of decisions truncated, from every rank's
+    `weight_sums` summed — how far the samples lag."""
+    total, truncated, count = sums.tolist()
+    return {"importance_weight_mean": total / count, "importance_truncated": truncated / count}
+
+
 def importance_metrics(
     proximal: Proximal, trajectory: Trajectory, cap: float, all_reduce: Callable[[torch.Tensor], torch.Tensor]
 ) -> dict:
-    """Over every rank's decisions (one all-reduce): the mean π_prox / μ (1 on-policy) and the
-    share of decisions truncated at `cap` by more than ROUNDING — how far the samples lag."""
-    ratio = log_ratio(proximal, trajectory, "chunk_level").double().exp()
-    count = torch.tensor(float(ratio.numel()), dtype=torch.float64)
-    truncated = (ratio > cap * (1 + ROUNDING)).double().sum()
-    total, truncated, count = all_reduce(torch.stack([ratio.sum(), truncated, count])).tolist()
-    return {"importance_weight_mean": total / count, "importance_truncated": truncated / count}
+    """`weight_metrics` of the proximal pass over every rank's decisions (one all-reduce)."""
+    return weight_metrics(all_reduce(weight_sums(log_ratio(proximal, trajectory, "chunk_level"), cap)))

@@ -36,6 +36,7 @@ from fleetrl.algos.common.finite import UpdateChecks
 from fleetrl.algos.common.logprobs import combine, per_sample
 from fleetrl.algos.common.optim import fused_step
 from fleetrl.algos.ppo.config import PPOConfig
+from fleetrl.algos.ppo.correction import interpolated_log_ratio, weight_metrics, weight_sums
 from fleetrl.algos.ppo.reference import k3
 from fleetrl.constants import constant
 from fleetrl.observations import Observation, map_obs
@@ -52,7 +53,9 @@ EVIDENCE = len(LOSS_TERMS)  # where the reduced totals' non-finite evidence star
 class PPOBatch:
     """Flat (B, ...) training data of one iteration. `logprobs` are the ratio's denominator: the
     acting policy's, or with the decoupled objective the proximal policy's (the actor's weights
-    at the update's start), the acting policy's then entering through `importance`."""
+    at the update's start), the acting policy's then entering through `importance` — unless the
+    proximal log-probs are interpolated (`interpolation`): then `logprobs` are the acting
+    policy's and the ratio and weights are made from them in `ppo_loss`."""
 
     obs: Observation  # a tensor, or a dict of tensors (Dict observations)
     actions: torch.Tensor
@@ -64,6 +67,9 @@ class PPOBatch:
     # The decoupled objective's truncated importance weight min(ρ̄, π_prox/π_behaviour), at the
     # ratio's level ((B,), or (B, M) per piece: fleetrl.algos.common.logprobs); None: on-policy.
     importance: torch.Tensor | None = None
+    # `algorithm.proximal_logprob: loglinear`: each sample's α (B,), log π_prox ≈ log μ + α (log π_θ −
+    # log μ) (fleetrl.algos.ppo.correction.interpolation_weights); None: nothing interpolated.
+    interpolation: torch.Tensor | None = None
 
     def __getitem__(self, index: torch.Tensor) -> PPOBatch:
         return PPOBatch(*(None if x is None else map_obs(lambda v: v[index], x) for x in self.columns()))
@@ -80,17 +86,20 @@ class PPOBatch:
 
 @dataclass
 class Ratios:
-    """A piece's log-ratios and their weights (`fleetrl.algos.common.logprobs`), for the KL statistics."""
+    """A piece's log-ratios and their weights (`fleetrl.algos.common.logprobs`), for the KL statistics;
+    with interpolated proximal log-probs also its decisions' log π_prox − log μ (B,), for the
+    importance weights'."""
 
     log_ratio: torch.Tensor
     weights: torch.Tensor | None
+    proximal: torch.Tensor | None = None
 
     @staticmethod
     def cat(parts: list[Ratios]) -> Ratios:
-        weighted = parts[0].weights is not None
-        return Ratios(
-            torch.cat([p.log_ratio for p in parts]), torch.cat([p.weights for p in parts]) if weighted else None
-        )
+        def joined(name: str) -> torch.Tensor | None:
+            return None if getattr(parts[0], name) is None else torch.cat([getattr(p, name) for p in parts])
+
+        return Ratios(joined("log_ratio"), joined("weights"), joined("proximal"))
 
 
 def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_coef: float) -> torch.Tensor:
@@ -156,8 +165,13 @@ def ppo_loss(
     logprobs, old_logprobs, entropy, weights = combine(
         outputs.logprobs, batch.logprobs, outputs.entropy, batch.steps, config.logprob_type, config.entropy_type
     )
-    log_ratio = logprobs - old_logprobs
-    policy_loss = policy_objective(log_ratio, advantages, clip_coef, weights, batch.importance).sum() / divisor
+    log_ratio, importance, proximal = logprobs - old_logprobs, batch.importance, None
+    if batch.interpolation is not None:  # the ratio to the interpolated proximal policy, weighed by it
+        proximal = interpolated_log_ratio(logprobs, old_logprobs, batch.interpolation)
+        log_ratio = log_ratio - proximal
+        importance = proximal.exp().clamp(max=config.importance_cap)
+        proximal = proximal.sum(-1) if proximal.dim() > 1 else proximal  # the decisions': Σ over their pieces
+    policy_loss = policy_objective(log_ratio, advantages, clip_coef, weights, importance).sum() / divisor
     value_loss = value_error(values, batch, config, clip_coef).sum() / divisor * constant(0.5)
     entropy = entropy.sum() / divisor
     loss = (policy_loss if train_policy else policy_loss * constant(0.0)) + value_loss * constant(config.vf_coef)
@@ -177,7 +191,7 @@ def ppo_loss(
         kl = per_sample(k3(reference_logprobs, logprobs), weights).sum() / divisor
         loss = loss + kl * constant(config.kl_coef if train_policy else 0.0)
     parts = torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(), prediction.detach(), kl.detach()])
-    return loss, parts, Ratios(log_ratio.detach(), weights)
+    return loss, parts, Ratios(log_ratio.detach(), weights, proximal)
 
 
 def ppo_update(
@@ -194,8 +208,9 @@ def ppo_update(
 ) -> dict:
     """Run the epochs on this rank's `batch` (its env columns, flattened step-major); returns the
     mean losses, KL, clip fraction, grad steps and the epochs done, global over ranks, with
-    `predict_coef` (`model.predict_keys`) the mean prediction error, and with a `reference` policy
-    (`algorithm.kl_coef`) the mean k3 KL to it, `reference_kl`. `all_reduce` sums a tensor
+    `predict_coef` (`model.predict_keys`) the mean prediction error, with a `reference` policy
+    (`algorithm.kl_coef`) the mean k3 KL to it, `reference_kl`, and with interpolated proximal
+    log-probs (`batch.interpolation`) the importance weights' metrics of the last epoch, as its KL. `all_reduce` sums a tensor
     over ranks (identity with one); without `train_policy` only the value loss trains (`ppo_loss`)."""
     size, device = minibatches.shard.global_size, batch.actions.device
     share = minibatches.size / minibatches.shard.world_size  # what a piece's sums are divided by
@@ -247,10 +262,13 @@ def ppo_update(
             if (reduced_kl[0] / size).item() > config.target_kl:
                 break
     totals = (checks.loss_table().double() * share).sum(0)  # Σ over this rank's samples
-    # [EVIDENCE:EVIDENCE + 2]: ranks whose loss, whose gradients went non-finite
-    totals = torch.cat([totals, checks.evidence()])
+    last = Ratios.cat(ratios)  # the last epoch's: its KL, clip fraction and importance weights are reported
+    weighed = [] if last.proximal is None else [weight_sums(last.proximal, config.importance_cap)]
+    # [EVIDENCE:EVIDENCE + 2]: ranks whose loss, whose gradients went non-finite; then the weights'
+    # sums (interpolated proximal log-probs); [-2:]: the KL statistics
+    totals = torch.cat([totals, checks.evidence(), *weighed])
     if reduced_kl is None:
-        reduced = all_reduce(torch.cat([totals, kl_and_clipped(Ratios.cat(ratios), clip_coef)]))
+        reduced = all_reduce(torch.cat([totals, kl_and_clipped(last, clip_coef)]))
     else:
         reduced = torch.cat([all_reduce(totals), reduced_kl])
     # a NaN or inf loss, gradient or parameter: NonFiniteError, nothing returned
@@ -261,8 +279,8 @@ def ppo_update(
         "policy_loss": policy_loss,
         "value_loss": value_loss,
         "entropy": entropy,
-        "approx_kl": float(reduced[EVIDENCE + 2] / size),
-        "clip_fraction": float(reduced[EVIDENCE + 3] / size),
+        "approx_kl": float(reduced[-2] / size),
+        "clip_fraction": float(reduced[-1] / size),
         "grad_steps": grad_steps,
         "epochs": epochs_done,
     }
@@ -270,6 +288,8 @@ def ppo_update(
         metrics["prediction_error"] = prediction
     if reference is not None:
         metrics["reference_kl"] = reference_kl
+    if weighed:
+        metrics.update(weight_metrics(reduced[EVIDENCE + 2 : -2]))
     return metrics
 
 
