@@ -13,8 +13,10 @@ learner that falls behind holds the collectors back (back-pressure) rather than 
 Weights move as versions (controller/policy_versions.py): right after an update is submitted the
 actor ranks are asked for the new version's weights (the call queues behind the update), and a
 collection loads the newest version whose weights are ready — the rollout never waits for the
-actor. A batch whose oldest sample is more than `algorithm.max_staleness` versions old when its
-update would start is dropped, its samples counted. On the inline backend every call runs when
+actor. A batch is submitted with each sample's age, the versions between the one that acted it
+and the actor's at the update's start (`Trajectory.ages`: `algorithm.proximal_logprob: loglinear`
+interpolates by it); one whose oldest sample is more than `algorithm.max_staleness` versions old
+when its update would start is dropped, its samples counted. On the inline backend every call runs when
 it is made: the loop runs collect, train, collect, ... in order and its samples are 0 versions
 old (nothing overlaps in one thread).
 

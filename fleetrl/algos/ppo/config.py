@@ -67,8 +67,9 @@ class PPOConfig(AlgorithmConfig):
     """`decoupled`: the clipped ratio is to the proximal policy (the actor's weights at the update's
     start: one extra forward pass over the batch, or `proximal_logprob`'s approximation), and each
     sample's term is weighed by the truncated importance weight min(`importance_cap`, π_proximal /
-    π_acting) (Hilton et al. 2021), for samples an older policy acted; `none`: PPO's ratio to the acting policy; `auto`: `decoupled` with
-    `runner.asynchronous`, else `none` (docs: concepts/algorithms.md, Samples an older policy acted)."""
+    π_acting) (Hilton et al. 2021), for samples an older policy acted; `none`: PPO's ratio to the
+    acting policy; `auto`: `decoupled` with `runner.asynchronous`, else `none` (docs:
+    concepts/algorithms.md, Samples an older policy acted)."""
     proximal_logprob: Literal["forward", "loglinear"] = "forward"
     """Where the decoupled objective's proximal log-probs come from: `forward`, the forward pass over
     the batch at the update's start; `loglinear` (AReaL's proximal log-probability approximation),
