@@ -2,7 +2,7 @@
 batch: V-trace's targets and advantages (`algorithm.adv_type: vtrace`), the decoupled objective's
 truncated importance weights and its per-sample loss (`algorithm.off_policy_correction`), the
 same with the proximal log-probs interpolated by age instead of a forward pass
-(`algorithm.proximal_logprob: loglinear`) — its loss and gradient — and what they reduce to
+(`algorithm.proximal_logprob: loglinear`) — its loss and gradient, per token, action or decision — and what they reduce to
 on-policy (GAE(λ)'s returns; PPO's update)."""
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from fleetrl.algos.common.vtrace import compute_vtrace
 from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.algos.ppo.correction import Proximal, importance_weights, interpolation_weights
 from fleetrl.algos.ppo.update import PPOBatch, policy_objective, ppo_loss
+from fleetrl.models.policy import Policy
 from fleetrl.non_finite import NonFiniteError
 from fleetrl.plan.load import load_config
 from fleetrl.trajectory import Trajectory
 from tests.support import REPO
 
 GAMMA = 0.9
+LOGLINEAR = ["runner.asynchronous=true", "algorithm.proximal_logprob=loglinear"]
 
 # A batch of 3 steps × 2 envs. Env 0 was acted by version v-1: the proximal policy (version v)
 # finds its actions 2, 0.5 and 0.25 times as likely as the acting policy did. Env 1 was acted
@@ -174,6 +176,28 @@ def test_the_interpolated_proximal_policy_of_a_two_version_batch_matches_the_han
     torch.testing.assert_close(policy.logprobs.grad, tensor([0.0, 0.275, -0.55, 0.0]))
 
 
+@pytest.mark.parametrize("level", ["token_level", "action_level", "chunk_level"])
+def test_a_token_policy_interpolates_every_piece_of_a_decision_alike(level):
+    """A token policy (3 tokens an action) whose trained policy finds each token e^0.1 times as
+    likely as the acting one did, ages [0, 1, 2] (α = [0, ½, ⅔]): per token the clipped ratio is
+    e^{0.1 (1 − α)}, per action or decision (3 tokens) e^{0.3 (1 − α)}, and at every level a
+    decision's interpolated π_prox / μ — what the importance metrics average — is e^{0.3 α}."""
+    keys = ["model.action_bins=4", "model.hidden_sizes=[8]", f"algorithm.logprob_type={level}", *LOGLINEAR]
+    config = load_config(None, keys)
+    torch.manual_seed(0)
+    policy = Policy.from_config(config.model, gym.spaces.Box(-1, 1, (5,)), gym.spaces.Box(-1, 1, (3,)))
+    obs = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        actions, logprobs, values = policy.act(obs)
+    alpha = interpolation_weights(torch.tensor([0, 1, 2]))
+    batch = PPOBatch(obs, actions, logprobs - 0.1, values, tensor([1.0, -0.5, 0.3]), values, interpolation=alpha)
+    _, _, ratios = ppo_loss(policy, batch, batch.advantages, config.algorithm, 0.2)
+    per_token = level == "token_level"
+    expected = (1 - alpha).unsqueeze(-1).expand(3, 3) * 0.1 if per_token else (1 - alpha) * 0.3
+    torch.testing.assert_close(ratios.log_ratio, expected)
+    torch.testing.assert_close(ratios.proximal, alpha * 0.3)
+
+
 def cartpole_actor(*overrides: str) -> ActorWorker:
     config = load_config(
         REPO / "configs/ppo_cartpole.yaml",
@@ -216,9 +240,6 @@ def test_on_policy_the_decoupled_objective_trains_as_ppo_does():
     assert "importance_weight_mean" not in plain  # no proximal pass without a correction
     for mine, theirs in zip(decoupled.policy.parameters(), ppo.policy.parameters()):
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-4)
-
-
-LOGLINEAR = ["runner.asynchronous=true", "algorithm.proximal_logprob=loglinear"]
 
 
 def test_on_policy_the_interpolated_objective_trains_as_ppo_does_bit_for_bit():
