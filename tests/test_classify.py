@@ -2,7 +2,7 @@
 kind exactly: a worker's exception and when it began on the watcher's clock, a rank that could not
 reach its peers, a rank that diverged, a full disk (a worker's or the controller's own, with the
 file and the free bytes), a NaN or infinity (the controller's own check or a worker's), the
-controller's own exception, a Ray worker that died, and any of these
+controller's own exception, a Ray worker that died, workers Ray's memory monitor killed, and any of these
 while a node no longer runs Ray.
 
 The errors are the real ones (fleetrl's WorkerError and UnusedParameterError, Ray's exception
@@ -21,7 +21,7 @@ import socket
 import time
 import traceback
 
-from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
+from ray.exceptions import ActorDiedError, OutOfMemoryError, RayActorError, RayTaskError
 
 from fleetrl.non_finite import NonFiniteError
 from fleetrl.parallel.grad_check import UnusedParameterError
@@ -34,6 +34,8 @@ from fleetrl.watch.judging.classify import (
     ray_pid,
     worker_error,
 )
+from fleetrl.watch.judging.ray_memory import MEMORY_HINT
+from tests.test_ray_memory_kill import BETWEEN_CALLS
 
 TRACE = 'Traceback (most recent call last):\n  File "env.py", line 9, in step\nInjectedFault: injected at step 40\n'
 RAISED_AT = 1000.0  # on the raiser's clock
@@ -193,6 +195,22 @@ def test_a_ray_worker_that_died_is_worker_died():
     assert before <= incident.started <= after
     assert ray_pid(RayActorError(error_msg="The actor died.\n\tclass_name: WorkerHost\n\tpid: 4242\n\tname: x")) == 4242
     assert ray_pid(RayActorError(error_msg="The actor died.\n\tpid: unknown")) is None
+
+
+def test_workers_ray_s_memory_monitor_killed_are_worker_died_naming_the_first_from_its_last_beat():
+    """Ray's OutOfMemoryError at the caller of workers its memory monitor killed (Ray 2.60's own
+    words, watch/judging/ray_memory.py): the first killed worker died, from its last beat, with the
+    node's memory and the run's killed workers; the detail says what to do, then Ray's message — not
+    the controller's own OutOfMemoryError. tests/test_ray_memory_kill.py has the monitor kill for real."""
+    error = OutOfMemoryError(BETWEEN_CALLS)
+    incident, before, after = classified(error, {("rollout", 0): {"heartbeat_age_s": 2.5}, ("env", 0): {}})
+    assert (incident.cause, incident.culprit) == ("worker_died", ("rollout", 0))
+    assert before - 2.5 <= incident.started <= after - 2.5
+    assert incident.summary.startswith(
+        "rollout rank 0 (pid 22309) died: killed by Ray's memory monitor: node 127.0.0.1 had 21.95 of 23.54 GB "
+        "of memory in use, over its kill threshold of 95 % of the node's memory; it killed 3 worker(s) of this run: "
+    ), incident.summary
+    assert incident.detail == f"{MEMORY_HINT}\n\n{BETWEEN_CALLS}"
 
 
 def test_any_error_while_a_node_no_longer_runs_ray_is_that_node_s_loss():
