@@ -43,7 +43,10 @@ def record_sft_train(tmp_path, env: str, record_env: str, *extra: str, both: tup
     )
     assert recorded.code == 0, recorded.stderr
     assert "2 successful episodes of 2 attempted" in recorded.stdout
-    bounds = ("watchdog.first_call_bound_s=0.05", "watchdog.startup_step_allowance_s=0.05")
+    # beats (and polls) every 50 ms: enough of them inside a scene build, however fast the host, to
+    # judge it busy (judging/judgement.py MIN_SAMPLES), rather than past its bound with too few to tell
+    beats = ("watchdog.heartbeat_interval_s=0.05", "watchdog.poll_interval_s=0.05")
+    bounds = ("watchdog.first_call_bound_s=0.05", "watchdog.startup_step_allowance_s=0.05", *beats)
     sft, rl = sft_then_train(
         tmp_path,
         (
