@@ -212,8 +212,19 @@ def is_interpreter_helper(process: psutil.Process) -> bool:
     return "multiprocessing.resource_tracker" in command or "multiprocessing.forkserver" in command
 
 
+def has_ended(process: psutil.Process) -> bool:
+    """Gone, or a zombie: it has exited and only its parent's reaping is left. Not a leftover — a
+    pytest worker made a child subreaper by an in-process watched run (`become_subreaper`)
+    inherits every orphan that ends later, and nothing of its own waits for them."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 def own_children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if not is_interpreter_helper(p)]
+    """The descendants of this process still running, but the interpreter's own helpers."""
+    return [p for p in psutil.Process().children(recursive=True) if not is_interpreter_helper(p) and not has_ended(p)]
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from fleetrl.watch.incident import Incident
 from fleetrl.watch.reporting.hang_report import REPORT_JSON, REPORT_TEXT
 from fleetrl.watch.respond import IncidentStop, Responder, runs_python, subprocess_stack
 from tests.respond_script import WORKERS, incident
-from tests.support import REPO, is_interpreter_helper, subprocess_env
+from tests.support import REPO, own_children, subprocess_env
 
 
 def respond(tmp_path, case: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -116,7 +116,7 @@ def test_in_this_process_the_response_ends_what_this_process_started(tmp_path, c
     process's own helpers, such as multiprocessing's resource tracker, which the response would end
     too, are started again on demand.) The mutation run's test of the response: mutmut sees which
     functions a test reaches in this process only, not in tests/respond_script.py's."""
-    assert [p for p in psutil.Process().children() if not is_interpreter_helper(p)] == []
+    assert own_children() == []  # the response ends every child of this process
     children = [subprocess.Popen(["sleep", "600"]) for _ in range(2)]
     responder, hooked, threads, release = Responder(tmp_path), [], [], threading.Event()
 
