@@ -224,7 +224,9 @@ def test_the_staleness_bound_drops_and_counts_the_batches_older_than_it(tmp_path
     version 0 and would be trained at 2: dropped, its 64 samples counted; B3 acts with version 2
     and is trained at 2, B4 at 3, B5 (version 2 again) would be at 4: dropped; B6 at 4. Seven
     collections, five updates, 128 samples dropped, none trained older than the bound; the
-    env steps of a dropped batch count as spent."""
+    env steps of a dropped batch count as spent. The proximal policy is interpolated by age
+    (`algorithm.proximal_logprob: loglinear`): the ages reach the actor over Ray, so a batch of
+    age 0 is weighed by exactly 1 (α = 0) and a batch of age 1 is not."""
     result = train(
         CARTPOLE,
         *SMALL,
@@ -232,12 +234,15 @@ def test_the_staleness_bound_drops_and_counts_the_batches_older_than_it(tmp_path
         "cluster.backend=ray",
         "runner.weight_sync_interval=2",
         "algorithm.max_staleness=1",
+        "algorithm.proximal_logprob=loglinear",
         f"runner.total_env_steps={7 * 64}",
         runs=tmp_path,
         timeout=240,
     ).succeeded()
     records = result.metrics
     assert [r["staleness_max"] for r in records] == [0, 1, 0, 1, 0], records
+    weights = [(r["importance_weight_mean"], r["importance_truncated"]) for r in records]
+    assert [weight == (1.0, 0.0) for weight in weights] == [True, False, True, False, True], weights
     assert [r["samples_dropped"] for r in records] == [0, 0, 64, 64, 128]
     # env steps through the batch trained, the dropped batches before it included (they were spent)
     assert [r["global_step"] for r in records] == [64, 128, 256, 320, 448]
