@@ -244,12 +244,13 @@ def train_to_target(
     overrides: list[str],
     parent: Path,
     name: str,
-    target: float,
+    target: float | None,
     timeout: float,
     executable: str | None = None,
 ) -> dict:
     """One `fleetrl train` (with `overrides`) that stops once the mean return of its last 100
-    episodes reaches `target`, or at its step budget; its output in parent/<name>.log.
+    episodes reaches `target`, or at its step budget (the only end, with no target); its output
+    in parent/<name>.log.
 
     Returns the command, exit code ("timeout" when killed after `timeout` s), wall seconds, and,
     for a run that finished: its run directory, metrics records and summary; `startup_s`, spawn →
@@ -263,7 +264,7 @@ def train_to_target(
         "train",
         str(config),
         *overrides,
-        f"runner.target_return={target}",
+        f"runner.target_return={'null' if target is None else target}",
         f"runner.run_dir={parent}",
         f"runner.name={name}",
     ]
@@ -285,7 +286,7 @@ def train_to_target(
     run_dir = finished[-1]
     records, summary, _ = read_run(run_dir)
     start, stamps = train_log_times(run_dir / "train.log")
-    crossing = first_at_target(records, target)
+    crossing = None if target is None else first_at_target(records, target)
     job.update(
         run_dir=str(run_dir),
         records=records,

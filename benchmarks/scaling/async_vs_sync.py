@@ -24,17 +24,25 @@ Two measurements:
 - learning (--learning): per job and seed (--seeds), each mode to the job's target — a last-100
   mean return (cartpole, burn, update) or its step budget (robot and vla: the success rate or
   return of the last --final-iterations iterations) — env steps and training seconds to the
-  target, and the final figure, with every run's metrics.jsonl kept.
+  target, and the final figure, with every run's metrics.jsonl kept. Learning runs are long (the
+  robot's: ~45 min each on a quiet 2-core host), so they split: --skip-throughput runs only them,
+  --seeds picks the seeds of this part, and --merge prints one table from the parts' results.json
+  (recomputing each final figure from its records). --keep DIR copies what a result is made of —
+  results.json, and each learning run's metrics.jsonl, summary.json and config — to a folder that
+  is committed (benchmarks/results/ is not).
 
     .venv/bin/python benchmarks/scaling/async_vs_sync.py [--jobs cartpole burn robot vla update]
         [--reps 2] [--iterations 12] [--warmup 3] [--learning] [--seeds 1 2 3] [--sft-run RUN] [--vla-model DIR]
-        [--async-overrides KEY=VALUE ...]
+        [--async-overrides KEY=VALUE ...] [--skip-throughput] [--keep DIR]
+    .venv/bin/python benchmarks/scaling/async_vs_sync.py --merge RESULTS.json [RESULTS.json ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,7 +193,6 @@ def learning(name: str, args, out: Path) -> dict:
     for seed in args.seeds:
         for mode in MODES if seed % 2 else reversed(MODES):
             kit.log(f"learning {name} seed {seed}: {mode}")
-            target = job.target_return if job.target_return is not None else "null"
             run = kit.train_to_target(
                 kit.ROOT / job.config,
                 [
@@ -197,10 +204,10 @@ def learning(name: str, args, out: Path) -> dict:
                 ],
                 out / name / "learning",
                 f"{mode}-seed{seed}",
-                target,
+                job.target_return,
                 timeout=args.learning_timeout,
             )
-            run["final"] = final_figure(run.get("metrics") or [], job, args.final_iterations)
+            run["final"] = final_figure(run.get("records") or [], job, args.final_iterations)
             runs[mode].append(run)
     return runs
 
@@ -213,6 +220,38 @@ def final_figure(metrics: list[dict], job: Job, last: int) -> float | None:
         rates = [m["success_rate"] for m in metrics[-last:] if m.get("success_rate") is not None]
         return sum(rates) / len(rates) if rates else None
     return metrics[-1].get("episode_return_last100")
+
+
+def merged_learning(paths: list[Path], final_iterations: int) -> dict[str, dict]:
+    """The learning runs of several results.json (parts of one comparison, e.g. a seed each),
+    by job and mode, each final figure recomputed from the run's records."""
+    merged: dict[str, dict] = {}
+    for path in paths:
+        for name, runs in json.loads(path.read_text()).get("learning", {}).items():
+            for mode, done in runs.items():
+                for run in done:
+                    run["final"] = final_figure(run.get("records") or [], JOBS[name], final_iterations)
+                merged.setdefault(name, {m: [] for m in MODES})[mode].extend(done)
+    return merged
+
+
+def keep(results: Path, learned: dict[str, dict], into: Path) -> None:
+    """Copy results.json and each learning run's metrics.jsonl, summary.json and config into
+    `into`/<job>/<mode>-seed<S>/ (what a committed result is made of)."""
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(results, into / "results.json")
+    for name, runs in learned.items():
+        for mode, done in runs.items():
+            for run in done:
+                if not run.get("run_dir"):
+                    continue
+                seed = next(arg.split("=", 1)[1] for arg in run["command"] if arg.startswith("runner.seed="))
+                target = into / name / f"{mode}-seed{seed}"
+                target.mkdir(parents=True, exist_ok=True)
+                for file in ("metrics.jsonl", "summary.json", "config.yaml"):
+                    if (Path(run["run_dir"]) / file).exists():
+                        shutil.copy2(Path(run["run_dir"]) / file, target / file)
+    kit.log(f"kept in {into}")
 
 
 def learning_table(results: dict[str, dict]) -> str:
@@ -256,7 +295,17 @@ def main() -> None:
     parser.add_argument(
         "--exchange", default="auto", choices=("auto", "compiled", "direct", "classic"), help="cluster.exchange"
     )
+    parser.add_argument("--skip-throughput", action="store_true", help="the learning runs only (with --learning)")
+    parser.add_argument("--keep", type=Path, help="copy results.json and the learning runs' files here")
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", metavar="RESULTS", help="print one learning table from these results.json"
+    )
     args = parser.parse_args()
+    if args.merge:
+        print(learning_table(merged_learning(args.merge, args.final_iterations)))
+        return
+    if args.skip_throughput and not args.learning:
+        parser.error("--skip-throughput runs the learning runs only: it needs --learning")
     if args.learning and "robot" in args.jobs and not args.sft_run:
         parser.error(
             "--learning with the robot job needs --sft-run (fleetrl record, then fleetrl sft: the robot guide)"
@@ -265,8 +314,9 @@ def main() -> None:
     if "vla" in args.jobs and not args.vla_model:
         args.vla_model = str(kit.tiny_vla(out / VLA_MODEL))
     info = kit.machine()
-    results = {name: throughput(name, args, out) for name in args.jobs}
-    rows = [throughput_row(name, results[name], args) for name in args.jobs]
+    jobs = [] if args.skip_throughput else args.jobs
+    results = {name: throughput(name, args, out) for name in jobs}
+    rows = [throughput_row(name, results[name], args) for name in jobs]
     learned = {name: learning(name, args, out) for name in args.jobs} if args.learning else {}
     kit.write_json(
         out / "results.json",
@@ -279,10 +329,13 @@ def main() -> None:
         f"`fleetrl train <job's config> <job's overrides> [runner.asynchronous=true <--async-overrides>] --skip-doctor` (the jobs: "
         f"this script's JOBS); raw: `{out.relative_to(kit.ROOT)}/results.json`\n"
     )
-    print(throughput_table(rows))
-    if learned:
+    if rows:
+        print(throughput_table(rows))
         print()
+    if learned:
         print(learning_table(learned))
+    if args.keep:
+        keep(out / "results.json", learned, args.keep)
 
 
 if __name__ == "__main__":
