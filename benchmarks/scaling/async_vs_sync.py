@@ -28,8 +28,8 @@ Two measurements:
   robot's: ~45 min each on a quiet 2-core host), so they split: --skip-throughput runs only them,
   --seeds picks the seeds of this part, and --merge prints one table from the parts' results.json
   (recomputing each final figure from its records). --keep DIR copies what a result is made of —
-  results.json, and each learning run's metrics.jsonl, summary.json and config — to a folder that
-  is committed (benchmarks/results/ is not).
+  each learning run's metrics.jsonl, summary.json and config, and results.json pointing at them —
+  to a folder that is committed (benchmarks/results/ is not).
 
     .venv/bin/python benchmarks/scaling/async_vs_sync.py [--jobs cartpole burn robot vla update]
         [--reps 2] [--iterations 12] [--warmup 3] [--learning] [--seeds 1 2 3] [--sft-run RUN] [--vla-model DIR]
@@ -222,6 +222,17 @@ def final_figure(metrics: list[dict], job: Job, last: int) -> float | None:
     return metrics[-1].get("episode_return_last100")
 
 
+def run_records(run: dict, results: Path) -> list[dict]:
+    """A learning run's metrics records: in results.json, or (a kept one) in the metrics.jsonl
+    its `records_file` names, beside that results.json."""
+    if "records" in run:
+        return run["records"] or []
+    if run.get("records_file"):
+        lines = (results.parent / run["records_file"]).read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+    return []
+
+
 def merged_learning(paths: list[Path], final_iterations: int) -> dict[str, dict]:
     """The learning runs of several results.json (parts of one comparison, e.g. a seed each),
     by job and mode, each final figure recomputed from the run's records."""
@@ -230,27 +241,30 @@ def merged_learning(paths: list[Path], final_iterations: int) -> dict[str, dict]
         for name, runs in json.loads(path.read_text()).get("learning", {}).items():
             for mode, done in runs.items():
                 for run in done:
-                    run["final"] = final_figure(run.get("records") or [], JOBS[name], final_iterations)
+                    run["final"] = final_figure(run_records(run, path), JOBS[name], final_iterations)
                 merged.setdefault(name, {m: [] for m in MODES})[mode].extend(done)
     return merged
 
 
-def keep(results: Path, learned: dict[str, dict], into: Path) -> None:
-    """Copy results.json and each learning run's metrics.jsonl, summary.json and config into
-    `into`/<job>/<mode>-seed<S>/ (what a committed result is made of)."""
-    into.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(results, into / "results.json")
-    for name, runs in learned.items():
+def keep(results: Path, into: Path) -> None:
+    """Copy each learning run's metrics.jsonl, summary.json and config into
+    `into`/<job>/<mode>-seed<S>/, and results.json with each such run's records replaced by the
+    path of its metrics.jsonl there (what a committed result is made of, each record once)."""
+    data = json.loads(results.read_text())
+    for name, runs in data.get("learning", {}).items():
         for mode, done in runs.items():
             for run in done:
                 if not run.get("run_dir"):
                     continue
                 seed = next(arg.split("=", 1)[1] for arg in run["command"] if arg.startswith("runner.seed="))
-                target = into / name / f"{mode}-seed{seed}"
-                target.mkdir(parents=True, exist_ok=True)
+                folder = Path(name) / f"{mode}-seed{seed}"
+                (into / folder).mkdir(parents=True, exist_ok=True)
                 for file in ("metrics.jsonl", "summary.json", "config.yaml"):
                     if (Path(run["run_dir"]) / file).exists():
-                        shutil.copy2(Path(run["run_dir"]) / file, target / file)
+                        shutil.copy2(Path(run["run_dir"]) / file, into / folder / file)
+                run.pop("records", None)
+                run["records_file"] = str(folder / "metrics.jsonl")
+    kit.write_json(into / "results.json", data)
     kit.log(f"kept in {into}")
 
 
@@ -335,7 +349,7 @@ def main() -> None:
     if learned:
         print(learning_table(learned))
     if args.keep:
-        keep(out / "results.json", learned, args.keep)
+        keep(out / "results.json", args.keep)
 
 
 if __name__ == "__main__":
