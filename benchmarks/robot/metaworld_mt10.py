@@ -15,7 +15,8 @@ sft_metrics.jsonl, rl_metrics.jsonl, success_per_task.png; into OUT/: commands.t
 the commit and its wall time, appended as it runs) and summary.json
 (`{"seeds": {s: {"sft": {task: rate}, "rl": {task: rate}}}, ...}` with the MT10 mean of each,
 its mean ± std over seeds and a 95 % t interval). A seed whose files are all there is skipped,
-so a stopped run continues where it stopped.
+so a stopped run continues where it stopped. `--summarize-evals DIR` runs nothing and writes
+summary.json from a campaign run by hand (DIR/{sft,rl}_seed<S>_eval500.json).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the kit
@@ -80,13 +82,23 @@ def rates(evaluation: dict) -> dict[str, float]:
     return {key.split("/", 1)[1]: value for key, value in evaluation.items() if key.startswith("success_rate/")}
 
 
-def summarize(out: Path, seeds: list[int]) -> dict:
+def own_layout(out: Path) -> Callable[[int, str], Path]:
+    """This script's evaluations: OUT/seed<s>/<stage>_eval.json."""
+    return lambda seed, stage: out / f"seed{seed}" / f"{stage}_eval.json"
+
+
+def campaign_layout(folder: Path) -> Callable[[int, str], Path]:
+    """A campaign's run by hand across sessions (the three-seed one: resumed from committed
+    checkpoints): FOLDER/<stage>_seed<s>_eval500.json."""
+    return lambda seed, stage: folder / f"{stage}_seed{seed}_eval500.json"
+
+
+def summarize(evaluation: Callable[[int, str], Path], seeds: list[int]) -> dict:
     per_seed = {}
     for seed in seeds:
-        folder = out / f"seed{seed}"
-        if (folder / "rl_eval.json").is_file():
+        if evaluation(seed, "rl").is_file():
             per_seed[str(seed)] = {
-                stage: rates(json.loads((folder / f"{stage}_eval.json").read_text())) for stage in ("sft", "rl")
+                stage: rates(json.loads(evaluation(seed, stage).read_text())) for stage in ("sft", "rl")
             }
     summary: dict = {"seeds": per_seed}
     if not per_seed:
@@ -121,9 +133,23 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=ROOT / "runs/metaworld-mt10")
     parser.add_argument("--sft", nargs="*", default=[], help="overrides of every sft command")
     parser.add_argument("--rl", nargs="*", default=[], help="overrides of every RL command")
+    parser.add_argument(
+        "--summarize-evals",
+        type=Path,
+        metavar="DIR",
+        help="run nothing: write OUT/summary.json from DIR/{sft,rl}_seed<S>_eval500.json (a campaign run by hand)",
+    )
     args = parser.parse_args()
     out, fleetrl = args.out.resolve(), fleetrl_executable()
     out.mkdir(parents=True, exist_ok=True)
+    if args.summarize_evals:
+        summary = summarize(campaign_layout(args.summarize_evals), args.seeds)
+        summary["source"] = (
+            f"{args.summarize_evals.resolve().relative_to(ROOT)}: argmax evaluations, {args.episodes} held-out episodes"
+        )
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        print(json.dumps(summary, indent=1))
+        return
     demos = args.runs / f"demos-{args.demos}"
     if not (demos / "meta" / "info.json").is_file():
         run([fleetrl, "record", "configs/sft_metaworld.yaml", "--episodes", str(args.demos), "--out", str(demos)], out)
@@ -152,8 +178,8 @@ def main() -> None:
         shutil.copy(rl / "success_per_task.png", folder / "success_per_task.png")
         (folder / "rl_eval.json").write_text(run([fleetrl, "eval", str(rl), *evaluate], out).stdout)
         log(f"seed {seed}: SFT {rates(json.loads((folder / 'sft_eval.json').read_text()))}")
-        (out / "summary.json").write_text(json.dumps(summarize(out, args.seeds), indent=1))
-    print(json.dumps(summarize(out, args.seeds), indent=1))
+        (out / "summary.json").write_text(json.dumps(summarize(own_layout(out), args.seeds), indent=1))
+    print(json.dumps(summarize(own_layout(out), args.seeds), indent=1))
 
 
 if __name__ == "__main__":
