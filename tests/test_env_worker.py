@@ -18,7 +18,7 @@ from fleetrl.models.policy import Policy
 from fleetrl.workers.env_worker import EnvWorker
 from fleetrl.workers.rollout_worker import RolloutWorker
 from tests.envs import obs
-from tests.support import is_interpreter_helper
+from tests.support import own_children
 
 ENTRY = "tests.envs:CountingEnv"
 
@@ -217,7 +217,7 @@ def test_async_env_processes_are_spawned_not_forked(worker_factory):
     torch.ones(64, 64) @ torch.ones(64, 64)  # torch is up in this process
     worker = worker_factory(vectorization="async")
     worker.reset()
-    children = [p for p in psutil.Process().children() if not is_interpreter_helper(p)]
+    children = own_children()
     assert len(children) == 2
     for child in children:
         assert "spawn_main" in " ".join(child.cmdline()), f"env subprocess {child.pid} was forked: {child.cmdline()}"
@@ -226,7 +226,7 @@ def test_async_env_processes_are_spawned_not_forked(worker_factory):
 def test_close_ends_async_env_processes():
     worker = make_worker(vectorization="async")
     worker.reset()
-    children = [p for p in psutil.Process().children(recursive=True) if not is_interpreter_helper(p)]
+    children = own_children()
     assert len(children) == 2
     worker.close()
     _, alive = psutil.wait_procs(children, timeout=10)
@@ -240,7 +240,7 @@ def test_close_ends_async_env_processes_when_a_stop_interrupted_a_step():
     worker = make_worker(vectorization="async")
     worker.reset()
     (vector,) = worker.stages
-    children = [p for p in psutil.Process().children(recursive=True) if not is_interpreter_helper(p)]
+    children = own_children()
     vector.step_async(np.zeros(2, np.int64))
     vector.parent_pipes[0].recv()  # env 0's answer read, then the stop: env 1's never is
     closing = threading.Thread(target=worker.close, daemon=True)
