@@ -227,9 +227,8 @@ def run_records(run: dict, results: Path) -> list[dict]:
     its `records_file` names, beside that results.json."""
     if "records" in run:
         return run["records"] or []
-    if run.get("records_file"):
-        lines = (results.parent / run["records_file"]).read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+    if run.get("records_file"):  # the kept run's folder, read as any run directory
+        return kit.read_run((results.parent / run["records_file"]).parent)[0]
     return []
 
 
