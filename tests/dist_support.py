@@ -56,7 +56,7 @@ SCENARIOS = {
         "actor.global_batch_size=64",
     ],
     # started from other weights (runner.init_from), held near them by the KL to the reference:
-    # each rank runs the reference over its own micro-batches
+    # each rank runs the reference over its own shard, once an update, in micro-batches
     "ddp_kl_to_reference": [
         "algorithm.kl_coef=0.5",
         "runner.init_from=/nonexistent/fleetrl-run",  # the weights are given by hand (init_from_weights)

@@ -2,7 +2,8 @@
 
 In process and exact: the loss with the penalty is the plain loss plus kl_coef × the k3 mean,
 computed by hand on a tiny token policy and a two-sample batch, at the action and token levels;
-the default (0) builds no reference; a resume whose checkpoint holds none is refused. Then real
+an update runs the reference over each sample once, not once an epoch; the default (0) builds no
+reference; a resume whose checkpoint holds none is refused. Then real
 inline runs: an RL run started from a short first run's weights (`runner.init_from`) trains with
 the penalty, and the same run stopped and resumed keeps the very reference it started with — its
 metrics (the KL to the reference among them) are the uninterrupted run's bit for bit, and its
@@ -12,6 +13,7 @@ are among tests/test_config_keys.py's rules relating keys."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import gymnasium as gym
@@ -30,6 +32,7 @@ from fleetrl.plan.load import load_config
 from fleetrl.plan.resolve import resolve
 from fleetrl.progress import summary_line
 from fleetrl.tracking.jsonl import read_metrics
+from tests.ppo_support import acted_trajectory, cartpole_actor
 from tests.support import REPO, TIMING_METRICS
 
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
@@ -52,19 +55,20 @@ def test_the_loss_with_kl_coef_is_the_plain_loss_plus_kl_coef_times_the_k3_mean(
     obs = torch.randn(2, 5, generator=torch.Generator().manual_seed(1))
     actions, logprobs, values = policy.act(obs)
     batch = PPOBatch(obs, actions, logprobs - 0.1, values, torch.tensor([1.0, -0.5]), torch.tensor([0.3, 0.7]))
+    with torch.no_grad():  # what the actor's pass before the update gives (fleetrl/algos/ppo/batch_pass.py)
+        ref = reference(obs, actions).logprobs
+    with_reference = dataclasses.replace(batch, reference_logprobs=ref)
     keys = ["model.action_bins=4", f"algorithm.logprob_type={level}", "algorithm.norm_adv=false"]
     keys.append(f"runner.init_from={tmp_path}")  # kl_coef > 0 needs one (the reference is built here)
     plain_config = load_config(None, [*keys, "algorithm.ent_coef=0.0"]).algorithm
     kl_config = load_config(None, [*keys, "algorithm.ent_coef=0.0", "algorithm.kl_coef=0.25"]).algorithm
 
     plain, plain_parts, _ = ppo_loss(policy, batch, batch.advantages, plain_config, 0.2)
-    loss, parts, _ = ppo_loss(policy, batch, batch.advantages, kl_config, 0.2, reference=reference)
+    loss, parts, _ = ppo_loss(policy, with_reference, batch.advantages, kl_config, 0.2)
 
-    # by hand: d = log π_ref − log π of the taken action, k3 = e^d − d − 1; each forward as the loss
-    # runs it (autograd's kernels and no_grad's may differ in the last bit)
+    # by hand: d = log π_ref − log π of the taken action, k3 = e^d − d − 1; the policy's forward as
+    # the loss runs it (autograd's kernels and no_grad's may differ in the last bit)
     new = policy(obs, actions).logprobs.detach()
-    with torch.no_grad():
-        ref = reference(obs, actions).logprobs
     if level == "action_level":  # one ratio per action: its tokens' log-probs summed
         d = ref.sum(-1) - new.sum(-1)
         per_sample = d.exp() - d - 1
@@ -77,7 +81,20 @@ def test_the_loss_with_kl_coef_is_the_plain_loss_plus_kl_coef_times_the_k3_mean(
     assert torch.equal(loss.detach(), plain.detach() + k3_mean * 0.25)
     assert torch.equal(parts[:4], plain_parts[:4]) and plain_parts[4] == 0
     # at the reference itself the estimate is exactly 0
-    assert ppo_loss(reference, batch, batch.advantages, kl_config, 0.2, reference=reference)[1][4] == 0
+    assert ppo_loss(reference, with_reference, batch.advantages, kl_config, 0.2)[1][4] == 0
+
+
+def test_an_update_runs_the_reference_over_each_sample_once_whatever_its_epochs(tmp_path):
+    """Its log-probs of a sample are the same in every epoch: one pass before the update (32
+    rows here, in pieces of the minibatch's 16), not one per minibatch in each of the 3 epochs."""
+    actor = cartpole_actor(f"runner.init_from={tmp_path}", "algorithm.kl_coef=0.5", "algorithm.update_epochs=3")
+    actor.load_policy_weights(copy.deepcopy(actor.policy.state_dict()))  # the start: the reference is built
+    rows: list[int] = []
+    actor.reference.register_forward_hook(lambda module, inputs, output: rows.append(len(inputs[1])))
+    metrics = actor.train(acted_trajectory(actor), 0.0)
+    assert rows == [16, 16]
+    assert metrics["epochs"] == 3 and metrics["grad_steps"] == 6
+    assert metrics["reference_kl"] > 0  # the policy left the reference within the update, and the KL saw it
 
 
 def test_the_reference_is_a_frozen_copy_built_only_with_kl_coef_and_a_resume_needs_it(tmp_path):

@@ -16,14 +16,13 @@ import torch
 
 from fleetrl.algos.common.gae import compute_gae
 from fleetrl.algos.common.vtrace import compute_vtrace
-from fleetrl.algos.ppo.actor import ActorWorker
 from fleetrl.algos.ppo.correction import Proximal, importance_weights, interpolation_weights
 from fleetrl.algos.ppo.update import PPOBatch, policy_objective, ppo_loss
 from fleetrl.models.policy import Policy
 from fleetrl.non_finite import NonFiniteError
 from fleetrl.plan.load import load_config
 from fleetrl.trajectory import Trajectory
-from tests.support import REPO
+from tests.ppo_support import acted_trajectory, cartpole_actor
 
 GAMMA = 0.9
 LOGLINEAR = ["runner.asynchronous=true", "algorithm.proximal_logprob=loglinear"]
@@ -196,35 +195,6 @@ def test_a_token_policy_interpolates_every_piece_of_a_decision_alike(level):
     expected = (1 - alpha).unsqueeze(-1).expand(3, 3) * 0.1 if per_token else (1 - alpha) * 0.3
     torch.testing.assert_close(ratios.log_ratio, expected)
     torch.testing.assert_close(ratios.proximal, alpha * 0.3)
-
-
-def cartpole_actor(*overrides: str) -> ActorWorker:
-    config = load_config(
-        REPO / "configs/ppo_cartpole.yaml",
-        ["env.num_envs=4", "algorithm.num_steps=8", "algorithm.minibatch_size=16", *overrides],
-    )
-    env = gym.make("CartPole-v1")
-    return ActorWorker(config, env.observation_space, env.action_space)
-
-
-def acted_trajectory(actor: ActorWorker) -> Trajectory:
-    """8 steps × 4 envs acted by `actor`'s own policy (on-policy), with an episode end."""
-    generator = torch.Generator().manual_seed(1)
-    obs = torch.randn(8, 4, 4, generator=generator)
-    with torch.no_grad():
-        actions, logprobs, values = actor.policy.act(obs.flatten(0, 1))
-    dones = torch.zeros(8, 4, dtype=torch.bool)
-    dones[3, 1] = True
-    return Trajectory(
-        obs=obs,
-        actions=actions.reshape(8, 4),
-        logprobs=logprobs.reshape(8, 4),
-        values=values.reshape(8, 4),
-        rewards=torch.ones(8, 4),
-        terminated=dones.clone(),
-        dones=dones,
-        next_values=torch.cat([values.reshape(8, 4)[1:], torch.zeros(1, 4)]),
-    )
 
 
 def test_on_policy_the_decoupled_objective_trains_as_ppo_does():

@@ -1,11 +1,16 @@
 """CPU time of one training update, tree A against tree B, interleaved: an A/B that holds on a
 loaded host (CPU time, not wall time, and alternating repetitions, so a load change hits both).
 
-Two workloads, each the exact shapes of its comparison with SB3:
+Three workloads, the first two the exact shapes of their comparison with SB3:
 * ppo: one `ppo_update` of RL-Zoo's CartPole set (benchmarks/compare/configs/ppo_cartpole_rlzoo.yaml:
   8 envs x 32 steps, one minibatch of 256, 20 epochs: 20 gradient steps of the 64x64 tanh MLPs);
 * sac: one SAC gradient step of configs/sac_pendulum.yaml (256x256 ReLU actor and twin critics,
-  batch 256, autotuned temperature).
+  batch 256, autotuned temperature);
+* grpo_kl: one actor update (`ActorWorker.train`) of the Meta-World campaign's GRPO with its KL to
+  the reference policy (configs/ppo_metaworld.yaml with the overrides of
+  docs/benchmarks/metaworld/commands.txt: the small transformer, 4 epochs, `algorithm.kl_coef`
+  0.05), at a quarter of its batch (16 envs x 200 steps, minibatches of 800: each sample costs
+  what it costs at 64 envs and 3,200) on observations drawn from the env's spaces.
 
 Each repetition is a fresh process per tree (`PYTHONPATH=<tree>`), one torch thread, warm-up
 first; it reports the median CPU ms per update over its updates, and the aten operators one
@@ -15,8 +20,8 @@ range.
 
     python benchmarks/costs/update_step.py --a /tmp/main-tree --b . [--reps 5] [--workloads ppo,sac]
 
-The child side only uses fleetrl's public pieces (config loader, Policy, ppo_update, SACLearner),
-so any two trees with those seams compare.
+The child side only uses fleetrl's public pieces (config loader, Policy, ppo_update, SACLearner,
+the PPO actor and `Trajectory`), so any two trees with those seams compare.
 """
 
 from __future__ import annotations
@@ -69,6 +74,66 @@ def rlzoo_ppo_update(clip: bool = True):
     def update() -> None:
         minibatches = Minibatches(EnvShard(steps, envs), algo.minibatch_size, None, generator)
         ppo_update(path, optimizer, batch, algo, algo.clip_coef, minibatches, lambda t: t)
+
+    return update
+
+
+def grpo_kl_workload(updates: int) -> tuple[list[float], int]:
+    return measure(metaworld_grpo_update(), updates)
+
+
+def metaworld_grpo_update():
+    """One `ActorWorker.train` of the Meta-World campaign's GRPO update with the KL to its
+    reference (a callable; the module docstring's grpo_kl)."""
+    import tempfile
+
+    import numpy as np
+    import torch
+
+    from fleetrl.algos.ppo.actor import ActorWorker
+    from fleetrl.envs.make import env_factory
+    from fleetrl.plan.load import load_config
+    from fleetrl.trajectory import Trajectory
+
+    steps, envs = 200, 16
+    campaign = [  # docs/benchmarks/metaworld/commands.txt's GRPO command, at a quarter of its batch
+        "algorithm.adv_type=grpo",
+        "algorithm.norm_adv=false",
+        f"algorithm.num_steps={steps}",
+        "algorithm.critic_warmup_steps=0",
+        f"env.num_envs={envs}",
+        "algorithm.group_size=4",
+        "algorithm.minibatch_size=800",
+        "algorithm.kl_coef=0.05",
+        "model.standardize_inputs=true",
+    ]
+    with tempfile.TemporaryDirectory() as start:  # kl_coef needs a start to stay near: this policy's own
+        config = load_config(ROOT / "configs/ppo_metaworld.yaml", [*campaign, f"runner.init_from={start}"])
+    env = env_factory(config.env)()
+    actor = ActorWorker(config, env.observation_space, env.action_space)
+    actor.load_policy_weights(actor.policy.state_dict())  # builds the reference
+    env.observation_space.seed(0)
+    drawn = [env.observation_space.sample() for _ in range(steps * envs)]
+    obs = {key: torch.as_tensor(np.stack([o[key] for o in drawn])) for key in drawn[0]}
+    with torch.no_grad():
+        actions, logprobs, values = actor.policy.act(obs)
+    generator = torch.Generator().manual_seed(0)
+    dones = torch.zeros(steps, envs, dtype=torch.bool)
+    dones[99::100] = True  # episodes of 100 steps, a group's four envs alike
+    values = values.reshape(steps, envs)
+    trajectory = Trajectory(
+        obs={key: value.reshape(steps, envs, *value.shape[1:]) for key, value in obs.items()},
+        actions=actions.reshape(steps, envs, *actions.shape[1:]),
+        logprobs=logprobs.reshape(steps, envs, *logprobs.shape[1:]),
+        values=values,
+        rewards=(torch.rand(steps, envs, generator=generator) < 0.01).float(),
+        terminated=dones.clone(),
+        dones=dones,
+        next_values=torch.zeros(steps, envs),
+    )
+
+    def update() -> None:
+        actor.train(trajectory, 0.0)
 
     return update
 
@@ -127,7 +192,7 @@ def measure(update, updates: int) -> tuple[list[float], int]:
     return times, ops
 
 
-WORKLOADS = {"ppo": (ppo_workload, 60), "sac": (sac_workload, 400)}
+WORKLOADS = {"ppo": (ppo_workload, 60), "sac": (sac_workload, 400), "grpo_kl": (grpo_kl_workload, 3)}
 
 
 def child(workload: str) -> None:

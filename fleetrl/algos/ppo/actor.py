@@ -13,7 +13,9 @@ receives the full state, other ranks an empty dict).
 
 With `algorithm.kl_coef` > 0 each rank also holds the reference policy
 (`fleetrl.algos.ppo.reference`): a frozen copy of the policy taken when `runner.init_from`'s weights
-are loaded, kept in the checkpoint as `reference` and restored from it on resume.
+are loaded, kept in the checkpoint as `reference` and restored from it on resume. Its log-probs of
+an update's batch come from one pass before the update (`fleetrl.algos.ppo.batch_pass`), not one
+per minibatch piece in every epoch: they are the same in each.
 
 `spec` registers the `ppo` algorithm.
 """
@@ -28,6 +30,7 @@ import torch
 
 from fleetrl.algos.common.gae import compute_gae
 from fleetrl.algos.common.optim import build_optimizer
+from fleetrl.algos.ppo.batch_pass import batch_pass
 from fleetrl.algos.ppo.config import decoupled, interpolates_proximal, needs_proximal_pass, reference_kl_coef
 from fleetrl.algos.ppo.correction import (
     Proximal,
@@ -129,10 +132,12 @@ class ActorWorker(ActorBase):
         collective with several ranks: all train together, with the same `progress`."""
         self.require_distributed()
         algo = self.config.algorithm
-        proximal = None
+        proximal, reference_logprobs = None, None
+        piece = self.config.actor.micro_batch_size or max(1, self.minibatch_size // self.world_size)
         if needs_proximal_pass(self.config):
-            piece = self.config.actor.micro_batch_size or max(1, self.minibatch_size // self.world_size)
             proximal = proximal_pass(self.loss_path.module, trajectory, piece, self.device)
+        if self.reference is not None:
+            reference_logprobs = batch_pass(self.reference, trajectory, piece, self.device)[0]
         advantages, returns = self.advantages(trajectory, proximal)
         logprobs, values, importance, interpolation = trajectory.logprobs, trajectory.values, None, None
         if proximal is not None and algo.adv_type == "vtrace":  # the targets' critic: the clip's and the metric's
@@ -152,6 +157,7 @@ class ActorWorker(ActorBase):
             None if trajectory.steps is None else trajectory.steps.flatten(),
             None if importance is None else importance.flatten(0, 1),
             None if interpolation is None else interpolation.flatten(),
+            None if reference_logprobs is None else reference_logprobs.flatten(0, 1),
         ).to(self.device)
         lr, clip = self.schedule(progress)
         for group in self.optimizer.param_groups:
@@ -170,7 +176,6 @@ class ActorWorker(ActorBase):
             self.all_reduce,
             train_policy,
             self.predict_coef,
-            self.reference,
         )
         metrics.update(
             lr=lr,

@@ -31,9 +31,9 @@ from torch import nn
 
 from fleetrl.algos.common.logprobs import combine
 from fleetrl.algos.common.vtrace import compute_vtrace
+from fleetrl.algos.ppo.batch_pass import batch_pass
 from fleetrl.algos.ppo.config import PPOConfig
 from fleetrl.non_finite import NonFiniteError, all_finite, first_non_finite
-from fleetrl.observations import map_obs
 from fleetrl.trajectory import Trajectory
 
 # A ratio within this (relative) of the cap is not counted as truncated: on-policy, the proximal
@@ -50,22 +50,8 @@ class Proximal(NamedTuple):
 
 def proximal_pass(module: nn.Module, trajectory: Trajectory, piece: int, device: torch.device) -> Proximal:
     """`module`'s (the loss path's: DDP, FSDP or the policy) log-probs of the taken actions and
-    its values, before any step of the update: one forward pass without gradients, `piece` rows
-    at a time. Every rank holds an equal shard, so every rank runs as many pieces, in the same
-    order: a sharded module's all-gathers line up."""
-    steps, envs = trajectory.rewards.shape
-    obs = map_obs(lambda x: x.flatten(0, 1), trajectory.obs)
-    actions = trajectory.actions.flatten(0, 1)
-    logprobs, values = [], []
-    with torch.no_grad():
-        for start in range(0, steps * envs, piece):
-            rows = slice(start, start + piece)
-            outputs = module(map_obs(lambda x, rows=rows: x[rows].to(device), obs), actions[rows].to(device))
-            logprobs.append(outputs.logprobs.float().cpu())
-            values.append(outputs.value.float().cpu())
-    return checked(
-        Proximal(torch.cat(logprobs).reshape(trajectory.logprobs.shape), torch.cat(values).reshape(steps, envs))
-    )
+    its values, before any step of the update (`batch_pass`), checked finite."""
+    return checked(Proximal(*batch_pass(module, trajectory, piece, device)))
 
 
 def checked(proximal: Proximal) -> Proximal:

@@ -70,6 +70,9 @@ class PPOBatch:
     # `algorithm.proximal_logprob: loglinear`: each sample's α (B,), log π_prox ≈ log μ + α (log π_θ −
     # log μ) (fleetrl.algos.ppo.correction.interpolation_weights); None: nothing interpolated.
     interpolation: torch.Tensor | None = None
+    # `algorithm.kl_coef`: the reference policy's log-probs of the taken actions, shaped as
+    # `logprobs` (fleetrl.algos.ppo.batch_pass, once an update); None: no KL penalty.
+    reference_logprobs: torch.Tensor | None = None
 
     def __getitem__(self, index: torch.Tensor) -> PPOBatch:
         return PPOBatch(*(None if x is None else map_obs(lambda v: v[index], x) for x in self.columns()))
@@ -146,16 +149,14 @@ def ppo_loss(
     share: float | None = None,
     train_policy: bool = True,
     predict_coef: float | None = None,
-    reference: nn.Module | None = None,
 ):
     """(scalar loss, detached [policy loss, value loss, entropy, prediction error, KL to the
     reference], detached `Ratios`) of `batch` with these (normalised) `advantages`: each per-sample
     term summed and divided by `share` (None: the batch's size — the mean; `ppo_update` passes
     M / W, module docstring). With `predict_coef` the policy's auxiliary prediction error
-    (`model.predict_keys`) weighs that much; without, it is 0. With a `reference` policy
-    (`algorithm.kl_coef`, fleetrl/algos/ppo/reference.py) its log-probs of the batch's actions, in
-    one forward pass without gradients shaped as the policy's, give each sample's k3 KL estimate at
-    the ratio's level, which weighs `config.kl_coef`; without, the KL is 0 and nothing more runs.
+    (`model.predict_keys`) weighs that much; without, it is 0. With the reference policy's log-probs
+    in the batch (`algorithm.kl_coef`, fleetrl/algos/ppo/reference.py) each sample's k3 KL estimate
+    at the ratio's level weighs `config.kl_coef`; without, the KL is 0 and nothing more runs.
     Without `train_policy` (a critic warm-up) the policy loss, entropy bonus, prediction error and
     KL weigh 0: still in the graph, so every parameter gets its (zero) gradient and DDP's
     reductions line up."""
@@ -182,11 +183,14 @@ def ppo_loss(
         prediction = outputs.prediction_error.sum() / divisor
         loss = loss + prediction * constant(predict_coef if train_policy else 0.0)
     kl = torch.zeros_like(value_loss)
-    if reference is not None:
-        with torch.no_grad():
-            reference_logprobs = reference(batch.obs, batch.actions).logprobs
+    if batch.reference_logprobs is not None:
         reference_logprobs = combine(
-            outputs.logprobs, reference_logprobs, outputs.entropy, batch.steps, config.logprob_type, config.entropy_type
+            outputs.logprobs,
+            batch.reference_logprobs,
+            outputs.entropy,
+            batch.steps,
+            config.logprob_type,
+            config.entropy_type,
         )[1]
         kl = per_sample(k3(reference_logprobs, logprobs), weights).sum() / divisor
         loss = loss + kl * constant(config.kl_coef if train_policy else 0.0)
@@ -204,12 +208,11 @@ def ppo_update(
     all_reduce: Callable[[torch.Tensor], torch.Tensor],
     train_policy: bool = True,
     predict_coef: float | None = None,
-    reference: nn.Module | None = None,
 ) -> dict:
     """Run the epochs on this rank's `batch` (its env columns, flattened step-major); returns the
     mean losses, KL, clip fraction, grad steps and the epochs done, global over ranks, with
-    `predict_coef` (`model.predict_keys`) the mean prediction error, with a `reference` policy
-    (`algorithm.kl_coef`) the mean k3 KL to it, `reference_kl`, and with interpolated proximal
+    `predict_coef` (`model.predict_keys`) the mean prediction error, with the reference policy's
+    log-probs in the batch (`algorithm.kl_coef`) the mean k3 KL to it, `reference_kl`, and with interpolated proximal
     log-probs (`batch.interpolation`) the importance weights' metrics of the last epoch, like its
     KL. `all_reduce` sums a tensor over ranks (identity with one); without `train_policy` only the
     value loss trains (`ppo_loss`)."""
@@ -245,7 +248,6 @@ def ppo_update(
                         share,
                         train_policy,
                         predict_coef,
-                        reference,
                     )
                     loss_path.backward(loss, last, "PPO", grad_steps + 1)
                 checks.loss(loss_parts, grad_steps + 1)  # LOSS_TERMS / share
@@ -287,7 +289,7 @@ def ppo_update(
     }
     if predict_coef is not None:
         metrics["prediction_error"] = prediction
-    if reference is not None:
+    if batch.reference_logprobs is not None:
         metrics["reference_kl"] = reference_kl
     if weighed:
         metrics.update(weight_metrics(reduced[EVIDENCE + 2 : -2]))
