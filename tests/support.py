@@ -244,10 +244,11 @@ def reaping_new_children():
         psutil.wait_procs(left, timeout=30)
 
 
-def end_leftovers(processes: list[psutil.Process], what: str, grace_s: float = 3) -> None:
+def end_leftovers(processes: list[psutil.Process], what: str, grace_s: float = TEARDOWN_BOUND_S) -> None:
     """Fail naming whichever of `processes` is still alive after a grace period (for processes
-    already on their way out, e.g. vector-env workers after close()); kill those, so one leaky
-    test does not fail the ones after it."""
+    already on their way out: vector-env workers after close(), a run's Ray workers on a cluster
+    the test started, which Ray ends after the run's driver: by default the teardown promise's
+    bound); kill those, so one leaky test does not fail the ones after it."""
     if not processes:
         return
     _, alive = psutil.wait_procs(processes, timeout=grace_s)  # also reaps exited children (no zombies)
