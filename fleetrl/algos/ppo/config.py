@@ -49,8 +49,8 @@ class PPOConfig(AlgorithmConfig):
     (`runner.init_from`, which it needs): each sample's k3 estimate exp(d) − d − 1, d = log π_ref − log π
     of the taken action at `logprob_type`'s level, averaged like the other terms; the metric
     `reference_kl` is its mean. Holds RL near a supervised start. The reference is a second copy of
-    the policy on every actor rank and in every checkpoint, and costs one more forward pass, without
-    gradients, over each update's batch once (docs: concepts/algorithms.md, KL to the reference). 0: none."""
+    the policy on every actor rank and in every checkpoint, and costs one forward pass without
+    gradients over each update's batch (docs: concepts/algorithms.md, KL to the reference). 0: none."""
     target_kl: Annotated[float, Positive] | None = None
     """Stop the epoch loop once the approximate KL exceeds this (agreed across ranks; null: never)."""
     adv_type: Literal["gae", "grpo", "vtrace"] = "gae"
