@@ -130,14 +130,17 @@ def test_critic_warmup_spans_the_configured_env_steps():
 def test_a_negative_entropy_coefficient_sharpens_the_policy_and_a_positive_one_broadens_it():
     """`algorithm.ent_coef` below 0 is an entropy penalty: with no advantage to follow (all zeros), an
     update lowers the policy's entropy; above 0 the bonus raises it."""
-    entropies = {}
+
+    def entropy(policy: Policy, obs: torch.Tensor) -> float:
+        with torch.no_grad():
+            return torch.distributions.Categorical(logits=policy.network(obs)[0]).entropy().mean().item()
+
+    change = {}
     for coef in (-0.1, 0.1):
         config, policy = cartpole_learner([f"algorithm.ent_coef={coef}"])
         batch = sample_batch(policy)
         batch.advantages.zero_()
-        with torch.no_grad():
-            before = torch.distributions.Categorical(logits=policy.network(batch.obs)[0]).entropy().mean()
+        before = entropy(policy, batch.obs)
         update(config, policy, batch, None)
-        with torch.no_grad():
-            entropies[coef] = torch.distributions.Categorical(logits=policy.network(batch.obs)[0]).entropy().mean()
-    assert entropies[-0.1] < before < entropies[0.1]
+        change[coef] = entropy(policy, batch.obs) - before
+    assert change[-0.1] < 0 < change[0.1]
