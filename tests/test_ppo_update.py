@@ -131,16 +131,16 @@ def test_a_negative_entropy_coefficient_sharpens_the_policy_and_a_positive_one_b
     """`algorithm.ent_coef` below 0 is an entropy penalty: with no advantage to follow (all zeros), an
     update lowers the policy's entropy; above 0 the bonus raises it."""
 
-    def entropy(policy: Policy, obs: torch.Tensor) -> float:
+    def entropy(policy: Policy, batch: PPOBatch) -> float:
         with torch.no_grad():
-            return torch.distributions.Categorical(logits=policy.network(obs)[0]).entropy().mean().item()
+            return policy(batch.obs, batch.actions).entropy.mean().item()
 
     change = {}
     for coef in (-0.1, 0.1):
         config, policy = cartpole_learner([f"algorithm.ent_coef={coef}"])
         batch = sample_batch(policy)
         batch.advantages.zero_()
-        before = entropy(policy, batch.obs)
+        before = entropy(policy, batch)
         update(config, policy, batch, None)
-        change[coef] = entropy(policy, batch.obs) - before
+        change[coef] = entropy(policy, batch) - before
     assert change[-0.1] < 0 < change[0.1]

@@ -214,8 +214,8 @@ def ppo_update(
     `predict_coef` (`model.predict_keys`) the mean prediction error, with the reference policy's
     log-probs in the batch (`algorithm.kl_coef`) the mean k3 KL to it, `reference_kl`, and with
     interpolated proximal log-probs (`batch.interpolation`) the importance weights' metrics of the
-    last epoch, like its KL. `all_reduce` sums a tensor over ranks (identity with one); without `train_policy` only the
-    value loss trains (`ppo_loss`)."""
+    last epoch, like its KL. `all_reduce` sums a tensor over ranks (identity with one); without
+    `train_policy` only the value loss trains (`ppo_loss`)."""
     size, device = minibatches.shard.global_size, batch.actions.device
     share = minibatches.size / minibatches.shard.world_size  # what a piece's sums are divided by
     normalise = config.norm_adv and minibatches.size > 1
