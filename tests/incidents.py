@@ -48,7 +48,8 @@ def promised_detection_s(detection: str, **watchdog: float) -> float:
       waiting in a collective another rank never entered): that deadline — the start-up step
       allowance, the first-call bound, `min_deadline_s` or the collective timeout — and the window
       of beats a blocked call is judged from;
-    - busy (a call that computes past its deadline): the busy allowance and that window."""
+    - busy (a call that computes past its deadline): the busy allowance and that window (on a
+      detection less the time its thread waited for a CPU: tests/support.py `detection_s`)."""
     config = WatchdogConfig(**watchdog)
     deadline = {
         "death": None,

@@ -78,11 +78,13 @@ LOADED_HOST_MARGIN_S = 5
 def detection_s(report: dict) -> float:
     """How long the watchdog took to detect the incident of hang report `report`, of the time it
     ran: `detected_after_s` less the seconds the watchdog itself did not run (`watcher_absent_s`:
-    its thread got no turn on a loaded host for longer than any margin). The promised figures
-    bound this; the absence itself is the host's, and the report says it."""
-    absent = report["watcher_absent_s"]
+    its thread got no turn on a loaded host for longer than any margin) and, for a busy call, the
+    seconds its thread waited for a CPU (`cpu_wait_s`: the busy allowance does not count them).
+    The promised figures bound this; both are the host's, and the report says them."""
+    absent, waited = report["watcher_absent_s"], report["cpu_wait_s"]
     assert 0 <= absent <= report["detected_after_s"], (absent, report["detected_after_s"])
-    return report["detected_after_s"] - absent
+    assert waited == 0 or report["state"] == "busy", report
+    return report["detected_after_s"] - absent - waited
 
 
 # The promise "every process of the run is gone within 10 s of detection" (fleetrl/watch/respond.py

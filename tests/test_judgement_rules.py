@@ -190,6 +190,32 @@ def test_a_beat_without_a_run_delay_is_no_evidence_of_starvation():
     assert judged(*older) == Judgement(BLOCKED, 2.0, 0.0, 0.0, False)
 
 
+def test_a_call_s_wait_for_a_cpu_is_its_thread_s_run_delay_since_the_call_s_first_beat():
+    """What the busy allowance does not count (watch/judging/verdict.py): the run delay from the
+    first beat of the current call to its last, over all of the call's beats (not the judging
+    window; not the 64 kept); a new call counts from its own first beat; a beat without the
+    field (an older worker) counts none; a counter that went back (a new thread) counts none.
+    Or, where larger, the share of samples that found it ready to run, times the seconds, less
+    the CPU seconds it used (the run delay lags a thread starved since its last turn)."""
+    call = [beat(float(at), thread_run_delay_s=10.0 + 0.5 * at) for at in range(100)]
+    assert seen_beats(*call).cpu_wait_s() == pytest.approx(49.5)  # 10.0 -> 59.5, the first beat no longer kept
+    nxt = [
+        beat(at, phase_started=CALL + 200, thread_run_delay_s=delay) for at, delay in ((300.0, 70.0), (301.0, 70.25))
+    ]
+    assert seen_beats(*call, *nxt).cpu_wait_s() == pytest.approx(0.25)
+    assert Seen().cpu_wait_s() == 0.0
+    assert seen_beats(beat(1.0, thread_run_delay_s=None), beat(2.0, thread_run_delay_s=3.0)).cpu_wait_s() == 0.0
+    assert seen_beats(beat(1.0, thread_run_delay_s=3.0), beat(2.0, thread_run_delay_s=None)).cpu_wait_s() == 0.0
+    assert seen_beats(beat(1.0, thread_run_delay_s=3.0), beat(2.0, thread_run_delay_s=1.0)).cpu_wait_s() == 0.0
+    # a run delay that lags: the samples found the thread ready in 11 of 12 over the call's 10 s,
+    # and it ran 0.2 s of them: 11/12 * 10 - 0.2 s waited; under SPIN_MIN_SAMPLES, no such measure
+    lagging = [beat(0.0, samples=0, thread_ready=0), beat(10.0, thread_s=0.2, samples=12, thread_ready=11)]
+    lagging = [{**record, "thread_run_delay_s": 1.0} for record in lagging]
+    assert seen_beats(*lagging).cpu_wait_s() == pytest.approx(11 / 12 * 10 - 0.2)
+    few = [beat(0.0, samples=0, thread_ready=0), beat(10.0, thread_s=0.2, samples=5, thread_ready=5)]
+    assert seen_beats(*few).cpu_wait_s() == 0.0
+
+
 def test_a_gpu_that_computes_makes_a_still_call_busy_unless_the_call_is_in_a_collective():
     """The mean of the beats that read a utilisation: 8 % and 12 % (one beat read none) is 10 %,
     the threshold. In a collective the reading is an NCCL kernel waiting for a peer: not read."""

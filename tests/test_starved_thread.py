@@ -100,6 +100,21 @@ def test_a_thread_starved_of_cpu_publishes_its_run_delay_and_is_judged_busy():
     )
     assert older.state == BLOCKED, older.text()
 
+    # The busy allowance does not count the call's waits for a CPU (`Seen.cpu_wait_s`: its run
+    # delay, or where that lags, its samples found ready to run): the real checks on these beats,
+    # placed at the present, with an allowance half-way between the seconds the call could run and
+    # its age, find no incident where counting its age would (the false kill seen on a Meta-World
+    # run, 2026-12-07). tests/test_verdict_rules.py holds the bound exactly.
+    now, seen = time.monotonic(), Seen()
+    for record in records:
+        seen.update(record, now=now - (last["time"] - record["time"]))
+    waited, age = seen.cpu_wait_s(), last["phase_elapsed_s"]
+    assert 0.5 * wall <= waited <= age, (waited, wall, age)
+    config = WatchdogConfig(heartbeat_interval_s=0.25, first_call_bound_s=0.01, busy_allowance_s=age - waited / 2)
+    watching = Checks(config, [("env", 0)])
+    watching.seen[("env", 0)] = seen
+    assert watching.check_deadlines({("env", 0): {**last, "phase_age_s": age}}, time.time()) is None
+
 
 # A worker whose call waits on a server it started (as tests/server_envs.py's simulators do): the
 # server pins itself to the hogs' CPU at SCHED_IDLE, says `computing` and computes for 4 s of wall

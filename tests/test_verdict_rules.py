@@ -53,11 +53,14 @@ def checks(workers=(ENV, ACTOR), **config) -> Checks:
     return Checks(WatchdogConfig(**config), list(workers))
 
 
-def beats(checks: Checks, key, thread_s: list[float], stack: int = 7, **fields) -> None:
+def beats(checks: Checks, key, thread_s: list[float], stack: int = 7, first: dict | None = None, **fields) -> None:
     """The watcher has seen `key` beat every half second until now (inside the 2 s it judges a
     call from), its call's thread having used `thread_s` CPU seconds at each (the same stack
-    throughout, no data moved), with `fields` in every beat."""
+    throughout, no data moved), with `fields` in every beat; `first`: the fields of the call's
+    first beat, seen minutes before these."""
     seen, now = Seen(), time.monotonic()
+    if first is not None:
+        seen.update({**published(), "time": 0.0, "beat": 0, "phase_started": 50.0, **first}, now=now - 600)
     for number, cpu in enumerate(thread_s, 1):
         at = now - 0.5 * (len(thread_s) - number)
         beat = {**published(), "time": 100.0 + 0.5 * number, "beat": number, "phase_started": 50.0}
@@ -402,11 +405,49 @@ def test_a_busy_call_past_its_deadline_is_warned_once_and_an_incident_past_the_b
         assert watching.check_deadlines({ENV: record(phase_age_s=16.0, phase_started=60.0)}, 1002.0) is None
     first, next_call = [r.getMessage() for r in caplog.records]  # once per call, and once for the next call
     assert first.startswith("slow: env rank 0 has been in env.step for 16 s, past its deadline of 15 s, but is busy")
-    assert first.endswith("an incident only past watchdog.busy_allowance_s (600 s)") and next_call == first
+    assert first.endswith(
+        "an incident only past watchdog.busy_allowance_s (600 s), not counting its thread's waits for a CPU"
+    )
+    assert next_call == first
     assert watching.check_deadlines({ENV: record(phase_age_s=CONFIG.busy_allowance_s)}, 1000.0) is None
     incident = watching.check_deadlines({ENV: record(phase_age_s=CONFIG.busy_allowance_s + 1)}, 1000.0)
     assert (incident.cause, incident.state) == ("phase_timeout", "busy")
     assert incident.summary.endswith("; past watchdog.busy_allowance_s (600 s)"), incident.summary
+
+
+def test_a_busy_call_s_waits_for_a_cpu_are_not_counted_against_the_busy_allowance():
+    """Its thread waited 300 s, runnable, for a CPU since the call's first beat (its run delay:
+    a host loaded past its cores): the call is an incident only once its age less those 300 s is
+    past busy_allowance_s, and the incident says so and carries them (the report's
+    `cpu_wait_s`). A deadline under 10 s is written to the tenth (it read '0 s')."""
+    watching = checks()
+    beats(watching, ENV, BUSY, first={"thread_run_delay_s": 10.0}, thread_run_delay_s=310.0)
+    assert watching.check_deadlines({ENV: record(phase_age_s=CONFIG.busy_allowance_s + 300)}, 1000.0) is None
+    incident = watching.check_deadlines({ENV: record(phase_age_s=CONFIG.busy_allowance_s + 301)}, 1000.0)
+    assert (incident.cause, incident.state, incident.cpu_wait_s) == ("phase_timeout", "busy", 300.0)
+    assert incident.started == 1000.0 - CONFIG.busy_allowance_s - 301
+    assert incident.summary.endswith(
+        "; past watchdog.busy_allowance_s (600 s) besides 300.0 s its thread waited for a CPU"
+    ), incident.summary
+    # without the field (an older worker) every second counts, and none is said to be waited
+    older = checks()
+    beats(older, ENV, BUSY)
+    incident = older.check_deadlines({ENV: record(phase_age_s=CONFIG.busy_allowance_s + 1)}, 1000.0)
+    assert incident.cpu_wait_s == 0.0 and incident.summary.endswith("(600 s)"), incident.summary
+    # a blocked call is an incident at its deadline, its waits for a CPU notwithstanding
+    blocked = checks()
+    beats(blocked, ENV, BLOCKED, first={"thread_run_delay_s": 10.0}, thread_run_delay_s=310.0)
+    incident = blocked.check_deadlines({ENV: record(phase_age_s=16.0)}, 1000.0)
+    assert (incident.state, incident.cpu_wait_s) == ("blocked", 0.0)
+
+
+def test_a_sub_10_s_deadline_is_written_to_the_tenth_in_the_slow_warning(caplog):
+    watching = checks(first_call_bound_s=0.4)
+    beats(watching, ENV, BUSY)
+    with caplog.at_level(logging.WARNING, logger="fleetrl"):
+        assert watching.check_deadlines({ENV: record(phase_age_s=2.5)}, 1000.0) is None
+    (slow,) = [r.getMessage() for r in caplog.records]
+    assert slow.startswith("slow: env rank 0 has been in env.step for 2.5 s, past its deadline of 0.4 s, but"), slow
 
 
 @pytest.mark.parametrize(

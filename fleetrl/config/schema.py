@@ -340,8 +340,9 @@ class WatchdogConfig:
     first_call_bound_s: Annotated[float, Positive] = 15.0
     """Any other call never seen finishing."""
     busy_allowance_s: Annotated[float, Positive] = 600.0
-    """A call past its deadline that is busy (CPU, a moving stack), not blocked: a warning until this,
-    then an incident."""
+    """A call past its deadline that is busy (CPU, a moving stack), not blocked: a warning until it
+    has run this long, then an incident. The time its thread waited, runnable, for a CPU (a host
+    loaded past its cores) is not counted."""
     deadline_factor: Annotated[float, AtLeastOne] = 10.0
     """A phase may take this many times its longest observed duration."""
     min_deadline_s: Annotated[float, Positive] = 5.0

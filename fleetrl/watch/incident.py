@@ -62,6 +62,9 @@ class Incident:
     # Seconds since `started` in which the watchdog that found it did not run (watch/watchdog.py
     # `absent_s`): the part of `detected_after_s` that is the host's, not the verdict's
     watcher_absent_s: float = 0.0
+    # A busy call's seconds waiting, runnable, for a CPU (its thread's run delay in the call:
+    # watch/judging/verdict.py): not counted against `busy_allowance_s`, so the detection is later by as much
+    cpu_wait_s: float = 0.0
 
 
 def died(key: tuple[str, int], record: dict, words, doing: str, started: float) -> Incident:

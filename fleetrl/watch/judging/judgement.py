@@ -171,6 +171,8 @@ class Seen:
         # Seconds since its last beat during which the watcher itself did not run (verdict.py
         # `Checks.discount_own_absence`): a silence it could not have seen
         self.watcher_absent_s: float = 0.0
+        # The first beat seen of the current call: its thread's run delay is counted from it
+        self.call_start: Sample | None = None
 
     def update(self, record: dict, now: float) -> None:
         """`record` read at `now` (monotonic); a beat counter it has not shown before is a new beat."""
@@ -179,28 +181,29 @@ class Seen:
         self.beat, self.changed_at, self.watcher_absent_s = record.get("beat"), now, 0.0
         offset = time.time() - (time.monotonic() - now) - record["time"]
         self.clock_offset = offset if self.clock_offset is None else min(self.clock_offset, offset)
-        self.samples.append(
-            Sample(
-                now,
-                record["time"],
-                record.get("phase_started"),
-                record.get("thread_cpu_s"),
-                record.get("cpu_s", 0.0),
-                record.get("stack_signature"),
-                record.get("thread_io_bytes"),
-                record.get("thread_samples", 0),
-                record.get("thread_waits", 0),
-                record.get("thread_wait"),
-                None if oldest_in_flight(record) else record.get("gpu_util_pct"),
-                record.get("subprocesses", 0),
-                record.get("subprocesses_cpu_s"),
-                record.get("thread_run_delay_s"),
-                record.get("thread_ready", 0),
-                tuple(tuple(process) for process in record.get("subprocess_list", ())),
-                record.get("subprocesses_run_delay_s"),
-                record.get("subprocesses_ready"),
-            )
+        sample = Sample(
+            now,
+            record["time"],
+            record.get("phase_started"),
+            record.get("thread_cpu_s"),
+            record.get("cpu_s", 0.0),
+            record.get("stack_signature"),
+            record.get("thread_io_bytes"),
+            record.get("thread_samples", 0),
+            record.get("thread_waits", 0),
+            record.get("thread_wait"),
+            None if oldest_in_flight(record) else record.get("gpu_util_pct"),
+            record.get("subprocesses", 0),
+            record.get("subprocesses_cpu_s"),
+            record.get("thread_run_delay_s"),
+            record.get("thread_ready", 0),
+            tuple(tuple(process) for process in record.get("subprocess_list", ())),
+            record.get("subprocesses_run_delay_s"),
+            record.get("subprocesses_ready"),
         )
+        self.samples.append(sample)
+        if self.call_start is None or self.call_start.phase_started != sample.phase_started:
+            self.call_start = sample
 
     def heartbeat_age(self, now: float) -> float:
         return now - self.changed_at
@@ -213,6 +216,25 @@ class Seen:
     def phase_age(self, record: dict, now: float) -> float | None:
         elapsed = record.get("phase_elapsed_s")
         return None if elapsed is None else elapsed + self.heartbeat_age(now)
+
+    def cpu_wait_s(self) -> float:
+        """Seconds the current call's thread has waited, runnable, for a CPU, from the first beat
+        seen of the call to the last: the larger of two measures, as `starved_share` takes them —
+        its run delay (exact, but brought up to date only when the thread next runs: one starved
+        since its last turn shows none of that wait yet) and the share of the samples of what it
+        sits in that found it ready to run, times the seconds between the beats, less the CPU
+        seconds it used. 0 without either (an older worker, not Linux)."""
+        first, last = self.call_start, self.samples[-1] if self.samples else None
+        if first is None or last is None:
+            return 0.0
+        measures = []
+        if first.thread_run_delay_s is not None and last.thread_run_delay_s is not None:
+            measures.append(last.thread_run_delay_s - first.thread_run_delay_s)
+        samples = last.thread_samples - first.thread_samples
+        if samples >= SPIN_MIN_SAMPLES and first.thread_cpu_s is not None and last.thread_cpu_s is not None:
+            ready = (last.thread_ready - first.thread_ready) / samples
+            measures.append(ready * (last.time - first.time) - (last.thread_cpu_s - first.thread_cpu_s))
+        return max([0.0, *measures])
 
     def judge(self, now: float, window_s: float) -> Judgement | None:
         """Blocked or busy, from the current call's beats that arrived in the last `window_s`;

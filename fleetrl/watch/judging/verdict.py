@@ -23,6 +23,12 @@ recent beats: *blocked* (no CPU, a stack that does not move) or *spinning* (a wa
 CPU at a stack that does not move, and the thread found in a wait sample after sample) is an
 incident at once; *busy* (computing, with system calls or not) is one "slow" warning in the log,
 and an incident only past `busy_allowance_s`. Start-up steps and first calls are judged alike.
+
+The busy allowance counts the time a call could run: its age less the time its thread waited,
+runnable, for a CPU (its run delay over the call: `Seen.cpu_wait_s`). Why: a healthy update on a
+host loaded past its cores once got 3-11 % of a core, took 722 s, and was stopped at 600 s as if
+it computed forever; a computation that never ends is still stopped once it has had the
+allowance's worth of turns (a late report, not a false kill).
 """
 
 from __future__ import annotations
@@ -295,22 +301,28 @@ class Checks:
             judgement = self.seen[key].judge(time.monotonic(), window_s)
             if judgement is None:
                 continue  # too few fresh beats to tell yet; beats that stopped are check_beating's
-            if not judgement.stalled and age <= max(limit, self.config.busy_allowance_s):
+            cpu_wait_s = min(self.seen[key].cpu_wait_s(), age) if not judgement.stalled else 0.0
+            if not judgement.stalled and age - cpu_wait_s <= max(limit, self.config.busy_allowance_s):
                 self.warn_slow(key, record, limit, judgement)
                 continue
             held_up = alignment.held_up_by(records, key, now)
             if held_up is not None:  # its peers wait for it: the collective miss, named as check_collectives would
                 return Incident(held_up.cause, held_up.summary, now - age, key, state=judgement.state)
-            return self.overdue(key, record, limit, judgement, now)
+            return self.overdue(key, record, limit, judgement, now, cpu_wait_s)
         return None
 
-    def overdue(self, key: tuple[str, int], record: dict, limit: float, judgement: Judgement, now: float) -> Incident:
+    def overdue(
+        self, key: tuple[str, int], record: dict, limit: float, judgement: Judgement, now: float, cpu_wait_s: float
+    ) -> Incident:
+        """The incident of a call past its deadline: blocked or spinning, or busy for longer than
+        `busy_allowance_s` besides the `cpu_wait_s` seconds its thread waited for a CPU."""
         phase, age = record["phase"], record["phase_age_s"]
         longest = record.get("phase_max_s", {}).get(phase)
         before = f"longest before {longest:.3f} s" if longest else "never finished before"
-        allowance = (
-            f"; past watchdog.busy_allowance_s ({self.config.busy_allowance_s:g} s)" if judgement.state == BUSY else ""
-        )
+        allowance = ""
+        if judgement.state == BUSY:
+            waited = f" besides {cpu_wait_s:.1f} s its thread waited for a CPU" if cpu_wait_s >= 0.05 else ""
+            allowance = f"; past watchdog.busy_allowance_s ({self.config.busy_allowance_s:g} s){waited}"
         cause = "startup_timeout" if startup_step(phase) and not longest else "phase_timeout"
         return Incident(
             cause,
@@ -323,6 +335,7 @@ class Checks:
                 {"pid": pid, "command": command, "state": state, "cpu": share}
                 for pid, command, state, share in judgement.waited_on
             ],
+            cpu_wait_s=cpu_wait_s,
         )
 
     def warn_slow(self, key: tuple[str, int], record: dict, limit: float, judgement: Judgement) -> None:
@@ -331,15 +344,20 @@ class Checks:
             return
         self.warned_slow.add(call)
         log.warning(
-            "slow: %s has been in %s for %.0f s, past its deadline of %.0f s, but is %s; "
-            "an incident only past watchdog.busy_allowance_s (%g s)",
+            "slow: %s has been in %s for %s, past its deadline of %s, but is %s; "
+            "an incident only past watchdog.busy_allowance_s (%g s), not counting its thread's waits for a CPU",
             describe(key),
             record["phase"],
-            record["phase_age_s"],
-            limit,
+            seconds_text(record["phase_age_s"]),
+            seconds_text(limit),
             judgement.text(),
             self.config.busy_allowance_s,
         )
+
+
+def seconds_text(seconds: float) -> str:
+    """'16 s', or '0.4 s' below 10 s (a sub-second deadline read '0 s')."""
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
 
 
 def starved_text(starved: tuple[float, float]) -> str:

@@ -113,6 +113,7 @@ def build_hang_report(
         "reported_at": now,
         "detected_after_s": now - incident.started,
         "watcher_absent_s": incident.watcher_absent_s,
+        "cpu_wait_s": incident.cpu_wait_s,
         "newest_checkpoint": str(checkpoint) if checkpoint else None,
         "waits_on": incident.waits_on,
         "detail": incident.detail,
