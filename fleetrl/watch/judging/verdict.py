@@ -25,10 +25,11 @@ incident at once; *busy* (computing, with system calls or not) is one "slow" war
 and an incident only past `busy_allowance_s`. Start-up steps and first calls are judged alike.
 
 The busy allowance counts the time a call could run: its age less the time its thread waited,
-runnable, for a CPU (its run delay over the call: `Seen.cpu_wait_s`). Why: a healthy update on a
-host loaded past its cores once got 3-11 % of a core, took 722 s, and was stopped at 600 s as if
-it computed forever; a computation that never ends is still stopped once it has had the
-allowance's worth of turns (a late report, not a false kill).
+runnable, for a CPU over the call (its run delay, or where that lags, the samples that found it
+ready to run: `Seen.cpu_wait_s`). Why: a healthy update on a host loaded past its cores once got
+3-11 % of a core, took 722 s, and was stopped at 600 s as if it computed forever; a computation
+that never ends is still stopped once it has had the allowance's worth of turns (a late report,
+not a false kill).
 """
 
 from __future__ import annotations
