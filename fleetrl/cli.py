@@ -101,10 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("run_dir", help="the run's directory (its newest intact checkpoint is played)")
     evaluate.add_argument(
-        "overrides", nargs="*", help="env keys changed for the evaluation, e.g. env.kwargs.instructions=held_out"
+        "overrides",
+        nargs="*",
+        help="env keys changed for the evaluation, e.g. env.kwargs.instructions=held_out, and "
+        "model.token_readout=expected",
     )
     evaluate.add_argument("--episodes", type=int, default=10, help="episodes to play (Atari: whole games)")
-    evaluate.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
+    evaluate.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="sample actions instead of the deterministic action (model.token_readout)",
+    )
     evaluate.add_argument("--seed", type=int, default=10_000, help="the eval envs' seed (env i gets seed + i)")
     evaluate.add_argument("--video", action="store_true", help="write <run>/video/episode.gif")
     evaluate.add_argument(

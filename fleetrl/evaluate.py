@@ -55,18 +55,19 @@ def evaluate(
 ) -> dict:
     """`fleetrl eval`: the latest checkpoint's policy over `episodes` episodes; with `video_dir`,
     the first one filmed as `<video_dir>/episode.gif`. `overrides`: `env.` keys of the run's
-    config changed for the evaluation only (`env.kwargs.instructions=held_out`); the policy's
-    keys are the checkpoint's."""
+    config changed for the evaluation only (`env.kwargs.instructions=held_out`), and
+    `model.token_readout`, which reads the same weights; the policy's other keys are the
+    checkpoint's."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise UserError(f"{run_dir} is not a fleetrl run directory (no {CONFIG_FILE})")
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
-    foreign = [item for item in overrides if not item.startswith("env.")]
+    foreign = [item for item in overrides if not item.startswith(("env.", "model.token_readout="))]
     if foreign:
         raise UserError(
-            f"fleetrl eval overrides only env keys (env.kwargs.instructions=held_out), got {foreign}: "
-            "the policy is the checkpoint's"
+            f"fleetrl eval overrides only env keys (env.kwargs.instructions=held_out) and "
+            f"model.token_readout, got {foreign}: the policy is the checkpoint's"
         )
     config = load_run_config(run_dir / CONFIG_FILE, list(overrides))
     if config.runner.torch_threads:
@@ -106,10 +107,12 @@ def evaluate(
 
 def evaluation_name(episodes: int, deterministic: bool, seed: int, overrides: list[str]) -> str:
     """The file an evaluation is written to in `<run>/eval/`: its seed, episodes, mode and overrides
-    (`seed50000_episodes500_instructions-held_out.json`), so different evaluations keep their own."""
+    (`seed50000_episodes500_instructions-held_out.json`, `seed50000_episodes500_token_readout-expected.json`),
+    so different evaluations keep their own."""
     parts = [f"seed{seed}", f"episodes{episodes}", *([] if deterministic else ["stochastic"])]
     parts += [
-        re.sub(r"[^A-Za-z0-9_.=-]+", "-", item.removeprefix("env.kwargs.")).replace("=", "-") for item in overrides
+        re.sub(r"[^A-Za-z0-9_.=-]+", "-", item.removeprefix("env.kwargs.").removeprefix("model.")).replace("=", "-")
+        for item in overrides
     ]
     return "_".join(parts) + ".json"
 

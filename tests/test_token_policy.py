@@ -75,6 +75,22 @@ def test_token_policy_acts_in_action_values_with_per_token_log_probs():
     assert torch.allclose(new_logprobs, logprobs, atol=1e-6) and entropy.shape == (6, 3)
 
 
+def test_the_expected_readout_acts_with_each_dimension_s_probability_weighted_value():
+    policy = token_policy()
+    obs = torch.randn(6, 5)
+    mode_actions, mode_logprobs, values = policy.act(obs, deterministic=True)
+    policy.token_readout = "expected"
+    actions, logprobs, expected_values = policy.act(obs, deterministic=True)
+    probabilities = torch.softmax(policy.network(obs)[0].view(6, 3, 4), -1)
+    bin_values = torch.stack([torch.linspace(-2, 2, 4), torch.linspace(0, 1, 4), torch.linspace(-1, 3, 4)])  # (3, 4)
+    assert torch.allclose(actions, (probabilities * bin_values).sum(-1), atol=1e-6)
+    assert (policy.tokens.decode(policy.tokens.encode(actions)) != actions).any()  # between bins
+    assert torch.equal(logprobs, mode_logprobs) and torch.equal(values, expected_values)  # the mode tokens'
+    sampled, _, _ = policy.act(obs)  # sampling reads no readout: actions on the bins
+    assert torch.equal(policy.tokens.decode(policy.tokens.encode(sampled)), sampled)
+    assert torch.equal(policy.tokens.decode(policy.tokens.encode(mode_actions)), mode_actions)
+
+
 def test_logprob_and_entropy_types():
     policy = token_policy()
     obs = torch.randn(6, 5)
@@ -184,6 +200,9 @@ def test_token_and_grpo_config_errors():
         ("algorithm.adv_type=grpo",): "algorithm.norm_adv",
         ("algorithm.adv_type=gpro",): "algorithm.adv_type",
         ("model.action_chunk=0",): "model.action_chunk",
+        ("model.token_readout=expected",): "model.token_readout",  # no bins to weigh
+        ("model.action_bins=5", "model.token_readout=median"): "model.token_readout",
+        ("model.id=hf", "model.path=/models/x", "model.token_readout=expected"): "model.token_readout",
     }
     for overrides, key in cases.items():
         with pytest.raises(ConfigError) as caught:
@@ -236,6 +255,11 @@ def test_token_policy_with_action_chunks_trains_and_evaluates(tmp_path):
     assert abs(records[0]["entropy"] - math.log(9)) < 0.05
     result = evaluate(summary["run_dir"], episodes=2)
     assert result["episodes"] == 2 and math.isfinite(result["mean"])
+    # the same weights and episodes, acting with the expected values: other actions, other returns
+    expected = evaluate(summary["run_dir"], episodes=2, overrides=["model.token_readout=expected"])
+    assert expected["written"].endswith("seed10000_episodes2_token_readout-expected.json")
+    assert expected["overrides"] == ["model.token_readout=expected"]
+    assert [e["return"] for e in expected["per_episode"]] != [e["return"] for e in result["per_episode"]]
 
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")

@@ -46,6 +46,12 @@ class ModelConfig:
     """Box actions as tokens: each dimension (of each chunked action) discretised into this many
     evenly spaced values, one categorical each (null: a Gaussian; docs: guides/model.md, Token-level
     action policies)."""
+    token_readout: Literal["mode", "expected"] = "mode"
+    """A token policy's deterministic action (evaluations; sampling is unchanged): `mode`, each
+    dimension's most likely bin; `expected`, the bins' values weighted by their probabilities, which
+    may lie between two bins. `fleetrl eval` takes it as an override (docs: guides/model.md,
+    Token-level action policies). Fleetrl's own networks only: a VLA chooses its action tokens one
+    after another."""
 
     @property
     def prediction_weight(self) -> float | None:

@@ -108,6 +108,12 @@ class ActionTokens(torch.nn.Module):
         """Network output (B, K·bins) → normalised per-token log-probabilities (B, K, bins)."""
         return Categorical.normalize(logits.unflatten(-1, (self.count, self.bins)))
 
+    def expected(self, log_p: torch.Tensor) -> torch.Tensor:
+        """Per-token log-probabilities (B, K, bins) → each dimension's bin values weighted by their
+        probabilities (B, K): the mean action, which may lie between two bins."""
+        bins = torch.arange(self.bins, dtype=log_p.dtype, device=log_p.device)
+        return self.low + (log_p.exp() * bins).sum(-1) * self.step
+
 
 def categorical_kl(old_log_p: torch.Tensor, new_log_p: torch.Tensor) -> torch.Tensor:
     """KL(old ‖ new) over the last axis from normalised log-probabilities."""

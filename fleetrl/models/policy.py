@@ -112,10 +112,12 @@ class Policy(nn.Module):
         init_log_std: float = 0.0,
         action_bins: int | None = None,
         action_chunk: int = 1,
+        token_readout: str = "mode",
     ):
         super().__init__()
         self.network = network
         self.action_chunk = action_chunk
+        self.token_readout = token_readout
         self.tokens = ActionTokens(action_space, action_bins) if action_bins is not None else None
         self.continuous = isinstance(action_space, gym.spaces.Box) and self.tokens is None
         if self.continuous:
@@ -138,6 +140,7 @@ class Policy(nn.Module):
             config.init_log_std,
             config.action_bins,
             config.action_chunk,
+            config.token_readout,
         )
 
     def split(self, params: torch.Tensor) -> torch.Tensor:
@@ -168,12 +171,16 @@ class Policy(nn.Module):
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         """Inference: (actions, their log-probs, values). Token policies return the tokens'
-        action values and per-token log-probs (B, K); chunk policies (B, K, ...) (module docstring)."""
+        action values and per-token log-probs (B, K); chunk policies (B, K, ...) (module docstring).
+        A deterministic token policy with `token_readout` `expected` acts with each dimension's
+        expected value, and reports its mode tokens' log-probs."""
         params, value = self.network(obs)[:2]
         params = self.split(params)
         if self.tokens is not None:
             log_p = self.tokens.log_probs(params)
             tokens = Categorical.mode(log_p) if deterministic else Categorical.sample(log_p)
+            if deterministic and self.token_readout == "expected":
+                return self.tokens.expected(log_p), Categorical.log_prob(log_p, tokens), value
             return self.tokens.decode(tokens), Categorical.log_prob(log_p, tokens), value
         if self.continuous:
             actions = params if deterministic else DiagonalGaussian.sample(params, self.log_std)

@@ -43,6 +43,7 @@ def validate(config: Config) -> None:
     validate_input_statistics(config)
     validate_precision(config)
     validate_action_attention(config)
+    validate_token_readout(config)
     validate_action_head(config)
     validate_cluster(config)
     validate_watchdog(config)
@@ -270,6 +271,28 @@ def validate_action_attention(config: Config) -> None:
             "bidirectional",
             "causal with model.decode autoregressive",
             "one token at a time, a token cannot see the ones after it",
+        )
+
+
+def validate_token_readout(config: Config) -> None:
+    """The expected readout weighs bins: it needs a token policy whose bins are all chosen from one
+    distribution at once, which a VLA's are not (each of its tokens follows the one chosen before)."""
+    model = config.model
+    if model.token_readout == "mode":
+        return
+    if model.id == "hf":
+        raise ConfigError(
+            "model.token_readout",
+            model.token_readout,
+            "mode with model.id hf",
+            "a VLA chooses its action tokens one after another, each conditioned on the one before",
+        )
+    if model.action_bins is None:
+        raise ConfigError(
+            "model.token_readout",
+            model.token_readout,
+            "mode unless model.action_bins is set",
+            "only a token policy has bins to weigh",
         )
 
 
