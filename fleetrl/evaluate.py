@@ -69,6 +69,9 @@ def evaluate(
             f"fleetrl eval overrides only env keys (env.kwargs.instructions=held_out) and "
             f"model.token_readout, got {foreign}: the policy is the checkpoint's"
         )
+    readout = [item for item in overrides if item.startswith("model.token_readout=")]
+    if readout and not deterministic:
+        raise UserError(f"{readout[0]} is the deterministic action's readout: --stochastic samples, and reads none")
     config = load_run_config(run_dir / CONFIG_FILE, list(overrides))
     if config.runner.torch_threads:
         torch.set_num_threads(config.runner.torch_threads)

@@ -16,7 +16,7 @@ from fleetrl.algos.common.logprobs import combine
 from fleetrl.algos.ppo.grpo import grpo_advantages
 from fleetrl.algos.ppo.update import PPOBatch, policy_objective, ppo_loss
 from fleetrl.controller.loop import Trainer
-from fleetrl.errors import ConfigError
+from fleetrl.errors import ConfigError, UserError
 from fleetrl.evaluate import evaluate
 from fleetrl.models.distributions import ActionTokens
 from fleetrl.models.policy import Policy
@@ -260,6 +260,8 @@ def test_token_policy_with_action_chunks_trains_and_evaluates(tmp_path):
     assert expected["written"].endswith("seed10000_episodes2_token_readout-expected.json")
     assert expected["overrides"] == ["model.token_readout=expected"]
     assert [e["return"] for e in expected["per_episode"]] != [e["return"] for e in result["per_episode"]]
+    with pytest.raises(UserError, match="--stochastic samples"):
+        evaluate(summary["run_dir"], episodes=2, deterministic=False, overrides=["model.token_readout=expected"])
 
 
 @pytest.mark.usefixtures("quiet_fleetrl_logging")
