@@ -18,7 +18,7 @@ its mean ± std over seeds and a 95 % t interval). A seed whose files are all th
 so a stopped run continues where it stopped. `--summarize-evals DIR` runs nothing and writes
 summary.json from a campaign run by hand (DIR/{sft,rl}_seed<S>_eval500.json). `--readout expected`
 evaluates with `model.token_readout=expected` (each action dimension's expected bin value), and
-with `--summarize-evals` reads DIR/{sft,rl}_seed<S>_eval500_expected.json.
+with `--summarize-evals` reads DIR/{sft,rl}_seed<S>_eval500_expected.json into OUT/summary_expected.json.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def main() -> None:
         choices=["mode", "expected"],
         default="mode",
         help="the deterministic action the evaluations read (model.token_readout); with --summarize-evals, "
-        "expected reads DIR/{sft,rl}_seed<S>_eval500_expected.json",
+        "expected reads DIR/{sft,rl}_seed<S>_eval500_expected.json into OUT/summary_expected.json",
     )
     args = parser.parse_args()
     out, fleetrl = args.out.resolve(), fleetrl_executable()
@@ -170,7 +170,7 @@ def main() -> None:
             f"{args.summarize_evals.resolve().relative_to(ROOT)}: {readout} evaluations, "
             f"{args.episodes} held-out episodes"
         )
-        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        (out / f"summary{suffix}.json").write_text(json.dumps(summary, indent=1))
         print(json.dumps(summary, indent=1))
         return
     demos = args.runs / f"demos-{args.demos}"
